@@ -1,0 +1,168 @@
+"""In-memory model of a Vulkan delegate graph (the `VK00` VkGraph flatbuffer).
+
+Plain data only: no file I/O, no torch, no Vulkan. Field meanings and wire
+values are in docs/format.md ("VkGraph").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Union
+
+NAMED_OFFSET = 2**64 - 1
+"""`ConstantRef.offset` sentinel: the bytes live in named data under `named_key`."""
+
+
+class DataType(IntEnum):
+    BOOL = 0
+    UINT8 = 1
+    INT8 = 2
+    INT32 = 3
+    FLOAT16 = 4
+    FLOAT32 = 5
+    FLOAT64 = 6
+    INT64 = 7
+    UNSET = 127
+
+    @property
+    def itemsize(self) -> int:
+        return _ITEMSIZE[self]
+
+
+_ITEMSIZE = {
+    DataType.BOOL: 1, DataType.UINT8: 1, DataType.INT8: 1, DataType.INT32: 4,
+    DataType.FLOAT16: 2, DataType.FLOAT32: 4, DataType.FLOAT64: 8, DataType.INT64: 8,
+}
+
+
+class StorageType(IntEnum):
+    BUFFER = 0
+    TEXTURE_3D = 1
+    TEXTURE_2D = 2
+    DEFAULT = 255
+
+
+class MemoryLayout(IntEnum):
+    WIDTH_PACKED = 0
+    HEIGHT_PACKED = 1
+    CHANNELS_PACKED = 2
+    PACKED_INT8_4W4C = 3
+    PACKED_INT8_4H4W = 4
+    PACKED_INT8_4W = 5
+    PACKED_INT8_4C = 6
+    PACKED_INT8_4C1W = 8
+    PACKED_INT8_CONV2D = 9
+    DEFAULT = 255
+
+
+@dataclass(frozen=True)
+class Null:
+    pass
+
+
+@dataclass(frozen=True)
+class Int:
+    value: int
+
+
+@dataclass(frozen=True)
+class Double:
+    value: float
+
+
+@dataclass(frozen=True)
+class Bool:
+    value: bool
+
+
+@dataclass(frozen=True)
+class IntList:
+    items: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class DoubleList:
+    items: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class BoolList:
+    items: tuple[bool, ...]
+
+
+@dataclass(frozen=True)
+class ValueList:
+    """A list of value ids (for example the outputs of a multi-output op)."""
+    items: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class String:
+    value: str
+
+
+@dataclass(frozen=True)
+class SymInt:
+    value: int
+
+
+@dataclass(frozen=True)
+class Tensor:
+    datatype: DataType
+    dims: tuple[int, ...]
+    constant_id: int = -1
+    """Index into `VkGraph.constants`; negative for a non-constant tensor."""
+    mem_obj_id: int = -1
+    """Shared memory object this tensor lives in; negative for dedicated memory."""
+    storage_type: StorageType = StorageType.DEFAULT
+    memory_layout: MemoryLayout = MemoryLayout.DEFAULT
+    staging_datatype: DataType = DataType.UNSET
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.dims:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.datatype.itemsize
+
+
+Value = Union[Null, Int, Double, Bool, IntList, DoubleList, BoolList, ValueList, String, SymInt, Tensor]
+
+# Wire tags of the GraphTypes union, in schema order (0 is NONE).
+VALUE_TAGS: dict[type, int] = {
+    Null: 1, Int: 2, Double: 3, Bool: 4, Tensor: 5, IntList: 6, DoubleList: 7,
+    BoolList: 8, ValueList: 9, String: 10, SymInt: 11,
+}
+
+
+@dataclass(frozen=True)
+class ConstantRef:
+    """Where a constant tensor's bytes are (`VkBytes` on the wire)."""
+    offset: int
+    length: int
+    named_key: str | None = None
+
+    @property
+    def is_named(self) -> bool:
+        return self.offset == NAMED_OFFSET and bool(self.named_key)
+
+
+@dataclass(frozen=True)
+class OperatorCall:
+    node_id: int
+    name: str
+    args: tuple[int, ...]
+
+
+@dataclass
+class VkGraph:
+    chain: list[OperatorCall] = field(default_factory=list)
+    values: list[Value] = field(default_factory=list)
+    input_ids: list[int] = field(default_factory=list)
+    output_ids: list[int] = field(default_factory=list)
+    constants: list[ConstantRef] = field(default_factory=list)
+    version: str = "0"

@@ -1,0 +1,25 @@
+"""vkx: move a PyTorch model onto a Vulkan GPU with the least memory at load time.
+
+Public API: `vkx.export_model(...)`, `vkx.load(...)`, `vkx.FormatError`.
+Importing `vkx` imports neither torch nor the Vulkan binding; the exporter and
+the loader are imported on first use.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+__all__ = ["export_model", "load", "FormatError"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "export_model":
+        from vkx.export import export_model
+        return export_model
+    if name == "load":
+        from vkx.loader import load
+        return load
+    if name == "FormatError":
+        from vkx.format import FormatError
+        return FormatError
+    raise AttributeError(f"module 'vkx' has no attribute {name!r}")

@@ -1,0 +1,3 @@
+from vkx.cli import main
+
+main()
