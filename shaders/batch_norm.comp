@@ -1,0 +1,38 @@
+#version 450
+// Inference batch norm on a contiguous [N, C, inner...] tensor:
+//   y = (x - mean[c]) * rsqrt(var[c] + eps) [* w[c]] [+ b[c]]
+// Bindings: 0 = in, 1 = out, 2 = running_mean, 3 = running_var, 4 = weight, 5 = bias
+// (weight/bias are placeholders unless HAS_W / HAS_B).
+// One invocation per element.
+layout(local_size_x = 64) in;
+
+layout(std430, set = 0, binding = 0) readonly buffer BufIn { float x[]; };
+layout(std430, set = 0, binding = 1) writeonly buffer BufOut { float y[]; };
+layout(std430, set = 0, binding = 2) readonly buffer BufMean { float rmean[]; };
+layout(std430, set = 0, binding = 3) readonly buffer BufVar { float rvar[]; };
+layout(std430, set = 0, binding = 4) readonly buffer BufW { float w[]; };
+layout(std430, set = 0, binding = 5) readonly buffer BufB { float b[]; };
+
+layout(push_constant) uniform Push {
+    uint n;      // elements
+    uint c;      // channels
+    uint inner;  // elements per (n, c) plane
+    float eps;
+} p;
+
+void main() {
+    uint gid = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * gl_WorkGroupSize.x
+               + gl_LocalInvocationID.x;
+    if (gid >= p.n) {
+        return;
+    }
+    uint ch = (gid / p.inner) % p.c;
+    float v = (x[gid] - rmean[ch]) * inversesqrt(rvar[ch] + p.eps);
+#ifdef HAS_W
+    v *= w[ch];
+#endif
+#ifdef HAS_B
+    v += b[ch];
+#endif
+    y[gid] = v;
+}
