@@ -1,0 +1,370 @@
+"""Matrix products: linear, addmm, mm, bmm, matmul.
+
+Everything goes through one shader, `shaders/matmul.comp`: a strided batched
+matmul with a 4x4 register tile per invocation. Operands are described by
+element strides, so linear's W[N, K] is read in place (B[k, n] = W[n, k]) and
+broadcast batch dims are stride 0. `gemm()` is the one entry point; it also
+splits a dispatch whose operands do not fit one storage-buffer binding
+(`builder.max_binding_bytes`): W by output rows (each chunk writes its column
+slice of C), A and C by rows, and batches one by one.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import struct
+from dataclasses import dataclass, replace
+from typing import Optional, Sequence
+
+from vkx.loader.ops import Binding, OpBuilder, SubRange, TensorArg, UnsupportedOpError, register
+
+_PUSH = struct.Struct("<21i2f")
+_MAX_GROUPS = 65535
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A strided view of a GPU tensor: element (i, j, b1, b2) is at
+    off + i*si + j*sj + b1*sb1 + b2*sb2 (elements, not bytes)."""
+    tensor: TensorArg
+    off: int
+    si: int
+    sj: int
+    sb1: int = 0
+    sb2: int = 0
+
+    def shifted(self, delta: int) -> "Operand":
+        return replace(self, off=self.off + delta)
+
+
+def window(builder: OpBuilder, t: TensorArg, lo: int, hi: int) -> tuple[Binding, int]:
+    """Bind elements [lo, hi) of `t` (4-byte elements).
+
+    Returns the binding and the element index of `t[0]` relative to it, i.e. what
+    must be added to an element offset of `t` to address it in the binding (<= 0
+    when a SubRange starts past t[0]). Raises if the range does not fit one binding.
+    """
+    limit = builder.max_binding_bytes
+    if t.nbytes <= limit:
+        return t, 0
+    align = builder.offset_alignment
+    start = (lo * 4) // align * align
+    size = hi * 4 - start
+    if size > limit:
+        raise UnsupportedOpError(
+            f"an operand range of {size} bytes exceeds the {limit}-byte storage-buffer binding limit")
+    return SubRange(t, start, size), -(start // 4)
+
+
+def _span(op: Operand, ni: int, nj: int, nb1: int, nb2: int) -> tuple[int, int]:
+    hi = op.off + op.si * (ni - 1) + op.sj * (nj - 1) + op.sb1 * (nb1 - 1) + op.sb2 * (nb2 - 1) + 1
+    return op.off, hi
+
+
+def _fits(builder: OpBuilder, op: Operand, ni: int, nj: int, nb1: int, nb2: int) -> bool:
+    if op.tensor.nbytes <= builder.max_binding_bytes:
+        return True
+    lo, hi = _span(op, ni, nj, nb1, nb2)
+    return (hi - lo) * 4 + builder.offset_alignment <= builder.max_binding_bytes
+
+
+def gemm(builder: OpBuilder, a: Operand, b: Operand, c: Operand, M: int, N: int, K: int,
+         nb1: int = 1, nb2: int = 1, bias: Optional[Operand] = None,
+         alpha: float = 1.0, beta: float = 1.0) -> None:
+    """Record C[b1,b2,m,n] = alpha * sum_k A[b1,b2,m,k] B[b1,b2,k,n] + beta * bias[m,n].
+
+    `a` is indexed (m, k), `b` (k, n), `c` (m, n) with c.sj == 1, `bias` (m, n) and
+    has no batch strides. K == 0 reads neither A nor B (the result is beta * bias or 0).
+    """
+    if M == 0 or N == 0 or nb1 == 0 or nb2 == 0:
+        return
+    # Too many batches for one grid: one dispatch per b1, then chunks of b2.
+    if nb1 * nb2 > _MAX_GROUPS:
+        if nb1 > 1:
+            for i in range(nb1):
+                gemm(builder, a.shifted(i * a.sb1), b.shifted(i * b.sb1), c.shifted(i * c.sb1),
+                     M, N, K, 1, nb2, bias, alpha, beta)
+            return
+        for s in range(0, nb2, _MAX_GROUPS):
+            gemm(builder, a.shifted(s * a.sb2), b.shifted(s * b.sb2), c.shifted(s * c.sb2),
+                 M, N, K, 1, min(_MAX_GROUPS, nb2 - s), bias, alpha, beta)
+        return
+    fit_a = _fits(builder, a, M, K, nb1, nb2)
+    fit_b = _fits(builder, b, K, N, nb1, nb2)
+    fit_c = _fits(builder, c, M, N, nb1, nb2)
+    fit_bias = bias is None or _fits(builder, bias, M, N, 1, 1)
+    if not (fit_a and fit_b and fit_c and fit_bias):
+        _split(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta, fit_a, fit_b, fit_c)
+        return
+    _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta)
+
+
+def _split(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta, fit_a, fit_b, fit_c) -> None:
+    if nb1 > 1:
+        for i in range(nb1):
+            gemm(builder, a.shifted(i * a.sb1), b.shifted(i * b.sb1), c.shifted(i * c.sb1),
+                 M, N, K, 1, nb2, bias, alpha, beta)
+        return
+    if nb2 > 1:
+        for i in range(nb2):
+            gemm(builder, a.shifted(i * a.sb2), b.shifted(i * b.sb2), c.shifted(i * c.sb2),
+                 M, N, K, 1, 1, bias, alpha, beta)
+        return
+    limit = builder.max_binding_bytes - builder.offset_alignment
+    if not fit_b and b.sj >= b.si * K and N > 1:
+        # B's columns are contiguous blocks (linear's W[N, K] rows): split by output columns.
+        step = max(1, limit // (4 * b.sj))
+        if step >= 4:
+            step -= step % 4
+        if step < N:
+            for n0 in range(0, N, step):
+                n = min(step, N - n0)
+                gemm(builder, a, b.shifted(n0 * b.sj), c.shifted(n0 * c.sj), M, n, K, 1, 1,
+                     bias.shifted(n0 * bias.sj) if bias is not None else None, alpha, beta)
+            return
+    elif fit_b and M > 1:
+        # A and/or C (or the bias) too large: split by output rows.
+        row_bytes = 4 * max(a.si if not fit_a else 1, c.si if not fit_c else 1,
+                            (bias.si if bias is not None else 1))
+        step = max(1, limit // row_bytes)
+        if step < M:
+            for m0 in range(0, M, step):
+                m = min(step, M - m0)
+                gemm(builder, a.shifted(m0 * a.si), b, c.shifted(m0 * c.si), m, N, K, 1, 1,
+                     bias.shifted(m0 * bias.si) if bias is not None else None, alpha, beta)
+            return
+    raise UnsupportedOpError(
+        f"matmul operands ({M}x{K} @ {K}x{N}) cannot be split into storage-buffer bindings "
+        f"of at most {builder.max_binding_bytes} bytes")
+
+
+def _vec_ok(off: int, strides: Sequence[tuple[int, int]]) -> bool:
+    """True when every offset reachable through (stride, count) pairs is a multiple of 4."""
+    return off % 4 == 0 and all(count <= 1 or stride % 4 == 0 for stride, count in strides)
+
+
+def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
+    bind_a, da = window(builder, a.tensor, *_span(a, M, K, nb1, nb2))
+    bind_b, db = window(builder, b.tensor, *_span(b, K, N, nb1, nb2))
+    bind_c, dc = window(builder, c.tensor, *_span(c, M, N, nb1, nb2))
+    aoff, boff, coff = a.off + da, b.off + db, c.off + dc
+    defines: dict[str, int | str] = {}
+    if a.sj == 1 and K % 4 == 0 and _vec_ok(aoff, [(a.si, M), (a.sb1, nb1), (a.sb2, nb2)]):
+        defines["A_VEC"] = 1
+    if b.si == 1 and K % 4 == 0 and _vec_ok(boff, [(b.sj, N), (b.sb1, nb1), (b.sb2, nb2)]):
+        defines["B_VEC_K"] = 1
+    elif b.sj == 1 and N % 4 == 0 and _vec_ok(boff, [(b.si, K), (b.sb1, nb1), (b.sb2, nb2)]):
+        defines["B_VEC_N"] = 1
+    bindings: list[Binding] = [bind_a, bind_b, bind_c]
+    biasoff = sbm = sbn = 0
+    if bias is not None:
+        bind_bias, dbias = window(builder, bias.tensor, *_span(bias, M, N, 1, 1))
+        bindings.append(bind_bias)
+        biasoff, sbm, sbn = bias.off + dbias, bias.si, bias.sj
+        defines["HAS_BIAS"] = 1
+    tiles_m, tiles_n = -(-M // 4), -(-N // 4)
+    if tiles_m == 1:
+        wg = (64, 1)
+    elif tiles_n == 1:
+        wg = (1, 64)
+    else:
+        wg = (8, 8)
+    defines["WG_X"], defines["WG_Y"] = wg
+    groups = (-(-tiles_n // wg[0]), -(-tiles_m // wg[1]), nb1 * nb2)
+    if groups[0] > _MAX_GROUPS or groups[1] > _MAX_GROUPS:
+        raise UnsupportedOpError(f"matmul output {M}x{N} is too large for one dispatch grid")
+    push = _PUSH.pack(M, N, K, nb2,
+                      aoff, a.si, a.sj, a.sb1, a.sb2,
+                      boff, b.si, b.sj, b.sb1, b.sb2,
+                      coff, c.si, c.sb1, c.sb2,
+                      biasoff, sbm, sbn,
+                      float(alpha), float(beta))
+    builder.dispatch("matmul", bindings, push, groups, defines)
+
+
+# ----------------------------------------------------------------------------------------
+# Batch-dim planning shared with attention.
+
+def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= d
+    return tuple(reversed(strides))
+
+
+def broadcast_strides(shape: Sequence[int], out_batch: Sequence[int], inner: int) -> tuple[int, ...]:
+    """Element strides of a contiguous tensor whose leading dims `shape` broadcast to
+    `out_batch` (right-aligned), each batch element being `inner` elements long."""
+    strides = []
+    pad = len(out_batch) - len(shape)
+    acc = inner
+    own = [0] * len(shape)
+    for i in range(len(shape) - 1, -1, -1):
+        own[i] = acc
+        acc *= shape[i]
+    for i, size in enumerate(out_batch):
+        j = i - pad
+        if j < 0 or shape[j] == 1:
+            strides.append(0)
+        else:
+            if shape[j] != size:
+                raise UnsupportedOpError(f"batch dims {tuple(shape)} do not broadcast to {tuple(out_batch)}")
+            strides.append(own[j])
+    return tuple(strides)
+
+
+def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
+    n = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(n):
+        size = 1
+        for s in shapes:
+            j = i - (n - len(s))
+            if j >= 0 and s[j] != 1:
+                if size != 1 and s[j] != size:
+                    raise UnsupportedOpError(f"shapes {[tuple(x) for x in shapes]} do not broadcast")
+                size = s[j]
+        out.append(size)
+    return tuple(out)
+
+
+def batch_plan(shape: Sequence[int], strides: Sequence[Sequence[int]]):
+    """Fold batch dims `shape` (with per-operand `strides`) into dispatches.
+
+    Returns (outer, (nb1, nb2), inner): `outer` lists per-dispatch element offsets
+    (one tuple per operand), and inner[k] = (sb1, sb2) of operand k.
+    """
+    dims = [(size, [s[i] for s in strides]) for i, size in enumerate(shape) if size != 1]
+    merged: list[tuple[int, list[int]]] = []
+    for size, st in dims:
+        if merged:
+            psize, pst = merged[-1]
+            if all(ps == s * size for ps, s in zip(pst, st)):
+                merged[-1] = (psize * size, st)
+                continue
+        merged.append((size, st))
+    nops = len(strides)
+    while len(merged) < 2:
+        merged.insert(0, (1, [0] * nops))
+    head, tail = merged[:-2], merged[-2:]
+    outer = []
+    for idx in itertools.product(*[range(size) for size, _ in head]):
+        outer.append(tuple(sum(i * st[k] for i, (_, st) in zip(idx, head)) for k in range(nops)))
+    (nb1, st1), (nb2, st2) = tail
+    inner = [(st1[k], st2[k]) for k in range(nops)]
+    return outer, (nb1, nb2), inner
+
+
+def batched_matmul(builder: OpBuilder, a: TensorArg, a_shape: Sequence[int], b: TensorArg,
+                   b_shape: Sequence[int], out: TensorArg, alpha: float = 1.0) -> None:
+    """out = alpha * (a @ b) for contiguous a [..., M, K], b [..., K, N] with broadcast
+    batch dims; `out` is contiguous with the broadcast batch shape + [M, N]."""
+    M, K = a_shape[-2:]
+    K2, N = b_shape[-2:]
+    if K != K2:
+        raise UnsupportedOpError(f"matmul inner dims differ: {tuple(a_shape)} @ {tuple(b_shape)}")
+    batch_a, batch_b = tuple(a_shape[:-2]), tuple(b_shape[:-2])
+    if math.prod(batch_b) == 1:
+        # B is shared by every batch: fold A's batch dims into its rows.
+        M = math.prod(a_shape[:-1])
+        batch_a = batch_b = ()
+    out_batch = broadcast_shapes(batch_a, batch_b)
+    if K == 0:
+        _fill_zero(builder, out)
+        return
+    sa = broadcast_strides(batch_a, out_batch, M * K)
+    sb = broadcast_strides(batch_b, out_batch, K * N)
+    sc = contiguous_strides(tuple(out_batch) + (M * N,))[:-1]
+    outer, (nb1, nb2), inner = batch_plan(out_batch, [sa, sb, sc])
+    for offs in outer:
+        gemm(builder,
+             Operand(a, offs[0], K, 1, *inner[0]),
+             Operand(b, offs[1], N, 1, *inner[1]),
+             Operand(out, offs[2], N, 1, *inner[2]),
+             M, N, K, nb1, nb2, alpha=alpha)
+
+
+def _fill_zero(builder: OpBuilder, out: TensorArg, N: int = 1, bias: Optional[Operand] = None,
+               beta: float = 1.0) -> None:
+    """K == 0: the product is all zeros (plus beta * bias). A K = 0 gemm reads neither
+    operand, so `out` stands in for both bindings."""
+    n = out.numel
+    if n == 0:
+        return
+    dummy = Operand(out, 0, 0, 0)
+    gemm(builder, dummy, dummy, Operand(out, 0, N, 1), n // N, N, 0, bias=bias, beta=beta)
+
+
+def _number(builder: OpBuilder, vid: int) -> float:
+    v = builder.scalar(vid)
+    if v is None:
+        return 1.0
+    return float(v)
+
+
+# ----------------------------------------------------------------------------------------
+# Ops.
+
+@register("aten.linear.default")
+def linear(builder: OpBuilder, args: tuple[int, ...]) -> None:
+    x = builder.tensor(args[0])
+    w = builder.tensor(args[1])
+    out = builder.tensor(args[-1])
+    if len(w.shape) == 1:
+        N, K = 1, w.shape[0]
+    else:
+        N, K = w.shape
+    M = x.numel // K if K else math.prod(out.shape) // max(N, 1)
+    bias = None
+    if not builder.is_null(args[2]):
+        bt = builder.tensor(args[2])
+        bias = Operand(bt, 0, 0, 1 if bt.numel > 1 else 0)
+    if K == 0:
+        _fill_zero(builder, out, N, bias)
+        return
+    gemm(builder, Operand(x, 0, K, 1), Operand(w, 0, 1, K), Operand(out, 0, N, 1),
+         M, N, K, bias=bias)
+
+
+@register("aten.addmm.default")
+def addmm(builder: OpBuilder, args: tuple[int, ...]) -> None:
+    s = builder.tensor(args[0])
+    m1 = builder.tensor(args[1])
+    m2 = builder.tensor(args[2])
+    beta = _number(builder, args[3])
+    alpha = _number(builder, args[4])
+    out = builder.tensor(args[-1])
+    M, K = m1.shape
+    _, N = m2.shape
+    shape = (1,) * (2 - len(s.shape)) + tuple(s.shape)
+    if len(shape) != 2 or shape[0] not in (1, M) or shape[1] not in (1, N):
+        raise UnsupportedOpError(f"addmm: self {tuple(s.shape)} does not broadcast to {(M, N)}")
+    bias = None
+    if beta != 0.0:
+        bias = Operand(s, 0, shape[1] if shape[0] != 1 else 0, 1 if shape[1] != 1 else 0)
+    if K == 0:
+        _fill_zero(builder, out, N, bias, beta)
+        return
+    gemm(builder, Operand(m1, 0, K, 1), Operand(m2, 0, N, 1), Operand(out, 0, N, 1),
+         M, N, K, bias=bias, alpha=alpha, beta=beta)
+
+
+@register("aten.mm.default", "aten.bmm.default")
+def mm(builder: OpBuilder, args: tuple[int, ...]) -> None:
+    a = builder.tensor(args[0])
+    b = builder.tensor(args[1])
+    out = builder.tensor(args[-1])
+    batched_matmul(builder, a, a.shape, b, b.shape, out)
+
+
+@register("aten.matmul.default")
+def matmul(builder: OpBuilder, args: tuple[int, ...]) -> None:
+    a = builder.tensor(args[0])
+    b = builder.tensor(args[1])
+    out = builder.tensor(args[-1])
+    if not a.shape or not b.shape:
+        raise UnsupportedOpError("matmul: both arguments need at least one dimension")
+    a_shape = (1,) + tuple(a.shape) if len(a.shape) == 1 else tuple(a.shape)
+    b_shape = tuple(b.shape) + (1,) if len(b.shape) == 1 else tuple(b.shape)
+    batched_matmul(builder, a, a_shape, b, b_shape, out)

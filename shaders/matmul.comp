@@ -1,0 +1,142 @@
+#version 450
+// General strided batched matmul, register-blocked 4x4:
+//   C[b, m, n] = alpha * sum_k A[b, m, k] * B[b, k, n]  (+ beta * BIAS[m, n])
+// Element (m, k) of A is a[aoff + b1*sAb1 + b2*sAb2 + m*sAm + k*sAk]; B likewise
+// with (k, n) and sBk/sBn, so a transposed operand (linear's W[N, K]) needs no copy.
+// The batch index is two-level: z = b1*nb2 + b2. C is row-major with row stride ldc
+// (ldc > N when a dispatch writes a column slice; the slice start is folded into coff).
+// Bindings: 0 = A, 1 = B, 2 = C, 3 = BIAS (only with HAS_BIAS).
+// Defines:
+//   A_VEC    A is k-contiguous (sAk == 1) and K, sAm, sAb*, aoff are multiples of 4
+//   B_VEC_K  B is k-contiguous (sBk == 1) and K, sBn, sBb*, boff are multiples of 4
+//   B_VEC_N  B is n-contiguous (sBn == 1) and N, sBk, sBb*, boff are multiples of 4
+//   HAS_BIAS add beta * bias[biasoff + m*sbm + n*sbn]
+//   WG_X, WG_Y  workgroup size (x over column tiles, y over row tiles)
+// Each invocation owns a 4x4 output tile; edge tiles clamp their load indices (no
+// branches in the k loop) and skip out-of-range stores.
+#ifndef WG_X
+#define WG_X 8
+#endif
+#ifndef WG_Y
+#define WG_Y 8
+#endif
+layout(local_size_x = WG_X, local_size_y = WG_Y, local_size_z = 1) in;
+
+#ifdef A_VEC
+layout(std430, set = 0, binding = 0) readonly buffer BufA { vec4 a4[]; };
+#else
+layout(std430, set = 0, binding = 0) readonly buffer BufA { float a[]; };
+#endif
+#if defined(B_VEC_K) || defined(B_VEC_N)
+layout(std430, set = 0, binding = 1) readonly buffer BufB { vec4 b4[]; };
+#else
+layout(std430, set = 0, binding = 1) readonly buffer BufB { float b[]; };
+#endif
+layout(std430, set = 0, binding = 2) writeonly buffer BufC { float c[]; };
+#ifdef HAS_BIAS
+layout(std430, set = 0, binding = 3) readonly buffer BufBias { float bias[]; };
+#endif
+
+layout(push_constant) uniform Push {
+    int M, N, K, nb2;
+    int aoff, sAm, sAk, sAb1, sAb2;
+    int boff, sBk, sBn, sBb1, sBb2;
+    int coff, ldc, sCb1, sCb2;
+    int biasoff, sbm, sbn;
+    float alpha, beta;
+} p;
+
+void main() {
+    const int n0 = int(gl_GlobalInvocationID.x) * 4;
+    const int m0 = int(gl_GlobalInvocationID.y) * 4;
+    if (n0 >= p.N || m0 >= p.M) {
+        return;
+    }
+    const int bz = int(gl_GlobalInvocationID.z);
+    const int b1 = bz / p.nb2;
+    const int b2 = bz - b1 * p.nb2;
+    const int abase = p.aoff + b1 * p.sAb1 + b2 * p.sAb2;
+    const int bbase = p.boff + b1 * p.sBb1 + b2 * p.sBb2;
+
+    int ar[4];   // element offset of A[m_i, 0]
+    int bc[4];   // element offset of B[0, n_j]
+    for (int i = 0; i < 4; ++i) {
+        ar[i] = abase + min(m0 + i, p.M - 1) * p.sAm;
+        bc[i] = bbase + min(n0 + i, p.N - 1) * p.sBn;
+    }
+
+    vec4 acc[4];  // acc[i][j] = C tile (m0 + i, n0 + j)
+    for (int i = 0; i < 4; ++i) {
+        acc[i] = vec4(0.0);
+    }
+
+    const int K4 = p.K & ~3;
+    for (int k = 0; k < K4; k += 4) {
+        vec4 av[4];
+        for (int i = 0; i < 4; ++i) {
+#ifdef A_VEC
+            av[i] = a4[(ar[i] + k) >> 2];
+#else
+            const int o = ar[i] + k * p.sAk;
+            av[i] = vec4(a[o], a[o + p.sAk], a[o + 2 * p.sAk], a[o + 3 * p.sAk]);
+#endif
+        }
+#ifdef B_VEC_N
+        // Four rows of B, each a vec4 over the tile's columns.
+        const int r = (bbase + k * p.sBk + n0) >> 2;
+        const int rs = p.sBk >> 2;
+        const vec4 r0 = b4[r];
+        const vec4 r1 = b4[r + rs];
+        const vec4 r2 = b4[r + 2 * rs];
+        const vec4 r3 = b4[r + 3 * rs];
+        for (int i = 0; i < 4; ++i) {
+            acc[i] += av[i].x * r0 + av[i].y * r1 + av[i].z * r2 + av[i].w * r3;
+        }
+#else
+        vec4 bv[4];
+        for (int j = 0; j < 4; ++j) {
+#ifdef B_VEC_K
+            bv[j] = b4[(bc[j] + k) >> 2];
+#else
+            const int o = bc[j] + k * p.sBk;
+            bv[j] = vec4(b[o], b[o + p.sBk], b[o + 2 * p.sBk], b[o + 3 * p.sBk]);
+#endif
+        }
+        for (int i = 0; i < 4; ++i) {
+            acc[i] += vec4(dot(av[i], bv[0]), dot(av[i], bv[1]), dot(av[i], bv[2]), dot(av[i], bv[3]));
+        }
+#endif
+    }
+
+    // K tail (K % 4 != 0): only reachable when A and B are scalar, or B is B_VEC_N.
+#if !defined(A_VEC) && !defined(B_VEC_K)
+    for (int k = K4; k < p.K; ++k) {
+#ifdef B_VEC_N
+        const vec4 row = b4[(bbase + k * p.sBk + n0) >> 2];
+#else
+        const vec4 row = vec4(b[bc[0] + k * p.sBk], b[bc[1] + k * p.sBk],
+                              b[bc[2] + k * p.sBk], b[bc[3] + k * p.sBk]);
+#endif
+        for (int i = 0; i < 4; ++i) {
+            acc[i] += a[ar[i] + k * p.sAk] * row;
+        }
+    }
+#endif
+
+    const int cbase = p.coff + b1 * p.sCb1 + b2 * p.sCb2;
+    for (int i = 0; i < 4; ++i) {
+        const int m = m0 + i;
+        if (m < p.M) {
+            for (int j = 0; j < 4; ++j) {
+                const int n = n0 + j;
+                if (n < p.N) {
+                    float v = p.alpha * acc[i][j];
+#ifdef HAS_BIAS
+                    v += p.beta * bias[p.biasoff + m * p.sbm + n * p.sbn];
+#endif
+                    c[cbase + m * p.ldc + n] = v;
+                }
+            }
+        }
+    }
+}
