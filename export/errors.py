@@ -1,0 +1,20 @@
+"""Typed errors of `vkx export`."""
+from __future__ import annotations
+
+from vkx.errors import VkxError
+
+
+class ExportError(VkxError):
+    """The model file, the model or an option cannot be exported."""
+
+
+class UnsupportedOpsError(ExportError):
+    """The traced graph uses ops that the Vulkan op contract does not cover.
+
+    `problems` holds one line per offending node: the op and the user's source line.
+    """
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        lines = "\n".join(f"  {p}" for p in problems)
+        super().__init__(f"the model uses {len(problems)} op(s) vkx cannot lower:\n{lines}")

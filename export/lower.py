@@ -1,0 +1,314 @@
+"""An ExportedProgram → one VkGraph of contract ops (value order as in formats.md §4.4).
+
+Lowering runs the op table twice over the FX graph. The first pass only scans:
+it records which constants (parameters, buffers, lifted tensors, and Python
+scalars that the contract takes as 0-dim tensors) are used, and whether each is
+consumed directly by a prepacking op ("tref") or needs an `et_vk.prepack` ("gpu").
+The second pass creates the values: used constants first, in placeholder order,
+each followed by its prepack; then the user inputs; then every op's args, lazily in
+schema order, and its output.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Hashable
+
+import torch
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind, OutputKind
+from torch.fx import Node
+
+from vkx.export.dtypes import SUPPORTED, datatype_of, gpu_datatype, staging_datatype, stored_dtype
+from vkx.export.errors import ExportError, UnsupportedOpsError
+from vkx.export.ops import FORWARDED, OUTPUT_CLONE, PREPACK, RULES
+from vkx.format.vkgraph import (Bool, Double, DoubleList, Int, IntList, MemoryLayout, Null, OperatorCall,
+                                StorageType, String, Tensor, Value, ValueList, VkGraph)
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in [^\n]*\n[ \t]*([^\n]*)')
+_NOT_TENSORS = (torch.dtype, torch.memory_format, torch.layout, torch.device)
+
+
+@dataclass(frozen=True)
+class ConstantSource:
+    """One constant_id's tensor as the model holds it (constants.py converts and hashes it)."""
+    name: str
+    tensor: torch.Tensor
+
+
+@dataclass(frozen=True)
+class IOTensor:
+    dtype: torch.dtype
+    sizes: tuple[int, ...]
+
+
+@dataclass
+class Lowered:
+    graph: VkGraph
+    constants: list[ConstantSource]
+    inputs: list[IOTensor]
+    outputs: list[IOTensor]
+
+
+def lower(program: ExportedProgram, *, fp16: bool = False) -> Lowered:
+    """Check every op first (UnsupportedOpsError lists them all), then build the graph."""
+    check_supported(program)
+    scan = GraphBuilder(program, fp16, uses=None)
+    scan.build()
+    builder = GraphBuilder(program, fp16, uses=scan.uses)
+    builder.build()
+    return Lowered(builder.graph, builder.sources, builder.io_inputs, builder.io_outputs)
+
+
+def source_line(node: Node) -> str:
+    """`file.py:LINE: code` of the innermost user frame (outside torch) the node came from."""
+    frames = [m for m in _FRAME.finditer(node.meta.get("stack_trace") or "")
+              if not m.group(1).startswith(_TORCH_DIR)]
+    if not frames:
+        return "an unknown source line"
+    file, line, code = frames[-1].groups()
+    return f"{Path(file).name}:{line}: {code.strip()}"
+
+
+def _op_name(node: Node) -> str:
+    if isinstance(node.target, torch._ops.OpOverload):
+        return str(node.target)
+    return getattr(node.target, "__name__", str(node.target))
+
+
+def _fakes(node: Node) -> list[Any]:
+    value = node.meta.get("val")
+    return list(value) if isinstance(value, (tuple, list)) else [value]
+
+
+def check_supported(program: ExportedProgram) -> None:
+    """Raise UnsupportedOpsError naming each op the contract lacks, with its source line."""
+    problems: list[str] = []
+    for node in program.graph.nodes:
+        if node.op != "call_function":
+            continue
+        rule = RULES.get(node.target)
+        reason = "not supported" if rule is None else rule.check(node)
+        if reason is None:
+            dtypes = {f.dtype for f in _fakes(node) if isinstance(f, torch.Tensor)} - SUPPORTED
+            reason = f"dtype {sorted(map(str, dtypes))[0]} is not supported" if dtypes else None
+        if reason is not None:
+            line = f"{_op_name(node)} ({reason}) at {source_line(node)}"
+            if line not in problems:
+                problems.append(line)
+    if problems:
+        raise UnsupportedOpsError(problems)
+
+
+class GraphBuilder:
+    """Creates values and OperatorCalls; with `uses=None` it only scans constant uses."""
+
+    def __init__(self, program: ExportedProgram, fp16: bool, uses: dict[Hashable, set[str]] | None):
+        self.program = program
+        self.fp16 = fp16
+        self.scanning = uses is None
+        self.uses: dict[Hashable, set[str]] = {} if uses is None else uses
+        self.graph = VkGraph()
+        self.sources: list[ConstantSource] = []
+        self.io_inputs: list[IOTensor] = []
+        self.io_outputs: list[IOTensor] = []
+        self.node: Node | None = None
+        self._ids: dict[Node, int] = {}
+        self._scalar_ids: dict[tuple, int] = {}
+        self._tref_ids: dict[Hashable, int] = {}
+        self._gpu_ids: dict[Hashable, int] = {}
+        self.constant_nodes: dict[Node, tuple[str, torch.Tensor]] = {}
+        self.user_inputs: list[Node] = []
+        self._classify_placeholders()
+
+    def _classify_placeholders(self) -> None:
+        specs = {spec.arg.name: spec for spec in self.program.graph_signature.input_specs}
+        stored = {**self.program.state_dict, **self.program.constants}
+        for node in self.program.graph.nodes:
+            if node.op != "placeholder":
+                continue
+            spec = specs[node.name]
+            if spec.kind == InputKind.USER_INPUT:
+                if not isinstance(node.meta.get("val"), torch.Tensor):
+                    raise ExportError(f"model input {node.name} is not a tensor")
+                self.user_inputs.append(node)
+            elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+                self.constant_nodes[node] = (spec.target, stored[spec.target])
+            else:
+                raise ExportError(f"model input {node.name} of kind {spec.kind.name} is not supported")
+
+    # ---- the pass ---------------------------------------------------------------------------
+
+    def build(self) -> None:
+        if not self.scanning:
+            self._emit_constants()
+        for node in self.user_inputs:
+            fake = node.meta["val"]
+            self.graph.input_ids.append(self.new_tensor(fake, io=True))
+            self.bind(node, self.graph.input_ids[-1])
+            self.io_inputs.append(IOTensor(fake.dtype, tuple(fake.shape)))
+        for node in self.program.graph.nodes:
+            if node.op == "call_function":
+                self.node = node
+                RULES[node.target].lower(self, node)
+        self._emit_outputs()
+
+    def _emit_constants(self) -> None:
+        scalars = [key for key in self.uses if not isinstance(key, Node)]
+        for key in [node for node in self.constant_nodes if node in self.uses] + scalars:
+            if isinstance(key, Node):
+                name, tensor = self.constant_nodes[key]
+            else:
+                _, dtype, number = key
+                name, tensor = f"scalar {number}", torch.tensor(number, dtype=dtype)
+            if tensor.numel() == 0:
+                raise ExportError(f"constant {name} has no elements")
+            stored = datatype_of(stored_dtype(tensor.dtype, self.fp16))
+            dims = tuple(tensor.shape)
+            self._tref_ids[key] = self._add(Tensor(stored, dims, constant_id=len(self.sources),
+                                                   staging_datatype=stored))
+            self.sources.append(ConstantSource(name, tensor))
+            if "gpu" in self.uses[key]:
+                self._gpu_ids[key] = self.new_tensor(tensor)
+                self.emit(PREPACK, [self._tref_ids[key], self._gpu_ids[key]])
+
+    def _emit_outputs(self) -> None:
+        output = next(node for node in self.program.graph.nodes if node.op == "output")
+        kinds = [spec.kind for spec in self.program.graph_signature.output_specs]
+        if any(kind != OutputKind.USER_OUTPUT for kind in kinds):
+            raise ExportError("the model mutates a buffer or parameter; vkx exports stateless models only")
+        seen: set[Node] = set()
+        for item in output.args[0]:
+            if not isinstance(item, Node) or not isinstance(item.meta.get("val"), torch.Tensor):
+                raise ExportError(f"model output {item!r} is not a tensor")
+            node = self.resolve(item)
+            fake = node.meta["val"]
+            if node in self.constant_nodes or node in self.user_inputs or node in seen:
+                self.node = item
+                args = [self.tensor(node), self.null()]
+                value_id = self.new_tensor(fake, io=True)
+                self.emit(OUTPUT_CLONE, args + [value_id])
+            else:
+                value_id = self.value_of(node)
+                self._set_staging(value_id, fake.dtype)
+            seen.add(node)
+            self.graph.output_ids.append(value_id)
+            self.io_outputs.append(IOTensor(fake.dtype, tuple(fake.shape)))
+
+    # ---- what rules call ----------------------------------------------------------------------
+
+    def resolve(self, node: Node) -> Node:
+        """Follow ops that only forward their input (alias, clone, detach, lift_fresh_copy)."""
+        while node.op == "call_function" and node.target in FORWARDED:
+            node = node.args[0]
+        return node
+
+    def arg(self, argument: torch.Argument, value: Any, *, tref: bool = False, lift: bool = False) -> int:
+        """The value id for one schema argument."""
+        kind = str(argument.type)
+        kind = kind[len("Optional["):-1] if kind.startswith("Optional[") else kind
+        if isinstance(value, Node):
+            return self.tensor(value, tref=tref)
+        if lift or (kind == "Tensor" and isinstance(value, (int, float)) and not isinstance(value, bool)):
+            return self.tensor(value)
+        if value is None or isinstance(value, _NOT_TENSORS):
+            return self.null()
+        if kind == "List[Tensor]":
+            return self._add(ValueList(tuple(self.tensor(item) for item in value)))
+        if kind == "List[int]":
+            return self.int_list(value)
+        if kind == "List[float]":
+            return self._add(DoubleList(tuple(float(v) for v in value)))
+        if kind == "bool" or isinstance(value, bool):
+            return self.bool(bool(value))
+        if kind == "float" or (kind == "number" and isinstance(value, float)):
+            return self.double(float(value))
+        if kind in ("int", "SymInt", "number"):
+            return self.int(int(value))
+        if kind == "str":
+            return self._add(String(value))
+        raise ExportError(f"{_op_name(self.node)}: cannot lower argument {argument.name}={value!r}")
+
+    def tensor(self, value: Node | int | float, *, tref: bool = False) -> int:
+        """A tensor operand: a node's value, or a constant (direct if `tref`, else prepacked)."""
+        if isinstance(value, Node):
+            key: Hashable = self.resolve(value)
+            if key not in self.constant_nodes:
+                return self.value_of(key)
+        else:
+            dtype = self.node.meta["val"].dtype
+            key = ("scalar", dtype, float(value) if dtype.is_floating_point else int(value))
+        if self.scanning:
+            self.uses.setdefault(key, set()).add("tref" if tref else "gpu")
+            return -1
+        return self._tref_ids[key] if tref else self._gpu_ids[key]
+
+    def int(self, value: int) -> int:
+        return self._scalar(Int(value))
+
+    def double(self, value: float) -> int:
+        return self._scalar(Double(value))
+
+    def bool(self, value: bool) -> int:
+        return self._scalar(Bool(value))
+
+    def null(self) -> int:
+        return self._add(Null())
+
+    def int_list(self, items: Any) -> int:
+        return self._add(IntList(tuple(int(i) for i in items)))
+
+    def new_tensor(self, fake: torch.Tensor, *, io: bool = False) -> int:
+        """A new non-constant tensor (memory planned later); I/O tensors stage in their own dtype."""
+        datatype = gpu_datatype(fake.dtype)
+        return self._add(Tensor(datatype, tuple(int(d) for d in fake.shape),
+                                storage_type=StorageType.BUFFER, memory_layout=MemoryLayout.WIDTH_PACKED,
+                                staging_datatype=staging_datatype(fake.dtype) if io else datatype))
+
+    def outputs(self, node: Node) -> int:
+        """New values for the node's result (a ValueList for several) bound to the node."""
+        result = node.meta["val"]
+        if isinstance(result, (tuple, list)):
+            value_id = self._add(ValueList(tuple(self.new_tensor(fake) for fake in result)))
+        else:
+            value_id = self.new_tensor(result)
+        self.bind(node, value_id)
+        return value_id
+
+    def emit(self, name: str, args: list[int]) -> None:
+        if not self.scanning:
+            self.graph.chain.append(OperatorCall(len(self.graph.chain), name, tuple(args)))
+
+    def bind(self, node: Node, value_id: int) -> None:
+        if not self.scanning:
+            self._ids[node] = value_id
+
+    def value_of(self, node: Node) -> int:
+        return -1 if self.scanning else self._ids[self.resolve(node)]
+
+    def list_item(self, value_id: int, index: int) -> int:
+        return -1 if self.scanning else self.graph.values[value_id].items[index]
+
+    # ---- values -------------------------------------------------------------------------------
+
+    def _add(self, value: Value) -> int:
+        if self.scanning:
+            return -1
+        self.graph.values.append(value)
+        return len(self.graph.values) - 1
+
+    def _scalar(self, value: Int | Double | Bool) -> int:
+        """Int, Double and Bool values are shared (keyed by type and value)."""
+        key = (type(value), value.value)
+        if key not in self._scalar_ids:
+            self._scalar_ids[key] = self._add(value)
+        return self._scalar_ids[key]
+
+    def _set_staging(self, value_id: int, dtype: torch.dtype) -> None:
+        if not self.scanning:
+            value = self.graph.values[value_id]
+            self.graph.values[value_id] = dataclasses.replace(value, staging_datatype=staging_datatype(dtype))

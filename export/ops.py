@@ -1,0 +1,272 @@
+"""The op table: how each traced ATen op becomes OperatorCalls of the op contract.
+
+docs/architecture.md ("The op contract") lists every name and arg layout emitted here.
+Each `Rule.lower` talks to the graph builder in `lower.py` through a handful of
+methods (`arg`, `tensor`, `int`, `int_list`, `bool`, `null`, `outputs`,
+`new_tensor`, `emit`, `bind`, `value_of`, `list_item`).
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+import torch
+from torch.fx import Node
+
+if TYPE_CHECKING:
+    from vkx.export.lower import GraphBuilder
+
+A = torch.ops.aten
+PREPACK = "et_vk.prepack.default"
+SLICE = "aten.slice_copy.Tensor"
+
+Values = dict[str, Any]
+"""One op's arguments by schema name, in schema order, defaults filled in."""
+
+
+def _no_check(node: Node) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Rule:
+    lower: Callable[["GraphBuilder", Node], None]
+    check: Callable[[Node], str | None] = _no_check
+    """Returns why this particular node cannot be lowered, or None."""
+
+
+def schema_values(node: Node) -> Values:
+    """The node's arguments by name in schema order, with schema defaults for those left out."""
+    values: Values = {}
+    for index, argument in enumerate(node.target._schema.arguments):
+        if index < len(node.args) and not argument.kwarg_only:
+            values[argument.name] = node.args[index]
+        elif argument.name in node.kwargs:
+            values[argument.name] = node.kwargs[argument.name]
+        else:
+            values[argument.name] = argument.default_value if argument.has_default_value() else None
+    return values
+
+
+def shape(value: Node) -> tuple[int, ...]:
+    return tuple(int(d) for d in value.meta["val"].shape)
+
+
+def _positive(dim: int, rank: int) -> int:
+    return dim + rank if dim < 0 else dim
+
+
+def same(name: str, *, tref: Iterable[str] = (), lift: Iterable[str] = (),
+         prepare: Callable[[Node, Values], Values] | None = None,
+         check: Callable[[Node], str | None] = _no_check) -> Rule:
+    """Emit `name` with the source op's schema args in schema order, then the output.
+
+    `tref`: args that may stay constant tensors (the op prepacks them itself).
+    `lift`: Scalar args that the contract takes as tensors (0-dim constants).
+    `prepare`: rewrites argument values first (normalised dims, filled pool lists).
+    """
+    tref, lift = frozenset(tref), frozenset(lift)
+
+    def lower(b: GraphBuilder, node: Node) -> None:
+        values = schema_values(node)
+        if prepare is not None:
+            values = prepare(node, values)
+        schema = {a.name: a for a in node.target._schema.arguments}
+        args = [b.arg(schema[key], value, tref=key in tref, lift=key in lift) for key, value in values.items()]
+        b.emit(name, args + [b.outputs(node)])
+    return Rule(lower, check)
+
+
+# ---- argument normalisation -------------------------------------------------------------
+
+def _softmax_dim(node: Node, values: Values) -> Values:
+    values["dim"] = _positive(values["dim"], len(shape(values["self"])))
+    return values
+
+
+def _cat_dim(node: Node, values: Values) -> Values:
+    values["dim"] = _positive(values["dim"], len(shape(node)))
+    return values
+
+
+def _permute_dims(node: Node, values: Values) -> Values:
+    rank = len(shape(values["self"]))
+    values["dims"] = [_positive(d, rank) for d in values["dims"]]
+    return values
+
+
+def _reduce_dims(node: Node, values: Values) -> Values:
+    rank = len(shape(values["self"]))
+    dims = values["dim"] if values["dim"] is not None else range(rank)
+    values["dim"] = sorted(_positive(d, rank) for d in dims)
+    values["dtype"] = None
+    return values
+
+
+def _slice_bounds(node: Node, values: Values) -> Values:
+    """Positive dim; start and end as Python would clamp them (never Null)."""
+    size = shape(values["self"])
+    dim = _positive(values["dim"], len(size))
+    length = size[dim]
+
+    def clamp(index: int | None, default: int) -> int:
+        if index is None:
+            return default
+        index = index + length if index < 0 else index
+        return min(max(index, 0), length)
+    values.update(dim=dim, start=clamp(values["start"], 0), end=clamp(values["end"], length))
+    return values
+
+
+def _pair(items: list[int] | int) -> list[int]:
+    items = [items] if isinstance(items, int) else list(items)
+    return items * 2 if len(items) == 1 else items
+
+
+def _pool_lists(node: Node, values: Values) -> Values:
+    """kernel_size/stride/padding/dilation as two ints each; an empty stride means kernel_size."""
+    values["kernel_size"] = _pair(values["kernel_size"])
+    values["stride"] = _pair(values["stride"]) if values["stride"] else values["kernel_size"]
+    values["padding"] = _pair(values["padding"])
+    if "dilation" in values:
+        values["dilation"] = _pair(values["dilation"])
+    return values
+
+
+# ---- checks -------------------------------------------------------------------------------
+
+def _conv2d_only(node: Node) -> str | None:
+    values = schema_values(node)
+    if values["transposed"] or len(shape(values["input"])) != 4:
+        return "only non-transposed 2-D convolution is supported"
+    return None
+
+
+def _one_by_one(node: Node) -> str | None:
+    if _pair(node.args[1]) != [1, 1]:
+        return "only output size 1×1 is supported"
+    return None
+
+
+def _no_dropout(node: Node) -> str | None:
+    if schema_values(node)["dropout_p"]:
+        return "dropout_p must be 0"
+    return None
+
+
+# ---- rules that do not map one to one -----------------------------------------------------
+
+def _view(b: GraphBuilder, node: Node) -> None:
+    """view / reshape / flatten / squeeze / unsqueeze: view_copy to the output size."""
+    b.emit("aten.view_copy.default", [b.tensor(node.args[0]), b.int_list(shape(node)), b.outputs(node)])
+
+
+def _split(b: GraphBuilder, node: Node) -> None:
+    """split / chunk: one slice_copy per piece that is used (getitem binds to it)."""
+    source = node.args[0]
+    dim = _positive(schema_values(node)["dim"], len(shape(source)))
+    users = {user.args[1]: user for user in node.users if user.target is operator.getitem}
+    start = 0
+    for index, piece in enumerate(node.meta["val"]):
+        end = start + int(piece.shape[dim])
+        if index in users:
+            args = [b.tensor(source), b.int(dim), b.int(start), b.int(end), b.int(1)]
+            out = b.new_tensor(piece)
+            b.emit(SLICE, args + [out])
+            b.bind(users[index], out)
+        start = end
+
+
+def _getitem(b: GraphBuilder, node: Node) -> None:
+    parent, index = node.args
+    if parent.target not in SPLITS:
+        b.bind(node, b.list_item(b.value_of(parent), index))
+
+
+def _global_avg_pool(b: GraphBuilder, node: Node) -> None:
+    """adaptive_avg_pool2d to 1×1: mean over the last two dims, keepdim."""
+    rank = len(shape(node.args[0]))
+    b.emit("aten.mean.dim", [b.tensor(node.args[0]), b.int_list([rank - 2, rank - 1]),
+                             b.bool(True), b.null(), b.outputs(node)])
+
+
+def _mean_all(b: GraphBuilder, node: Node) -> None:
+    rank = len(shape(node.args[0]))
+    b.emit("aten.mean.dim", [b.tensor(node.args[0]), b.int_list(list(range(rank))),
+                             b.bool(False), b.null(), b.outputs(node)])
+
+
+def _reciprocal(b: GraphBuilder, node: Node) -> None:
+    """1 / x as div(1, x); the 1 is a 0-dim constant."""
+    b.emit("aten.div.Tensor", [b.tensor(1.0), b.tensor(node.args[0]), b.outputs(node)])
+
+
+def _nothing(b: GraphBuilder, node: Node) -> None:
+    """Forwarded or ignored: the builder resolves uses of this node to its input."""
+
+
+SPLITS = frozenset({A.split_with_sizes.default, A.split.Tensor})
+
+FORWARDED = frozenset({A.alias.default, A.clone.default, A.detach.default, A.lift_fresh_copy.default})
+"""Ops that copy or alias their first input: their value is the input's value."""
+
+_binary = {"add": True, "sub": True, "mul": False, "div": False}
+"""Binary ops, and whether they take an alpha."""
+
+RULES: dict[Any, Rule] = {
+    A.linear.default: same("aten.linear.default", tref={"weight", "bias"}),
+    A.addmm.default: same("aten.addmm.default", tref={"self", "mat2"}),
+    A.mm.default: same("aten.mm.default", tref={"mat2"}),
+    A.bmm.default: same("aten.bmm.default", tref={"mat2"}),
+    A.matmul.default: same("aten.matmul.default"),
+    **{getattr(A, op).Tensor: same(f"aten.{op}.Tensor") for op in _binary},
+    **{getattr(A, op).Scalar: same(f"aten.{op}.Tensor", lift={"other"}) for op in _binary},
+    A.reciprocal.default: Rule(_reciprocal),
+    **{getattr(A, op).default: same(f"aten.{op}.default") for op in ("relu", "sigmoid", "tanh", "silu", "gelu")},
+    A._softmax.default: same("aten._softmax.default", prepare=_softmax_dim),
+    A._log_softmax.default: same("aten._log_softmax.default", prepare=_softmax_dim),
+    A.native_layer_norm.default: same("aten.native_layer_norm.default", tref={"weight", "bias"}),
+    A.rms_norm.default: same("aten.rms_norm.default", tref={"weight"}),
+    A._native_batch_norm_legit_no_training.default: same(
+        "aten._native_batch_norm_legit_no_training.default",
+        tref={"weight", "bias", "running_mean", "running_var"}),
+    A.convolution.default: same("aten.convolution.default", tref={"weight", "bias"}, check=_conv2d_only),
+    A.max_pool2d.default: same("aten.max_pool2d.default", prepare=_pool_lists),
+    A.avg_pool2d.default: same("aten.avg_pool2d.default", prepare=_pool_lists),
+    A.adaptive_avg_pool2d.default: Rule(_global_avg_pool, _one_by_one),
+    A._adaptive_avg_pool2d.default: Rule(_global_avg_pool, _one_by_one),
+    A.mean.dim: same("aten.mean.dim", prepare=_reduce_dims),
+    A.mean.default: Rule(_mean_all),
+    A.sum.dim_IntList: same("aten.sum.dim_IntList", prepare=_reduce_dims),
+    **{op: Rule(_view) for op in (A.view.default, A._unsafe_view.default, A.reshape.default,
+                                 A.unsqueeze.default, A.squeeze.default, A.squeeze.dim,
+                                 A.squeeze.dims, A.flatten.using_ints)},
+    A.permute.default: same("aten.permute_copy.default", prepare=_permute_dims),
+    A.slice.Tensor: same(SLICE, prepare=_slice_bounds),
+    **{op: Rule(_split) for op in SPLITS},
+    operator.getitem: Rule(_getitem),
+    A.cat.default: same("aten.cat.default", prepare=_cat_dim),
+    A.embedding.default: same("aten.embedding.default", tref={"weight"}),
+    A.scaled_dot_product_attention.default: same(
+        "aten.scaled_dot_product_attention.default", check=_no_dropout),
+    **{op: Rule(_nothing) for op in FORWARDED},
+    A._assert_tensor_metadata.default: Rule(_nothing),
+}
+
+OUTPUT_CLONE = "aten.clone.default"
+"""Emitted when a graph output would otherwise be an input, a constant or another output."""
+
+KEPT_WHOLE = (
+    A.linear.default, A.matmul.default, A.scaled_dot_product_attention.default, A.rms_norm.default,
+    A.silu.default, A.max_pool2d.default, A.adaptive_avg_pool2d.default,
+)
+"""Ops that torch.export's default decompositions would break up but the contract keeps."""
+
+
+def decomposition_table() -> dict:
+    """torch.export's default decompositions minus the ops the contract keeps whole."""
+    table = torch.export.default_decompositions()
+    for op in KEPT_WHOLE:
+        table.pop(op, None)
+    return table

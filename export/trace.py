@@ -1,0 +1,20 @@
+"""Module → ExportedProgram: torch.export, then the decompositions that fit the op contract."""
+from __future__ import annotations
+
+import torch
+from torch.export import ExportedProgram
+
+from vkx.export.errors import ExportError
+from vkx.export.ops import decomposition_table
+
+
+def trace(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...]) -> ExportedProgram:
+    """Export `module` (put in eval mode) with static shapes and decompose to contract-sized ops."""
+    module.eval()
+    try:
+        with torch.no_grad():
+            program = torch.export.export(module, example_inputs)
+            return program.run_decompositions(decomposition_table())
+    except Exception as error:
+        first = next((line for line in str(error).splitlines() if line.strip()), "")
+        raise ExportError(f"torch.export failed: {type(error).__name__}: {first.strip()}") from error
