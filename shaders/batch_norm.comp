@@ -3,7 +3,8 @@
 //   y = (x - mean[c]) * rsqrt(var[c] + eps) [* w[c]] [+ b[c]]
 // Bindings: 0 = in, 1 = out, 2 = running_mean, 3 = running_var, 4 = weight, 5 = bias
 // (weight/bias are placeholders unless HAS_W / HAS_B).
-// One invocation per element.
+// One invocation per element; a tensor larger than one binding is split into
+// element ranges (in/out bound as sub-ranges starting at `first`).
 layout(local_size_x = 64) in;
 
 layout(std430, set = 0, binding = 0) readonly buffer BufIn { float x[]; };
@@ -14,10 +15,11 @@ layout(std430, set = 0, binding = 4) readonly buffer BufW { float w[]; };
 layout(std430, set = 0, binding = 5) readonly buffer BufB { float b[]; };
 
 layout(push_constant) uniform Push {
-    uint n;      // elements
+    uint n;      // elements in this dispatch
     uint c;      // channels
     uint inner;  // elements per (n, c) plane
     float eps;
+    uint first;  // index of this dispatch's first element in the whole tensor
 } p;
 
 void main() {
@@ -26,7 +28,7 @@ void main() {
     if (gid >= p.n) {
         return;
     }
-    uint ch = (gid / p.inner) % p.c;
+    uint ch = ((p.first + gid) / p.inner) % p.c;
     float v = (x[gid] - rmean[ch]) * inversesqrt(rvar[ch] + p.eps);
 #ifdef HAS_W
     v *= w[ch];

@@ -4,7 +4,8 @@
 // General path: for every index tuple i over `size[0..ndim)`,
 //   dst[dst_off + sum(i[d] * dst_stride[d])] = src[src_off + sum(i[d] * src_stride[d])]
 // (covers permute, slice with step, cat into a region, expand with stride 0).
-// Define CONTIG_VEC4: dst[i] = src[i] over n uvec4s (plain copy, no index math).
+// Define CONTIG_VEC4: dst[dst_off + i] = src[src_off + i] over n uvec4s (plain copy;
+// the offsets then count uvec4s).
 // One invocation per element (or per uvec4). Groups fold into y.
 layout(local_size_x = 64) in;
 
@@ -34,7 +35,7 @@ void main() {
         return;
     }
 #ifdef CONTIG_VEC4
-    dst[gid] = src[gid];
+    dst[p.dst_off + gid] = src[p.src_off + gid];
 #else
     uint is = p.src_off;
     uint id = p.dst_off;

@@ -17,6 +17,7 @@ layout(push_constant) uniform Push {
     uint rows;
     uint n;
     float eps;
+    uint stat_off;  // index of this dispatch's first row in the bound mean/rstd ranges
 } p;
 
 void main() {
@@ -48,9 +49,9 @@ void main() {
         y[base + k] = v;
     }
 #ifdef WRITE_MEAN
-    mean_out[gid] = mean;
+    mean_out[p.stat_off + gid] = mean;
 #endif
 #ifdef WRITE_RSTD
-    rstd_out[gid] = rstd;
+    rstd_out[p.stat_off + gid] = rstd;
 #endif
 }

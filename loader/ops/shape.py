@@ -1,0 +1,333 @@
+"""Shape ops (view, permute, slice, cat, embedding) and the shared copy helpers.
+
+Every GPU tensor is a contiguous row-major buffer of 32-bit elements, so each
+shape op is a strided copy: `strided_copy` walks an index space of up to six
+(collapsed) dims with arbitrary source and destination strides and offsets.
+The helpers at the top (`dispatch_groups`, `bind_elems`, `chunk_elems`,
+`row_chunks`, `collapse_dims`, `strided_copy`, `copy_elems`) are public: other
+op modules import them.
+"""
+from __future__ import annotations
+
+import math
+import struct
+from typing import Iterator, Sequence
+
+from . import Binding, OpBuilder, SubRange, TensorArg, UnsupportedOpError, register
+
+WORKGROUP = 64
+"""local_size_x of every shader in this family."""
+MAX_GROUPS = 65535
+MAX_DIMS = 6
+
+
+# --------------------------------------------------------------------------- helpers
+
+def dispatch_groups(invocations: int, workgroup: int = WORKGROUP) -> tuple[int, int, int]:
+    """Workgroup counts for `invocations` 1-D invocations, folded into y past 65535.
+
+    The shaders recover the flat id as (group.y * groups.x + group.x) * wg + local.x
+    and return when it is past their element count.
+    """
+    groups = max(1, -(-invocations // workgroup))
+    if groups <= MAX_GROUPS:
+        return (groups, 1, 1)
+    gy = -(-groups // MAX_GROUPS)
+    if gy > MAX_GROUPS:
+        raise UnsupportedOpError(f"{invocations} invocations do not fit one dispatch")
+    return (-(-groups // gy), gy, 1)
+
+
+def prod(xs: Sequence[int]) -> int:
+    n = 1
+    for x in xs:
+        n *= x
+    return n
+
+
+def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    strides = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        strides[d] = strides[d + 1] * shape[d + 1]
+    return tuple(strides)
+
+
+def normalize_dim(dim: int, ndim: int) -> int:
+    n = max(ndim, 1)
+    if not -n <= dim < n:
+        raise UnsupportedOpError(f"dim {dim} out of range for {ndim} dims")
+    return dim % n
+
+
+def _chunk_unit(builder: OpBuilder) -> int:
+    """Byte granularity of chunk boundaries: aligned for offsets and for vec4."""
+    return math.lcm(int(builder.offset_alignment), 16)
+
+
+def bind_elems(builder: OpBuilder, t: TensorArg, start: int, count: int) -> tuple[Binding, int]:
+    """Bind elements [start, start + count) of `t`; returns (binding, shift).
+
+    The whole tensor is bound when it fits one binding; otherwise a SubRange whose
+    offset is `start` aligned down to the offset alignment. Element `start + i`
+    is then at index `start - shift + i` of the binding, i.e. `shift` is the
+    element index where the binding begins.
+    """
+    if t.nbytes <= builder.max_binding_bytes:
+        return t, 0
+    align = int(builder.offset_alignment)
+    off = (start * 4) // align * align
+    size = (start + count) * 4 - off
+    if size > builder.max_binding_bytes:
+        raise UnsupportedOpError(
+            f"a {size}-byte range of a tensor {t.shape} exceeds one storage binding "
+            f"({builder.max_binding_bytes} bytes)")
+    return SubRange(t, off, size), off // 4
+
+
+def chunk_elems(builder: OpBuilder, n: int, tensors: Sequence[TensorArg]) -> Iterator[tuple[int, int]]:
+    """Split the flat range [0, n) so that each piece of each tensor fits one binding.
+
+    Yields (start, count); one piece when every tensor fits. Piece boundaries are
+    multiples of the offset alignment (and of 16 bytes, so vec4 paths still apply).
+    """
+    if n == 0:
+        return
+    if all(t.nbytes <= builder.max_binding_bytes for t in tensors):
+        yield 0, n
+        return
+    unit = _chunk_unit(builder)
+    step = (builder.max_binding_bytes // unit) * unit // 4
+    if step <= 0:
+        raise UnsupportedOpError("storage binding range too small")
+    for start in range(0, n, step):
+        yield start, min(step, n - start)
+
+
+def row_chunks(builder: OpBuilder, rows: int, row_elems: int,
+               tensors: Sequence[TensorArg]) -> Iterator[tuple[int, int]]:
+    """Split `rows` rows of `row_elems` elements so each block fits one binding.
+
+    Yields (first_row, row_count). Block starts are aligned to the offset
+    alignment in every tensor whose rows are `row_elems` long.
+    """
+    if rows == 0:
+        return
+    if all(t.nbytes <= builder.max_binding_bytes for t in tensors):
+        yield 0, rows
+        return
+    row_bytes = row_elems * 4
+    align = int(builder.offset_alignment)
+    step = math.lcm(row_bytes, align) // row_bytes  # rows per aligned unit
+    per = (builder.max_binding_bytes // row_bytes) // step * step
+    if per <= 0:
+        raise UnsupportedOpError(
+            f"rows of {row_bytes} bytes cannot be split to fit one storage binding")
+    for r0 in range(0, rows, per):
+        yield r0, min(per, rows - r0)
+
+
+def rows_binding(t: TensorArg, r0: int, rc: int, row_elems: int) -> Binding:
+    """The rows [r0, r0 + rc) of `t` (whole tensor when that is all of it)."""
+    if r0 == 0 and rc * row_elems == t.numel:
+        return t
+    return SubRange(t, r0 * row_elems * 4, rc * row_elems * 4)
+
+
+def collapse_dims(sizes: Sequence[int], *strides: Sequence[int]) -> tuple[list[int], list[list[int]]]:
+    """Drop size-1 dims and merge neighbours that are contiguous in every stride list."""
+    out_sizes: list[int] = []
+    out_strides: list[list[int]] = [[] for _ in strides]
+    for d, s in enumerate(sizes):
+        if s == 1:
+            continue
+        if out_sizes and all(st[-1] == sl[d] * s for st, sl in zip(out_strides, strides)):
+            out_sizes[-1] *= s
+            for st, sl in zip(out_strides, strides):
+                st[-1] = sl[d]
+            continue
+        out_sizes.append(s)
+        for st, sl in zip(out_strides, strides):
+            st.append(sl[d])
+    if not out_sizes:
+        out_sizes = [1]
+        out_strides = [[0] for _ in strides]
+    return out_sizes, out_strides
+
+
+def _pad6(xs: Sequence[int]) -> list[int]:
+    return list(xs) + [0] * (MAX_DIMS - len(xs))
+
+
+def _copy_push(n: int, ndim: int, src_off: int, dst_off: int, sizes: Sequence[int],
+               src_strides: Sequence[int], dst_strides: Sequence[int]) -> bytes:
+    return struct.pack("<22I", n, ndim, src_off, dst_off,
+                       *_pad6(sizes), *_pad6(src_strides), *_pad6(dst_strides))
+
+
+def copy_elems(builder: OpBuilder, src: TensorArg, src_off: int, dst: TensorArg, dst_off: int,
+               n: int) -> None:
+    """dst[dst_off : dst_off + n] = src[src_off : src_off + n], bit-exact (any 32-bit dtype).
+
+    Tensors larger than one binding are copied in aligned pieces.
+    """
+    if n <= 0:
+        return
+    if src.nbytes <= builder.max_binding_bytes and dst.nbytes <= builder.max_binding_bytes:
+        pieces = [(0, n)]
+    else:
+        unit = _chunk_unit(builder)
+        step = ((builder.max_binding_bytes - unit) // unit) * unit // 4
+        pieces = [(k, min(step, n - k)) for k in range(0, n, step)]
+    for k, c in pieces:
+        sb, s_shift = bind_elems(builder, src, src_off + k, c)
+        db, d_shift = bind_elems(builder, dst, dst_off + k, c)
+        so = src_off + k - s_shift
+        do = dst_off + k - d_shift
+        if so % 4 == 0 and do % 4 == 0 and c % 4 == 0:
+            push = _copy_push(c // 4, 1, so // 4, do // 4, [c], [1], [1])
+            builder.dispatch("copy_strided", [sb, db], push, dispatch_groups(c // 4),
+                             {"CONTIG_VEC4": 1})
+        else:
+            push = _copy_push(c, 1, so, do, [c], [1], [1])
+            builder.dispatch("copy_strided", [sb, db], push, dispatch_groups(c), {})
+
+
+def strided_copy(builder: OpBuilder, src: TensorArg, dst: TensorArg, sizes: Sequence[int],
+                 src_strides: Sequence[int], src_offset: int = 0,
+                 dst_strides: Sequence[int] | None = None, dst_offset: int = 0) -> None:
+    """For every index tuple i over `sizes`:
+    dst[dst_offset + i·dst_strides] = src[src_offset + i·src_strides].
+
+    Strides are in elements and must be >= 0; `dst_strides` defaults to the
+    contiguous strides of `sizes`. Dims are collapsed first (at most 6 may remain);
+    a plain range copy takes the vec4 path. Works on float and int tensors alike.
+    """
+    if len(sizes) != len(src_strides):
+        raise ValueError("sizes and src_strides differ in length")
+    if dst_strides is None:
+        dst_strides = contiguous_strides(sizes)
+    n = prod(sizes)
+    if n == 0:
+        return
+    csz, (css, cds) = collapse_dims(sizes, src_strides, dst_strides)
+    if len(csz) == 1 and (csz[0] == 1 or (css[0] == 1 and cds[0] == 1)):
+        copy_elems(builder, src, src_offset, dst, dst_offset, csz[0])
+        return
+    if len(csz) > MAX_DIMS:
+        raise UnsupportedOpError(f"strided copy over {len(csz)} non-mergeable dims (max {MAX_DIMS})")
+    if any(s < 0 for s in css) or any(s < 0 for s in cds):
+        raise UnsupportedOpError("negative strides")
+    s_hi = src_offset + sum((z - 1) * s for z, s in zip(csz, css)) + 1
+    d_hi = dst_offset + sum((z - 1) * s for z, s in zip(csz, cds)) + 1
+    sb, s_shift = bind_elems(builder, src, src_offset, s_hi - src_offset)
+    db, d_shift = bind_elems(builder, dst, dst_offset, d_hi - dst_offset)
+    push = _copy_push(n, len(csz), src_offset - s_shift, dst_offset - d_shift, csz, css, cds)
+    builder.dispatch("copy_strided", [sb, db], push, dispatch_groups(n), {})
+
+
+def convert_copy(builder: OpBuilder, src: TensorArg, dst: TensorArg) -> None:
+    """dst = src with the element type of dst (same element count, contiguous)."""
+    if src.numel != dst.numel:
+        raise UnsupportedOpError(f"copy of {src.shape} into {dst.shape}: element counts differ")
+    if src.dtype == dst.dtype:
+        copy_elems(builder, src, 0, dst, 0, src.numel)
+        return
+    glsl = {"float32": "float", "int32": "int"}
+    defines = {"SRC_T": glsl[src.dtype], "DST_T": glsl[dst.dtype]}
+    for start, count in chunk_elems(builder, src.numel, [src, dst]):
+        sb, _ = bind_elems(builder, src, start, count)
+        db, _ = bind_elems(builder, dst, start, count)
+        builder.dispatch("cast", [sb, db], struct.pack("<I", count), dispatch_groups(count), defines)
+
+
+# --------------------------------------------------------------------------- ops
+
+@register("aten.view_copy.default")
+def view_copy(builder: OpBuilder, args: tuple[int, ...]) -> None:
+    # self, size, out: the bytes are unchanged.
+    src, out = builder.tensor(args[0]), builder.tensor(args[-1])
+    convert_copy(builder, src, out)
+
+
+@register("aten.permute_copy.default")
+def permute_copy(builder: OpBuilder, args: tuple[int, ...]) -> None:
+    # self, dims, out
+    src, out = builder.tensor(args[0]), builder.tensor(args[-1])
+    ndim = len(src.shape)
+    dims = [normalize_dim(d, ndim) for d in builder.int_list(args[1])]
+    if sorted(dims) != list(range(ndim)):
+        raise UnsupportedOpError(f"permute dims {dims} are not a permutation of {ndim} dims")
+    in_strides = contiguous_strides(src.shape)
+    sizes = [src.shape[d] for d in dims]
+    if tuple(sizes) != tuple(out.shape):
+        raise UnsupportedOpError(f"permute of {src.shape} by {dims} is not {out.shape}")
+    strided_copy(builder, src, out, sizes, [in_strides[d] for d in dims])
+
+
+@register("aten.slice_copy.Tensor")
+def slice_copy(builder: OpBuilder, args: tuple[int, ...]) -> None:
+    # self, dim, start|Null, end|Null, step, out
+    src, out = builder.tensor(args[0]), builder.tensor(args[-1])
+    ndim = len(src.shape)
+    dim = normalize_dim(int(builder.scalar(args[1])), ndim)
+    size = src.shape[dim]
+    start = 0 if builder.is_null(args[2]) else int(builder.scalar(args[2]))
+    end = size if builder.is_null(args[3]) else int(builder.scalar(args[3]))
+    step = 1 if builder.is_null(args[4]) else int(builder.scalar(args[4]))
+    if step <= 0:
+        raise UnsupportedOpError(f"slice step {step} must be positive")
+    if start < 0:
+        start += size
+    if end < 0:
+        end += size
+    start = min(max(start, 0), size)
+    end = min(max(end, start), size)
+    length = -(-(end - start) // step)
+    sizes = list(src.shape)
+    sizes[dim] = length
+    if tuple(sizes) != tuple(out.shape):
+        raise UnsupportedOpError(f"slice of {src.shape} along {dim} gives {sizes}, not {out.shape}")
+    strides = list(contiguous_strides(src.shape))
+    offset = start * strides[dim]
+    strides[dim] *= step
+    strided_copy(builder, src, out, sizes, strides, src_offset=offset)
+
+
+@register("aten.cat.default")
+def cat(builder: OpBuilder, args: tuple[int, ...]) -> None:
+    # tensors ValueList, dim, out
+    out = builder.tensor(args[-1])
+    dim = normalize_dim(int(builder.scalar(args[1])), len(out.shape))
+    out_strides = contiguous_strides(out.shape)
+    pos = 0
+    for vid in builder.value_list(args[0]):
+        t = builder.tensor(vid)
+        if t.numel == 0:  # torch skips empty inputs (including legacy 1-D shape (0,))
+            continue
+        if len(t.shape) != len(out.shape):
+            raise UnsupportedOpError(f"cat input {t.shape} vs output {out.shape}")
+        strided_copy(builder, t, out, t.shape, contiguous_strides(t.shape),
+                     dst_strides=out_strides, dst_offset=pos * out_strides[dim])
+        pos += t.shape[dim]
+    if pos != out.shape[dim]:
+        raise UnsupportedOpError(f"cat inputs cover {pos} of {out.shape[dim]} along dim {dim}")
+
+
+@register("aten.embedding.default")
+def embedding(builder: OpBuilder, args: tuple[int, ...]) -> None:
+    # weight, indices, padding_idx, scale_grad_by_freq, sparse, out
+    weight, idx, out = builder.tensor(args[0]), builder.tensor(args[1]), builder.tensor(args[-1])
+    if len(weight.shape) != 2:
+        raise UnsupportedOpError(f"embedding weight must be 2-D, got {weight.shape}")
+    if idx.dtype != "int32" or weight.dtype != "float32":
+        raise UnsupportedOpError(f"embedding of {weight.dtype} by {idx.dtype} indices")
+    vocab, dim = weight.shape
+    n = idx.numel * dim
+    if n == 0:
+        return
+    if out.nbytes > builder.max_binding_bytes or idx.nbytes > builder.max_binding_bytes:
+        raise UnsupportedOpError("embedding output larger than one storage binding")
+    groups = dispatch_groups(n)
+    for r0, rc in row_chunks(builder, vocab, dim, [weight]):
+        push = struct.pack("<IIii", n, dim, r0, rc)
+        builder.dispatch("embedding", [rows_binding(weight, r0, rc, dim), idx, out], push, groups, {})
