@@ -1,0 +1,285 @@
+"""The Vulkan instance, physical device, logical device and compute queue.
+
+Selection: a discrete or integrated GPU when one exists, else the CPU device
+(lavapipe). `VKX_DEVICE` (an index or a substring of the name) overrides.
+`VKX_VALIDATION=1` enables VK_LAYER_KHRONOS_validation with a debug-utils
+messenger; every warning or error it reports is collected and raised as a
+`ValidationError` at the next sync point (`check()`, fence waits, close).
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from dataclasses import dataclass
+
+import vulkan as vk
+
+from vkx.loader.errors import DeviceError, ValidationError
+
+ffi = vk.ffi
+lib = vk._vulkan.lib
+UINT64_MAX = 0xFFFFFFFFFFFFFFFF
+API_VERSION = vk.VK_MAKE_VERSION(1, 2, 0)
+VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
+
+_TYPE_RANK = {
+    vk.VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: 0,
+    vk.VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: 1,
+    vk.VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: 2,
+    vk.VK_PHYSICAL_DEVICE_TYPE_CPU: 3,
+}
+
+# The binding keeps one debug callback per process (pitfall 9): it appends
+# here, and every Device with validation drains the list at its sync points.
+_messages: list[str] = []
+_messages_lock = threading.Lock()
+
+
+def _debug_callback(severity, types, data, user):  # noqa: ARG001
+    text = ffi.string(data.pMessage).decode(errors="replace")
+    with _messages_lock:
+        _messages.append(text)
+    return 0
+
+
+def validation_requested() -> bool:
+    return os.environ.get("VKX_VALIDATION", "") not in ("", "0")
+
+
+@dataclass(frozen=True)
+class MemoryType:
+    index: int
+    flags: int
+    heap: int
+
+    @property
+    def device_local(self) -> bool:
+        return bool(self.flags & vk.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)
+
+    @property
+    def host_visible(self) -> bool:
+        return bool(self.flags & vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)
+
+    @property
+    def host_coherent(self) -> bool:
+        return bool(self.flags & vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT)
+
+    @property
+    def host_cached(self) -> bool:
+        return bool(self.flags & vk.VK_MEMORY_PROPERTY_HOST_CACHED_BIT)
+
+
+class Device:
+    """One logical device with one compute queue and one command pool."""
+
+    def __init__(self, selector: str | None = None, validation: bool | None = None):
+        self.validation = validation_requested() if validation is None else validation
+        self.instance = None
+        self.device = None
+        self._messenger = None
+        self._destroy_messenger = None
+        self.command_pool = None
+        self.closed = False
+        self._on_close: list = []
+        try:
+            self._create_instance()
+            self._pick_physical(os.environ.get("VKX_DEVICE") if selector is None else selector)
+            self._create_device()
+        except vk.VkError as error:
+            self.close(check=False)
+            raise DeviceError(f"Vulkan device setup failed: {type(error).__name__}") from error
+        except BaseException:
+            self.close(check=False)
+            raise
+
+    # -- setup -------------------------------------------------------------
+    def _create_instance(self) -> None:
+        layers, exts = [], []
+        if self.validation:
+            have = {p.layerName for p in vk.vkEnumerateInstanceLayerProperties()}
+            if VALIDATION_LAYER not in have:
+                raise DeviceError("VKX_VALIDATION=1 but VK_LAYER_KHRONOS_validation is not installed")
+            layers, exts = [VALIDATION_LAYER], ["VK_EXT_debug_utils"]
+        app = vk.VkApplicationInfo(pApplicationName="vkx", pEngineName="vkx", apiVersion=API_VERSION)
+        info = vk.VkInstanceCreateInfo(pApplicationInfo=app, ppEnabledLayerNames=layers,
+                                       ppEnabledExtensionNames=exts)
+        self.instance = vk.vkCreateInstance(info, None)
+        if self.validation:
+            sev = (vk.VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT
+                   | vk.VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT)
+            kinds = (vk.VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT
+                     | vk.VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT
+                     | vk.VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT)
+            create = vk.vkGetInstanceProcAddr(self.instance, "vkCreateDebugUtilsMessengerEXT")
+            self._destroy_messenger = vk.vkGetInstanceProcAddr(self.instance, "vkDestroyDebugUtilsMessengerEXT")
+            mci = vk.VkDebugUtilsMessengerCreateInfoEXT(messageSeverity=sev, messageType=kinds,
+                                                        pfnUserCallback=_debug_callback)
+            self._messenger = create(self.instance, mci, None)
+
+    def _pick_physical(self, selector: str | None) -> None:
+        physicals = list(vk.vkEnumeratePhysicalDevices(self.instance))
+        if not physicals:
+            raise DeviceError("no Vulkan device found")
+        props = [vk.vkGetPhysicalDeviceProperties(p) for p in physicals]
+        names = [p.deviceName for p in props]
+        if selector:
+            if selector.isdigit():
+                index = int(selector)
+                if index >= len(physicals):
+                    raise DeviceError(f"VKX_DEVICE={selector}: only {len(physicals)} device(s): {names}")
+            else:
+                hits = [i for i, n in enumerate(names) if selector.lower() in n.lower()]
+                if not hits:
+                    raise DeviceError(f"VKX_DEVICE={selector!r} matches none of {names}")
+                index = hits[0]
+        else:
+            index = min(range(len(physicals)), key=lambda i: (_TYPE_RANK.get(props[i].deviceType, 9), i))
+        self.physical = physicals[index]
+        p = props[index]
+        self.name = p.deviceName
+        self.device_type = p.deviceType
+        self.api_version = p.apiVersion
+        lim = p.limits
+        self.max_storage_buffer_range = int(lim.maxStorageBufferRange)
+        self.min_storage_buffer_offset_alignment = int(lim.minStorageBufferOffsetAlignment)
+        self.max_push_constants_size = int(lim.maxPushConstantsSize)
+        self.non_coherent_atom_size = int(lim.nonCoherentAtomSize)
+        self.max_compute_work_group_count = tuple(lim.maxComputeWorkGroupCount)
+        m3 = vk.VkPhysicalDeviceMaintenance3Properties()
+        vk.vkGetPhysicalDeviceProperties2(self.physical, vk.VkPhysicalDeviceProperties2(pNext=m3))
+        self.max_memory_allocation_size = int(m3.maxMemoryAllocationSize) or (1 << 31)
+        mp = vk.vkGetPhysicalDeviceMemoryProperties(self.physical)
+        self.memory_types = [MemoryType(i, int(mp.memoryTypes[i].propertyFlags), int(mp.memoryTypes[i].heapIndex))
+                             for i in range(mp.memoryTypeCount)]
+        self.heap_sizes = [int(mp.memoryHeaps[i].size) for i in range(mp.memoryHeapCount)]
+        exts = {e.extensionName for e in vk.vkEnumerateDeviceExtensionProperties(self.physical, None)}
+        self.has_memory_budget = "VK_EXT_memory_budget" in exts
+        families = vk.vkGetPhysicalDeviceQueueFamilyProperties(self.physical)
+        compute = [i for i, f in enumerate(families) if f.queueFlags & vk.VK_QUEUE_COMPUTE_BIT]
+        if not compute:
+            raise DeviceError(f"{self.name}: no compute queue")
+        # Prefer a compute-only family (async compute on discrete GPUs).
+        plain = [i for i in compute if not families[i].queueFlags & vk.VK_QUEUE_GRAPHICS_BIT]
+        self.queue_family = (plain or compute)[0]
+
+    def _create_device(self) -> None:
+        f16 = vk.VkPhysicalDevice16BitStorageFeatures()
+        f8 = vk.VkPhysicalDevice8BitStorageFeatures(pNext=f16)
+        fi = vk.VkPhysicalDeviceShaderFloat16Int8Features(pNext=f8)
+        feats = vk.VkPhysicalDeviceFeatures2(pNext=fi)
+        vk.vkGetPhysicalDeviceFeatures2(self.physical, feats)
+        self.features = {
+            "storageBuffer16BitAccess": bool(f16.storageBuffer16BitAccess),
+            "storageBuffer8BitAccess": bool(f8.storageBuffer8BitAccess),
+            "shaderFloat16": bool(fi.shaderFloat16),
+            "shaderInt8": bool(fi.shaderInt8),
+            "shaderInt16": bool(feats.features.shaderInt16),
+            "shaderInt64": bool(feats.features.shaderInt64),
+        }
+        # Enable exactly what is reported (structs built here, never by the binding).
+        e16 = vk.VkPhysicalDevice16BitStorageFeatures(
+            storageBuffer16BitAccess=f16.storageBuffer16BitAccess)
+        e8 = vk.VkPhysicalDevice8BitStorageFeatures(
+            pNext=e16, storageBuffer8BitAccess=f8.storageBuffer8BitAccess)
+        ei = vk.VkPhysicalDeviceShaderFloat16Int8Features(
+            pNext=e8, shaderFloat16=fi.shaderFloat16, shaderInt8=fi.shaderInt8)
+        base = vk.VkPhysicalDeviceFeatures(shaderInt16=feats.features.shaderInt16,
+                                           shaderInt64=feats.features.shaderInt64)
+        enabled = vk.VkPhysicalDeviceFeatures2(pNext=ei, features=base)
+        exts = ["VK_EXT_memory_budget"] if self.has_memory_budget else []
+        qci = vk.VkDeviceQueueCreateInfo(queueFamilyIndex=self.queue_family, pQueuePriorities=[1.0])
+        dci = vk.VkDeviceCreateInfo(pNext=enabled, pQueueCreateInfos=[qci], ppEnabledExtensionNames=exts)
+        self.device = vk.vkCreateDevice(self.physical, dci, None)
+        self.queue = vk.vkGetDeviceQueue(self.device, self.queue_family, 0)
+        self.command_pool = vk.vkCreateCommandPool(self.device, vk.VkCommandPoolCreateInfo(
+            flags=vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT, queueFamilyIndex=self.queue_family), None)
+
+    # -- queries -----------------------------------------------------------
+    @property
+    def is_cpu(self) -> bool:
+        return self.device_type == vk.VK_PHYSICAL_DEVICE_TYPE_CPU
+
+    def heap_budget(self) -> list[tuple[int, int]] | None:
+        """(budget, usage) per heap from VK_EXT_memory_budget, or None."""
+        if not self.has_memory_budget:
+            return None
+        b = vk.VkPhysicalDeviceMemoryBudgetPropertiesEXT()
+        vk.vkGetPhysicalDeviceMemoryProperties2(self.physical, vk.VkPhysicalDeviceMemoryProperties2(pNext=b))
+        return [(int(b.heapBudget[i]), int(b.heapUsage[i])) for i in range(len(self.heap_sizes))]
+
+    def describe(self) -> dict:
+        return {
+            "name": self.name, "cpu": self.is_cpu,
+            "maxStorageBufferRange": self.max_storage_buffer_range,
+            "minStorageBufferOffsetAlignment": self.min_storage_buffer_offset_alignment,
+            "maxMemoryAllocationSize": self.max_memory_allocation_size,
+            "memory_types": [(t.index, hex(t.flags), t.heap) for t in self.memory_types],
+            "heaps": self.heap_sizes, "features": self.features, "validation": self.validation,
+        }
+
+    # -- sync points -------------------------------------------------------
+    def check(self) -> None:
+        """Raise `ValidationError` with every message collected since the last check."""
+        if not self.validation:
+            return
+        with _messages_lock:
+            if not _messages:
+                return
+            found = list(_messages)
+            _messages.clear()
+        raise ValidationError(found)
+
+    def wait_fence(self, fence, timeout_ns: int = UINT64_MAX) -> None:
+        fences = ffi.new("VkFence[1]", [fence])
+        result = lib.vkWaitForFences(self.device, 1, fences, vk.VK_TRUE, timeout_ns)
+        if result != vk.VK_SUCCESS:
+            raise DeviceError(f"vkWaitForFences failed ({result})")
+        self.check()
+
+    def on_close(self, fn) -> None:
+        """Run `fn()` before the device is destroyed (pipeline caches and the like)."""
+        self._on_close.append(fn)
+
+    def close(self, check: bool = True) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.device is not None:
+            lib.vkDeviceWaitIdle(self.device)
+            for fn in reversed(self._on_close):
+                fn()
+            self._on_close.clear()
+            if self.command_pool is not None:
+                vk.vkDestroyCommandPool(self.device, self.command_pool, None)
+            vk.vkDestroyDevice(self.device, None)
+            self.device = None
+        if self.instance is not None:
+            if self._messenger is not None:
+                self._destroy_messenger(self.instance, self._messenger, None)
+                self._messenger = None
+            vk.vkDestroyInstance(self.instance, None)
+            self.instance = None
+        if check:
+            self.check()
+
+
+_default: Device | None = None
+_default_lock = threading.Lock()
+
+
+def default_device() -> Device:
+    """The process-wide device (created on first use, destroyed at exit)."""
+    global _default
+    with _default_lock:
+        if _default is None or _default.closed:
+            _default = Device()
+            atexit.register(_close_default)
+        return _default
+
+
+def _close_default() -> None:
+    global _default
+    if _default is not None and not _default.closed:
+        _default.close(check=False)
+    _default = None

@@ -1,0 +1,48 @@
+"""Typed errors of the loader. Every failure while loading or running a
+program is a `LoadError` (a `VkxError`: the CLI prints one line, exit 2)."""
+from __future__ import annotations
+
+from vkx.errors import VkxError
+from vkx.loader.ops import UnsupportedOpError as _OpsUnsupported
+
+
+class LoadError(VkxError):
+    """Loading or running a program failed; every Vulkan object it made is released."""
+
+
+class DeviceError(LoadError):
+    """No usable Vulkan device, or a Vulkan call failed."""
+
+
+class OutOfDeviceMemoryError(LoadError):
+    """A device allocation failed (the driver said so, or the configured budget is spent)."""
+
+
+class ValidationError(LoadError):
+    """The Khronos validation layer reported warnings or errors (VKX_VALIDATION=1)."""
+
+    def __init__(self, messages: list[str]):
+        self.messages = list(messages)
+        first = messages[0] if messages else ""
+        more = f" (+{len(messages) - 1} more)" if len(messages) > 1 else ""
+        super().__init__(f"Vulkan validation: {first}{more}")
+
+
+class UnsupportedOpError(LoadError, _OpsUnsupported):
+    """The graph uses an op (or an argument combination) vkx cannot run."""
+
+
+class ShaderError(LoadError):
+    """A compute shader is missing or failed to compile."""
+
+
+class MissingDataError(LoadError):
+    """A constant's bytes are not in any of the files given."""
+
+
+class BadProgramError(LoadError):
+    """The program file or graph is malformed for the loader."""
+
+
+class InputError(LoadError):
+    """Inputs given to a Program call do not match the graph's inputs."""

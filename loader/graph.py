@@ -1,0 +1,215 @@
+"""The runtime graph: tensors without memory, and the dispatch list the ops record.
+
+`GraphBuilder` implements the `OpBuilder` protocol of `vkx.loader.ops`. It
+looks up every op of the chain first (an unknown op fails before anything is
+allocated), then runs them; each `dispatch()` is checked and appended to
+`dispatches`. No Vulkan call happens here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence, Union
+
+from vkx.format import vkgraph as g
+from vkx.loader import ops
+from vkx.loader.errors import BadProgramError, UnsupportedOpError
+
+_FLOATS = (g.DataType.FLOAT16, g.DataType.FLOAT32, g.DataType.FLOAT64)
+
+
+def gpu_dtype(dt: g.DataType) -> str:
+    """Every GPU tensor is float32 (floating types) or int32 (integer and bool types)."""
+    if dt in _FLOATS:
+        return "float32"
+    if dt == g.DataType.UNSET:
+        raise BadProgramError("tensor with datatype UNSET")
+    return "int32"
+
+
+class RTensor:
+    """A runtime tensor: shape and dtype now, a Buffer once memory is given."""
+    __slots__ = ("arg", "source_dtype", "constant_id", "mem_obj_id", "buffer", "is_temp")
+
+    def __init__(self, arg: ops.TensorArg, source_dtype: g.DataType, constant_id: int = -1,
+                 mem_obj_id: int = -1, is_temp: bool = False):
+        self.arg = arg
+        self.source_dtype = source_dtype
+        self.constant_id = constant_id
+        self.mem_obj_id = mem_obj_id
+        self.buffer = None
+        self.is_temp = is_temp
+
+    @property
+    def vid(self) -> int:
+        return self.arg.vid
+
+    @property
+    def nbytes(self) -> int:
+        return self.arg.nbytes
+
+    @property
+    def is_constant(self) -> bool:
+        return self.constant_id >= 0
+
+
+@dataclass
+class Dispatch:
+    shader: str
+    defines: tuple
+    bindings: list  # [(RTensor, offset, size)]
+    push: bytes
+    groups: tuple
+    node: str
+
+
+class GraphBuilder:
+    """Builds the dispatch list of a VkGraph (the OpBuilder the ops see)."""
+
+    def __init__(self, graph: g.VkGraph, max_binding_bytes: int, offset_alignment: int,
+                 push_bytes: int = 128, max_groups: tuple = (65535, 65535, 65535)):
+        self.graph = graph
+        self.max_binding_bytes = max_binding_bytes
+        self.offset_alignment = offset_alignment
+        self.push_bytes = push_bytes
+        self.max_groups = max_groups
+        self.tensors: dict[int, RTensor] = {}
+        self.temps: list[RTensor] = []
+        self.dispatches: list[Dispatch] = []
+        self._node = "?"
+        for vid, v in enumerate(graph.values):
+            if isinstance(v, g.Tensor):
+                arg = ops.TensorArg(vid, tuple(int(d) for d in v.dims), gpu_dtype(v.datatype))
+                if any(d < 0 for d in arg.shape):
+                    raise BadProgramError(f"value {vid}: negative dimension in {arg.shape}")
+                if v.constant_id >= 0 and v.constant_id >= len(graph.constants):
+                    raise BadProgramError(f"value {vid}: constant_id {v.constant_id} out of range "
+                                          f"({len(graph.constants)} constants)")
+                self.tensors[vid] = RTensor(arg, v.datatype, v.constant_id, v.mem_obj_id)
+        for vid in [*graph.input_ids, *graph.output_ids]:
+            if vid not in self.tensors:
+                raise BadProgramError(f"graph input/output {vid} is not a tensor value")
+
+    # -- build -----------------------------------------------------------------
+    def build(self) -> "GraphBuilder":
+        fns = []
+        for call in self.graph.chain:  # every op looked up before anything else happens
+            try:
+                fns.append(ops.lookup(call.name))
+            except ops.UnsupportedOpError as error:
+                raise UnsupportedOpError(f"node {call.node_id}: {error}") from None
+        for call, fn in zip(self.graph.chain, fns):
+            self._node = f"node {call.node_id} ({call.name})"
+            for a in call.args:
+                if not 0 <= a < len(self.graph.values):
+                    raise BadProgramError(f"{self._node}: argument id {a} out of range")
+            try:
+                fn(self, tuple(call.args))
+            except UnsupportedOpError:
+                raise
+            except ops.UnsupportedOpError as error:
+                raise UnsupportedOpError(f"{self._node}: {error}") from None
+        return self
+
+    # -- the OpBuilder protocol ------------------------------------------------
+    def _value(self, vid: int):
+        try:
+            return self.graph.values[vid]
+        except (IndexError, TypeError):
+            raise BadProgramError(f"{self._node}: value id {vid} out of range") from None
+
+    def tensor(self, vid: int) -> ops.TensorArg:
+        t = self.tensors.get(vid)
+        if t is None:
+            raise BadProgramError(f"{self._node}: value {vid} is {type(self._value(vid)).__name__}, not Tensor")
+        return t.arg
+
+    def scalar(self, vid: int) -> ops.Scalar:
+        v = self._value(vid)
+        if isinstance(v, g.Null):
+            return None
+        if isinstance(v, (g.Int, g.Double, g.Bool, g.String, g.SymInt)):
+            return v.value
+        raise BadProgramError(f"{self._node}: value {vid} is {type(v).__name__}, not a scalar")
+
+    def int_list(self, vid: int) -> tuple[int, ...]:
+        v = self._value(vid)
+        if isinstance(v, g.IntList):
+            return tuple(int(i) for i in v.items)
+        if isinstance(v, g.ValueList):
+            out = []
+            for item in v.items:
+                s = self.scalar(item)
+                if not isinstance(s, int) or isinstance(s, bool):
+                    raise BadProgramError(f"{self._node}: value {vid} is not a list of ints")
+                out.append(s)
+            return tuple(out)
+        raise BadProgramError(f"{self._node}: value {vid} is {type(v).__name__}, not IntList")
+
+    def value_list(self, vid: int) -> tuple[int, ...]:
+        v = self._value(vid)
+        if not isinstance(v, g.ValueList):
+            raise BadProgramError(f"{self._node}: value {vid} is {type(v).__name__}, not ValueList")
+        return tuple(int(i) for i in v.items)
+
+    def is_null(self, vid: int) -> bool:
+        return isinstance(self._value(vid), g.Null)
+
+    def temp(self, shape: Sequence[int], dtype: str = "float32") -> ops.TensorArg:
+        if dtype not in ("float32", "int32"):
+            raise ValueError(f"temp dtype must be float32 or int32, not {dtype!r}")
+        vid = len(self.graph.values) + len(self.temps)
+        arg = ops.TensorArg(vid, tuple(int(d) for d in shape), dtype)
+        t = RTensor(arg, g.DataType.FLOAT32 if dtype == "float32" else g.DataType.INT32, is_temp=True)
+        self.temps.append(t)
+        self.tensors[vid] = t
+        return arg
+
+    def dispatch(self, shader: str, bindings: Sequence[ops.Binding], push: bytes,
+                 groups: tuple[int, int, int], defines: Mapping[str, Union[str, int]] | None = None) -> None:
+        resolved = []
+        for i, b in enumerate(bindings):
+            if isinstance(b, ops.SubRange):
+                arg, offset, size = b.tensor, int(b.offset), int(b.size)
+            elif isinstance(b, ops.TensorArg):
+                arg, offset, size = b, 0, b.nbytes
+            else:
+                raise TypeError(f"{self._node}: binding {i} is {type(b).__name__}, not TensorArg/SubRange")
+            t = self.tensors.get(arg.vid)
+            if t is None:
+                raise BadProgramError(f"{self._node}: binding {i} names unknown tensor {arg.vid}")
+            limit = max(t.nbytes, 16)
+            if offset % self.offset_alignment:
+                raise UnsupportedOpError(f"{self._node}: binding {i} offset {offset} is not a multiple "
+                                         f"of minStorageBufferOffsetAlignment {self.offset_alignment}")
+            if offset < 0 or size < 0 or offset + size > limit:
+                raise UnsupportedOpError(f"{self._node}: binding {i} range [{offset}, {offset + size}) "
+                                         f"is outside tensor {arg.vid} ({t.nbytes} bytes)")
+            if size > self.max_binding_bytes:
+                raise UnsupportedOpError(f"{self._node}: binding {i} covers {size} bytes, over "
+                                         f"maxStorageBufferRange {self.max_binding_bytes}; bind SubRanges")
+            resolved.append((t, offset, max(size, 4) if size == 0 else size))
+        push = bytes(push or b"")
+        if len(push) > self.push_bytes:
+            raise UnsupportedOpError(f"{self._node}: {len(push)} push-constant bytes, over {self.push_bytes}")
+        if len(push) % 4:
+            push += b"\0" * (4 - len(push) % 4)
+        groups = tuple(int(x) for x in groups)
+        if len(groups) != 3 or any(x < 0 for x in groups):
+            raise ValueError(f"{self._node}: groups must be three counts, got {groups}")
+        if any(x > m for x, m in zip(groups, self.max_groups)):
+            raise UnsupportedOpError(f"{self._node}: {groups} workgroups exceed maxComputeWorkGroupCount")
+        if 0 in groups:
+            return  # nothing to do (an empty tensor)
+        key = tuple(sorted((str(k), str(v)) for k, v in (defines or {}).items()))
+        self.dispatches.append(Dispatch(shader, key, resolved, push, groups, self._node))
+
+    # -- what needs memory -------------------------------------------------------
+    def used_tensors(self) -> list[RTensor]:
+        """Tensors that are bound by some dispatch or are graph inputs/outputs, in id order."""
+        seen: dict[int, RTensor] = {}
+        for d in self.dispatches:
+            for t, _, _ in d.bindings:
+                seen[t.vid] = t
+        for vid in [*self.graph.input_ids, *self.graph.output_ids]:
+            seen[vid] = self.tensors[vid]
+        return [seen[k] for k in sorted(seen)]

@@ -1,0 +1,148 @@
+"""The execute command buffer: recorded once, replayed on every call.
+
+Layout of the recording: a barrier that makes prepack uploads and host writes
+visible; copies of the host-visible input buffers into the input tensors;
+every dispatch followed by a compute->compute barrier; copies of the output
+tensors into host-visible readback buffers; a barrier to host reads. Hot
+paths use raw `vk._vulkan.lib` calls with structs built once.
+"""
+from __future__ import annotations
+
+import vulkan as vk
+
+from vkx.loader.device import UINT64_MAX, Device
+from vkx.loader.errors import DeviceError
+from vkx.loader.graph import Dispatch, RTensor
+from vkx.loader.memory import Buffer
+from vkx.loader.shaders import Pipeline
+
+ffi = vk.ffi
+lib = vk._vulkan.lib
+
+_COMPUTE = vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
+_TRANSFER = vk.VK_PIPELINE_STAGE_TRANSFER_BIT
+_HOST = vk.VK_PIPELINE_STAGE_HOST_BIT
+_BIND = vk.VK_PIPELINE_BIND_POINT_COMPUTE
+
+
+def _barrier(src_access: int, dst_access: int):
+    mb = ffi.new("VkMemoryBarrier*")
+    mb.sType = vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER
+    mb.srcAccessMask = src_access
+    mb.dstAccessMask = dst_access
+    return mb
+
+
+class Executor:
+    def __init__(self, device: Device, dispatches: list[Dispatch], pipelines: dict,
+                 inputs: list[tuple[Buffer, RTensor]], outputs: list[tuple[RTensor, Buffer]]):
+        self.device = device
+        self.dispatches = dispatches
+        self.pipelines = pipelines  # (shader, defines, nbindings) -> Pipeline
+        self.inputs, self.outputs = inputs, outputs
+        self.pool = None
+        self.cmd = None
+        self.fence = None
+        self.runs = 0
+
+    def record(self) -> None:
+        d = self.device.device
+        nsets = len(self.dispatches)
+        nbind = sum(len(x.bindings) for x in self.dispatches)
+        if nsets:
+            sizes = [vk.VkDescriptorPoolSize(type=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                             descriptorCount=max(nbind, 1))]
+            self.pool = vk.vkCreateDescriptorPool(d, vk.VkDescriptorPoolCreateInfo(
+                maxSets=nsets, pPoolSizes=sizes), None)
+        pipes = [self.pipelines[(x.shader, x.defines, len(x.bindings))] for x in self.dispatches]
+        sets = []
+        if nsets:
+            sets = vk.vkAllocateDescriptorSets(d, vk.VkDescriptorSetAllocateInfo(
+                descriptorPool=self.pool, pSetLayouts=[p.set_layout for p in pipes]))
+            writes = []
+            for i, x in enumerate(self.dispatches):
+                for j, (t, offset, size) in enumerate(x.bindings):
+                    info = vk.VkDescriptorBufferInfo(buffer=t.buffer.handle, offset=offset, range=size)
+                    writes.append(vk.VkWriteDescriptorSet(
+                        dstSet=sets[i], dstBinding=j, descriptorCount=1,
+                        descriptorType=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, pBufferInfo=[info]))
+                if len(writes) >= 256:
+                    vk.vkUpdateDescriptorSets(d, len(writes), writes, 0, None)
+                    writes = []
+            if writes:
+                vk.vkUpdateDescriptorSets(d, len(writes), writes, 0, None)
+
+        self.cmd = vk.vkAllocateCommandBuffers(d, vk.VkCommandBufferAllocateInfo(
+            commandPool=self.device.command_pool, level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+            commandBufferCount=1))[0]
+        self.fence = vk.vkCreateFence(d, vk.VkFenceCreateInfo(), None)
+        cmd = self.cmd
+        vk.vkBeginCommandBuffer(cmd, vk.VkCommandBufferBeginInfo())
+        rw = vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT
+        tr = vk.VK_ACCESS_TRANSFER_READ_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT
+        start = _barrier(vk.VK_ACCESS_TRANSFER_WRITE_BIT | vk.VK_ACCESS_HOST_WRITE_BIT | rw, rw | tr)
+        lib.vkCmdPipelineBarrier(cmd, _TRANSFER | _HOST | _COMPUTE, _TRANSFER | _COMPUTE, 0,
+                                 1, start, 0, ffi.NULL, 0, ffi.NULL)
+        region = ffi.new("VkBufferCopy*")
+        for io, t in self.inputs:
+            region.srcOffset, region.dstOffset, region.size = 0, 0, t.nbytes
+            if t.nbytes:
+                lib.vkCmdCopyBuffer(cmd, io.handle, t.buffer.handle, 1, region)
+        after_in = _barrier(vk.VK_ACCESS_TRANSFER_WRITE_BIT, rw)
+        lib.vkCmdPipelineBarrier(cmd, _TRANSFER, _COMPUTE, 0, 1, after_in, 0, ffi.NULL, 0, ffi.NULL)
+        between = _barrier(vk.VK_ACCESS_SHADER_WRITE_BIT, rw)
+        set_ptr = ffi.new("VkDescriptorSet[1]")
+        stage = vk.VK_SHADER_STAGE_COMPUTE_BIT
+        for i, (x, p) in enumerate(zip(self.dispatches, pipes)):
+            lib.vkCmdBindPipeline(cmd, _BIND, p.handle)
+            set_ptr[0] = sets[i]
+            lib.vkCmdBindDescriptorSets(cmd, _BIND, p.layout, 0, 1, set_ptr, 0, ffi.NULL)
+            if x.push:
+                lib.vkCmdPushConstants(cmd, p.layout, stage, 0, len(x.push), ffi.from_buffer(x.push))
+            lib.vkCmdDispatch(cmd, *x.groups)
+            lib.vkCmdPipelineBarrier(cmd, _COMPUTE, _COMPUTE, 0, 1, between, 0, ffi.NULL, 0, ffi.NULL)
+        before_out = _barrier(vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT,
+                              vk.VK_ACCESS_TRANSFER_READ_BIT)
+        lib.vkCmdPipelineBarrier(cmd, _COMPUTE | _TRANSFER, _TRANSFER, 0, 1, before_out, 0, ffi.NULL, 0, ffi.NULL)
+        for t, io in self.outputs:
+            region.srcOffset, region.dstOffset, region.size = 0, 0, t.nbytes
+            if t.nbytes:
+                lib.vkCmdCopyBuffer(cmd, t.buffer.handle, io.handle, 1, region)
+        to_host = _barrier(vk.VK_ACCESS_TRANSFER_WRITE_BIT, vk.VK_ACCESS_HOST_READ_BIT)
+        lib.vkCmdPipelineBarrier(cmd, _TRANSFER, _HOST, 0, 1, to_host, 0, ffi.NULL, 0, ffi.NULL)
+        vk.vkEndCommandBuffer(cmd)
+
+        # Prebuilt submit structures for replay.
+        self._cmds = ffi.new("VkCommandBuffer[1]", [cmd])
+        self._submit = ffi.new("VkSubmitInfo*")
+        self._submit.sType = vk.VK_STRUCTURE_TYPE_SUBMIT_INFO
+        self._submit.commandBufferCount = 1
+        self._submit.pCommandBuffers = self._cmds
+        self._fences = ffi.new("VkFence[1]", [self.fence])
+        self._keep = (start, after_in, between, before_out, to_host, region, set_ptr)
+        self.device.check()
+
+    def run(self) -> None:
+        d = self.device
+        r = lib.vkQueueSubmit(d.queue, 1, self._submit, self.fence)
+        if r != vk.VK_SUCCESS:
+            raise DeviceError(f"vkQueueSubmit failed ({r})")
+        r = lib.vkWaitForFences(d.device, 1, self._fences, vk.VK_TRUE, UINT64_MAX)
+        lib.vkResetFences(d.device, 1, self._fences)
+        if r != vk.VK_SUCCESS:
+            raise DeviceError(f"vkWaitForFences failed ({r})")
+        self.runs += 1
+        d.check()
+
+    def close(self) -> None:
+        d = self.device.device
+        if self.fence is not None:
+            lib.vkDeviceWaitIdle(d)
+            vk.vkDestroyFence(d, self.fence, None)
+            self.fence = None
+        if self.cmd is not None:
+            vk.vkFreeCommandBuffers(d, self.device.command_pool, 1, [self.cmd])
+            self.cmd = None
+        if self.pool is not None:
+            vk.vkDestroyDescriptorPool(d, self.pool, None)
+            self.pool = None

@@ -1,0 +1,186 @@
+"""Compute shaders: glslc compilation with a SPIR-V cache, and compute pipelines.
+
+SPIR-V is cached by content hash (source + every include-able file + defines
++ glslc version) under $XDG_CACHE_HOME/vkx/spirv (or ~/.cache/vkx/spirv).
+Pipelines are created once per process per device and cached on it.
+
+Layout convention: set 0, binding i = the i-th binding of the dispatch, all
+storage buffers; one push-constant range of up to 128 bytes, compute stage.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+import os
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from typing import Mapping, Union
+
+import vulkan as vk
+
+from vkx.loader.device import Device
+from vkx.loader.errors import ShaderError
+
+PUSH_BYTES = 128
+_glslc_version: str | None = None
+_lock = threading.Lock()
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "vkx" / "spirv"
+
+
+_extra_dirs: list[Path] = []
+
+
+def add_shader_dir(path) -> None:
+    """Search `path` before the packaged shaders (tests register throwaway shaders)."""
+    p = Path(path)
+    if p not in _extra_dirs:
+        _extra_dirs.insert(0, p)
+
+
+def shader_dirs() -> list:
+    env = [Path(d) for d in os.environ.get("VKX_SHADER_PATH", "").split(os.pathsep) if d]
+    return [*env, *_extra_dirs, importlib.resources.files("vkx.shaders")]
+
+
+def find_shader(name: str):
+    for root in shader_dirs():
+        src = root / f"{name}.comp"
+        if src.is_file():
+            return root, src
+    raise ShaderError(f"shader {name!r} not found (no shaders/{name}.comp)")
+
+
+def glslc_version() -> str:
+    global _glslc_version
+    if _glslc_version is None:
+        try:
+            out = subprocess.run(["glslc", "--version"], capture_output=True, text=True, check=True)
+        except (OSError, subprocess.CalledProcessError) as error:
+            raise ShaderError(f"glslc is not available: {error}") from error
+        _glslc_version = out.stdout.strip()
+    return _glslc_version
+
+
+def _define_args(defines: Mapping[str, Union[str, int]]) -> list[str]:
+    return [f"-D{k}={v}" for k, v in sorted(defines.items())]
+
+
+def _include_digest(root) -> bytes:
+    h = hashlib.sha256()
+    for entry in sorted(root.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith((".glsl", ".h", ".glslh")):
+            h.update(entry.name.encode() + b"\0" + entry.read_bytes())
+    return h.digest()
+
+
+def compile_spirv(name: str, defines: Mapping[str, Union[str, int]] | None = None) -> bytes:
+    """SPIR-V words of shaders/<name>.comp built with `defines`, from the cache when possible."""
+    defines = dict(defines or {})
+    root, src = find_shader(name)
+    source = src.read_bytes()
+    args = _define_args(defines)
+    key = hashlib.sha256(b"\0".join([source, _include_digest(root), "\n".join(args).encode(),
+                                     glslc_version().encode()])).hexdigest()
+    cached = cache_dir() / f"{name}-{key[:32]}.spv"
+    try:
+        return cached.read_bytes()
+    except OSError:
+        pass
+    with importlib.resources.as_file(src) as path:
+        cmd = ["glslc", "-fshader-stage=compute", "--target-env=vulkan1.2", "-O",
+               "-I", str(Path(path).parent), *args, str(path), "-o", "-"]
+        proc = subprocess.run(cmd, capture_output=True)
+    if proc.returncode != 0:
+        raise ShaderError(f"glslc failed on {name}.comp {' '.join(args)}: "
+                          f"{proc.stderr.decode(errors='replace').strip()}")
+    spirv = proc.stdout
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cached.parent, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(spirv)
+        os.replace(tmp, cached)
+    except OSError:
+        pass  # a read-only cache is not an error
+    return spirv
+
+
+class Pipeline:
+    __slots__ = ("handle", "layout", "set_layout", "nbindings", "name")
+
+    def __init__(self, handle, layout, set_layout, nbindings, name):
+        self.handle, self.layout, self.set_layout = handle, layout, set_layout
+        self.nbindings, self.name = nbindings, name
+
+
+class Pipelines:
+    """Per-device cache of descriptor-set layouts, pipeline layouts and pipelines."""
+
+    def __init__(self, device: Device):
+        self.device = device
+        self.push_bytes = min(PUSH_BYTES, device.max_push_constants_size)
+        self._layouts: dict[int, tuple] = {}
+        self._pipelines: dict[tuple, Pipeline] = {}
+        device.on_close(self.close)
+
+    def _layout(self, nbindings: int):
+        got = self._layouts.get(nbindings)
+        if got is None:
+            d = self.device.device
+            bindings = [vk.VkDescriptorSetLayoutBinding(
+                binding=i, descriptorType=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, descriptorCount=1,
+                stageFlags=vk.VK_SHADER_STAGE_COMPUTE_BIT) for i in range(nbindings)]
+            dsl = vk.vkCreateDescriptorSetLayout(d, vk.VkDescriptorSetLayoutCreateInfo(pBindings=bindings), None)
+            rng = vk.VkPushConstantRange(stageFlags=vk.VK_SHADER_STAGE_COMPUTE_BIT, offset=0, size=self.push_bytes)
+            layout = vk.vkCreatePipelineLayout(d, vk.VkPipelineLayoutCreateInfo(
+                pSetLayouts=[dsl], pPushConstantRanges=[rng]), None)
+            got = self._layouts[nbindings] = (dsl, layout)
+        return got
+
+    def get(self, name: str, defines: Mapping[str, Union[str, int]] | None, nbindings: int) -> Pipeline:
+        key = (name, tuple(sorted((k, str(v)) for k, v in (defines or {}).items())), nbindings)
+        p = self._pipelines.get(key)
+        if p is not None:
+            return p
+        with _lock:
+            p = self._pipelines.get(key)
+            if p is not None:
+                return p
+            spirv = compile_spirv(name, defines)
+            d = self.device.device
+            dsl, layout = self._layout(nbindings)
+            module = vk.vkCreateShaderModule(d, vk.VkShaderModuleCreateInfo(codeSize=len(spirv), pCode=spirv), None)
+            try:
+                stage = vk.VkPipelineShaderStageCreateInfo(stage=vk.VK_SHADER_STAGE_COMPUTE_BIT,
+                                                           module=module, pName="main")
+                handle = vk.vkCreateComputePipelines(d, None, 1, [vk.VkComputePipelineCreateInfo(
+                    stage=stage, layout=layout)], None)[0]
+            except vk.VkError as error:
+                raise ShaderError(f"pipeline creation failed for {name}: {type(error).__name__}") from error
+            finally:
+                vk.vkDestroyShaderModule(d, module, None)
+            p = self._pipelines[key] = Pipeline(handle, layout, dsl, nbindings, name)
+            return p
+
+    def close(self) -> None:
+        d = self.device.device
+        for p in self._pipelines.values():
+            vk.vkDestroyPipeline(d, p.handle, None)
+        self._pipelines.clear()
+        for dsl, layout in self._layouts.values():
+            vk.vkDestroyPipelineLayout(d, layout, None)
+            vk.vkDestroyDescriptorSetLayout(d, dsl, None)
+        self._layouts.clear()
+
+
+def pipelines_for(device: Device) -> Pipelines:
+    cache = getattr(device, "_pipelines", None)
+    if cache is None:
+        cache = device._pipelines = Pipelines(device)
+    return cache

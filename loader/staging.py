@@ -1,0 +1,127 @@
+"""A fixed ring of host-visible staging chunks for uploads to device-only memory.
+
+Default 4 chunks x 16 MiB. Source bytes are cast-copied (numpy) into the next
+free chunk, a vkCmdCopyBuffer to the destination is recorded, and the chunk is
+submitted with its own fence once it is full (several small tensors share a
+chunk); a chunk is reused after its fence signals. Staging memory never grows
+with the largest tensor: a big tensor simply takes many chunks.
+"""
+from __future__ import annotations
+
+import numpy as np
+import vulkan as vk
+
+from vkx.loader.device import Device
+from vkx.loader.memory import Allocator, Buffer, MiB
+
+ffi = vk.ffi
+lib = vk._vulkan.lib
+_ALIGN = 16
+
+
+class _Chunk:
+    def __init__(self, device: Device, allocator: Allocator, size: int):
+        self.buffer: Buffer = allocator.buffer(size, "staging", "host")
+        try:
+            self.view = np.frombuffer(self.buffer.mapped(), np.uint8)
+            d = device.device
+            self.cmd = vk.vkAllocateCommandBuffers(d, vk.VkCommandBufferAllocateInfo(
+                commandPool=device.command_pool, level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                commandBufferCount=1))[0]
+            self.fence = vk.vkCreateFence(d, vk.VkFenceCreateInfo(), None)
+        except BaseException:
+            self.buffer.free()
+            raise
+        self.fill = 0
+        self.regions: list[tuple] = []  # (dst VkBuffer, src offset, dst offset, size)
+        self.in_flight = False
+
+
+class StagingRing:
+    def __init__(self, device: Device, allocator: Allocator, chunks: int = 4, chunk_bytes: int = 16 * MiB):
+        if chunks < 1 or chunk_bytes < 64 * 1024:
+            raise ValueError("staging ring needs at least 1 chunk of at least 64 KiB")
+        self.device, self.allocator = device, allocator
+        self.nchunks, self.chunk_bytes = chunks, chunk_bytes - chunk_bytes % _ALIGN
+        self._chunks: list[_Chunk] = []
+        self._current = 0
+        self.submits = 0
+        self.bytes_staged = 0
+
+    def _chunk(self) -> _Chunk:
+        """The chunk being filled; created on first need, waited for when reused."""
+        if self._current == len(self._chunks):
+            self._chunks.append(_Chunk(self.device, self.allocator, self.chunk_bytes))
+        c = self._chunks[self._current]
+        if c.in_flight:
+            self.device.wait_fence(c.fence)
+            vk.vkResetFences(self.device.device, 1, [c.fence])
+            c.in_flight = False
+        return c
+
+    def _submit(self, c: _Chunk) -> None:
+        if not c.regions:
+            return
+        vk.vkBeginCommandBuffer(c.cmd, vk.VkCommandBufferBeginInfo(
+            flags=vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT))
+        for dst, src_off, dst_off, size in c.regions:
+            region = ffi.new("VkBufferCopy[1]", [{"srcOffset": src_off, "dstOffset": dst_off, "size": size}])
+            lib.vkCmdCopyBuffer(c.cmd, c.buffer.handle, dst, 1, region)
+        vk.vkEndCommandBuffer(c.cmd)
+        vk.vkQueueSubmit(self.device.queue, 1, [vk.VkSubmitInfo(pCommandBuffers=[c.cmd])], c.fence)
+        c.in_flight = True
+        c.regions = []
+        c.fill = 0
+        self.submits += 1
+        self._current = (self._current + 1) % self.nchunks
+
+    def upload(self, src: np.ndarray, dst: Buffer, dst_dtype, on_chunk=None, dst_offset: int = 0) -> None:
+        """Copy the 1-D array `src`, cast to `dst_dtype`, into `dst` at byte `dst_offset`.
+
+        `on_chunk(lo, hi)` is called once elements [lo, hi) are in staging memory
+        (the caller may release their host pages then)."""
+        dst_dtype = np.dtype(dst_dtype)
+        item = dst_dtype.itemsize
+        n = int(src.size)
+        done = 0
+        while done < n:
+            c = self._chunk()
+            room = (self.chunk_bytes - c.fill) // item
+            if room == 0 or (room < n - done and c.fill and room * item < self.chunk_bytes // 4):
+                self._submit(c)  # nearly full: start a fresh chunk rather than split finely
+                continue
+            take = min(room, n - done)
+            out = c.view[c.fill:c.fill + take * item].view(dst_dtype)
+            np.copyto(out, src[done:done + take], casting="unsafe")
+            c.regions.append((dst.handle, c.fill, dst_offset + done * item, take * item))
+            c.fill = -(-(c.fill + take * item) // _ALIGN) * _ALIGN
+            self.bytes_staged += take * item
+            if on_chunk is not None:
+                on_chunk(done, done + take)
+            done += take
+            if c.fill >= self.chunk_bytes:
+                self._submit(c)
+
+    def flush(self) -> None:
+        """Submit what is pending and wait until every chunk's copies are done."""
+        if self._chunks and self._current < len(self._chunks):
+            self._submit(self._chunks[self._current])
+        for c in self._chunks:
+            if c.in_flight:
+                self.device.wait_fence(c.fence)
+                vk.vkResetFences(self.device.device, 1, [c.fence])
+                c.in_flight = False
+
+    def close(self) -> None:
+        """Wait for pending copies and free every chunk (staging goes back to zero)."""
+        d = self.device.device
+        for c in self._chunks:
+            if c.in_flight:
+                lib.vkWaitForFences(d, 1, ffi.new("VkFence[1]", [c.fence]), vk.VK_TRUE, 0xFFFFFFFFFFFFFFFF)
+                c.in_flight = False
+            vk.vkDestroyFence(d, c.fence, None)
+            vk.vkFreeCommandBuffers(d, self.device.command_pool, 1, [c.cmd])
+            c.view = None
+            c.buffer.free()
+        self._chunks.clear()
+        self._current = 0

@@ -1,0 +1,50 @@
+"""Loader tests run with the Khronos validation layer on; any message fails the test.
+
+Throwaway ops (`test.relu`, `test.add`) with their shaders in tests/loader/shaders
+let the loader be tested without the op modules.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+os.environ.setdefault("VKX_VALIDATION", "1")
+
+import pytest  # noqa: E402
+
+from vkx.loader import ops  # noqa: E402
+from vkx.loader import shaders  # noqa: E402
+
+shaders.add_shader_dir(Path(__file__).parent / "shaders")
+
+try:
+    ops._load_all()
+except ImportError:  # the op modules have not landed yet
+    ops._loaded = True
+
+
+@ops.register("test.relu.default")
+def _test_relu(b, args):
+    x, out = b.tensor(args[0]), b.tensor(args[1])
+    bias = float(b.scalar(args[2])) if len(args) > 3 else 0.0
+    out = b.tensor(args[-1])
+    b.dispatch("test_relu", [x, out], struct.pack("<If", out.numel, bias), (-(-out.numel // 64), 1, 1))
+
+
+@ops.register("test.add.default")
+def _test_add(b, args):
+    x, y, out = (b.tensor(a) for a in args)
+    b.dispatch("test_add", [x, y, out], struct.pack("<I", out.numel), (-(-out.numel // 64), 1, 1))
+
+
+@pytest.fixture(autouse=True)
+def _no_validation_messages():
+    from vkx.loader import device as dev
+    with dev._messages_lock:
+        dev._messages.clear()
+    yield
+    with dev._messages_lock:
+        found = list(dev._messages)
+        dev._messages.clear()
+    assert not found, f"validation messages: {found}"
