@@ -1,0 +1,137 @@
+"""aten.scaled_dot_product_attention.default.
+
+Three dispatches through a scratch tensor of scores [batch, L, S]:
+  1. scores = scale * q @ k^T      (matmul shader; k is read transposed in place)
+  2. masked, stable softmax of each scores row, in place (attention_softmax shader;
+     bool mask: 0 = masked out; float mask: added; is_causal: top-left aligned)
+  3. out = scores @ v              (matmul shader)
+Batch dims broadcast. With enable_gqa, q's Hq heads share Hkv = Hq / rep key/value
+heads: q [..., Hq, L, E] is read as [..., Hkv, rep*L, E] (same memory), so the
+matmuls need no repeated copies of k and v.
+"""
+from __future__ import annotations
+
+import math
+import struct
+
+from vkx.loader.ops import OpBuilder, UnsupportedOpError, register
+from vkx.loader.ops.matmul import (Operand, batch_plan, broadcast_strides, contiguous_strides,
+                                   gemm, window)
+
+_SOFTMAX_PUSH = struct.Struct("<11i")
+_MAX_GROUPS = 65535
+NAME = "aten.scaled_dot_product_attention"
+
+
+def _mask_strides(shape, out_batch, L, S):
+    """Element strides (batch..., l, s) of a contiguous mask broadcast to out_batch + (L, S)."""
+    full = tuple(out_batch) + (L, S)
+    shape = tuple(shape)
+    if len(shape) > len(full):
+        raise UnsupportedOpError(f"{NAME}: attn_mask {shape} has more dims than the scores {full}")
+    padded = (1,) * (len(full) - len(shape)) + shape
+    own = contiguous_strides(padded)
+    strides = []
+    for size, target, st in zip(padded, full, own):
+        if size == 1:
+            strides.append(0)
+        elif size == target:
+            strides.append(st)
+        else:
+            raise UnsupportedOpError(f"{NAME}: attn_mask {shape} does not broadcast to {full}")
+    return tuple(strides[:-2]), strides[-2], strides[-1]
+
+
+@register("aten.scaled_dot_product_attention.default")
+def scaled_dot_product_attention(builder: OpBuilder, args: tuple[int, ...]) -> None:
+    q = builder.tensor(args[0])
+    k = builder.tensor(args[1])
+    v = builder.tensor(args[2])
+    out = builder.tensor(args[-1])
+    dropout_p = builder.scalar(args[4])
+    if dropout_p:
+        raise UnsupportedOpError(f"{NAME}: dropout_p={dropout_p} is not supported (only 0.0)")
+    is_causal = bool(builder.scalar(args[5]))
+    scale_vid = args[6]
+    enable_gqa = len(args) > 8 and bool(builder.scalar(args[7]))
+    if min(len(q.shape), len(k.shape), len(v.shape)) < 2:
+        raise UnsupportedOpError(f"{NAME}: query, key and value need at least 2 dims")
+    L, E = q.shape[-2:]
+    S, Ek = k.shape[-2:]
+    S2, Ev = v.shape[-2:]
+    if Ek != E or S2 != S:
+        raise UnsupportedOpError(f"{NAME}: shapes q {tuple(q.shape)}, k {tuple(k.shape)}, "
+                                 f"v {tuple(v.shape)} do not agree")
+    if builder.is_null(scale_vid) or builder.scalar(scale_vid) is None:
+        scale = 1.0 / math.sqrt(E) if E else 1.0
+    else:
+        scale = float(builder.scalar(scale_vid))
+    out_batch = tuple(out.shape[:-2])
+    if out.numel == 0:
+        return
+    if S == 0 or E == 0:
+        raise UnsupportedOpError(f"{NAME}: empty key sequence or embedding is not supported")
+
+    # Matmul view: batch dims `mb`, rows M = rep * L.
+    rep = 1
+    kb, vb = tuple(k.shape[:-2]), tuple(v.shape[:-2])
+    if enable_gqa and len(q.shape) >= 3 and len(k.shape) >= 3 and q.shape[-3] != k.shape[-3]:
+        hq, hkv = q.shape[-3], k.shape[-3]
+        if hkv == 0 or hq % hkv or v.shape[-3] != hkv:
+            raise UnsupportedOpError(f"{NAME}: enable_gqa needs query heads ({hq}) to be a multiple "
+                                     f"of key/value heads ({hkv}, {v.shape[-3]})")
+        rep = hq // hkv
+        mb = out_batch[:-1] + (hkv,)
+        qb = tuple(q.shape[:-3]) + (hkv,)
+    else:
+        mb = out_batch
+        qb = tuple(q.shape[:-2])
+    M = rep * L
+    sq = broadcast_strides(qb, mb, M * E)
+    sk = broadcast_strides(kb, mb, S * E)
+    sv = broadcast_strides(vb, mb, S * Ev)
+    scores = builder.temp(tuple(mb) + (M, S))
+    ss = contiguous_strides(tuple(mb) + (M * S,))[:-1]
+    so = contiguous_strides(tuple(mb) + (M * Ev,))[:-1]
+
+    # 1. scores = scale * q @ k^T   (B(e, s) = k[s, e])
+    outer, (nb1, nb2), inner = batch_plan(mb, [sq, sk, ss])
+    for offs in outer:
+        gemm(builder, Operand(q, offs[0], E, 1, *inner[0]), Operand(k, offs[1], 1, E, *inner[1]),
+             Operand(scores, offs[2], S, 1, *inner[2]), M, S, E, nb1, nb2, alpha=scale)
+
+    # 2. softmax rows, in place; rows are [out_batch..., L].
+    mask = None if builder.is_null(args[3]) else builder.tensor(args[3])
+    defines: dict[str, int] = {}
+    if is_causal:
+        defines["CAUSAL"] = 1
+    rows_per_batch = L
+    sr = contiguous_strides(tuple(out_batch) + (L * S,))[:-1]
+    if mask is not None:
+        defines["MASK_BOOL" if mask.dtype != "float32" else "MASK_FLOAT"] = 1
+        mbatch, sml, sms = _mask_strides(mask.shape, out_batch, L, S)
+        mbind, mdelta = window(builder, mask, 0, mask.numel)
+    else:
+        mbatch, sml, sms, mdelta = (0,) * len(out_batch), 0, 0, 0
+    outer, (nb1, nb2), inner = batch_plan(out_batch, [sr, mbatch])
+    limit = builder.max_binding_bytes - builder.offset_alignment
+    chunk = max(1, limit // (4 * S)) if scores.nbytes > builder.max_binding_bytes else None
+    for offs in outer:
+        nrows = nb1 * nb2 * rows_per_batch
+        step = chunk or nrows
+        for r0 in range(0, nrows, step):
+            n = min(step, nrows - r0)
+            lo = offs[0] + r0 * S
+            sbind, sdelta = window(builder, scores, lo, lo + n * S)
+            bindings = [sbind] + ([mbind] if mask is not None else [])
+            push = _SOFTMAX_PUSH.pack(n, r0, L, S, nb2, offs[0] + sdelta,
+                                      offs[1] + mdelta, inner[1][0], inner[1][1], sml, sms)
+            ngroups = -(-n // 64)
+            gx = min(ngroups, _MAX_GROUPS)
+            builder.dispatch("attention_softmax", bindings, push, (gx, -(-ngroups // gx), 1), defines)
+
+    # 3. out = p @ v
+    outer, (nb1, nb2), inner = batch_plan(mb, [ss, sv, so])
+    for offs in outer:
+        gemm(builder, Operand(scores, offs[0], S, 1, *inner[0]), Operand(v, offs[1], Ev, 1, *inner[1]),
+             Operand(out, offs[2], Ev, 1, *inner[2]), M, Ev, S, nb1, nb2)

@@ -1,0 +1,82 @@
+#version 450
+// 2-D max / average pooling over the last two dims of a contiguous [..., H, W] tensor
+// (planes = product of the leading dims). One invocation per output element; the
+// linear index folds the y group count into x (idx = gid.y * (numGroups.x * 64) + gid.x).
+// Bindings: 0 = x, 1 = out.
+// Defines: MAX_POOL (else average pooling).
+// Average pooling divisor, like torch: divisor_override if > 0, else the window
+// clipped to the padded input (count_include_pad) or to the input itself.
+layout(local_size_x = 64) in;
+
+layout(std430, set = 0, binding = 0) readonly buffer BufX { float x[]; };
+layout(std430, set = 0, binding = 1) writeonly buffer BufO { float o[]; };
+
+layout(push_constant) uniform Push {
+    int total;          // planes * OH * OW
+    int H, W, OH, OW;
+    int KH, KW, sy, sx, py, px, dy, dx;
+    int count_include_pad, divisor_override;
+} p;
+
+void main() {
+    const int idx = int(gl_GlobalInvocationID.y * gl_NumWorkGroups.x * 64u + gl_GlobalInvocationID.x);
+    if (idx >= p.total) {
+        return;
+    }
+    const int ox = idx % p.OW;
+    const int oy = (idx / p.OW) % p.OH;
+    const int plane = idx / (p.OW * p.OH);
+    const int base = plane * p.H * p.W;
+    const int ys = oy * p.sy - p.py;
+    const int xs = ox * p.sx - p.px;
+#ifdef MAX_POOL
+    float best = uintBitsToFloat(0xff800000u);  // -inf
+    for (int ky = 0; ky < p.KH; ++ky) {
+        const int iy = ys + ky * p.dy;
+        if (iy < 0 || iy >= p.H) {
+            continue;
+        }
+        for (int kx = 0; kx < p.KW; ++kx) {
+            const int ix = xs + kx * p.dx;
+            if (ix < 0 || ix >= p.W) {
+                continue;
+            }
+            const float v = x[base + iy * p.W + ix];
+            if (v > best || isnan(v)) {
+                best = v;
+            }
+            if (isnan(best)) {
+                break;
+            }
+        }
+    }
+    o[idx] = best;
+#else
+    const int ye_pad = min(ys + p.KH, p.H + p.py);
+    const int xe_pad = min(xs + p.KW, p.W + p.px);
+    const int pool_size = (ye_pad - ys) * (xe_pad - xs);
+    const int y0 = max(ys, 0);
+    const int x0 = max(xs, 0);
+    const int y1 = min(ye_pad, p.H);
+    const int x1 = min(xe_pad, p.W);
+    if (y0 >= y1 || x0 >= x1) {
+        o[idx] = 0.0;
+        return;
+    }
+    float sum = 0.0;
+    for (int iy = y0; iy < y1; ++iy) {
+        for (int ix = x0; ix < x1; ++ix) {
+            sum += x[base + iy * p.W + ix];
+        }
+    }
+    int divisor;
+    if (p.divisor_override > 0) {
+        divisor = p.divisor_override;
+    } else if (p.count_include_pad != 0) {
+        divisor = pool_size;
+    } else {
+        divisor = (y1 - y0) * (x1 - x0);
+    }
+    o[idx] = sum / float(divisor);
+#endif
+}
