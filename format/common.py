@@ -1,0 +1,82 @@
+"""Small shared value types: scalar types, file ranges, alignment."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import IntEnum
+
+
+class ScalarType(IntEnum):
+    """ExecuTorch tensor element type (`scalar_type.fbs` wire values)."""
+    BYTE = 0
+    CHAR = 1
+    SHORT = 2
+    INT = 3
+    LONG = 4
+    HALF = 5
+    FLOAT = 6
+    DOUBLE = 7
+    BOOL = 11
+    QINT8 = 12
+    QUINT8 = 13
+    QINT32 = 14
+    BFLOAT16 = 15
+    QUINT4X2 = 16
+    QUINT2X4 = 17
+    BITS16 = 22
+    FLOAT8E5M2 = 23
+    FLOAT8E4M3FN = 24
+    FLOAT8E5M2FNUZ = 25
+    FLOAT8E4M3FNUZ = 26
+    UINT16 = 27
+    UINT32 = 28
+    UINT64 = 29
+
+    @property
+    def itemsize(self) -> int:
+        return _ITEMSIZE.get(self, 1)
+
+
+_ITEMSIZE = {
+    ScalarType.SHORT: 2, ScalarType.INT: 4, ScalarType.LONG: 8, ScalarType.HALF: 2,
+    ScalarType.FLOAT: 4, ScalarType.DOUBLE: 8, ScalarType.QINT32: 4, ScalarType.BFLOAT16: 2,
+    ScalarType.BITS16: 2, ScalarType.UINT16: 2, ScalarType.UINT32: 4, ScalarType.UINT64: 8,
+}
+SCALAR_TYPE_VALUES = frozenset(int(s) for s in ScalarType)
+
+
+@dataclass(frozen=True)
+class FileRange:
+    """An absolute byte range `[offset, offset + size)` inside the file at `path`."""
+    path: str
+    offset: int
+    size: int
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.size
+
+
+def align(x: int, a: int) -> int:
+    """x rounded up to a multiple of a."""
+    return -(-x // a) * a
+
+
+def lcm(a: int, b: int) -> int:
+    return a * b // math.gcd(a, b)
+
+
+NAMED_SEGMENT_MIN_ALIGN = 128
+"""Segments start on lcm(128, alignment) (ExecuTorch's segment_alignment)."""
+LARGE_SEGMENT = 2 * 1024 * 1024
+"""Default policy: named-data segments at least this big start on LARGE_ALIGN."""
+LARGE_ALIGN = 16 * 1024
+
+
+def segment_alignment(size: int, alignment: int | None) -> int:
+    """Start alignment of a named-data segment of `size` bytes (see docs/format.md)."""
+    if alignment is not None:
+        if alignment <= 0:
+            raise ValueError(f"alignment must be positive, got {alignment}")
+        return lcm(NAMED_SEGMENT_MIN_ALIGN, alignment)
+    return LARGE_ALIGN if size >= LARGE_SEGMENT else lcm(NAMED_SEGMENT_MIN_ALIGN, 16)

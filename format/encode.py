@@ -1,0 +1,178 @@
+"""Program (ET12) and FlatTensor (FT01) flatbuffers via the generated builders,
+and the header-insertion step shared by .pte and .ptd."""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Sequence
+
+import flatbuffers
+
+from .common import ScalarType, align
+from .generated import flat_tensor_generated as ft
+from .generated import program_generated as pg
+from .vkgraph_codec import build_offsets, build_vector
+
+EVALUE_TENSOR = 5
+INSTR_DELEGATE_CALL = 2
+DATA_LOCATION_SEGMENT = 1
+PTE_HEADER_LENGTH = 32  # align(32, max force_align 16)
+PTD_HEADER_LENGTH = 48  # align(40, 16)
+IO_ALIGNMENT = 16
+
+
+@dataclass(frozen=True)
+class IOTensor:
+    scalar_type: ScalarType
+    sizes: tuple[int, ...]
+    memory_offset: int
+
+
+def insert_header(fb: bytes, header: bytes, length: int) -> bytes:
+    """Put `header` (zero-padded to `length`) after the identifier of flatbuffer `fb`."""
+    root = struct.unpack_from("<I", fb, 0)[0]
+    return struct.pack("<I", root + length) + fb[4:8] + header.ljust(length, b"\0") + fb[8:]
+
+
+def plan_io(specs: Sequence[tuple[ScalarType, tuple[int, ...]]]) -> tuple[list[IOTensor], int]:
+    """Memory-plan the I/O tensors into arena 1; returns them and the arena size."""
+    out, pos = [], 0
+    for st, sizes in specs:
+        out.append(IOTensor(st, tuple(sizes), pos))
+        n = st.itemsize
+        for s in sizes:
+            n *= s
+        pos = align(pos + n, IO_ALIGNMENT)
+    return out, pos
+
+
+def _tensor_value(b: flatbuffers.Builder, t: IOTensor) -> int:
+    sizes = build_vector(b, pg.TensorStartSizesVector, b.PrependInt32, t.sizes)
+    dim_order = build_vector(b, pg.TensorStartDimOrderVector, b.PrependUint8, range(len(t.sizes)))
+    pg.AllocationDetailsStart(b)
+    pg.AllocationDetailsAddMemoryId(b, 1)
+    pg.AllocationDetailsAddMemoryOffsetLow(b, t.memory_offset & 0xFFFFFFFF)
+    pg.AllocationDetailsAddMemoryOffsetHigh(b, t.memory_offset >> 32)
+    alloc = pg.AllocationDetailsEnd(b)
+    pg.TensorStart(b)
+    pg.TensorAddScalarType(b, int(t.scalar_type))
+    pg.TensorAddSizes(b, sizes)
+    pg.TensorAddDimOrder(b, dim_order)
+    pg.TensorAddAllocationInfo(b, alloc)
+    tensor = pg.TensorEnd(b)
+    pg.EValueStart(b)
+    pg.EValueAddValType(b, EVALUE_TENSOR)
+    pg.EValueAddVal(b, tensor)
+    return pg.EValueEnd(b)
+
+
+def _segment_table(b: flatbuffers.Builder, mod, offset: int, size: int) -> int:
+    mod.DataSegmentStart(b)
+    mod.DataSegmentAddOffset(b, offset)
+    mod.DataSegmentAddSize(b, size)
+    return mod.DataSegmentEnd(b)
+
+
+def encode_program(inputs: Sequence[IOTensor], outputs: Sequence[IOTensor], arena: int,
+                   segments: Sequence[tuple[int, int]], named: Sequence[tuple[str, int]] | None,
+                   pytree_in: str, pytree_out: str) -> bytes:
+    """One "forward" plan whose only instruction calls the VulkanBackend delegate in segment 1."""
+    b = flatbuffers.Builder(1024)
+    io = list(inputs) + list(outputs)
+    values = build_offsets(b, pg.ExecutionPlanStartValuesVector, [_tensor_value(b, t) for t in io])
+    ids = list(range(len(io)))
+    args = build_vector(b, pg.DelegateCallStartArgsVector, b.PrependInt32, ids)
+    pg.DelegateCallStart(b)
+    pg.DelegateCallAddDelegateIndex(b, 0)
+    pg.DelegateCallAddArgs(b, args)
+    call = pg.DelegateCallEnd(b)
+    pg.InstructionStart(b)
+    pg.InstructionAddInstrArgsType(b, INSTR_DELEGATE_CALL)
+    pg.InstructionAddInstrArgs(b, call)
+    instructions = build_offsets(b, pg.ChainStartInstructionsVector, [pg.InstructionEnd(b)])
+    chain_in = build_vector(b, pg.ChainStartInputsVector, b.PrependInt32, [])
+    chain_out = build_vector(b, pg.ChainStartOutputsVector, b.PrependInt32, [])
+    pg.ChainStart(b)
+    pg.ChainAddInputs(b, chain_in)
+    pg.ChainAddOutputs(b, chain_out)
+    pg.ChainAddInstructions(b, instructions)
+    chains = build_offsets(b, pg.ExecutionPlanStartChainsVector, [pg.ChainEnd(b)])
+    backend = b.CreateString("VulkanBackend")
+    pg.BackendDelegateDataReferenceStart(b)
+    pg.BackendDelegateDataReferenceAddLocation(b, DATA_LOCATION_SEGMENT)
+    pg.BackendDelegateDataReferenceAddIndex(b, 1)
+    processed = pg.BackendDelegateDataReferenceEnd(b)
+    specs = build_offsets(b, pg.BackendDelegateStartCompileSpecsVector, [])
+    pg.BackendDelegateStart(b)
+    pg.BackendDelegateAddId(b, backend)
+    pg.BackendDelegateAddProcessed(b, processed)
+    pg.BackendDelegateAddCompileSpecs(b, specs)
+    delegates = build_offsets(b, pg.ExecutionPlanStartDelegatesVector, [pg.BackendDelegateEnd(b)])
+    inp_str, out_str = b.CreateString(pytree_in), b.CreateString(pytree_out)
+    pg.ContainerMetadataStart(b)
+    pg.ContainerMetadataAddEncodedInpStr(b, inp_str)
+    pg.ContainerMetadataAddEncodedOutStr(b, out_str)
+    meta = pg.ContainerMetadataEnd(b)
+    name = b.CreateString("forward")
+    plan_inputs = build_vector(b, pg.ExecutionPlanStartInputsVector, b.PrependInt32, ids[:len(inputs)])
+    plan_outputs = build_vector(b, pg.ExecutionPlanStartOutputsVector, b.PrependInt32, ids[len(inputs):])
+    operators = build_offsets(b, pg.ExecutionPlanStartOperatorsVector, [])
+    buffer_sizes = build_vector(b, pg.ExecutionPlanStartNonConstBufferSizesVector, b.PrependInt64, [0, arena])
+    pg.ExecutionPlanStart(b)
+    pg.ExecutionPlanAddName(b, name)
+    pg.ExecutionPlanAddContainerMetaType(b, meta)
+    pg.ExecutionPlanAddValues(b, values)
+    pg.ExecutionPlanAddInputs(b, plan_inputs)
+    pg.ExecutionPlanAddOutputs(b, plan_outputs)
+    pg.ExecutionPlanAddChains(b, chains)
+    pg.ExecutionPlanAddOperators(b, operators)
+    pg.ExecutionPlanAddDelegates(b, delegates)
+    pg.ExecutionPlanAddNonConstBufferSizes(b, buffer_sizes)
+    plans = build_offsets(b, pg.ProgramStartExecutionPlanVector, [pg.ExecutionPlanEnd(b)])
+    constant_buffer = build_offsets(b, pg.ProgramStartConstantBufferVector, [])
+    inline_data = build_offsets(b, pg.ProgramStartBackendDelegateDataVector, [])
+    segs = build_offsets(b, pg.ProgramStartSegmentsVector, [_segment_table(b, pg, o, s) for o, s in segments])
+    const_offsets = build_vector(b, pg.SubsegmentOffsetsStartOffsetsVector, b.PrependUint64, [0])
+    pg.SubsegmentOffsetsStart(b)
+    pg.SubsegmentOffsetsAddSegmentIndex(b, 0)
+    pg.SubsegmentOffsetsAddOffsets(b, const_offsets)
+    constant_segment = pg.SubsegmentOffsetsEnd(b)
+    named_v = None
+    if named is not None:
+        entries = []
+        for key, index in named:
+            k = b.CreateString(key)
+            pg.NamedDataStart(b)
+            pg.NamedDataAddKey(b, k)
+            pg.NamedDataAddSegmentIndex(b, index)
+            entries.append(pg.NamedDataEnd(b))
+        named_v = build_offsets(b, pg.ProgramStartNamedDataVector, entries)
+    pg.ProgramStart(b)
+    pg.ProgramAddExecutionPlan(b, plans)
+    pg.ProgramAddConstantBuffer(b, constant_buffer)
+    pg.ProgramAddBackendDelegateData(b, inline_data)
+    pg.ProgramAddSegments(b, segs)
+    pg.ProgramAddConstantSegment(b, constant_segment)
+    if named_v is not None:
+        pg.ProgramAddNamedData(b, named_v)
+    b.Finish(pg.ProgramEnd(b), file_identifier=b"ET12")
+    return bytes(b.Output())
+
+
+def encode_flat_tensor(segments: Sequence[tuple[int, int]], named: Sequence[tuple[str, int]]) -> bytes:
+    """A FlatTensor (version 0) without tensor layouts, as ExecuTorch's Vulkan exports have."""
+    b = flatbuffers.Builder(1024)
+    entries = []
+    for key, index in named:
+        k = b.CreateString(key)
+        ft.NamedDataStart(b)
+        ft.NamedDataAddKey(b, k)
+        ft.NamedDataAddSegmentIndex(b, index)
+        entries.append(ft.NamedDataEnd(b))
+    named_v = build_offsets(b, ft.FlatTensorStartNamedDataVector, entries)
+    segs = build_offsets(b, ft.FlatTensorStartSegmentsVector, [_segment_table(b, ft, o, s) for o, s in segments])
+    ft.FlatTensorStart(b)
+    ft.FlatTensorAddSegments(b, segs)
+    ft.FlatTensorAddNamedData(b, named_v)
+    b.Finish(ft.FlatTensorEnd(b), file_identifier=b"FT01")
+    return bytes(b.Output())

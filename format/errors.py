@@ -1,0 +1,50 @@
+"""Typed errors for malformed or inconsistent vkx/ExecuTorch files."""
+from __future__ import annotations
+
+from vkx.errors import VkxError
+
+
+class FormatError(VkxError):
+    """A file is not what the format says it must be.
+
+    `where` names the place (`execution_plan[0].delegates[0].processed`),
+    `path` the file when known.
+    """
+
+    def __init__(self, where: str, detail: str, path: str | None = None):
+        self.where = where
+        self.detail = detail
+        self.path = path
+        super().__init__(where, detail, path)
+
+    def __str__(self) -> str:
+        place = f"{self.path}: " if self.path else ""
+        return f"{place}{self.where}: {self.detail}"
+
+
+class TruncatedError(FormatError):
+    """The file ends before a structure it announces."""
+
+
+class BadMagicError(FormatError):
+    """A magic number or file identifier is wrong."""
+
+
+class OutOfBoundsError(FormatError):
+    """An offset, length or index points outside what it may address."""
+
+
+class OverlapError(OutOfBoundsError):
+    """Two segments share bytes."""
+
+
+class InvalidValueError(FormatError):
+    """A field holds a value the format does not allow."""
+
+
+class MissingKeyError(FormatError):
+    """A named-data key is not found in any of the files searched."""
+
+
+class DuplicateKeyError(FormatError):
+    """A named-data key appears twice."""

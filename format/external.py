@@ -1,0 +1,171 @@
+"""External named data (.ptd FlatTensor, .safetensors) and constant resolution."""
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import dataclass
+from typing import Sequence
+
+from . import vkgraph as vk
+from .common import FileRange
+from .errors import (BadMagicError, DuplicateKeyError, FormatError, InvalidValueError, MissingKeyError,
+                     OutOfBoundsError, TruncatedError)
+from .flatbuf import Reader
+from .mapped import MappedFile
+from .pte import VULKAN_BACKEND, ProgramFile
+
+FT_HEADER_LENGTH = 40
+SAFETENSORS_MAX_HEADER = 100 * 1024 * 1024  # the safetensors library's own limit
+
+
+@dataclass(frozen=True)
+class FlatTensorHeader:
+    """The `FH01` header at file offset 8 of a .ptd."""
+    length: int
+    flatbuffer_offset: int
+    flatbuffer_size: int
+    segment_base_offset: int
+    segment_data_size: int
+
+
+class ExternalData(MappedFile):
+    """Named data kept outside the .pte: a .ptd (FlatTensor) or a .safetensors file."""
+
+    kind: str
+    """"ptd" or "safetensors"."""
+    header: FlatTensorHeader | None
+    named_data: dict[str, FileRange]
+    dtypes: dict[str, tuple[str, tuple[int, ...]]]
+    """safetensors only: key -> (dtype string, shape) as the file declares."""
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> ExternalData:
+        """Open a .ptd or .safetensors file (chosen by content); raises FormatError subclasses."""
+        ext = cls(path)
+        try:
+            buf = ext.buf
+            ext.named_data, ext.dtypes, ext.header = {}, {}, None
+            if ext.size >= 8 and bytes(buf[4:8]) == b"FT01":
+                ext.kind = "ptd"
+                ext._load_ptd()
+            elif ext.path.endswith(".ptd"):
+                raise BadMagicError("header", f"file identifier {bytes(buf[4:8])!r}, expected b'FT01'", ext.path)
+            else:
+                ext.kind = "safetensors"
+                ext._load_safetensors()
+        except BaseException:
+            ext.close()
+            raise
+        return ext
+
+    def _add(self, key: str, r: FileRange, where: str) -> None:
+        if key in self.named_data:
+            raise DuplicateKeyError(where, f"key {key!r} appears twice", self.path)
+        self.named_data[key] = r
+
+    def _load_ptd(self) -> None:
+        buf, path = self.buf, self.path
+        if self.size < 8 + FT_HEADER_LENGTH or bytes(buf[8:12]) != b"FH01":
+            if self.size >= 12 and bytes(buf[8:12]) != b"FH01":
+                raise BadMagicError("header", f"header magic {bytes(buf[8:12])!r}, expected b'FH01'", path)
+            raise TruncatedError("header", "flat tensor header cut short", path)
+        self.header = h = FlatTensorHeader(*struct.unpack_from("<IQQQQ", buf, 12))
+        if h.length < FT_HEADER_LENGTH:
+            raise InvalidValueError("header.length", f"{h.length} < {FT_HEADER_LENGTH}", path)
+        if h.flatbuffer_offset + h.flatbuffer_size > self.size:
+            raise TruncatedError("header.flatbuffer_size", f"flatbuffer [0, {h.flatbuffer_offset + h.flatbuffer_size}) runs past the end of the file ({self.size} bytes)", path)
+        if h.segment_base_offset + h.segment_data_size > self.size:
+            raise TruncatedError("header.segment_data_size", f"segment data [{h.segment_base_offset}, +{h.segment_data_size}) runs past the end of the file ({self.size} bytes)", path)
+        root = Reader(buf, 0, h.flatbuffer_offset + h.flatbuffer_size, path).root(b"FT01", "flat_tensor")
+        version = root.scalar(0, "I", "version")
+        if version > 0:
+            raise InvalidValueError("version", f"{version} is newer than supported (0)", path)
+        segs = root.tables(1, "segments")
+        named = root.tables(2, "named_data")
+        if segs is None or named is None:
+            raise InvalidValueError("segments" if segs is None else "named_data", "missing", path)
+        ranges = []
+        for i, s in enumerate(segs):
+            off, size = s.scalar(0, "Q", "offset"), s.scalar(1, "Q", "size")
+            if off + size > h.segment_data_size:
+                raise OutOfBoundsError(f"segments[{i}]", f"[{off}, +{size}) outside the segment data ({h.segment_data_size} bytes)", path)
+            ranges.append(FileRange(path, h.segment_base_offset + off, size))
+        for i, n in enumerate(named):
+            key, idx = n.string(0, "key") or "", n.scalar(1, "I", "segment_index")
+            if idx >= len(ranges):
+                raise OutOfBoundsError(f"named_data[{i}].segment_index", f"segment index {idx} out of range ({len(ranges)} segments)", path)
+            self._add(key, ranges[idx], f"named_data[{i}].key")
+
+    def _load_safetensors(self) -> None:
+        buf, path = self.buf, self.path
+        if self.size < 8:
+            raise TruncatedError("header", "safetensors length prefix cut short", path)
+        n = struct.unpack_from("<Q", buf, 0)[0]
+        if n > SAFETENSORS_MAX_HEADER or 8 + n > self.size:
+            raise TruncatedError("header", f"JSON header of {n} bytes does not fit in the file ({self.size} bytes)", path)
+        try:
+            meta = json.loads(bytes(buf[8:8 + n]).decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
+            raise InvalidValueError("header", f"JSON header is unreadable ({type(e).__name__})", path) from None
+        if not isinstance(meta, dict):
+            raise InvalidValueError("header", "JSON header is not an object", path)
+        base, data = 8 + n, self.size - 8 - n
+        for key, info in meta.items():
+            if key == "__metadata__":
+                continue
+            where = f"tensors[{key!r}]"
+            if not isinstance(info, dict):
+                raise InvalidValueError(where, "entry is not an object", path)
+            offs, dtype, shape = info.get("data_offsets"), info.get("dtype"), info.get("shape")
+            if (not isinstance(offs, list) or len(offs) != 2 or not all(type(o) is int for o in offs)
+                    or not isinstance(dtype, str) or not isinstance(shape, list)
+                    or not all(type(d) is int and d >= 0 for d in shape)):
+                raise InvalidValueError(where, "needs dtype (string), shape (list of ints >= 0), data_offsets ([begin, end])", path)
+            begin, end = offs
+            if not 0 <= begin <= end <= data:
+                raise OutOfBoundsError(f"{where}.data_offsets", f"[{begin}, {end}) outside the data ({data} bytes)", path)
+            self._add(key, FileRange(path, base + begin, end - begin), where)
+            self.dtypes[key] = (dtype, tuple(shape))
+
+
+def constant_tensors(graph: vk.VkGraph) -> dict[int, vk.Tensor]:
+    """constant_id -> the first Tensor value that uses it."""
+    out: dict[int, vk.Tensor] = {}
+    for v in graph.values:
+        if isinstance(v, vk.Tensor) and v.constant_id >= 0:
+            out.setdefault(v.constant_id, v)
+    return out
+
+
+def resolve_constants(pf: ProgramFile, external: Sequence[ExternalData] = ()) -> list[FileRange]:
+    """Where each constant's bytes are, indexed by constant_id.
+
+    Named constants are looked up in the external files in order, then in the
+    .pte's named data; legacy ones inside the delegate blob's constant section.
+    """
+    v = pf.vulkan
+    if v is None:
+        raise FormatError("execution_plan", f"no {VULKAN_BACKEND} delegate", pf.path)
+    tensors = constant_tensors(v.graph)
+    out = []
+    for k, ref in enumerate(v.graph.constants):
+        where = f"vkgraph.constants[{k}]"
+        t = tensors.get(k)
+        nbytes = t.nbytes if t is not None else ref.length
+        if ref.is_named:
+            r = next((e.named_data[ref.named_key] for e in external if ref.named_key in e.named_data), None)
+            if r is None:
+                r = pf.named_data.get(ref.named_key)
+            if r is None:
+                files = ", ".join([e.path for e in external] + [pf.path])
+                raise MissingKeyError(f"{where}.named_key", f"key {ref.named_key!r} not found in {files}", pf.path)
+            if t is not None and r.size != nbytes:
+                raise InvalidValueError(where, f"named data {ref.named_key!r} has {r.size} bytes, the tensor needs {nbytes} ({t.datatype.name} {list(t.dims)})", pf.path)
+        else:
+            sec = v.legacy_section
+            if ref.offset + nbytes > sec.size:
+                raise OutOfBoundsError(f"{where}.offset", f"[{ref.offset}, +{nbytes}) outside the blob's constant section ({sec.size} bytes)", pf.path)
+            r = FileRange(pf.path, sec.offset + ref.offset, nbytes)
+        out.append(r)
+    return out

@@ -1,0 +1,64 @@
+"""Read-only memory-mapped files shared by the .pte, .ptd and .safetensors readers."""
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+
+from .common import FileRange
+from .errors import TruncatedError
+
+
+class MappedFile:
+    """A file mapped read-only; `view()` hands out zero-copy slices."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        with open(self.path, "rb") as f:
+            self.size = os.fstat(f.fileno()).st_size
+            if self.size == 0:
+                raise TruncatedError("file", "empty file", self.path)
+            self._mm: mmap.mmap | None = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+    @property
+    def buf(self) -> mmap.mmap:
+        if self._mm is None:
+            raise ValueError(f"{self.path} is closed")
+        return self._mm
+
+    def view(self, r: FileRange) -> memoryview:
+        """Zero-copy view of the range (which must belong to this file)."""
+        if r.path != self.path:
+            raise ValueError(f"range of {r.path} asked from {self.path}")
+        if r.offset < 0 or r.size < 0 or r.end > self.size:
+            raise ValueError(f"range [{r.offset}, {r.end}) outside {self.path} ({self.size} bytes)")
+        return memoryview(self.buf)[r.offset:r.end]
+
+    def release(self, r: FileRange) -> None:
+        """Drop the page-cache mapping of the whole pages inside r (MADV_DONTNEED).
+
+        Bytes stay readable (they are read again from the file if touched).
+        """
+        page = mmap.PAGESIZE
+        start = -(-r.offset // page) * page
+        end = (r.end // page) * page
+        if end > start and hasattr(mmap, "MADV_DONTNEED"):
+            self.buf.madvise(mmap.MADV_DONTNEED, start, end - start)
+
+    def close(self) -> None:
+        """Unmap. Views still held keep the mapping alive until they are released."""
+        mm, self._mm = self._mm, None
+        if mm is not None:
+            try:
+                mm.close()
+            except BufferError:
+                pass  # exported views exist; the mapping goes when the last one does
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({Path(self.path).name!r}, {self.size} bytes)"

@@ -1,0 +1,232 @@
+"""The decoded ExecuTorch Program (the subset vkx reads), from a checked Reader."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .common import SCALAR_TYPE_VALUES, ScalarType
+from .errors import InvalidValueError
+from .flatbuf import Reader, Table
+
+EVALUE_KINDS = ("Null", "Int", "Bool", "Double", "Tensor", "String", "IntList",
+                "DoubleList", "BoolList", "TensorList", "OptionalTensorList")
+INSTRUCTION_KINDS = ("KernelCall", "DelegateCall", "MoveCall", "JumpFalseCall", "FreeCall")
+INLINE, SEGMENT = 0, 1
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """An ExecuTorch `Tensor` value (only what vkx uses)."""
+    scalar_type: ScalarType
+    sizes: tuple[int, ...]
+    dim_order: tuple[int, ...]
+    data_buffer_idx: int
+    memory_id: int | None
+    """Planned arena id (`allocation_info.memory_id`), None if not memory-planned."""
+    memory_offset: int
+    shape_dynamism: int
+
+    @property
+    def nbytes(self) -> int:
+        n = self.scalar_type.itemsize
+        for s in self.sizes:
+            n *= s
+        return n
+
+
+@dataclass(frozen=True)
+class EValue:
+    kind: str
+    """One of EVALUE_KINDS, or "None" for an empty union."""
+    value: Any
+    """TensorMeta, int, bool, float, str, tuple, or None."""
+
+
+@dataclass(frozen=True)
+class Instruction:
+    kind: str
+    index: int
+    """op_index of a KernelCall, delegate_index of a DelegateCall, else -1."""
+    args: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Chain:
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    instructions: tuple[Instruction, ...]
+
+
+@dataclass(frozen=True)
+class Delegate:
+    id: str
+    location: int
+    """INLINE (index into backend_delegate_data) or SEGMENT (index into segments)."""
+    index: int
+    compile_specs: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True)
+class ExecutionPlan:
+    name: str
+    values: tuple[EValue, ...]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    chains: tuple[Chain, ...]
+    operators: tuple[tuple[str, str], ...]
+    delegates: tuple[Delegate, ...]
+    non_const_buffer_sizes: tuple[int, ...]
+    encoded_inp_str: str | None
+    encoded_out_str: str | None
+
+
+@dataclass(frozen=True)
+class DataSegment:
+    offset: int
+    """Relative to the file's segment_base_offset."""
+    size: int
+
+
+@dataclass(frozen=True)
+class NamedData:
+    key: str
+    segment_index: int
+
+
+@dataclass(frozen=True)
+class Program:
+    version: int
+    execution_plan: tuple[ExecutionPlan, ...]
+    segments: tuple[DataSegment, ...] | None
+    constant_segment: tuple[int, tuple[int, ...]] | None
+    """(segment_index, offsets) or None when absent."""
+    named_data: tuple[NamedData, ...] | None
+    """None when the field is absent (not the same as empty for the runtime)."""
+    constant_buffer_count: int
+    inline_data: tuple[tuple[int, int], ...]
+    """(flatbuffer position, size) of each backend_delegate_data[i].data."""
+    mutable_data_segment_count: int
+
+
+def _enum(t: Table, slot: int, name: str, allowed: frozenset | range, default: int = 0) -> int:
+    v = t.scalar(slot, "b", name, default)
+    if v not in allowed:
+        t.r.fail(InvalidValueError, t.at(name), f"invalid value {v}")
+    return v
+
+
+def _items(t: Table | None, code: str) -> tuple:
+    return () if t is None else (t.scalars(0, code, "items") or ())
+
+
+def _tensor(t: Table) -> TensorMeta:
+    st = _enum(t, 0, "scalar_type", SCALAR_TYPE_VALUES)
+    alloc = t.table(6, "allocation_info")
+    memory_id = offset = None
+    if alloc is not None:
+        memory_id = alloc.scalar(0, "I", "memory_id")
+        offset = alloc.scalar(1, "I", "memory_offset_low") | alloc.scalar(2, "I", "memory_offset_high") << 32
+    return TensorMeta(
+        scalar_type=ScalarType(st),
+        sizes=t.scalars(2, "i", "sizes") or (),
+        dim_order=t.scalars(3, "B", "dim_order") or (),
+        data_buffer_idx=t.scalar(5, "I", "data_buffer_idx"),
+        memory_id=memory_id,
+        memory_offset=offset or 0,
+        shape_dynamism=_enum(t, 8, "shape_dynamism", range(3)),
+    )
+
+
+def _evalue(t: Table) -> EValue:
+    tag, v = t.union(0, "val", len(EVALUE_KINDS))
+    if v is None:
+        return EValue("None", None)
+    kind = EVALUE_KINDS[tag - 1]
+    value: Any
+    if kind == "Null":
+        value = None
+    elif kind == "Int":
+        value = v.scalar(0, "q", "int_val")
+    elif kind == "Bool":
+        value = v.scalar(0, "?", "bool_val", False)
+    elif kind == "Double":
+        value = v.scalar(0, "d", "double_val", 0.0)
+    elif kind == "Tensor":
+        value = _tensor(v)
+    elif kind == "String":
+        value = v.string(0, "string_val") or ""
+    else:
+        value = _items(v, {"IntList": "q", "DoubleList": "d", "BoolList": "?"}.get(kind, "i"))
+    return EValue(kind, value)
+
+
+def _instruction(t: Table) -> Instruction:
+    tag, v = t.union(0, "instr_args", len(INSTRUCTION_KINDS))
+    if v is None:
+        t.r.fail(InvalidValueError, t.at("instr_args"), "instruction without arguments")
+    kind = INSTRUCTION_KINDS[tag - 1]
+    if kind in ("KernelCall", "DelegateCall"):
+        index = v.scalar(0, "i", "op_index" if kind == "KernelCall" else "delegate_index")
+        return Instruction(kind, index, v.scalars(1, "i", "args") or ())
+    return Instruction(kind, -1, ())
+
+
+def _chain(t: Table) -> Chain:
+    return Chain(
+        inputs=t.scalars(0, "i", "inputs") or (),
+        outputs=t.scalars(1, "i", "outputs") or (),
+        instructions=tuple(_instruction(i) for i in t.tables(2, "instructions") or ()),
+    )
+
+
+def _delegate(t: Table) -> Delegate:
+    ref = t.table(1, "processed")
+    if ref is None:
+        t.r.fail(InvalidValueError, t.at("processed"), "missing")
+    specs = tuple((s.string(0, "key") or "", s.raw(1, "value") or b"") for s in t.tables(2, "compile_specs") or ())
+    return Delegate(
+        id=t.string(0, "id") or "",
+        location=_enum(ref, 0, "location", range(2)),
+        index=ref.scalar(1, "I", "index"),
+        compile_specs=specs,
+    )
+
+
+def _plan(t: Table) -> ExecutionPlan:
+    meta = t.table(1, "container_meta_type")
+    return ExecutionPlan(
+        name=t.string(0, "name") or "",
+        values=tuple(_evalue(v) for v in t.tables(2, "values") or ()),
+        inputs=t.scalars(3, "i", "inputs") or (),
+        outputs=t.scalars(4, "i", "outputs") or (),
+        chains=tuple(_chain(c) for c in t.tables(5, "chains") or ()),
+        operators=tuple((o.string(0, "name") or "", o.string(1, "overload") or "")
+                        for o in t.tables(6, "operators") or ()),
+        delegates=tuple(_delegate(d) for d in t.tables(7, "delegates") or ()),
+        non_const_buffer_sizes=t.scalars(8, "q", "non_const_buffer_sizes") or (),
+        encoded_inp_str=None if meta is None else meta.string(0, "encoded_inp_str"),
+        encoded_out_str=None if meta is None else meta.string(1, "encoded_out_str"),
+    )
+
+
+def decode_program(r: Reader) -> Program:
+    """Decode the Program at the reader's root (identifier ET12)."""
+    root = r.root(b"ET12", "program")
+    segs = root.tables(4, "segments")
+    cs = root.table(5, "constant_segment")
+    named = root.tables(7, "named_data")
+    inline = []
+    for d in root.tables(3, "backend_delegate_data") or ():
+        inline.append(d.span(0, "data") or (0, 0))
+    return Program(
+        version=root.scalar(0, "I", "version"),
+        execution_plan=tuple(_plan(p) for p in root.tables(1, "execution_plan") or ()),
+        segments=None if segs is None else tuple(
+            DataSegment(s.scalar(0, "Q", "offset"), s.scalar(1, "Q", "size")) for s in segs),
+        constant_segment=None if cs is None else (cs.scalar(0, "I", "segment_index"), cs.scalars(1, "Q", "offsets") or ()),
+        named_data=None if named is None else tuple(
+            NamedData(n.string(0, "key") or "", n.scalar(1, "I", "segment_index")) for n in named),
+        constant_buffer_count=len(root.tables(2, "constant_buffer") or ()),
+        inline_data=tuple(inline),
+        mutable_data_segment_count=len(root.tables(6, "mutable_data_segments") or ()),
+    )

@@ -1,0 +1,218 @@
+"""write_program: stream a .pte (and optional .ptd/.safetensors) to disk atomically.
+
+Metadata is built first (all sizes are known up front); then every segment is
+written in file order, one payload at a time, straight from the payload's
+buffer into the file (the only copy of each weight byte).
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Literal, Sequence
+
+from . import vkgraph as vk
+from .atomic import AtomicFile
+from .common import ScalarType, align, lcm, segment_alignment
+from .encode import (PTD_HEADER_LENGTH, PTE_HEADER_LENGTH, encode_flat_tensor, encode_program, insert_header,
+                     plan_io)
+from .errors import DuplicateKeyError, InvalidValueError
+from .external import constant_tensors
+from .vkgraph_codec import encode_vkgraph
+
+Buffer = object  # anything exposing the buffer protocol (bytes, memoryview, numpy array, mmap)
+CHUNK = 8 * 1024 * 1024
+SAFETENSORS_DTYPES = {
+    vk.DataType.BOOL: "BOOL", vk.DataType.UINT8: "U8", vk.DataType.INT8: "I8", vk.DataType.INT32: "I32",
+    vk.DataType.FLOAT16: "F16", vk.DataType.FLOAT32: "F32", vk.DataType.FLOAT64: "F64", vk.DataType.INT64: "I64",
+}
+
+
+@dataclass(frozen=True)
+class ConstantPayload:
+    """The bytes of one constant: `read()` is called once, when they are written."""
+    key: str
+    nbytes: int
+    read: Callable[[], Buffer]
+
+
+@dataclass(frozen=True)
+class IOSpec:
+    """A program input or output tensor as the ExecuTorch runtime sees it."""
+    scalar_type: ScalarType
+    sizes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class WriteReport:
+    path: str
+    file_bytes: int
+    constant_bytes: int
+    """Weight bytes written (each distinct key once)."""
+    named_data_entries: int
+    external_path: str | None
+    external_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class _Segment:
+    offset: int
+    size: int
+    payload: ConstantPayload | None = None  # None: the delegate blob (or empty)
+
+
+def _place(sizes_aligns: Sequence[tuple[int, int]]) -> list[int]:
+    """Segment offsets: each at align(previous end, lcm(128, alignment))."""
+    offsets, end = [], 0
+    for size, a in sizes_aligns:
+        off = align(end, lcm(128, a))
+        offsets.append(off)
+        end = off + size
+    return offsets
+
+
+def _write_payload(out: AtomicFile, p: ConstantPayload) -> None:
+    where = f"payload {p.key!r}"
+    data = p.read()
+    try:
+        mv = memoryview(data).cast("B")
+    except TypeError:
+        raise InvalidValueError(where, "not a contiguous buffer") from None
+    if mv.nbytes != p.nbytes:
+        raise InvalidValueError(where, f"read() gave {mv.nbytes} bytes, declared {p.nbytes}")
+    for start in range(0, mv.nbytes, CHUNK):
+        out.write(mv[start:start + CHUNK])
+
+
+def _unique(graph: vk.VkGraph, payloads: Sequence[ConstantPayload]) -> dict[str, tuple[int, ConstantPayload]]:
+    """key -> (first constant_id, payload); checks payload sizes against the graph."""
+    tensors = constant_tensors(graph)
+    for cid, t in tensors.items():
+        if cid >= len(payloads):
+            raise InvalidValueError(f"graph constant_id {cid}", f"no payload ({len(payloads)} given)")
+        if t.nbytes != payloads[cid].nbytes:
+            raise InvalidValueError(f"payloads[{cid}]", f"{payloads[cid].nbytes} bytes, the tensor needs {t.nbytes} ({t.datatype.name} {list(t.dims)})")
+    out: dict[str, tuple[int, ConstantPayload]] = {}
+    for i, p in enumerate(payloads):
+        if p.key in out and out[p.key][1].nbytes != p.nbytes:
+            raise DuplicateKeyError(f"payloads[{i}]", f"key {p.key!r} used for {out[p.key][1].nbytes} and {p.nbytes} bytes")
+        out.setdefault(p.key, (i, p))
+    return out
+
+
+def _blob_head(graph: vk.VkGraph, section_size: int) -> bytes:
+    """VH00 header + VkGraph flatbuffer, padded to 16 (the constant section follows)."""
+    fb = encode_vkgraph(graph)
+    bytes_offset = 32 + align(len(fb), 16)
+    header = b"\0\0\0\0VH00" + struct.pack("<HIIIQ", 30, 32, len(fb), bytes_offset, section_size)
+    return header.ljust(32, b"\0") + fb.ljust(align(len(fb), 16), b"\0")
+
+
+def write_program(path: str | os.PathLike, graph: vk.VkGraph, payloads: Sequence[ConstantPayload],
+                  inputs: Sequence[IOSpec], outputs: Sequence[IOSpec], *,
+                  layout: Literal["named", "legacy"] = "named", external_data: str | os.PathLike | None = None,
+                  alignment: int | None = None, pytree_in: str = "", pytree_out: str = "",
+                  on_bytes: Callable[[int], None] | None = None) -> WriteReport:
+    """Write `graph` and its constants as an ExecuTorch-1.5.1-compatible .pte.
+
+    payloads[i] holds the bytes of constant_id i; fills `graph.constants`.
+    With `external_data` (.ptd or .safetensors) the weights go there instead.
+    """
+    if layout not in ("named", "legacy"):
+        raise ValueError(f"layout must be 'named' or 'legacy', not {layout!r}")
+    if layout == "legacy" and external_data is not None:
+        raise ValueError("the legacy layout keeps weights in the delegate blob; it cannot use external_data")
+    if len(inputs) != len(graph.input_ids) or len(outputs) != len(graph.output_ids):
+        raise ValueError(f"{len(inputs)} inputs / {len(outputs)} outputs given, the graph has "
+                         f"{len(graph.input_ids)} / {len(graph.output_ids)}")
+    unique = _unique(graph, payloads)
+    first_offset: dict[str, int] = {}
+    section = 0
+    if layout == "legacy":
+        for key, (_, p) in unique.items():
+            first_offset[key] = section
+            section += align(p.nbytes, 16)
+        graph.constants = [vk.ConstantRef(first_offset[p.key], p.nbytes) for p in payloads]
+    else:
+        graph.constants = [vk.ConstantRef(vk.NAMED_OFFSET, p.nbytes, p.key) if p.nbytes else vk.ConstantRef(0, 0)
+                           for p in payloads]
+    named = [p for _, p in unique.values() if p.nbytes] if layout == "named" else []
+    blob_head = _blob_head(graph, section)
+    in_pte = named if external_data is None else []
+    aligns = [segment_alignment(p.nbytes, alignment) for p in in_pte]
+    offsets = _place([(0, 1), (len(blob_head) + section, 1)] + [(p.nbytes, a) for p, a in zip(in_pte, aligns)])
+    segments = [_Segment(offsets[0], 0), _Segment(offsets[1], len(blob_head) + section)]
+    segments += [_Segment(o, p.nbytes, p) for o, p in zip(offsets[2:], in_pte)]
+    io, arena = plan_io([(s.scalar_type, s.sizes) for s in list(inputs) + list(outputs)])
+    fb = encode_program(io[:len(inputs)], io[len(inputs):], arena, [(s.offset, s.size) for s in segments],
+                        [(p.key, 2 + i) for i, p in enumerate(in_pte)] if in_pte else None, pytree_in, pytree_out)
+    program_size = PTE_HEADER_LENGTH + len(fb)
+    sbo = align(program_size, max([128] + aligns))
+    seg_data = segments[-1].offset + segments[-1].size
+    header = b"eh00" + struct.pack("<IQQQ", 32, program_size, sbo, seg_data)
+
+    ext_target = None if external_data is None else Path(external_data)
+    ext_bytes = 0
+    with AtomicFile(path, on_bytes) as out:
+        out.write(insert_header(fb, header, PTE_HEADER_LENGTH))
+        for s in segments:
+            out.pad_to(sbo + s.offset)
+            if s.payload is not None:
+                _write_payload(out, s.payload)
+            elif s.size:
+                out.write(blob_head)
+                for key, off in first_offset.items():  # legacy constants
+                    out.pad_to(sbo + s.offset + len(blob_head) + off)
+                    _write_payload(out, unique[key][1])
+                out.pad_to(sbo + s.offset + s.size)
+        if ext_target is None:
+            out.commit()
+        else:
+            with AtomicFile(ext_target, on_bytes) as ext:
+                if ext_target.suffix == ".safetensors":
+                    _write_safetensors(ext, graph, named, alignment)
+                else:
+                    _write_ptd(ext, named, alignment)
+                ext_bytes = ext.pos
+                ext.commit()
+                try:
+                    out.commit()
+                except BaseException:
+                    ext.uncommit()
+                    raise
+    return WriteReport(str(path), out.pos, sum(p.nbytes for _, p in unique.values()),
+                       len(named), None if ext_target is None else str(ext_target), ext_bytes)
+
+
+def _write_ptd(out: AtomicFile, named: Sequence[ConstantPayload], alignment: int | None) -> None:
+    aligns = [segment_alignment(p.nbytes, alignment) for p in named]
+    offsets = _place([(p.nbytes, a) for p, a in zip(named, aligns)])
+    fb = encode_flat_tensor([(o, p.nbytes) for o, p in zip(offsets, named)], [(p.key, i) for i, p in enumerate(named)])
+    sbo = align(PTD_HEADER_LENGTH + len(fb), max([128] + aligns))
+    seg_data = offsets[-1] + named[-1].nbytes if named else 0
+    header = b"FH01" + struct.pack("<IQQQQ", 40, PTD_HEADER_LENGTH, len(fb), sbo, seg_data)
+    out.write(insert_header(fb, header, PTD_HEADER_LENGTH))
+    for o, p in zip(offsets, named):
+        out.pad_to(sbo + o)
+        _write_payload(out, p)
+
+
+def _write_safetensors(out: AtomicFile, graph: vk.VkGraph, named: Sequence[ConstantPayload],
+                       alignment: int | None) -> None:
+    tensors = constant_tensors(graph)
+    by_key = {}
+    for cid, t in sorted(tensors.items()):
+        by_key.setdefault(graph.constants[cid].named_key, t)
+    meta, pos = {}, 0
+    for p in named:
+        t = by_key.get(p.key)
+        dtype, shape = (SAFETENSORS_DTYPES[t.datatype], list(t.dims)) if t is not None else ("U8", [p.nbytes])
+        meta[p.key] = {"dtype": dtype, "shape": shape, "data_offsets": [pos, pos + p.nbytes]}
+        pos += p.nbytes
+    text = json.dumps(meta, separators=(",", ":")).encode()
+    start = align(8 + len(text), max([8] + [segment_alignment(p.nbytes, alignment) for p in named]))
+    out.write(struct.pack("<Q", start - 8) + text + b" " * (start - 8 - len(text)))
+    for p in named:
+        _write_payload(out, p)
