@@ -3,6 +3,7 @@ program is a `LoadError` (a `VkxError`: the CLI prints one line, exit 2)."""
 from __future__ import annotations
 
 from vkx.errors import VkxError
+from vkx.format.errors import FormatError, MissingKeyError
 from vkx.loader.ops import UnsupportedOpError as _OpsUnsupported
 
 
@@ -36,12 +37,26 @@ class ShaderError(LoadError):
     """A compute shader is missing or failed to compile."""
 
 
-class MissingDataError(LoadError):
-    """A constant's bytes are not in any of the files given."""
-
-
 class BadProgramError(LoadError):
     """The program file or graph is malformed for the loader."""
+
+
+class FileError(LoadError):
+    """A file could not be opened or read."""
+
+
+class ProgramFormatError(BadProgramError, FormatError):
+    """A file is malformed (a `FormatError` raised while loading; catchable as either)."""
+
+
+class MissingDataError(ProgramFormatError, MissingKeyError):
+    """A constant's named key is not in any of the files given."""
+
+
+def as_load_error(error: FormatError) -> ProgramFormatError:
+    """The loader's typed twin of a format error (same where/detail/path)."""
+    cls = MissingDataError if isinstance(error, MissingKeyError) else ProgramFormatError
+    return cls(error.where, error.detail, error.path)
 
 
 class InputError(LoadError):

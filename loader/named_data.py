@@ -31,6 +31,14 @@ class MappedFile:
             self.mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
         self.size = size
         self.dropped = 0
+        self.owned = True
+
+    @classmethod
+    def wrap(cls, path, mm: mmap.mmap) -> "MappedFile":
+        """Use a mapping someone else owns (the format package's); `close()` leaves it open."""
+        self = cls.__new__(cls)
+        self.path, self.mm, self.size, self.dropped, self.owned = os.fspath(path), mm, len(mm), 0, False
+        return self
 
     def view(self, offset: int, length: int) -> memoryview:
         if offset < 0 or length < 0 or offset + length > self.size:
@@ -52,6 +60,8 @@ class MappedFile:
         return hi - lo
 
     def close(self) -> None:
+        if self.mm is not None and not self.owned:
+            self.mm = None
         if self.mm is not None:
             try:
                 self.mm.close()

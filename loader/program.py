@@ -73,7 +73,8 @@ def load_source(graph: g.VkGraph, source, schedule: str = "lazy", device=None, u
     if upload not in UPLOADS:
         raise LoadError(f"upload must be one of {UPLOADS}, not {upload!r}")
     timeline = timeline or Timeline()
-    timeline.mark("before load")
+    if not timeline.phases:
+        timeline.mark("before load")
     dev, own_device = _device(device)
     allocator = Allocator(dev, budget=memory_budget)
     timeline.ledger = allocator.ledger

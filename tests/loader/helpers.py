@@ -26,3 +26,23 @@ def relu_add_graph(n=1000, wdtype=g.DataType.FLOAT32, shared=True):
 
 def weights(n=1000, dtype=np.float32, seed=0):
     return np.random.default_rng(seed).standard_normal(n).astype(dtype)
+
+
+def write_pte(tmp_path, graph, consts, layout="named", external=None, name="m.pte"):
+    """Write `graph` with constant bytes `consts` (arrays); returns (pte path, external path|None)."""
+    import hashlib
+
+    from vkx.format import ConstantPayload, IOSpec, ScalarType, write_program
+
+    st = {g.DataType.FLOAT32: ScalarType.FLOAT, g.DataType.INT64: ScalarType.LONG,
+          g.DataType.INT32: ScalarType.INT, g.DataType.FLOAT16: ScalarType.HALF}
+    payloads = []
+    for c in consts:
+        b = np.ascontiguousarray(c).tobytes()
+        payloads.append(ConstantPayload(hashlib.sha256(b).hexdigest(), len(b), lambda b=b: b))
+    ins = [IOSpec(st[graph.values[i].datatype], graph.values[i].dims) for i in graph.input_ids]
+    outs = [IOSpec(st[graph.values[i].datatype], graph.values[i].dims) for i in graph.output_ids]
+    ext = str(tmp_path / external) if external else None
+    path = str(tmp_path / name)
+    write_program(path, graph, payloads, ins, outs, layout=layout, external_data=ext)
+    return path, ext
