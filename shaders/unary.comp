@@ -31,8 +31,8 @@ layout(push_constant) uniform Push {
 // exp(-|x|)-based forms avoid inf/inf for large |x|.
 T sigmoid_(T x) {
     T e = exp(-abs(x));
-    T s = 1.0 / (1.0 + e);  // sigmoid(|x|)
-    return mix(1.0 - s, s, GE(x, T(0.0)));
+    T r = 1.0 / (1.0 + e);  // sigmoid(|x|); sigmoid(-|x|) = e * r keeps its relative precision
+    return mix(e * r, r, GE(x, T(0.0)));
 }
 
 T tanh_(T x) {
@@ -75,8 +75,9 @@ T f(T x) {
 #elif OP == 4
     return x * normal_cdf(x);
 #elif OP == 5
+    // 0.5 * (1 + tanh(u)) == sigmoid(2u): no cancellation in the negative tail.
     T inner = 0.79788456080286536 * (x + 0.044715 * x * x * x);
-    return 0.5 * x * (1.0 + tanh_(inner));
+    return x * sigmoid_(2.0 * inner);
 #else
     return x;
 #endif

@@ -1,0 +1,265 @@
+"""Shared helpers for op tests (elementwise/reduce/shape here; matmul/conv/attention too).
+
+Two ways to run an op on the Vulkan device and compare with torch:
+
+* `run_vkx(module, inputs, dtype=None)`: export a tiny `nn.Module` with
+  `vkx.export_model` to a temporary `.pte`, load it with `vkx.load`, call it.
+* `run_graph(name, args, out)`: hand-build a single-op VkGraph (op contract of
+  docs/architecture.md) and run it through `vkx.loader.load_graph`. Arguments:
+  torch tensors are graph inputs, `Const(t)` a constant, Python scalars and
+  lists become Int/Double/Bool/String/Null/IntList values, `Values([...])` a
+  ValueList of tensors. `out` is a shape, a `(shape, torch.dtype)` pair, or a
+  list of those for a multi-output op (a ValueList output).
+
+`assert_close(vkx_out, torch_out, rtol=1e-4, atol=1e-5)` compares and reports the
+max error. Every test using the device is marked `vulkan` (`pytestmark =
+pytest.mark.vulkan`, or the `requires_vulkan` marker) and skips cleanly when
+no Vulkan device exists; any validation message fails the test.
+
+Import in a test module with `from conftest import run_vkx, run_graph, ...`
+(tests/ops has no __init__.py, so this conftest is importable as `conftest`),
+or use the fixtures of the same names.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+os.environ.setdefault("VKX_VALIDATION", "1")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+__all__ = ["Const", "Values", "run_graph", "run_vkx", "assert_close", "max_error",
+           "vulkan_available", "requires_vulkan", "rand"]
+
+
+# --------------------------------------------------------------------------- device
+
+_AVAILABLE: bool | None = None
+_REASON = ""
+
+
+def vulkan_available() -> bool:
+    """True when a Vulkan device can be opened (cached; opens the loader's default device)."""
+    global _AVAILABLE, _REASON
+    if _AVAILABLE is None:
+        try:
+            from vkx.loader.device import default_device
+            default_device()
+            _AVAILABLE = True
+        except Exception as error:  # no driver, no device, no validation layer, ...
+            _AVAILABLE, _REASON = False, f"{type(error).__name__}: {error}"
+    return _AVAILABLE
+
+
+requires_vulkan = pytest.mark.vulkan
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "vulkan: needs a Vulkan device (skipped when there is none)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("vulkan") is not None and not vulkan_available():
+            item.add_marker(pytest.mark.skip(reason=f"no Vulkan device ({_REASON})"))
+
+
+@pytest.fixture(autouse=True)
+def _no_validation_messages(request):
+    """Any validation message collected during a device test fails it."""
+    if request.node.get_closest_marker("vulkan") is None:
+        yield
+        return
+    from vkx.loader import device as dev
+    with dev._messages_lock:
+        dev._messages.clear()
+    yield
+    with dev._messages_lock:
+        found = list(dev._messages)
+        dev._messages.clear()
+    assert not found, f"validation messages: {found}"
+
+
+# --------------------------------------------------------------------------- comparing
+
+def rand(*shape, seed: int = 0, dtype=torch.float32, scale: float = 1.0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(tuple(shape), generator=g) * scale).to(dtype)
+
+
+def max_error(got, want) -> float:
+    got = torch.as_tensor(got).double()
+    want = torch.as_tensor(want).double()
+    if got.numel() == 0:
+        return 0.0
+    return float((got - want).abs().max())
+
+
+def assert_close(vkx_out, torch_out, rtol: float = 1e-4, atol: float = 1e-5) -> float:
+    """Compare one output (or a tuple/list of them); returns the max absolute error."""
+    if isinstance(torch_out, (tuple, list)):
+        assert isinstance(vkx_out, (tuple, list)) and len(vkx_out) == len(torch_out), \
+            f"expected {len(torch_out)} outputs, got {type(vkx_out).__name__}"
+        return max([assert_close(v, t, rtol, atol) for v, t in zip(vkx_out, torch_out)], default=0.0)
+    got = torch.as_tensor(vkx_out)
+    want = torch.as_tensor(torch_out)
+    assert tuple(got.shape) == tuple(want.shape), f"shape {tuple(got.shape)} != {tuple(want.shape)}"
+    if want.is_floating_point():
+        torch.testing.assert_close(got.to(want.dtype), want, rtol=rtol, atol=atol, equal_nan=True)
+    else:
+        assert torch.equal(got.to(want.dtype), want), f"{got} != {want}"
+    return max_error(got, want)
+
+
+# --------------------------------------------------------------------------- through the exporter
+
+def run_vkx(module: torch.nn.Module, inputs: Sequence[torch.Tensor], dtype: str | None = None,
+            path: str | os.PathLike | None = None, **export_kwargs: Any):
+    """Export `module` with vkx.export_model to a temporary .pte, load it with vkx.load, run it.
+
+    `dtype` (e.g. "fp16") is passed to export_model as `dtype=`. Returns what the
+    loaded program returns (a tensor, or a tuple for several outputs).
+    """
+    import vkx
+    module = module.eval()
+    inputs = tuple(inputs)
+    if dtype is not None:
+        export_kwargs["dtype"] = dtype
+    with tempfile.TemporaryDirectory(prefix="vkx-op-") as tmp:
+        pte = Path(path) if path is not None else Path(tmp) / "model.pte"
+        vkx.export_model(module, inputs, str(pte), **export_kwargs)
+        program = vkx.load(str(pte))
+        try:
+            out = program(*inputs)
+        finally:
+            close = getattr(program, "close", None)
+            if close is not None:
+                close()
+    return out
+
+
+# --------------------------------------------------------------------------- hand-built graphs
+
+@dataclass(frozen=True)
+class Const:
+    """A constant tensor argument (stored in the graph's constants)."""
+    tensor: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Values:
+    """A ValueList argument of tensors (inputs or Const)."""
+    items: tuple
+
+    def __init__(self, items):
+        object.__setattr__(self, "items", tuple(items))
+
+
+def _datatype(dtype: torch.dtype):
+    from vkx.format import vkgraph as g
+    table = {torch.float32: g.DataType.FLOAT32, torch.float16: g.DataType.FLOAT16,
+             torch.float64: g.DataType.FLOAT64, torch.int32: g.DataType.INT32,
+             torch.int64: g.DataType.INT64, torch.bool: g.DataType.BOOL,
+             torch.int8: g.DataType.INT8, torch.uint8: g.DataType.UINT8}
+    return table[dtype]
+
+
+def run_graph(name: str, args: Sequence[Any], out: Any, **load_kwargs: Any):
+    """Run one op `name` with `args` (op contract order, without the output) through load_graph.
+
+    Returns one torch tensor, or a tuple for a list-of-outputs `out`.
+    """
+    from vkx.format import vkgraph as g
+    from vkx.loader import load_graph
+
+    values: list = []
+    inputs: list[torch.Tensor] = []
+    input_ids: list[int] = []
+    constants: list[bytes] = []
+    refs: list = []
+
+    def add(v) -> int:
+        values.append(v)
+        return len(values) - 1
+
+    def add_tensor(t: torch.Tensor, const: bool) -> int:
+        t = t.detach().contiguous()
+        dt = _datatype(t.dtype)
+        if const:
+            data = t.numpy().tobytes()
+            constants.append(data)
+            refs.append(g.ConstantRef(g.NAMED_OFFSET, len(data), f"c{len(refs)}"))
+            return add(g.Tensor(dt, tuple(t.shape), constant_id=len(refs) - 1))
+        vid = add(g.Tensor(dt, tuple(t.shape)))
+        inputs.append(t)
+        input_ids.append(vid)
+        return vid
+
+    def add_arg(a) -> int:
+        if isinstance(a, torch.Tensor):
+            return add_tensor(a, const=False)
+        if isinstance(a, Const):
+            return add_tensor(a.tensor, const=True)
+        if isinstance(a, Values):
+            return add(g.ValueList(tuple(add_arg(x) for x in a.items)))
+        if a is None:
+            return add(g.Null())
+        if isinstance(a, bool):
+            return add(g.Bool(a))
+        if isinstance(a, int):
+            return add(g.Int(a))
+        if isinstance(a, float):
+            return add(g.Double(a))
+        if isinstance(a, str):
+            return add(g.String(a))
+        if isinstance(a, (list, tuple)) and all(isinstance(x, int) and not isinstance(x, bool) for x in a):
+            return add(g.IntList(tuple(a)))
+        raise TypeError(f"cannot make a graph value of {a!r}")
+
+    def out_tensor(spec) -> int:
+        if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], torch.dtype):
+            shape, dtype = spec
+        else:
+            shape, dtype = spec, torch.float32
+        return add(g.Tensor(_datatype(dtype), tuple(int(d) for d in shape)))
+
+    arg_ids = [add_arg(a) for a in args]
+    if isinstance(out, list):
+        out_ids = [out_tensor(s) for s in out]
+        arg_ids.append(add(g.ValueList(tuple(out_ids))))
+    else:
+        out_ids = [out_tensor(out)]
+        arg_ids.append(out_ids[0])
+    graph = g.VkGraph(chain=[g.OperatorCall(0, name, tuple(arg_ids))], values=values,
+                      input_ids=input_ids, output_ids=out_ids, constants=refs)
+    program = load_graph(graph, constants, **load_kwargs)
+    try:
+        res = program(*inputs)
+    finally:
+        program.close()
+    if isinstance(out, list):
+        return tuple(res) if isinstance(res, (tuple, list)) else (res,)
+    return res
+
+
+# --------------------------------------------------------------------------- fixtures
+
+@pytest.fixture(name="run_graph")
+def _run_graph_fixture():
+    return run_graph
+
+
+@pytest.fixture(name="run_vkx")
+def _run_vkx_fixture():
+    return run_vkx
+
+
+@pytest.fixture(name="assert_close")
+def _assert_close_fixture():
+    return assert_close
