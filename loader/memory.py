@@ -183,12 +183,12 @@ class Allocator:
             raise OutOfDeviceMemoryError(f"cannot create a buffer of {size} bytes") from error
         return handle, vk.vkGetBufferMemoryRequirements(self.device.device, handle)
 
-    def buffer(self, size: int, kind: str, want: str = "device") -> Buffer:
+    def buffer(self, size: int, kind: str, want: str = "device", dedicated: bool = False) -> Buffer:
         """A new buffer of `size` bytes in memory of kind `want` ("device", "direct", "host", "readback")."""
         handle, req = self.create_unbound(size)
         try:
             mtype = self.choose_type(req.memoryTypeBits, want)
-            if req.size < self.small_limit:
+            if req.size < self.small_limit and not dedicated:
                 alloc, offset = self._suballocate(req.size, max(int(req.alignment), 256), mtype, kind)
             else:
                 alloc, offset = self._allocate(req.size, mtype, kind), 0

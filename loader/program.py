@@ -67,7 +67,7 @@ def _device(device) -> tuple[Device, bool]:
 def load_source(graph: g.VkGraph, source, schedule: str = "lazy", device=None, upload: str = "auto",
                 *, staging_chunks: int = 4, staging_chunk_bytes: int = 16 * MiB,
                 memory_budget: int | None = None, timeline: Timeline | None = None,
-                on_close=None) -> Program:
+                on_close=None, max_binding_bytes: int | None = None) -> Program:
     if schedule not in SCHEDULES:
         raise LoadError(f"schedule must be one of {SCHEDULES}, not {schedule!r}")
     if upload not in UPLOADS:
@@ -79,12 +79,15 @@ def load_source(graph: g.VkGraph, source, schedule: str = "lazy", device=None, u
     allocator = Allocator(dev, budget=memory_budget)
     timeline.ledger = allocator.ledger
     state = _LoadState(dev, own_device, allocator, source, timeline, on_close)
+    state.max_binding_bytes = min(max_binding_bytes or dev.max_storage_buffer_range, dev.max_storage_buffer_range)
     try:
         state.run(graph, schedule, upload, staging_chunks, staging_chunk_bytes)
         dev.check()
         return state.program
     except BaseException as error:
         state.abort()
+        if isinstance(error, LoadError):
+            error.ledger = allocator.ledger.snapshot()  # after cleanup: all zero
         if isinstance(error, vk.VkError):
             if isinstance(error, (vk.VkErrorOutOfDeviceMemory, vk.VkErrorOutOfHostMemory)):
                 raise OutOfDeviceMemoryError(f"out of memory in a Vulkan call ({type(error).__name__})") from error
@@ -106,7 +109,7 @@ class _LoadState:
     def run(self, graph, schedule, upload, staging_chunks, staging_chunk_bytes) -> None:
         dev, allocator = self.device, self.allocator
         # -- build: every op looked up and run, no memory ---------------------------
-        builder = GraphBuilder(graph, dev.max_storage_buffer_range, dev.min_storage_buffer_offset_alignment,
+        builder = GraphBuilder(graph, self.max_binding_bytes, dev.min_storage_buffer_offset_alignment,
                                pipelines_for(dev).push_bytes, dev.max_compute_work_group_count).build()
         cache = pipelines_for(dev)
         pipelines = {}

@@ -21,7 +21,7 @@ _ALIGN = 16
 
 class _Chunk:
     def __init__(self, device: Device, allocator: Allocator, size: int):
-        self.buffer: Buffer = allocator.buffer(size, "staging", "host")
+        self.buffer: Buffer = allocator.buffer(size, "staging", "host", dedicated=True)
         try:
             self.view = np.frombuffer(self.buffer.mapped(), np.uint8)
             d = device.device

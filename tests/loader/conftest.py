@@ -48,3 +48,14 @@ def _no_validation_messages():
         found = list(dev._messages)
         dev._messages.clear()
     assert not found, f"validation messages: {found}"
+
+
+@ops.register("test.relu_split.default")
+def _test_relu_split(b, args):
+    """relu over SubRanges of at most max_binding_bytes (how ops handle huge tensors)."""
+    x, out = b.tensor(args[0]), b.tensor(args[1])
+    step = (b.max_binding_bytes // 4) // (b.offset_alignment // 4 or 1) * (b.offset_alignment // 4 or 1)
+    for lo in range(0, out.numel, step):
+        n = min(step, out.numel - lo)
+        b.dispatch("test_relu", [ops.SubRange(x, lo * 4, n * 4), ops.SubRange(out, lo * 4, n * 4)],
+                   struct.pack("<If", n, 0.0), (-(-n // 64), 1, 1))

@@ -1,0 +1,140 @@
+"""Allocator, ledger, staging ring, casts, SubRange binding and failure cleanup."""
+import numpy as np
+import pytest
+
+from vkx.format import vkgraph as g
+from vkx.loader import load_graph
+from vkx.loader.device import default_device
+from vkx.loader.errors import BadProgramError, InputError, OutOfDeviceMemoryError, UnsupportedOpError
+from vkx.loader.memory import Allocator, MiB
+from vkx.loader.staging import StagingRing
+
+from .helpers import relu_add_graph, tensor, weights
+
+
+def test_suballocation_and_dedicated():
+    a = Allocator(default_device())
+    small = [a.buffer(1000, "weights") for _ in range(50)]
+    assert a.ledger.allocations["weights"] == 1            # one 4 MiB block
+    assert a.ledger.live["weights"] == 4 * MiB
+    offsets = {b.offset for b in small}
+    assert len(offsets) == 50 and all(o % 256 == 0 for o in offsets)
+    big = a.buffer(5 * MiB, "weights")
+    assert big.offset == 0 and a.ledger.allocations["weights"] == 2
+    for b in small:
+        b.free()
+    assert a.ledger.allocations["weights"] == 1            # the emptied block went back
+    big.free()
+    assert a.ledger.is_zero and a.ledger.peak["weights"] == 9 * MiB
+
+
+def test_alias_group_is_one_allocation():
+    a = Allocator(default_device())
+    bufs = a.alias_group([1000, 5000, 300])
+    assert a.ledger.allocations["activations"] == 1
+    assert {b.offset for b in bufs} == {0} and len({id(b.allocation) for b in bufs}) == 1
+    a.close()
+    assert a.ledger.is_zero
+
+
+def test_budget_raises_typed_error():
+    a = Allocator(default_device(), budget=8 * MiB)
+    a.buffer(6 * MiB, "weights")
+    with pytest.raises(OutOfDeviceMemoryError, match="budget"):
+        a.buffer(6 * MiB, "activations")
+    a.close()
+    assert a.ledger.is_zero
+
+
+def test_ring_reuses_fixed_chunks():
+    dev = default_device()
+    a = Allocator(dev)
+    ring = StagingRing(dev, a, chunks=2, chunk_bytes=256 * 1024)
+    src = np.arange(300_000, dtype=np.int64)              # 1.2 MB as int32: many chunks
+    dst = a.buffer(src.size * 4, "weights", "device")
+    released = []
+    ring.upload(src, dst, np.int32, on_chunk=lambda lo, hi: released.append((lo, hi)))
+    ring.flush()
+    assert a.ledger.peak["staging"] == 2 * 256 * 1024     # never grew
+    assert released[0][0] == 0 and released[-1][1] == src.size
+    assert ring.submits >= 4
+    ring.close()
+    assert a.ledger.live["staging"] == 0
+    back = a.buffer(src.size * 4, "io", "host")  # read back through a host-visible copy
+    import vulkan as vk
+    cmd = vk.vkAllocateCommandBuffers(dev.device, vk.VkCommandBufferAllocateInfo(
+        commandPool=dev.command_pool, level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY, commandBufferCount=1))[0]
+    vk.vkBeginCommandBuffer(cmd, vk.VkCommandBufferBeginInfo())
+    vk.vkCmdCopyBuffer(cmd, dst.handle, back.handle, 1, [vk.VkBufferCopy(size=src.size * 4)])
+    vk.vkEndCommandBuffer(cmd)
+    fence = vk.vkCreateFence(dev.device, vk.VkFenceCreateInfo(), None)
+    vk.vkQueueSubmit(dev.queue, 1, [vk.VkSubmitInfo(pCommandBuffers=[cmd])], fence)
+    dev.wait_fence(fence)
+    vk.vkDestroyFence(dev.device, fence, None)
+    vk.vkFreeCommandBuffers(dev.device, dev.command_pool, 1, [cmd])
+    got = np.frombuffer(back.mapped(), np.int32).copy()
+    np.testing.assert_array_equal(got, src.astype(np.int32))
+    a.close()
+    assert a.ledger.is_zero
+
+
+@pytest.mark.parametrize("upload", ["auto", "staging"])
+@pytest.mark.parametrize("dt,np_dt", [(g.DataType.FLOAT16, np.float16), (g.DataType.FLOAT64, np.float64),
+                                      (g.DataType.INT64, np.int64), (g.DataType.INT8, np.int8),
+                                      (g.DataType.UINT8, np.uint8), (g.DataType.BOOL, np.bool_)])
+def test_constant_cast_while_copying(upload, dt, np_dt):
+    rng = np.random.default_rng(5)
+    c = (rng.standard_normal(777) * 50).astype(np_dt)
+    graph = g.VkGraph(values=[tensor([777], dt, cid=0)], output_ids=[0],
+                      constants=[g.ConstantRef(g.NAMED_OFFSET, c.nbytes, "c")])
+    with load_graph(graph, [c.tobytes()], upload=upload) as p:
+        out = p().numpy()
+    expect = c.astype(np.float32).astype(np_dt) if np_dt in (np.float16, np.float64) else c
+    np.testing.assert_array_equal(out, expect)
+
+
+def test_subrange_binding():
+    n = 100_000
+    graph = g.VkGraph(values=[tensor([n]), tensor([n])], input_ids=[0], output_ids=[1],
+                      chain=[g.OperatorCall(0, "test.relu_split.default", (0, 1))])
+    x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    with load_graph(graph, [], max_binding_bytes=64 * 1024) as p:
+        assert p.dispatch_count == -(-n * 4 // (64 * 1024))
+        np.testing.assert_array_equal(p(x).numpy(), np.maximum(x, 0))
+
+
+def test_oversized_binding_is_typed():
+    n = 100_000
+    graph = g.VkGraph(values=[tensor([n]), tensor([n])], input_ids=[0], output_ids=[1],
+                      chain=[g.OperatorCall(0, "test.relu.default", (0, 1))])
+    with pytest.raises(UnsupportedOpError, match="maxStorageBufferRange"):
+        load_graph(graph, [], max_binding_bytes=64 * 1024)
+
+
+def test_inputs_checked():
+    with load_graph(relu_add_graph(10), [weights(10).tobytes()]) as p:
+        with pytest.raises(InputError, match="shape"):
+            p(np.zeros(11, np.float32))
+        with pytest.raises(InputError, match="dtype"):
+            p(np.zeros(10, np.int64))
+        with pytest.raises(InputError, match="expected 1"):
+            p()
+
+
+def test_wrong_constant_size_is_typed():
+    with pytest.raises(BadProgramError, match="bytes"):
+        load_graph(relu_add_graph(10), [b"\0" * 12])
+
+
+@pytest.mark.parametrize("schedule", ["lazy", "eager"])
+@pytest.mark.parametrize("budget_mib", [0.001, 4, 4.01])
+def test_oom_cleans_up_then_loads(schedule, budget_mib):
+    graph_n = 1_000_000   # 4 MB weight (dedicated), 4 MB activations
+    w = weights(graph_n)
+    with pytest.raises(OutOfDeviceMemoryError) as info:
+        load_graph(relu_add_graph(graph_n), [w.tobytes()], schedule=schedule,
+                   memory_budget=int(budget_mib * MiB))
+    assert info.value.ledger["total"] == 0 and info.value.ledger["buffers"] == 0
+    x = np.ones(graph_n, np.float32)
+    with load_graph(relu_add_graph(graph_n), [w.tobytes()], schedule=schedule) as p:
+        np.testing.assert_array_equal(p(x).numpy(), 1 + w)
