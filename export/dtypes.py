@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from vkx.format import ScalarType
 from vkx.format.vkgraph import DataType
 
 FP16_MAX = 65504.0
@@ -51,3 +52,16 @@ def datatype_of(stored: torch.dtype) -> DataType:
     """The VkGraph data type of constant bytes stored as `stored`."""
     return _DATATYPE[stored]
 
+
+
+_SCALAR_TYPES = {
+    torch.float32: ScalarType.FLOAT, torch.float16: ScalarType.HALF, torch.float64: ScalarType.DOUBLE,
+    torch.bfloat16: ScalarType.BFLOAT16, torch.int64: ScalarType.LONG, torch.int32: ScalarType.INT,
+    torch.int16: ScalarType.SHORT, torch.int8: ScalarType.CHAR, torch.uint8: ScalarType.BYTE,
+    torch.bool: ScalarType.BOOL,
+}
+
+
+def scalar_type(dtype: torch.dtype) -> ScalarType:
+    """The ExecuTorch scalar type a program input/output of `dtype` is declared with."""
+    return _SCALAR_TYPES[dtype]

@@ -1,0 +1,147 @@
+"""`export_model`: check everything up front, then trace, lower, plan and write one .pte."""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+import torch
+from torch.utils._pytree import treespec_dumps
+
+from vkx.export.constants import make_payloads, stored_nbytes
+from vkx.export.dtypes import scalar_type
+from vkx.export.errors import ExportError
+from vkx.export.lower import lower
+from vkx.export.model_file import check_model
+from vkx.export.plan import MemoryPlan, plan_memory
+from vkx.export.trace import trace
+from vkx.format import IOSpec, WriteReport, write_program
+
+EXTERNAL_SUFFIXES = (".ptd", ".safetensors")
+
+
+class Progress(Protocol):
+    """What export reports while it works (the CLI draws it)."""
+
+    def stage(self, name: str, total_bytes: int = 0) -> None: ...
+
+    def advance(self, nbytes: int) -> None: ...
+
+
+class _Silent:
+    def stage(self, name: str, total_bytes: int = 0) -> None:
+        pass
+
+    def advance(self, nbytes: int) -> None:
+        pass
+
+
+class _Stages:
+    """Announces each stage and measures how long it took."""
+
+    def __init__(self, progress: Progress):
+        self.progress = progress
+        self.seconds: dict[str, float] = {}
+        self._current: tuple[str, float] | None = None
+
+    def start(self, name: str, total_bytes: int = 0) -> None:
+        self.finish()
+        self.progress.stage(name, total_bytes)
+        self._current = (name, time.perf_counter())
+
+    def finish(self) -> dict[str, float]:
+        if self._current is not None:
+            name, began = self._current
+            self.seconds[name] = time.perf_counter() - began
+            self._current = None
+        return self.seconds
+
+
+@dataclass
+class ExportReport:
+    path: str
+    external_path: str | None
+    file_bytes: int
+    external_bytes: int
+    constant_bytes: int
+    """Weight bytes written, each distinct tensor once."""
+    constants: int
+    distinct_constants: int
+    operators: int
+    memory: MemoryPlan
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...], path: str | os.PathLike, *,
+                 layout: Literal["named", "legacy"] = "named", external_data: str | os.PathLike | None = None,
+                 dtype: Literal["fp32", "fp16"] = "fp32", alignment: int | None = None,
+                 progress: Progress | None = None) -> ExportReport:
+    """Export `module` (put in eval mode) to a Vulkan-delegated `.pte` at `path`.
+
+    Raises ExportError, before anything is written, for a bad option, an unwritable
+    destination or an op outside the contract.
+    """
+    progress = progress or _Silent()
+    check_options(path, layout=layout, external_data=external_data, dtype=dtype, alignment=alignment)
+    module, example_inputs = check_model((module, example_inputs), where="export_model()")
+    stages = _Stages(progress)
+    fp16 = dtype == "fp16"
+
+    stages.start("torch.export")
+    program = trace(module, example_inputs)
+    stages.start("lower")
+    lowered = lower(program, fp16=fp16)
+    stages.start("plan", sum(stored_nbytes(source.tensor, fp16) for source in lowered.constants))
+    memory = plan_memory(lowered.graph)
+    payloads = make_payloads(lowered.constants, fp16, progress.advance)
+    stages.start("write", sum({p.key: p.nbytes for p in payloads}.values()))
+    written: WriteReport = write_program(
+        path, lowered.graph, payloads,
+        [IOSpec(scalar_type(t.dtype), t.sizes) for t in lowered.inputs],
+        [IOSpec(scalar_type(t.dtype), t.sizes) for t in lowered.outputs],
+        layout=layout, external_data=external_data, alignment=alignment,
+        pytree_in=treespec_dumps(program.call_spec.in_spec), pytree_out=treespec_dumps(program.call_spec.out_spec),
+        on_bytes=progress.advance)
+    return ExportReport(
+        path=str(path), external_path=written.external_path, file_bytes=written.file_bytes,
+        external_bytes=written.external_bytes, constant_bytes=written.constant_bytes,
+        constants=len(payloads), distinct_constants=len({p.key for p in payloads}),
+        operators=len(lowered.graph.chain), memory=memory, seconds=stages.finish())
+
+
+def check_options(path: str | os.PathLike, *, layout: str, external_data: str | os.PathLike | None,
+                  dtype: str, alignment: int | None) -> None:
+    """Reject bad options and unwritable destinations before any work is done."""
+    if layout not in ("named", "legacy"):
+        raise ExportError(f"--layout must be named or legacy, not {layout!r}")
+    if dtype not in ("fp32", "fp16"):
+        raise ExportError(f"--dtype must be fp32 or fp16, not {dtype!r}")
+    if alignment is not None and (alignment <= 0 or alignment & (alignment - 1)):
+        raise ExportError(f"--alignment must be a positive power of two, not {alignment}")
+    if external_data is not None:
+        if layout == "legacy":
+            raise ExportError("--external-data needs --layout named (legacy keeps weights in the delegate blob)")
+        if Path(external_data).suffix not in EXTERNAL_SUFFIXES:
+            raise ExportError(f"--external-data must end in .ptd or .safetensors: {external_data}")
+        if Path(external_data).resolve() == Path(path).resolve():
+            raise ExportError(f"--external-data and the output are the same file: {path}")
+        check_writable(external_data)
+    check_writable(path)
+
+
+def check_writable(path: str | os.PathLike) -> None:
+    """Fail unless a file can be created beside `path` (tried with a temporary file)."""
+    target = Path(path)
+    if target.is_dir():
+        raise ExportError(f"output is a directory: {target}")
+    folder = target.parent
+    if not folder.is_dir():
+        raise ExportError(f"output directory does not exist: {folder}")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise ExportError(f"cannot write to {folder}: {error.strerror or error}") from error
