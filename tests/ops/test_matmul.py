@@ -1,0 +1,139 @@
+"""linear / addmm / mm / bmm / matmul against torch.
+
+Most cases export a tiny nn.Module through vkx.export_model + vkx.load; a few
+argument combinations the exporter does not produce (scalar beta/alpha, bias
+broadcast shapes, 6-D broadcast batches) run as hand-built single-op graphs.
+fp32 results must satisfy max|err| <= 1e-4 * max|ref| + 1e-5.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+from conftest import Const, max_error, rand, run_graph, run_vkx
+
+pytestmark = pytest.mark.vulkan
+
+
+def assert_norm_close(got, want, rtol: float = 1e-4, atol: float = 1e-5) -> float:
+    got, want = torch.as_tensor(got).detach(), torch.as_tensor(want).detach()
+    assert tuple(got.shape) == tuple(want.shape), f"shape {tuple(got.shape)} != {tuple(want.shape)}"
+    err = max_error(got, want)
+    bound = rtol * (float(want.abs().max()) if want.numel() else 0.0) + atol
+    assert err <= bound, f"max|err| {err:.3e} > {bound:.3e}"
+    return err
+
+
+class Fn(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs):
+        return self.fn(*xs)
+
+
+def _linear(k: int, n: int, bias: bool, seed: int) -> nn.Linear:
+    torch.manual_seed(seed)
+    return nn.Linear(k, n, bias=bias).eval()
+
+
+@pytest.mark.parametrize("shape,k,n,bias", [
+    ((37, 100), 100, 70, True),       # the odd-size reference case
+    ((37, 100), 100, 70, False),
+    ((1, 3), 3, 1, True),
+    ((7,), 7, 17, True),              # 1-D input
+    ((2, 3, 33), 33, 7, False),       # batched input
+    ((5, 64), 64, 32, True),          # vec4 path (K, N multiples of 4)
+    ((1, 128), 128, 96, True),        # one token: single tile row
+])
+def test_linear(shape, k, n, bias):
+    m = _linear(k, n, bias, seed=k + n)
+    x = rand(*shape, seed=1)
+    with torch.no_grad():
+        assert_norm_close(run_vkx(m, (x,)), m(x))
+
+
+def test_linear_fp16_weights():
+    m = _linear(100, 70, True, seed=3)
+    x = rand(37, 100, seed=4)
+    with torch.no_grad():
+        want = m(x)
+    got = run_vkx(m, (x,), dtype="fp16")
+    assert_norm_close(got, want, rtol=1e-2, atol=1e-2)
+
+
+def test_linear_weight_over_binding_limit():
+    # 17000 x 2048 fp32 = 139 MB > maxStorageBufferRange (128 MiB on lavapipe): the
+    # weight is split by output rows into SubRange dispatches.
+    m = _linear(2048, 17000, True, seed=5)
+    assert m.weight.numel() * 4 > 128 * 1024 * 1024
+    x = rand(3, 2048, seed=6)
+    with torch.no_grad():
+        want = m(x)
+    assert_norm_close(run_vkx(m, (x,)), want)
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [
+    ((33, 17), (17, 7)),
+    ((32, 64), (64, 16)),             # vec4 on both operands
+    ((1, 5), (5, 1)),
+])
+def test_mm(a_shape, b_shape):
+    a, b = rand(*a_shape, seed=1), rand(*b_shape, seed=2)
+    assert_norm_close(run_vkx(Fn(torch.mm), (a, b)), a @ b)
+
+
+def test_mm_transposed_operand():
+    # x @ W^T and x^T @ y: the transposes are exported as permute copies.
+    x, w, y = rand(9, 12, seed=1), rand(7, 12, seed=2), rand(9, 5, seed=3)
+    fn = Fn(lambda x, w, y: (x @ w.t(), x.t() @ y))
+    got = run_vkx(fn, (x, w, y))
+    assert_norm_close(got[0], x @ w.t())
+    assert_norm_close(got[1], x.t() @ y)
+
+
+@pytest.mark.parametrize("shape", [(3, 7, 9, 5), (1, 1, 3, 1), (4, 8, 16, 12)], ids=str)
+def test_bmm(shape):
+    bsz, m, k, n = shape
+    a, b = rand(bsz, m, k, seed=1), rand(bsz, k, n, seed=2)
+    assert_norm_close(run_vkx(Fn(torch.bmm), (a, b)), torch.bmm(a, b))
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [
+    ((5,), (5,)),                     # dot -> 0-dim
+    ((3, 5), (5,)),                   # matrix-vector
+    ((5,), (5, 4)),                   # vector-matrix
+    ((2, 3, 5), (5,)),
+    ((5,), (2, 5, 3)),
+    ((2, 3, 17, 33), (33, 7)),        # batch folded into rows
+    ((2, 1, 7, 8), (3, 8, 4)),        # broadcast batch dims
+    ((1, 7, 8), (2, 3, 8, 4)),
+], ids=lambda s: "x".join(map(str, s)) or "scalar")
+def test_matmul(a_shape, b_shape):
+    a, b = rand(*a_shape, seed=1), rand(*b_shape, seed=2)
+    assert_norm_close(run_vkx(Fn(torch.matmul), (a, b)), torch.matmul(a, b))
+
+
+def test_matmul_graph_unmergeable_broadcast():
+    # 4 batch dims that cannot be merged: one dispatch per outer batch index.
+    a, b = rand(4, 1, 3, 1, 2, 3, seed=1), rand(5, 1, 3, 3, 2, seed=2)
+    want = torch.matmul(a, b)
+    assert_norm_close(run_graph("aten.matmul.default", [a, b], tuple(want.shape)), want)
+
+
+@pytest.mark.parametrize("self_shape", [(7,), (1, 7), (5, 1), (5, 7), ()], ids=str)
+@pytest.mark.parametrize("beta,alpha", [(1, 1), (0.5, 2.0), (0, 1.5)])
+def test_addmm_graph(self_shape, beta, alpha):
+    s, m1, m2 = rand(*self_shape, seed=1), rand(5, 3, seed=2), rand(3, 7, seed=3)
+    want = torch.addmm(s, m1, m2, beta=beta, alpha=alpha)
+    got = run_graph("aten.addmm.default", [s, m1, Const(m2), beta, alpha], (5, 7))
+    assert_norm_close(got, want)
+
+
+def test_addmm_exported():
+    bias, w = rand(16, seed=1), rand(24, 16, seed=2)
+    x = rand(6, 24, seed=3)
+    fn = Fn(lambda x: torch.addmm(bias, x, w, beta=0.5, alpha=2.0))
+    assert_norm_close(run_vkx(fn, (x,)), fn(x))
