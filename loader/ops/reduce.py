@@ -206,8 +206,8 @@ def _reduce(builder: OpBuilder, args: tuple[int, ...], mean: bool) -> None:
             raise UnsupportedOpError(f"reduction of a tensor {t.shape} larger than one storage binding")
     pad = lambda xs: list(xs) + [0] * (MAX_DIMS - len(xs))  # noqa: E731
     push = struct.pack("<4I24I", out.numel, len(kept), len(red), count,
-                       *pad(s for s, _ in kept), *pad(st for _, st in kept),
-                       *pad(s for s, _ in red), *pad(st for _, st in red))
+                       *pad([s for s, _ in kept]), *pad([st for _, st in kept]),
+                       *pad([s for s, _ in red]), *pad([st for _, st in red]))
     builder.dispatch("reduce_dims", [src, out], push, dispatch_groups(out.numel),
                      {"MEAN": 1} if mean else {})
 
