@@ -7,10 +7,13 @@ from .errors import (BadMagicError, DuplicateKeyError, FormatError, InvalidValue
                      OutOfBoundsError, OverlapError, TruncatedError)
 from .external import ExternalData, resolve_constants
 from .pte import ProgramFile, VulkanDelegate
+from .describe import describe
+from .validate import ValidationReport, validate
 from .writer import ConstantPayload, IOSpec, WriteReport, write_program
 
 __all__ = [
     "FormatError", "TruncatedError", "BadMagicError", "OutOfBoundsError", "OverlapError", "InvalidValueError",
     "MissingKeyError", "DuplicateKeyError", "ScalarType", "FileRange", "ProgramFile", "VulkanDelegate",
     "ExternalData", "resolve_constants", "ConstantPayload", "IOSpec", "write_program", "WriteReport",
+    "validate", "ValidationReport", "describe",
 ]

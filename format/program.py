@@ -12,6 +12,8 @@ EVALUE_KINDS = ("Null", "Int", "Bool", "Double", "Tensor", "String", "IntList",
                 "DoubleList", "BoolList", "TensorList", "OptionalTensorList")
 INSTRUCTION_KINDS = ("KernelCall", "DelegateCall", "MoveCall", "JumpFalseCall", "FreeCall")
 INLINE, SEGMENT = 0, 1
+PLAN_REQUIRED = {"name": 0, "container_meta_type": 1, "values": 2, "inputs": 3, "outputs": 4, "chains": 5,
+                 "delegates": 7, "non_const_buffer_sizes": 8}
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class Chain:
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
     instructions: tuple[Instruction, ...]
+    has_instructions: bool
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,8 @@ class ExecutionPlan:
     non_const_buffer_sizes: tuple[int, ...]
     encoded_inp_str: str | None
     encoded_out_str: str | None
+    absent: frozenset[str]
+    """Names of the fields (of PLAN_REQUIRED and container_meta_type) the file leaves out."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,7 @@ class Program:
     inline_data: tuple[tuple[int, int], ...]
     """(flatbuffer position, size) of each backend_delegate_data[i].data."""
     mutable_data_segment_count: int
+    has_execution_plan: bool
 
 
 def _enum(t: Table, slot: int, name: str, allowed: frozenset | range, default: int = 0) -> int:
@@ -176,6 +182,7 @@ def _chain(t: Table) -> Chain:
         inputs=t.scalars(0, "i", "inputs") or (),
         outputs=t.scalars(1, "i", "outputs") or (),
         instructions=tuple(_instruction(i) for i in t.tables(2, "instructions") or ()),
+        has_instructions=t.has(2),
     )
 
 
@@ -206,6 +213,7 @@ def _plan(t: Table) -> ExecutionPlan:
         non_const_buffer_sizes=t.scalars(8, "q", "non_const_buffer_sizes") or (),
         encoded_inp_str=None if meta is None else meta.string(0, "encoded_inp_str"),
         encoded_out_str=None if meta is None else meta.string(1, "encoded_out_str"),
+        absent=frozenset(name for name, slot in PLAN_REQUIRED.items() if not t.has(slot)),
     )
 
 
@@ -229,4 +237,5 @@ def decode_program(r: Reader) -> Program:
         constant_buffer_count=len(root.tables(2, "constant_buffer") or ()),
         inline_data=tuple(inline),
         mutable_data_segment_count=len(root.tables(6, "mutable_data_segments") or ()),
+        has_execution_plan=root.has(1),
     )

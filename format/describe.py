@@ -1,0 +1,175 @@
+"""describe(): a JSON-able report of a .pte (schema "vkx.describe/1", documented in docs/format.md).
+
+Reads metadata only (never segment bytes), so it is fast on files of any size.
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import Any, Sequence
+
+from . import vkgraph as vk
+from .common import FileRange
+from .external import ExternalData, constant_tensors
+from .pte import ProgramFile, VulkanDelegate
+
+SCHEMA = "vkx.describe/1"
+PREPACK = "et_vk.prepack.default"
+GPU_ELEMENT_BYTES = 4  # the loader keeps floats as float32 and ints/bools as int32
+
+
+def _alignment(offset: int) -> int:
+    """Largest power of two dividing offset (capped at 1 MiB; 0 counts as 1 MiB)."""
+    cap = 1 << 20
+    return cap if offset % cap == 0 else offset & -offset
+
+
+def _tensor(g: vk.VkGraph, vid: int) -> dict[str, Any]:
+    t = g.values[vid] if 0 <= vid < len(g.values) else None
+    if not isinstance(t, vk.Tensor):
+        return {"id": vid, "kind": type(t).__name__ if t is not None else "missing"}
+    return {"id": vid, "dtype": t.datatype.name, "dims": list(t.dims), "bytes": t.nbytes}
+
+
+def _tensor_args(g: vk.VkGraph, args: Sequence[int]) -> list[int]:
+    out = []
+    for a in args:
+        v = g.values[a] if 0 <= a < len(g.values) else None
+        if isinstance(v, vk.Tensor):
+            out.append(a)
+        elif isinstance(v, vk.ValueList):
+            out.extend(i for i in v.items if 0 <= i < len(g.values) and isinstance(g.values[i], vk.Tensor))
+    return out
+
+
+def activation_totals(g: vk.VkGraph) -> tuple[int, int]:
+    """(A, A_live): shared-object bytes, and the peak of live activation bytes in chain order."""
+    def gpu_bytes(t: vk.Tensor) -> int:
+        return t.numel * GPU_ELEMENT_BYTES
+
+    shared: dict[int, int] = {}
+    for v in g.values:
+        if isinstance(v, vk.Tensor) and v.constant_id < 0 and v.mem_obj_id >= 0:
+            shared[v.mem_obj_id] = max(shared.get(v.mem_obj_id, 0), gpu_bytes(v))
+    end = len(g.chain)
+    first: dict[int, int] = {vid: 0 for vid in g.input_ids}
+    last: dict[int, int] = {vid: end for vid in g.output_ids}
+    packed: set[int] = set()
+    for i, op in enumerate(g.chain):
+        if op.name == PREPACK and op.args:
+            packed.add(op.args[-1])
+        for vid in _tensor_args(g, op.args):
+            first.setdefault(vid, i)
+            last[vid] = max(last.get(vid, i), i)
+    delta = [0] * (end + 2)
+    for vid, start in first.items():
+        t = g.values[vid]
+        if not isinstance(t, vk.Tensor) or t.constant_id >= 0 or vid in packed:
+            continue
+        delta[start] += gpu_bytes(t)
+        delta[last.get(vid, start) + 1] -= gpu_bytes(t)
+    live = peak = 0
+    for d in delta:
+        live += d
+        peak = max(peak, live)
+    return sum(shared.values()), peak
+
+
+def _vkgraph(v: VulkanDelegate, constants: list[dict[str, Any]]) -> dict[str, Any]:
+    g = v.graph
+    named = sum(1 for c in g.constants if c.is_named)
+    layout = "none" if not g.constants else "named" if named == len(g.constants) else "legacy" if not named else "mixed"
+    return {
+        "version": g.version,
+        "values": len(g.values),
+        "value_kinds": dict(Counter(type(x).__name__ for x in g.values).most_common()),
+        "ops": dict(Counter(op.name for op in g.chain).most_common()),
+        "chain_length": len(g.chain),
+        "inputs": [_tensor(g, i) for i in g.input_ids],
+        "outputs": [_tensor(g, i) for i in g.output_ids],
+        "constant_layout": layout,
+        "constants": constants,
+    }
+
+
+def describe(path: str | os.PathLike, external: Sequence[str | os.PathLike] = ()) -> dict[str, Any]:
+    """Everything `vkx inspect` shows, as plain JSON-able data."""
+    exts = []
+    try:
+        for e in external:
+            exts.append(ExternalData.open(e))
+        with ProgramFile.open(path) as pf:
+            return _describe(pf, exts)
+    finally:
+        for e in exts:
+            e.close()
+
+
+def _describe(pf: ProgramFile, exts: list[ExternalData]) -> dict[str, Any]:
+    p, h, v = pf.program, pf.header, pf.vulkan
+    users: dict[int, list[str]] = {}
+    if p.constant_segment is not None:
+        users.setdefault(p.constant_segment[0], []).append("constant_segment")
+    for pi, plan in enumerate(p.execution_plan):
+        for di, d in enumerate(plan.delegates):
+            if d.location == 1:
+                users.setdefault(d.index, []).append(f"execution_plan[{pi}].delegates[{di}] ({d.id})")
+    for nd in p.named_data or ():
+        users.setdefault(nd.segment_index, []).append(f"named_data {nd.key}")
+    sbo = h.segment_base_offset if h else 0
+    segments = [{"index": i, "offset": r.offset, "relative_offset": r.offset - sbo, "size": r.size,
+                 "alignment": _alignment(r.offset), "used_by": users.get(i, [])} for i, r in enumerate(pf.segments)]
+    where: dict[str, FileRange] = dict(pf.named_data)
+    for e in reversed(exts):  # earlier external files win
+        where.update(e.named_data)
+    constants: list[dict[str, Any]] = []
+    key_info: dict[str, dict[str, Any]] = {}
+    W = w = 0
+    if v is not None:
+        tensors = constant_tensors(v.graph)
+        for k, c in enumerate(v.graph.constants):
+            t = tensors.get(k)
+            nbytes = t.nbytes if t is not None else c.length
+            W, w = W + nbytes, max(w, nbytes)
+            r = where.get(c.named_key) if c.is_named else None
+            constants.append({
+                "id": k, "key": c.named_key if c.is_named else None, "bytes": nbytes,
+                "dtype": t.datatype.name if t else None, "dims": list(t.dims) if t else None,
+                "location": ("legacy" if not c.is_named else "missing" if r is None
+                             else "pte" if r.path == pf.path else r.path),
+            })
+            if c.is_named and t is not None:
+                key_info.setdefault(c.named_key, {"dtype": t.datatype.name, "dims": list(t.dims), "constant_ids": []})
+                key_info[c.named_key]["constant_ids"].append(k)
+    named = []
+    for src in [pf] + exts:
+        for key, r in src.named_data.items():
+            info = key_info.get(key, {"dtype": None, "dims": None, "constant_ids": []})
+            named.append({"key": key, "file": "pte" if src is pf else src.path, "offset": r.offset, "bytes": r.size, **info})
+    A, A_live = activation_totals(v.graph) if v is not None else (0, 0)
+    return {
+        "schema": SCHEMA,
+        "file": {"path": pf.path, "bytes": pf.size},
+        "header": None if h is None else {"length": h.length, "program_size": h.program_size,
+                                          "segment_base_offset": h.segment_base_offset,
+                                          "segment_data_size": h.segment_data_size},
+        "program": {"version": p.version, "plans": [
+            {"name": plan.name, "values": len(plan.values), "inputs": list(plan.inputs), "outputs": list(plan.outputs),
+             "instructions": sum(len(c.instructions) for c in plan.chains), "operators": len(plan.operators),
+             "non_const_buffer_sizes": list(plan.non_const_buffer_sizes)} for plan in p.execution_plan]},
+        "segments": segments,
+        "named_data": named,
+        "external": [{"path": e.path, "kind": e.kind, "bytes": e.size, "entries": len(e.named_data)} for e in exts],
+        "delegates": [{"plan": pi, "index": di, "id": d.id, "location": "segment" if d.location == 1 else "inline",
+                       "data_index": d.index, "compile_specs": {k: val.hex() for k, val in d.compile_specs}}
+                      for pi, plan in enumerate(p.execution_plan) for di, d in enumerate(plan.delegates)],
+        "vulkan": None if v is None else {
+            "blob": {"offset": v.blob.offset, "size": v.blob.size},
+            "vh00": {"header_length": v.header_length, "flatbuffer_offset": v.flatbuffer_offset,
+                     "flatbuffer_size": v.flatbuffer_size, "bytes_offset": v.bytes_offset, "bytes_size": v.bytes_size},
+            "legacy_section": {"offset": v.legacy_section.offset, "size": v.legacy_section.size},
+            "graph": _vkgraph(v, constants),
+        },
+        "totals": {"W": W, "w": w, "A": A, "A_live": A_live,
+                   "peak_old": 2 * W + A + w, "peak_lazy": W + max(A, 2 * w)},
+    }

@@ -1,0 +1,220 @@
+"""validate(): every rule of docs/format.md ("Validation"), raising the first FormatError."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import NoReturn, Sequence
+
+from . import vkgraph as vk
+from .common import FileRange
+from .errors import InvalidValueError, OutOfBoundsError, OverlapError, TruncatedError
+from .external import ExternalData, constant_tensors, resolve_constants
+from .program import Program
+from .pte import VH_LENGTH, VULKAN_BACKEND, ProgramFile, VulkanDelegate
+
+PREPACK = "et_vk.prepack.default"
+
+
+@dataclass
+class ValidationReport:
+    """What validate() checked; `warnings` are legal but worth knowing."""
+    path: str
+    external: list[str]
+    segments: int = 0
+    named_data: int = 0
+    constants: int = 0
+    constant_bytes: int = 0
+    layout: str = "none"
+    warnings: list[str] = field(default_factory=list)
+
+
+def validate(path: str | os.PathLike, external: Sequence[str | os.PathLike] = ()) -> ValidationReport:
+    """Check a .pte (and the external data files it needs) against every rule; raise the first FormatError."""
+    exts: list[ExternalData] = []
+    try:
+        for e in external:
+            exts.append(ExternalData.open(e))
+        with ProgramFile.open(path) as pf:
+            report = ValidationReport(pf.path, [e.path for e in exts])
+            _check_container(pf, report)
+            for e in exts:
+                _check_no_overlap(list(e.named_data.values()), e.path, "segments", e.header.segment_base_offset if e.header else 0)
+            _check_plans(pf)
+            v = pf.vulkan
+            if v is None:
+                raise InvalidValueError("execution_plan", f"no {VULKAN_BACKEND} delegate", pf.path)
+            _check_graph(v, pf.path)
+            _check_delegate_calls(pf, v)
+            _check_constants(pf, v, exts, report)
+            return report
+    finally:
+        for e in exts:
+            e.close()
+
+
+def _fail(cls: type, where: str, detail: str, path: str) -> NoReturn:
+    raise cls(where, detail, path)
+
+
+def _check_no_overlap(ranges: list[FileRange], path: str, where: str, floor: int) -> None:
+    """Non-empty ranges must not share bytes and must start at or after floor."""
+    last: FileRange | None = None
+    for r in sorted({r for r in ranges if r.size}, key=lambda r: (r.offset, r.size)):
+        if r.offset < floor:
+            _fail(OverlapError, where, f"[{r.offset}, {r.end}) starts inside the metadata (before {floor})", path)
+        if last is not None and r.offset < last.end:
+            _fail(OverlapError, where, f"[{r.offset}, {r.end}) overlaps [{last.offset}, {last.end})", path)
+        last = r
+
+
+def _check_container(pf: ProgramFile, report: ValidationReport) -> None:
+    p: Program = pf.program
+    h, path = pf.header, pf.path
+    if h is not None:
+        if h.segment_base_offset and h.segment_base_offset < h.program_size:
+            _fail(OutOfBoundsError, "header.segment_base_offset", f"{h.segment_base_offset} is inside the program ({h.program_size} bytes)", path)
+        if h.segment_data_size and h.segment_base_offset + h.segment_data_size > pf.size:
+            _fail(TruncatedError, "header.segment_data_size", f"segment data ends at {h.segment_base_offset + h.segment_data_size}, the file has {pf.size} bytes", path)
+        for i, s in enumerate(p.segments or ()):
+            if h.segment_data_size and s.offset + s.size > h.segment_data_size:
+                _fail(OutOfBoundsError, f"segments[{i}]", f"ends at {s.offset + s.size}, past segment_data_size {h.segment_data_size}", path)
+    _check_no_overlap(pf.segments, path, "segments", pf.header.program_size if h else 0)
+    if not p.has_execution_plan or not p.execution_plan:
+        _fail(InvalidValueError, "execution_plan", "missing or empty", path)
+    if p.segments is None:
+        _fail(InvalidValueError, "segments", "missing (write an empty vector)", path)
+    if p.mutable_data_segment_count > 1:
+        _fail(InvalidValueError, "mutable_data_segments", f"{p.mutable_data_segment_count} entries, at most 1 allowed", path)
+    if p.constant_segment is not None and p.constant_segment[1]:
+        idx, offsets = p.constant_segment
+        if idx >= len(pf.segments):
+            _fail(OutOfBoundsError, "constant_segment.segment_index", f"segment index {idx} out of range ({len(pf.segments)} segments)", path)
+        for i, o in enumerate(offsets):
+            if o > pf.segments[idx].size:
+                _fail(OutOfBoundsError, f"constant_segment.offsets[{i}]", f"{o} past the segment ({pf.segments[idx].size} bytes)", path)
+    report.segments, report.named_data = len(pf.segments), len(pf.named_data)
+
+
+def _check_plans(pf: ProgramFile) -> None:
+    path = pf.path
+    for pi, plan in enumerate(pf.program.execution_plan):
+        at = f"execution_plan[{pi}]"
+        if plan.absent:
+            _fail(InvalidValueError, f"{at}.{sorted(plan.absent)[0]}", "missing", path)
+        if not plan.chains:
+            _fail(InvalidValueError, f"{at}.chains", "no chain", path)
+        n = len(plan.values)
+        for name, ids in (("inputs", plan.inputs), ("outputs", plan.outputs)):
+            for i, vid in enumerate(ids):
+                if not 0 <= vid < n:
+                    _fail(OutOfBoundsError, f"{at}.{name}[{i}]", f"value id {vid} out of range ({n} values)", path)
+        sizes = plan.non_const_buffer_sizes
+        if sizes and sizes[0] != 0:
+            _fail(InvalidValueError, f"{at}.non_const_buffer_sizes[0]", f"{sizes[0]}, must be 0", path)
+        for vi, ev in enumerate(plan.values):
+            if ev.kind == "None":
+                _fail(InvalidValueError, f"{at}.values[{vi}].val", "value of type NONE", path)
+            if ev.kind in ("TensorList", "OptionalTensorList"):
+                for j, x in enumerate(ev.value):
+                    if not (-1 if ev.kind == "OptionalTensorList" else 0) <= x < n:
+                        _fail(OutOfBoundsError, f"{at}.values[{vi}].val.items[{j}]", f"value id {x} out of range ({n} values)", path)
+            if ev.kind != "Tensor":
+                continue
+            t = ev.value
+            tw = f"{at}.values[{vi}].val"
+            if any(s < 0 for s in t.sizes):
+                _fail(InvalidValueError, f"{tw}.sizes", f"negative size in {list(t.sizes)}", path)
+            if t.dim_order and sorted(t.dim_order) != list(range(len(t.sizes))):
+                _fail(InvalidValueError, f"{tw}.dim_order", f"{list(t.dim_order)} is not a permutation of {len(t.sizes)} dims", path)
+            if t.memory_id is not None and t.memory_id > 0:
+                if t.memory_id >= len(sizes):
+                    _fail(OutOfBoundsError, f"{tw}.allocation_info.memory_id", f"{t.memory_id} out of range ({len(sizes)} buffers)", path)
+                if t.memory_offset + t.nbytes > sizes[t.memory_id]:
+                    _fail(OutOfBoundsError, f"{tw}.allocation_info", f"[{t.memory_offset}, +{t.nbytes}) past buffer {t.memory_id} ({sizes[t.memory_id]} bytes)", path)
+        for ci, chain in enumerate(plan.chains):
+            if not chain.has_instructions:
+                _fail(InvalidValueError, f"{at}.chains[{ci}].instructions", "missing", path)
+            for ii, ins in enumerate(chain.instructions):
+                iw = f"{at}.chains[{ci}].instructions[{ii}]"
+                limit = len(plan.operators) if ins.kind == "KernelCall" else len(plan.delegates)
+                if ins.kind in ("KernelCall", "DelegateCall") and not 0 <= ins.index < limit:
+                    _fail(OutOfBoundsError, iw, f"{ins.kind} index {ins.index} out of range ({limit})", path)
+                for j, a in enumerate(ins.args):
+                    if not 0 <= a < n:
+                        _fail(OutOfBoundsError, f"{iw}.args[{j}]", f"value id {a} out of range ({n} values)", path)
+        for di, d in enumerate(plan.delegates):
+            if d.id != VULKAN_BACKEND:
+                _fail(InvalidValueError, f"{at}.delegates[{di}].id", f"backend {d.id!r} is not {VULKAN_BACKEND}", path)
+
+
+def _check_graph(v: VulkanDelegate, path: str) -> None:
+    if v.header_length != VH_LENGTH:
+        _fail(InvalidValueError, "vkgraph header_length", f"{v.header_length}, ExecuTorch's reader needs exactly {VH_LENGTH}", path)
+    g = v.graph
+    n, nc = len(g.values), len(g.constants)
+    for i, op in enumerate(g.chain):
+        for j, a in enumerate(op.args):
+            if not 0 <= a < n:
+                _fail(OutOfBoundsError, f"vkgraph.chain[{i}].args[{j}]", f"value id {a} out of range ({n} values)", path)
+        if not op.args:
+            _fail(InvalidValueError, f"vkgraph.chain[{i}].args", f"{op.name} has no output argument", path)
+    for i, val in enumerate(g.values):
+        if isinstance(val, vk.ValueList):
+            for j, a in enumerate(val.items):
+                if not 0 <= a < n:
+                    _fail(OutOfBoundsError, f"vkgraph.values[{i}].items[{j}]", f"value id {a} out of range ({n} values)", path)
+        elif isinstance(val, vk.Tensor) and val.constant_id >= nc:
+            _fail(OutOfBoundsError, f"vkgraph.values[{i}].constant_id", f"{val.constant_id} out of range ({nc} constants)", path)
+    for name, ids in (("input_ids", g.input_ids), ("output_ids", g.output_ids)):
+        for i, vid in enumerate(ids):
+            val = g.values[vid] if vid < n else None
+            if not isinstance(val, vk.Tensor):
+                what = "out of range" if val is None else f"a {type(val).__name__}"
+                _fail(InvalidValueError, f"vkgraph.{name}[{i}]", f"value id {vid} is {what}, not a tensor", path)
+            if val.constant_id >= 0:
+                _fail(InvalidValueError, f"vkgraph.{name}[{i}]", f"value id {vid} is a constant tensor", path)
+
+
+def _check_delegate_calls(pf: ProgramFile, v: VulkanDelegate) -> None:
+    want = len(v.graph.input_ids) + len(v.graph.output_ids)
+    plan = pf.program.execution_plan[v.plan_index]
+    for ci, chain in enumerate(plan.chains):
+        for ii, ins in enumerate(chain.instructions):
+            if ins.kind == "DelegateCall" and ins.index == v.delegate_index and len(ins.args) != want:
+                _fail(InvalidValueError, f"execution_plan[{v.plan_index}].chains[{ci}].instructions[{ii}].args",
+                      f"{len(ins.args)} args, the VkGraph has {len(v.graph.input_ids)} inputs + {len(v.graph.output_ids)} outputs", pf.path)
+
+
+def _check_constants(pf: ProgramFile, v: VulkanDelegate, exts: Sequence[ExternalData], report: ValidationReport) -> None:
+    g = v.graph
+    ranges = resolve_constants(pf, exts)  # keys resolvable, sizes exact, legacy bounds
+    tensors = constant_tensors(g)
+    for vi, val in enumerate(g.values):
+        if isinstance(val, vk.Tensor) and val.constant_id >= 0:
+            first = tensors[val.constant_id]
+            if first.nbytes != val.nbytes:
+                _fail(InvalidValueError, f"vkgraph.values[{vi}]", f"constant {val.constant_id} is also used with {first.nbytes} bytes", pf.path)
+    named = [c for c in g.constants if c.is_named]
+    for k, c in enumerate(g.constants):
+        if c.offset == vk.NAMED_OFFSET and not c.named_key:
+            _fail(InvalidValueError, f"vkgraph.constants[{k}].named_key", "named offset without a key", pf.path)
+        if not c.is_named and c.offset > 0 and c.offset >= v.legacy_section.size:
+            _fail(OutOfBoundsError, f"vkgraph.constants[{k}].offset", f"{c.offset} outside the constant section ({v.legacy_section.size} bytes)", pf.path)
+        if k not in tensors:
+            report.warnings.append(f"vkgraph.constants[{k}] is used by no tensor")
+        elif tensors[k].nbytes == 0:
+            report.warnings.append(f"vkgraph.constants[{k}] has zero bytes (the ExecuTorch runtime likely rejects it)")
+    report.layout = ("none" if not g.constants else "named" if len(named) == len(g.constants)
+                     else "legacy" if not named else "mixed")
+    if report.layout in ("legacy", "mixed"):
+        report.warnings.append("legacy constants stay in the delegate blob: the runtime keeps them in CPU memory until the blob is freed")
+    keys = {c.named_key for c in named}
+    for e in exts:
+        for key in e.named_data:
+            if key in pf.named_data:
+                report.warnings.append(f"key {key!r} is in both {e.path} and the .pte; the external copy wins")
+    for key in pf.named_data:
+        if key not in keys:
+            report.warnings.append(f"named data {key!r} is used by no constant")
+    report.constants = len(ranges)
+    report.constant_bytes = sum(r.size for r in ranges)

@@ -1,0 +1,1 @@
+vulkan_constants_be3d0d8f9f060688d65eb676e09e0d32fc2f10632b299525d28956ad7e310bb2.ptd
