@@ -1,0 +1,137 @@
+"""Convolution and 2-D pooling against torch (through vkx.export_model + vkx.load).
+
+fp32 results must satisfy max|err| <= 1e-4 * max|ref| + 1e-5.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from conftest import Const, max_error, rand, run_graph, run_vkx
+
+pytestmark = pytest.mark.vulkan
+
+
+def assert_norm_close(got, want, rtol: float = 1e-4, atol: float = 1e-5) -> float:
+    got, want = torch.as_tensor(got).detach(), torch.as_tensor(want).detach()
+    assert tuple(got.shape) == tuple(want.shape), f"shape {tuple(got.shape)} != {tuple(want.shape)}"
+    err = max_error(got, want)
+    bound = rtol * (float(want.abs().max()) if want.numel() else 0.0) + atol
+    assert err <= bound, f"max|err| {err:.3e} > {bound:.3e}"
+    return err
+
+
+class Fn(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs):
+        return self.fn(*xs)
+
+
+CONVS = {
+    # name: (input NCHW, Conv2d kwargs)
+    "plain3x3": ((1, 3, 9, 11), dict(in_channels=3, out_channels=5, kernel_size=3)),
+    "stride2_pad1_nobias": ((2, 4, 8, 7), dict(in_channels=4, out_channels=6, kernel_size=3, stride=2,
+                                                padding=1, bias=False)),
+    "dilation2": ((1, 3, 12, 10), dict(in_channels=3, out_channels=4, kernel_size=3, padding=2, dilation=2)),
+    "groups2": ((1, 4, 10, 10), dict(in_channels=4, out_channels=8, kernel_size=3, padding=1, groups=2)),
+    "depthwise": ((3, 6, 7, 9), dict(in_channels=6, out_channels=6, kernel_size=3, padding=1, groups=6)),
+    "depthwise_mult2": ((1, 4, 7, 9), dict(in_channels=4, out_channels=8, kernel_size=3, groups=4)),
+    "rect_kernel": ((1, 6, 7, 9), dict(in_channels=6, out_channels=12, kernel_size=(3, 1), stride=(2, 1),
+                                       padding=(1, 0), groups=3)),
+    "odd_5x5_s3": ((2, 3, 17, 33), dict(in_channels=3, out_channels=7, kernel_size=5, stride=3, padding=2)),
+    "pointwise": ((2, 16, 5, 5), dict(in_channels=16, out_channels=8, kernel_size=1)),
+    "one_pixel": ((1, 1, 1, 1), dict(in_channels=1, out_channels=1, kernel_size=1, bias=False)),
+}
+
+
+@pytest.mark.parametrize("name", list(CONVS))
+def test_conv2d(name):
+    shape, kwargs = CONVS[name]
+    torch.manual_seed(len(name))
+    m = nn.Conv2d(**kwargs).eval()
+    x = rand(*shape, seed=1)
+    with torch.no_grad():
+        assert_norm_close(run_vkx(m, (x,)), m(x))
+
+
+def test_conv1d_graph():
+    # The exporter only lowers 2-D convolutions; the op also runs 1-D ones (as H = 1).
+    x, w, b = rand(2, 4, 20, seed=1), rand(6, 2, 3, seed=2), rand(6, seed=3)
+    want = F.conv1d(x, w, b, 2, 1, 1, 2)
+    got = run_graph("aten.convolution.default", [x, Const(w), Const(b), [2], [1], [1], False, [0], 2],
+                    tuple(want.shape))
+    assert_norm_close(got, want)
+
+
+def test_conv_graph_hand_built():
+    # The op contract directly: int-list args, bias as a constant, batch 3.
+    x, w, b = rand(3, 4, 6, 5, seed=1), rand(6, 2, 3, 3, seed=2), rand(6, seed=3)
+    want = F.conv2d(x, w, b, (2, 1), (1, 2), (1, 2), 2)
+    got = run_graph("aten.convolution.default",
+                    [x, Const(w), Const(b), [2, 1], [1, 2], [1, 2], False, [0, 0], 2], tuple(want.shape))
+    assert_norm_close(got, want)
+
+
+def test_conv_transposed_is_unsupported():
+    from vkx.loader.errors import UnsupportedOpError
+    x, w = rand(1, 4, 5, 5, seed=1), rand(4, 2, 3, 3, seed=2)
+    with pytest.raises(UnsupportedOpError, match="transposed"):
+        run_graph("aten.convolution.default",
+                  [x, Const(w), None, [1, 1], [0, 0], [1, 1], True, [0, 0], 1], (1, 2, 7, 7))
+
+
+MAXPOOLS = [
+    dict(kernel_size=2),
+    dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
+    dict(kernel_size=3, stride=2, padding=1, dilation=2),
+    dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 0), ceil_mode=True),
+    dict(kernel_size=2, stride=2, ceil_mode=True),
+]
+
+
+@pytest.mark.parametrize("kwargs", MAXPOOLS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
+def test_max_pool2d(kwargs):
+    x = rand(2, 3, 9, 11, seed=1)
+    fn = Fn(lambda x: F.max_pool2d(x, **kwargs))
+    assert_norm_close(run_vkx(fn, (x,)), fn(x))
+
+
+AVGPOOLS = [
+    dict(kernel_size=2),
+    dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
+    dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False),
+    dict(kernel_size=3, stride=2, padding=1, divisor_override=5),
+    dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 1), ceil_mode=True, count_include_pad=False),
+]
+
+
+@pytest.mark.parametrize("kwargs", AVGPOOLS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
+def test_avg_pool2d(kwargs):
+    x = rand(2, 3, 9, 11, seed=2)
+    fn = Fn(lambda x: F.avg_pool2d(x, **kwargs))
+    assert_norm_close(run_vkx(fn, (x,)), fn(x))
+
+
+def test_pool_graph_unbatched_default_stride():
+    # [C, H, W] input and an empty stride list (= kernel_size).
+    x = rand(3, 7, 8, seed=3)
+    want = F.max_pool2d(x, 3, ceil_mode=True)
+    got = run_graph("aten.max_pool2d.default", [x, [3], [], [0], [1], True], tuple(want.shape))
+    assert_norm_close(got, want)
+    want = F.avg_pool2d(x, 3, ceil_mode=True, count_include_pad=False)
+    got = run_graph("aten.avg_pool2d.default", [x, [3, 3], [], [0, 0], True, False, None], tuple(want.shape))
+    assert_norm_close(got, want)
+
+
+def test_conv_pool_chain():
+    torch.manual_seed(1)
+    m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.MaxPool2d(2, ceil_mode=True),
+                      nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.AvgPool2d(2)).eval()
+    x = rand(1, 3, 15, 13, seed=4)
+    with torch.no_grad():
+        assert_norm_close(run_vkx(m, (x,)), m(x))
