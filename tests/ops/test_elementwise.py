@@ -180,3 +180,19 @@ def test_relu_larger_than_one_binding():
     x = torch.empty(n).uniform_(-1, 1, generator=torch.Generator().manual_seed(16))
     got = run_graph("aten.relu.default", [x], (n,))
     assert torch.equal(got, torch.relu(x))
+
+
+SMALL_BINDING = 1024  # bytes: forces the split paths on tiny tensors
+
+
+@pytest.mark.parametrize("n", [1000, 1003])
+def test_split_dispatches_small_limit(n):
+    x, y = rand(n, seed=17, scale=3.0), rand(n, seed=18)
+    got = run_graph("aten.silu.default", [x], (n,), max_binding_bytes=SMALL_BINDING)
+    assert_close(got, F.silu(x))
+    got = run_graph("aten.sub.Tensor", [x, y, 0.5], (n,), max_binding_bytes=SMALL_BINDING)
+    assert_close(got, torch.sub(x, y, alpha=0.5))
+    got = run_graph("aten.mul.Tensor", [x, torch.tensor([2.0])], (n,), max_binding_bytes=SMALL_BINDING)
+    assert_close(got, x * 2)
+    got = run_graph("aten.div.Tensor", [x, 4.0], (n,), max_binding_bytes=SMALL_BINDING)
+    assert_close(got, x / 4)

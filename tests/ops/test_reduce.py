@@ -132,3 +132,28 @@ def test_sum_long_row_precision():
     assert_close(run_graph("aten.sum.dim_IntList", [x, [1], False, None], (4,)), x.double().sum(1).float(),
                  rtol=1e-5, atol=1e-4)
     assert_close(run_graph("aten.mean.dim", [x, [0, 1], True, None], (1, 1)), x.double().mean().reshape(1, 1).float())
+
+
+SMALL_BINDING = 1024  # bytes: forces the row-block split paths on tiny tensors
+
+
+def test_row_ops_split_small_limit():
+    x = rand(37, 9, seed=17)  # 1332 bytes, rows of 36 bytes
+    assert_close(run_graph("aten._softmax.default", [x, -1, False], (37, 9), max_binding_bytes=SMALL_BINDING),
+                 torch.softmax(x, -1))
+    x3 = rand(13, 3, 9, seed=18)  # softmax over a middle dim: blocks of whole outer slices
+    assert_close(run_graph("aten._log_softmax.default", [x3, 1, False], (13, 3, 9),
+                           max_binding_bytes=SMALL_BINDING), torch.log_softmax(x3, 1))
+    w, b = rand(9, seed=19), rand(9, seed=20)
+    got = run_graph("aten.native_layer_norm.default", [x, [9], Const(w), Const(b), 1e-5],
+                    [(37, 9), (37, 1), (37, 1)], max_binding_bytes=SMALL_BINDING)
+    assert_close(got, torch.native_layer_norm(x, [9], w, b, 1e-5))
+    got = run_graph("aten.rms_norm.default", [x, [9], Const(w), 1e-6], (37, 9), max_binding_bytes=SMALL_BINDING)
+    assert_close(got, F.rms_norm(x, (9,), w, 1e-6))
+    xb = rand(3, 5, 23, seed=21)  # 1380 bytes
+    mean, var = rand(5, seed=22), rand(5, seed=23).abs() + 0.5
+    want = torch.ops.aten._native_batch_norm_legit_no_training.default(xb, w[:5], b[:5], mean, var, 0.1, 1e-5)
+    got = run_graph("aten._native_batch_norm_legit_no_training.default",
+                    [xb, Const(w[:5].clone()), Const(b[:5].clone()), Const(mean), Const(var), 0.1, 1e-5],
+                    [(3, 5, 23), (0,), (0,)], max_binding_bytes=SMALL_BINDING)
+    assert_close(got[0], want[0])
