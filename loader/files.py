@@ -69,6 +69,8 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
     order, for comparison). `upload`: "auto", "staging" or "direct".
     Options: staging_chunks, staging_chunk_bytes, memory_budget (bytes).
     """
+    from vkx.loader.program import _device
+    device, own = _device(device)  # the device exists before the baseline is taken
     timeline = Timeline()
     timeline.mark("before load")
     if isinstance(external_data, (str, os.PathLike)):
@@ -85,14 +87,32 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
         source = FileConstants(pf, opened[1:])
     except FormatError as error:
         _close(opened)
+        if own:
+            device.close()
         raise as_load_error(error) from error
     except OSError as error:
         _close(opened)
+        if own:
+            device.close()
         raise FileError(f"{error.filename or path}: {error.strerror or error}") from error
     except BaseException:
         _close(opened)
+        if own:
+            device.close()
         raise
+    if own:
+        options["on_close"] = _chain(options.get("on_close"), device.close)
     return load_source(graph, source, schedule, device, upload, timeline=timeline, **options)
+
+
+def _chain(first, second):
+    def both():
+        try:
+            if first is not None:
+                first()
+        finally:
+            second()
+    return both
 
 
 def _close(files) -> None:

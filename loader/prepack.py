@@ -31,7 +31,7 @@ SOURCE_NUMPY = {
     g.DataType.FLOAT16: np.dtype(np.float16), g.DataType.FLOAT32: np.dtype(np.float32),
     g.DataType.FLOAT64: np.dtype(np.float64), g.DataType.INT64: np.dtype(np.int64),
 }
-CHUNK = 16 * MiB
+CHUNK = 4 * MiB  # file pages in flight per constant on the direct path
 
 
 def gpu_numpy(dtype: str) -> np.dtype:

@@ -1,0 +1,104 @@
+"""Peak host memory of the two load orders, freeable buffers, and leaks (subprocesses)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .chain_model import write_chain
+from .conftest import run_py
+
+MiB = 1 << 20
+LAYERS, ELEMS = 8, 2 * MiB  # W = 8 x 8 MiB = 64 MiB
+W = LAYERS * ELEMS * 4
+
+
+@pytest.fixture(scope="module")
+def chain_pte(tmp_path_factory):
+    d = tmp_path_factory.mktemp("chain")
+    write_chain(str(d / "chain.pte"), LAYERS, ELEMS)
+    write_chain(str(d / "ext.pte"), LAYERS, ELEMS, "named", str(d / "ext.safetensors"))
+    write_chain(str(d / "legacy.pte"), LAYERS, ELEMS, "legacy")
+    return d
+
+
+FREE_RSS = r"""
+import json, os, sys
+import numpy as np
+from vkx.loader.named_data import FreeableBuffer, MappedFile
+from vkx.loader.trace import read_status
+path = sys.argv[1]
+with open(path, "wb") as f:
+    f.write(np.ones(64 << 20, np.uint8).tobytes())
+m = MappedFile(path)
+buf = FreeableBuffer(m, 100, (64 << 20) - 200)
+before = read_status()["RssFile"]
+total = int(buf.array(np.uint8).sum(dtype=np.int64))
+touched = read_status()["RssFile"]
+buf.free()
+after = read_status()["RssFile"]
+print(json.dumps([before, touched, after, total]))
+"""
+
+
+def test_freeable_buffer_drops_file_pages(tmp_path):
+    before, touched, after, total = json.loads(run_py(FREE_RSS, str(tmp_path / "blob.bin")))
+    assert total == (64 << 20) - 200
+    assert touched - before > 60 * MiB
+    assert touched - after > 60 * MiB
+
+
+@pytest.mark.parametrize("name,ext", [("chain.pte", None), ("ext.pte", "ext.safetensors")])
+def test_lazy_peak_is_about_W_eager_about_2W(chain_pte, measure, name, ext):
+    extra = [chain_pte / ext] if ext else []
+    lazy = measure(chain_pte / name, "lazy", "auto", *extra)
+    eager = measure(chain_pte / name, "eager", "auto", *extra)
+    assert lazy["copies_per_weight_byte"] == (1.0 if lazy["upload"] == "direct" else 2.0)
+    if lazy["upload"] == "direct":
+        assert lazy["load_peak_over_baseline"] < W + 12 * MiB
+    assert eager["load_peak_over_baseline"] > 1.8 * W
+    assert lazy["ledger"]["peak"]["staging"] <= 64 * MiB
+    after_prepack = [p for p in lazy["phases"] if p["name"] == "after prepack"][0]
+    assert after_prepack["device"].get("activations", 0) == 0  # activations come after prepack
+
+
+def test_staging_ring_peak_is_W_plus_ring(chain_pte, measure):
+    ring = measure(chain_pte / "chain.pte", "lazy", "staging")
+    assert ring["upload"] == "ring" and ring["copies_per_weight_byte"] == 2.0
+    assert ring["ledger"]["peak"]["staging"] == 64 * MiB
+    assert ring["load_peak_over_baseline"] < W + 64 * MiB + 12 * MiB
+
+
+def test_legacy_blob_released_after_prepack(chain_pte, measure):
+    r = measure(chain_pte / "legacy.pte", "lazy", "auto")
+    phases = {p["name"]: p for p in r["phases"]}
+    assert phases["after prepack"]["rss_file"] - phases["before load"]["rss_file"] < 8 * MiB
+
+
+LEAK = r"""
+import json, sys
+import numpy as np
+from vkx.loader import load
+from vkx.loader.device import default_device
+from vkx.loader.trace import read_status
+path, n = sys.argv[1], int(sys.argv[2])
+default_device()
+x = np.ones(4096, np.float32)
+def cycle():
+    with load(path) as p:
+        p(x)
+    assert p.ledger.is_zero, p.ledger.snapshot()
+for _ in range(10):
+    cycle()
+start = read_status()["VmRSS"]
+for _ in range(n):
+    cycle()
+print(json.dumps([start, read_status()["VmRSS"]]))
+"""
+
+
+def test_no_leak_over_100_cycles(tmp_path):
+    path = tmp_path / "small.pte"
+    write_chain(str(path), 4, 4096)
+    start, end = json.loads(run_py(LEAK, str(path), "100"))
+    assert end - start < 5 * MiB, f"RSS grew {(end - start) / MiB:.1f} MiB over 100 cycles"
