@@ -1,0 +1,119 @@
+"""aten.scaled_dot_product_attention against torch.
+
+Exported modules for the common forms (plain, causal, custom scale, bool and float
+masks given as inputs or buffers); hand-built graphs for enable_gqa and the
+dropout error. fp32 results must satisfy max|err| <= 1e-4 * max|ref| + 1e-5.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from conftest import Const, max_error, rand, run_graph, run_vkx
+
+pytestmark = pytest.mark.vulkan
+
+
+def assert_norm_close(got, want, rtol: float = 1e-4, atol: float = 1e-5) -> float:
+    got, want = torch.as_tensor(got).detach(), torch.as_tensor(want).detach()
+    assert tuple(got.shape) == tuple(want.shape), f"shape {tuple(got.shape)} != {tuple(want.shape)}"
+    err = max_error(got, want)
+    bound = rtol * (float(want.abs().max()) if want.numel() else 0.0) + atol
+    assert err <= bound, f"max|err| {err:.3e} > {bound:.3e}"
+    return err
+
+
+class SDPA(nn.Module):
+    def __init__(self, **kwargs):
+        super().__init__()
+        self.kwargs = kwargs
+
+    def forward(self, q, k, v, *mask):
+        return F.scaled_dot_product_attention(q, k, v, *mask, **self.kwargs)
+
+
+def _qkv(b=2, h=3, L=7, S=5, E=8, Ev=6, seed=0):
+    return rand(b, h, L, E, seed=seed), rand(b, h, S, E, seed=seed + 1), rand(b, h, S, Ev, seed=seed + 2)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {},
+    {"is_causal": True},
+    {"scale": 0.3},
+    {"is_causal": True, "scale": 1.7},
+], ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()) or "plain")
+@pytest.mark.parametrize("dims", [(2, 3, 7, 5, 8, 6), (1, 1, 1, 1, 4, 4), (1, 2, 17, 17, 16, 16),
+                                  (1, 2, 3, 33, 7, 3)], ids=lambda d: "x".join(map(str, d)))
+def test_sdpa(kwargs, dims):
+    q, k, v = _qkv(*dims)
+    m = SDPA(**kwargs)
+    assert_norm_close(run_vkx(m, (q, k, v)), m(q, k, v))
+
+
+@pytest.mark.parametrize("mask_shape", [(7, 5), (2, 1, 7, 5), (2, 3, 7, 5), (1, 5)], ids=str)
+def test_sdpa_bool_mask(mask_shape):
+    q, k, v = _qkv()
+    mask = torch.rand(mask_shape, generator=torch.Generator().manual_seed(3)) > 0.4
+    mask[..., 0] = True                       # no fully masked rows here
+    m = SDPA()
+    assert_norm_close(run_vkx(m, (q, k, v, mask)), m(q, k, v, mask))
+
+
+@pytest.mark.parametrize("mask_shape", [(7, 5), (3, 1, 5), (2, 3, 7, 5)], ids=str)
+def test_sdpa_float_mask(mask_shape):
+    q, k, v = _qkv()
+    mask = rand(*mask_shape, seed=4)
+    m = SDPA(scale=0.5)
+    assert_norm_close(run_vkx(m, (q, k, v, mask)), m(q, k, v, mask))
+
+
+def test_sdpa_mask_buffer():
+    # A constant causal-like float mask with -inf (stored in the graph's constants).
+    class WithMask(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("mask", torch.full((7, 5), float("-inf")).triu(1))
+
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask)
+
+    q, k, v = _qkv(seed=5)
+    m = WithMask()
+    assert_norm_close(run_vkx(m, (q, k, v)), m(q, k, v))
+
+
+def test_sdpa_fully_masked_row_is_zero():
+    q, k, v = _qkv(seed=6)
+    mask = torch.ones(7, 5, dtype=torch.bool)
+    mask[2] = False
+    want = F.scaled_dot_product_attention(q, k, v, mask)
+    got = run_graph("aten.scaled_dot_product_attention.default",
+                    [q, k, v, Const(mask), 0.0, False, None, False], tuple(want.shape))
+    assert_norm_close(got, want)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_gqa_graph(causal):
+    q, k, v = rand(2, 4, 3, 8, seed=7), rand(2, 2, 6, 8, seed=8), rand(2, 2, 6, 4, seed=9)
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+    got = run_graph("aten.scaled_dot_product_attention.default",
+                    [q, k, v, None, 0.0, causal, None, True], tuple(want.shape))
+    assert_norm_close(got, want)
+
+
+def test_sdpa_broadcast_kv_graph():
+    q, k, v = rand(2, 5, 2, 16, seed=10), rand(1, 5, 33, 16, seed=11), rand(1, 5, 33, 16, seed=12)
+    want = F.scaled_dot_product_attention(q, k, v, scale=0.25)
+    got = run_graph("aten.scaled_dot_product_attention.default",
+                    [q, k, v, None, 0.0, False, 0.25, False], tuple(want.shape))
+    assert_norm_close(got, want)
+
+
+def test_sdpa_dropout_is_unsupported():
+    from vkx.loader.errors import UnsupportedOpError
+    q, k, v = _qkv()
+    with pytest.raises(UnsupportedOpError, match="dropout"):
+        run_graph("aten.scaled_dot_product_attention.default",
+                  [q, k, v, None, 0.1, False, None, False], (2, 3, 7, 6))
