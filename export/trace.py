@@ -1,6 +1,8 @@
 """Module → ExportedProgram: torch.export, then the decompositions that fit the op contract."""
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch.export import ExportedProgram
 
@@ -12,7 +14,8 @@ def trace(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...]) -> 
     """Export `module` (put in eval mode) with static shapes and decompose to contract-sized ops."""
     module.eval()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch.export's own deprecations
             program = torch.export.export(module, example_inputs)
             return program.run_decompositions(decomposition_table())
     except Exception as error:

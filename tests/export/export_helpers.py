@@ -1,0 +1,93 @@
+"""Helpers for the export tests: the op contract read from docs/architecture.md, and
+checks of a written file by vkx.format, by the contract and by ExecuTorch 1.5.1."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from vkx.format import ProgramFile
+from vkx.format.validate import validate
+from vkx.format.vkgraph import MemoryLayout, StorageType, Tensor, ValueList, VkGraph
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+
+
+def contract() -> dict[str, int]:
+    """Each contract op name → its number of args (output included), from the architecture doc."""
+    ops = {}
+    for line in (ROOT / "docs" / "architecture.md").read_text().splitlines():
+        if not line.startswith("| `"):
+            continue
+        names_cell, args_cell = line.split(" | ")[:2]
+        args = re.sub(r"\([^)]*\)", "", args_cell.replace("\\|", "/"))
+        for name in re.findall(r"`([^`]+)`", names_cell):
+            ops[name] = len(args.split(","))
+    return ops
+
+
+CONTRACT = contract()
+
+
+class Fn(nn.Module):
+    """A module around `fn(self, *inputs)`, holding the given layers/parameters."""
+
+    def __init__(self, fn, **parts):
+        super().__init__()
+        self.fn = fn
+        for name, part in parts.items():
+            setattr(self, name, part)
+
+    def forward(self, *inputs):
+        return self.fn(self, *inputs)
+
+
+def check_graph(graph: VkGraph) -> None:
+    """The graph uses only contract ops with contract arg counts, and reads only defined values."""
+    defined = {i for i, v in enumerate(graph.values) if not isinstance(v, Tensor) or v.constant_id >= 0}
+    defined |= set(graph.input_ids)
+    for call in graph.chain:
+        assert call.name in CONTRACT, f"{call.name} is not in the op contract"
+        assert len(call.args) == CONTRACT[call.name], f"{call.name}: {len(call.args)} args, contract says {CONTRACT[call.name]}"
+        *reads, written = call.args
+        for value_id in reads:
+            value = graph.values[value_id]
+            items = value.items if isinstance(value, ValueList) else (value_id,)
+            assert all(item in defined for item in items), f"{call.name} reads value {value_id} before it is written"
+        out = graph.values[written]
+        outs = out.items if isinstance(out, ValueList) else (written,)
+        for item in outs:
+            tensor = graph.values[item]
+            assert isinstance(tensor, Tensor) and tensor.constant_id < 0
+            assert (tensor.storage_type, tensor.memory_layout) == (StorageType.BUFFER, MemoryLayout.WIDTH_PACKED)
+            defined.add(item)
+    for value_id in graph.input_ids + graph.output_ids:
+        assert isinstance(graph.values[value_id], Tensor) and graph.values[value_id].constant_id < 0
+    assert all(value_id in defined for value_id in graph.output_ids)
+
+
+def check_file(path: Path, external: Path | None = None) -> VkGraph:
+    """vkx.format validates the file; its graph keeps the op contract. Returns the graph."""
+    validate(path, external=[external] if external else [])
+    with ProgramFile.open(path) as program:
+        graph = program.vulkan.graph
+    check_graph(graph)
+    return graph
+
+
+def et_deserialize(path: Path):
+    """ExecuTorch 1.5.1's own reader over the file (skips when executorch is missing)."""
+    program = pytest.importorskip("executorch.exir._serialize._program")
+    return program.deserialize_pte_binary(path.read_bytes())
+
+
+def ops_of(graph: VkGraph) -> set[str]:
+    return {call.name for call in graph.chain}
+
+
+def randn(*sizes: int) -> torch.Tensor:
+    return torch.randn(*sizes, generator=torch.Generator().manual_seed(sum(sizes)))

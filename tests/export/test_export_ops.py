@@ -1,0 +1,137 @@
+"""Each supported op alone: it exports in both layouts, vkx.format validates the files,
+the graph keeps the op contract, and ExecuTorch 1.5.1 reads the files."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from export_helpers import Fn, check_file, et_deserialize, ops_of, randn
+from torch import nn
+
+import vkx
+
+P = lambda *sizes: nn.Parameter(randn(*sizes))  # noqa: E731
+
+CASES = {
+    # name: (module, inputs, contract ops it must produce)
+    "linear": (nn.Linear(8, 4), (randn(2, 8),), {"aten.linear.default"}),
+    "linear_no_bias": (nn.Linear(8, 4, bias=False), (randn(3, 2, 8),), {"aten.linear.default"}),
+    "addmm": (Fn(lambda m, x: torch.addmm(m.b, x, m.w), b=P(4), w=P(8, 4)), (randn(2, 8),), {"aten.addmm.default"}),
+    "mm": (Fn(lambda m, x: torch.mm(x, m.w), w=P(8, 4)), (randn(2, 8),), {"aten.mm.default"}),
+    "bmm": (Fn(lambda m, a, b: torch.bmm(a, b)), (randn(2, 3, 8), randn(2, 8, 4)), {"aten.bmm.default"}),
+    "matmul": (Fn(lambda m, a, b: a @ b), (randn(2, 3, 8), randn(8, 5)), {"aten.matmul.default"}),
+    "add": (Fn(lambda m, a, b: a + b), (randn(2, 1, 8), randn(3, 8)), {"aten.add.Tensor"}),
+    "add_alpha": (Fn(lambda m, a, b: torch.add(a, b, alpha=0.5)), (randn(4), randn(4)), {"aten.add.Tensor"}),
+    "sub": (Fn(lambda m, a, b: a - b), (randn(3, 8), randn(8)), {"aten.sub.Tensor"}),
+    "mul": (Fn(lambda m, a, b: a * b), (randn(2, 3, 4), randn(3, 1)), {"aten.mul.Tensor"}),
+    "div": (Fn(lambda m, a, b: a / b), (randn(4, 4), randn(4, 1) + 3), {"aten.div.Tensor"}),
+    "add_scalar": (Fn(lambda m, x: x + 1.5), (randn(4),), {"aten.add.Tensor", "et_vk.prepack.default"}),
+    "rsub_scalar": (Fn(lambda m, x: 2 - x), (randn(4),), {"aten.sub.Tensor", "et_vk.prepack.default"}),
+    "mul_scalar": (Fn(lambda m, x: x * 3), (randn(4),), {"aten.mul.Tensor", "et_vk.prepack.default"}),
+    "div_scalar": (Fn(lambda m, x: x / 4), (randn(4),), {"aten.div.Tensor", "et_vk.prepack.default"}),
+    "rdiv_scalar": (Fn(lambda m, x: 2 / x), (randn(4) + 3,), {"aten.div.Tensor", "aten.mul.Tensor"}),
+    "add_parameter": (Fn(lambda m, x: x + m.b, b=P(4)), (randn(2, 4),), {"aten.add.Tensor", "et_vk.prepack.default"}),
+    "relu": (nn.ReLU(), (randn(8),), {"aten.relu.default"}),
+    "gelu": (nn.GELU(), (randn(8),), {"aten.gelu.default"}),
+    "gelu_tanh": (nn.GELU(approximate="tanh"), (randn(8),), {"aten.gelu.default"}),
+    "silu": (nn.SiLU(), (randn(8),), {"aten.silu.default"}),
+    "sigmoid": (nn.Sigmoid(), (randn(8),), {"aten.sigmoid.default"}),
+    "tanh": (nn.Tanh(), (randn(8),), {"aten.tanh.default"}),
+    "softmax": (nn.Softmax(dim=-1), (randn(2, 8),), {"aten._softmax.default"}),
+    "log_softmax": (nn.LogSoftmax(dim=0), (randn(2, 8),), {"aten._log_softmax.default"}),
+    "layer_norm": (nn.LayerNorm(8), (randn(2, 8),), {"aten.native_layer_norm.default"}),
+    "rms_norm": (nn.RMSNorm(8), (randn(2, 8),), {"aten.rms_norm.default"}),
+    "batch_norm": (nn.BatchNorm2d(3), (randn(1, 3, 4, 4),), {"aten._native_batch_norm_legit_no_training.default"}),
+    "conv2d": (nn.Conv2d(4, 8, 3, stride=2, padding=1, dilation=2, groups=2), (randn(1, 4, 9, 9),),
+               {"aten.convolution.default"}),
+    "max_pool2d": (nn.MaxPool2d(3, stride=2, padding=1), (randn(1, 2, 8, 8),), {"aten.max_pool2d.default"}),
+    "avg_pool2d": (nn.AvgPool2d(2), (randn(1, 2, 8, 8),), {"aten.avg_pool2d.default"}),
+    "adaptive_avg_pool2d": (nn.AdaptiveAvgPool2d(1), (randn(1, 2, 5, 5),), {"aten.mean.dim"}),
+    "mean": (Fn(lambda m, x: x.mean(dim=(1, 2))), (randn(2, 3, 4),), {"aten.mean.dim"}),
+    "mean_keepdim": (Fn(lambda m, x: x.mean(-1, keepdim=True)), (randn(2, 3),), {"aten.mean.dim"}),
+    "view": (Fn(lambda m, x: x.view(4, 6) * 2), (randn(2, 3, 4),), {"aten.view_copy.default"}),
+    "reshape": (Fn(lambda m, x: x.reshape(-1)), (randn(2, 3),), {"aten.view_copy.default"}),
+    "flatten": (nn.Flatten(), (randn(2, 3, 4),), {"aten.view_copy.default"}),
+    "unsqueeze": (Fn(lambda m, x: x.unsqueeze(1)), (randn(2, 3),), {"aten.view_copy.default"}),
+    "squeeze": (Fn(lambda m, x: x.squeeze(1)), (randn(2, 1, 3),), {"aten.view_copy.default"}),
+    "permute": (Fn(lambda m, x: x.permute(2, 0, 1)), (randn(2, 3, 4),), {"aten.permute_copy.default"}),
+    "transpose": (Fn(lambda m, x: x.transpose(-1, -2)), (randn(2, 3, 4),), {"aten.permute_copy.default"}),
+    "t": (Fn(lambda m, x: x.t()), (randn(2, 3),), {"aten.permute_copy.default"}),
+    "slice": (Fn(lambda m, x: x[:, 1:-1]), (randn(2, 6),), {"aten.slice_copy.Tensor"}),
+    "cat": (Fn(lambda m, a, b: torch.cat([a, b], dim=-1)), (randn(2, 3), randn(2, 5)), {"aten.cat.default"}),
+    "chunk": (Fn(lambda m, x: x.chunk(3, dim=1)), (randn(2, 6),), {"aten.slice_copy.Tensor"}),
+    "split": (Fn(lambda m, x: x.split([2, 4], dim=-1)[1]), (randn(2, 6),), {"aten.slice_copy.Tensor"}),
+    "clone": (Fn(lambda m, x: x.clone()), (randn(4),), {"aten.clone.default"}),
+    "contiguous": (Fn(lambda m, x: x.transpose(0, 1).contiguous()), (randn(2, 3),), {"aten.permute_copy.default"}),
+    "embedding": (nn.Embedding(10, 4), (torch.tensor([[1, 2, 9]]),), {"aten.embedding.default"}),
+    "sdpa": (Fn(lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v)),
+             (randn(1, 2, 4, 8), randn(1, 2, 6, 8), randn(1, 2, 6, 8)), {"aten.scaled_dot_product_attention.default"}),
+    "sdpa_mask": (Fn(lambda m, q, mask: F.scaled_dot_product_attention(q, q, q, attn_mask=mask, scale=0.5)),
+                  (randn(1, 2, 4, 8), randn(4, 4)), {"aten.scaled_dot_product_attention.default"}),
+    "sdpa_causal": (Fn(lambda m, q: F.scaled_dot_product_attention(q, q, q, is_causal=True)), (randn(1, 4, 8),),
+                    {"aten.scaled_dot_product_attention.default"}),
+}
+
+_exported: dict[str, dict[str, object]] = {}
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return tmp_path_factory.mktemp("ops")
+
+
+def exported(name: str, folder) -> dict[str, object]:
+    """Export CASES[name] once per layout (cached for the module)."""
+    if name not in _exported:
+        module, inputs, _ = CASES[name]
+        _exported[name] = {layout: folder / f"{name}_{layout}.pte" for layout in ("named", "legacy")}
+        for layout, path in _exported[name].items():
+            vkx.export_model(module, inputs, path, layout=layout)
+    return _exported[name]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_op_exports_and_validates(name, folder):
+    expected = CASES[name][2]
+    for layout, path in exported(name, folder).items():
+        graph = check_file(path)
+        assert expected <= ops_of(graph), f"{layout}: {sorted(ops_of(graph))}"
+        assert len(graph.input_ids) == len(CASES[name][1])
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_executorch_reads_op_file(name, folder):
+    for path in exported(name, folder).values():
+        program = et_deserialize(path).program
+        (plan,) = program.execution_plan
+        assert [d.id for d in plan.delegates] == ["VulkanBackend"]
+
+
+def test_scalar_operands_are_prepacked_zero_dim_constants(folder):
+    graph = check_file(exported("add_scalar", folder)["named"])
+    (prepack,) = [call for call in graph.chain if call.name == "et_vk.prepack.default"]
+    constant = graph.values[prepack.args[0]]
+    assert constant.dims == () and constant.constant_id == 0
+    add = next(call for call in graph.chain if call.name == "aten.add.Tensor")
+    assert add.args[1] == prepack.args[1]
+
+
+def test_weights_of_prepacking_ops_are_passed_directly(folder):
+    graph = check_file(exported("linear", folder)["named"])
+    assert ops_of(graph) == {"aten.linear.default"}
+    (linear,) = graph.chain
+    assert [graph.values[i].constant_id for i in linear.args[1:3]] == [0, 1]
+
+
+def test_value_order_constants_then_inputs_then_ops(folder):
+    graph = check_file(exported("layer_norm", folder)["named"])
+    constant_ids = [i for i, v in enumerate(graph.values) if getattr(v, "constant_id", -1) >= 0]
+    assert constant_ids == [0, 1] and graph.input_ids == [2]
+    (call,) = graph.chain
+    assert call.args[0] == 2 and call.args[2:4] == (0, 1)
+
+
+def test_int64_input_stages_as_int32(folder):
+    graph = check_file(exported("embedding", folder)["named"])
+    indices = graph.values[graph.input_ids[0]]
+    assert (indices.datatype.name, indices.staging_datatype.name) == ("INT32", "INT32")
