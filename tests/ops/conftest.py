@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-__all__ = ["Const", "Values", "run_graph", "run_vkx", "assert_close", "max_error",
+__all__ = ["Const", "Values", "Fn", "run_graph", "run_vkx", "assert_close", "max_error",
            "vulkan_available", "requires_vulkan", "rand"]
 
 
@@ -94,8 +94,8 @@ def rand(*shape, seed: int = 0, dtype=torch.float32, scale: float = 1.0) -> torc
 
 
 def max_error(got, want) -> float:
-    got = torch.as_tensor(got).double()
-    want = torch.as_tensor(want).double()
+    got = torch.as_tensor(got).detach().double()
+    want = torch.as_tensor(want).detach().double()
     if got.numel() == 0:
         return 0.0
     return float((got - want).abs().max())
@@ -107,8 +107,8 @@ def assert_close(vkx_out, torch_out, rtol: float = 1e-4, atol: float = 1e-5) -> 
         assert isinstance(vkx_out, (tuple, list)) and len(vkx_out) == len(torch_out), \
             f"expected {len(torch_out)} outputs, got {type(vkx_out).__name__}"
         return max([assert_close(v, t, rtol, atol) for v, t in zip(vkx_out, torch_out)], default=0.0)
-    got = torch.as_tensor(vkx_out)
-    want = torch.as_tensor(torch_out)
+    got = torch.as_tensor(vkx_out).detach()
+    want = torch.as_tensor(torch_out).detach()
     assert tuple(got.shape) == tuple(want.shape), f"shape {tuple(got.shape)} != {tuple(want.shape)}"
     if want.is_floating_point():
         torch.testing.assert_close(got.to(want.dtype), want, rtol=rtol, atol=atol, equal_nan=True)
@@ -142,6 +142,25 @@ def run_vkx(module: torch.nn.Module, inputs: Sequence[torch.Tensor], dtype: str 
             if close is not None:
                 close()
     return out
+
+
+class Fn(torch.nn.Module):
+    """A tiny module around `fn(self, *inputs)`; keyword tensors become parameters (constants).
+
+    `Fn(lambda m, x: x * m.w, w=torch.randn(3))` exports `x * w` with `w` a constant.
+    """
+
+    def __init__(self, fn, **tensors: torch.Tensor):
+        super().__init__()
+        self._fn = fn
+        for name, t in tensors.items():
+            if t.is_floating_point():
+                self.register_parameter(name, torch.nn.Parameter(t, requires_grad=False))
+            else:
+                self.register_buffer(name, t)
+
+    def forward(self, *inputs):
+        return self._fn(self, *inputs)
 
 
 # --------------------------------------------------------------------------- hand-built graphs

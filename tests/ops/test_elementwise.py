@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import Const, assert_close, rand, run_graph
+from conftest import Const, Fn, assert_close, rand, run_graph, run_vkx
 
 pytestmark = pytest.mark.vulkan
 
@@ -196,3 +196,39 @@ def test_split_dispatches_small_limit(n):
     assert_close(got, x * 2)
     got = run_graph("aten.div.Tensor", [x, 4.0], (n,), max_binding_bytes=SMALL_BINDING)
     assert_close(got, x / 4)
+
+
+# --------------------------------------------------------------------------- through the exporter
+
+MODULES = {
+    "add_broadcast": (lambda m, x, y: x + y, [(3, 17), (17,)], {}),
+    "add_alpha": (lambda m, x, y: torch.add(x, y, alpha=2.5), [(2, 8), (2, 8)], {}),
+    "sub_alpha_bcast": (lambda m, x, y: torch.sub(x, y, alpha=3), [(4, 1, 5), (3, 1)], {}),
+    "mul_param": (lambda m, x: x * m.w, [(2, 7)], {"w": (7,)}),
+    "mul_0dim_buffer": (lambda m, x: x * m.s, [(5, 3)], {"s": ()}),
+    "div": (lambda m, x, y: x / (y * y + 0.5), [(3, 1, 4), (1, 5, 4)], {}),
+    "scalar_ops": (lambda m, x: (x + 2.5) * 3 - 0.5, [(33,)], {}),
+    "div_scalar": (lambda m, x: x / 4.0, [(6, 6)], {}),
+    "relu": (lambda m, x: torch.relu(x), [(3, 17)], {}),
+    "sigmoid": (lambda m, x: torch.sigmoid(x), [(7,)], {}),
+    "tanh": (lambda m, x: torch.tanh(x), [(2, 8)], {}),
+    "silu": (lambda m, x: F.silu(x), [(1, 33)], {}),
+    "gelu": (lambda m, x: F.gelu(x), [(4, 9)], {}),
+    "gelu_tanh": (lambda m, x: F.gelu(x, approximate="tanh"), [(4, 9)], {}),
+    "clone": (lambda m, x: x.clone(), [(3, 5)], {}),
+    "constant_out": (lambda m, x: (x.sum() * 0 + m.w), [(3,)], {"w": (4, 3)}),
+}
+
+
+@pytest.mark.parametrize("case", list(MODULES))
+def test_module(case):
+    fn, shapes, params = MODULES[case]
+    module = Fn(fn, **{k: rand(*s, seed=40 + i) for i, (k, s) in enumerate(params.items())})
+    inputs = [rand(*s, seed=50 + i, scale=2.0) for i, s in enumerate(shapes)]
+    assert_close(run_vkx(module, inputs), module(*inputs))
+
+
+def test_module_fp16_constants():
+    module = Fn(lambda m, x: F.silu(x * m.w + m.b) / m.w, w=rand(9, seed=60).abs() + 0.5, b=rand(9, seed=61))
+    x = rand(4, 9, seed=62)
+    assert_close(run_vkx(module, [x], dtype="fp16"), module(x), rtol=1e-2, atol=1e-2)

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import Const, assert_close, rand, run_graph
+from conftest import Const, Fn, assert_close, rand, run_graph, run_vkx
 
 pytestmark = pytest.mark.vulkan
 
@@ -157,3 +157,64 @@ def test_row_ops_split_small_limit():
                     [xb, Const(w[:5].clone()), Const(b[:5].clone()), Const(mean), Const(var), 0.1, 1e-5],
                     [(3, 5, 23), (0,), (0,)], max_binding_bytes=SMALL_BINDING)
     assert_close(got[0], want[0])
+
+
+# --------------------------------------------------------------------------- through the exporter
+
+def _bn(c):
+    bn = torch.nn.BatchNorm2d(c).eval()
+    with torch.no_grad():
+        bn.running_mean.copy_(rand(c, seed=70))
+        bn.running_var.copy_(rand(c, seed=71).abs() + 0.3)
+        bn.weight.copy_(rand(c, seed=72))
+        bn.bias.copy_(rand(c, seed=73))
+    return bn
+
+
+def _ln(shape, affine=True):
+    ln = torch.nn.LayerNorm(shape, elementwise_affine=affine)
+    if affine:
+        with torch.no_grad():
+            ln.weight.copy_(rand(*ln.weight.shape, seed=74))
+            ln.bias.copy_(rand(*ln.bias.shape, seed=75))
+    return ln
+
+
+def _rms(shape, eps=None):
+    m = torch.nn.RMSNorm(shape, eps=eps)
+    with torch.no_grad():
+        m.weight.copy_(rand(*m.weight.shape, seed=76))
+    return m
+
+
+MODULES = {
+    "softmax": (lambda: Fn(lambda m, x: torch.softmax(x, -1)), [(3, 17)]),
+    "softmax_dim0": (lambda: Fn(lambda m, x: torch.softmax(x, 0)), [(5, 3, 2)]),
+    "log_softmax": (lambda: Fn(lambda m, x: torch.log_softmax(x, -2)), [(2, 7, 3)]),
+    "layer_norm": (lambda: _ln(17), [(3, 17)]),
+    "layer_norm_2d_noaffine": (lambda: _ln((3, 5), affine=False), [(2, 3, 5)]),
+    "rms_norm": (lambda: _rms(9), [(4, 9)]),
+    "rms_norm_eps": (lambda: _rms((2, 6), eps=1e-5), [(3, 2, 6)]),
+    "batch_norm": (lambda: _bn(3), [(2, 3, 5, 4)]),
+    "mean_keepdim": (lambda: Fn(lambda m, x: x.mean(-1, keepdim=True)), [(3, 33)]),
+    "mean_dims": (lambda: Fn(lambda m, x: x.mean((0, 2))), [(2, 3, 7)]),
+    "mean_all": (lambda: Fn(lambda m, x: x.mean()), [(4, 5)]),
+    "sum_dims": (lambda: Fn(lambda m, x: x.sum((-1, 1), keepdim=True)), [(2, 3, 4, 5)]),
+    "sum_all": (lambda: Fn(lambda m, x: x.sum()), [(17,)]),
+}
+
+
+@pytest.mark.parametrize("case", list(MODULES))
+def test_module(case):
+    make, shapes = MODULES[case]
+    module = make().eval()
+    inputs = [rand(*s, seed=80 + i, scale=2.0) for i, s in enumerate(shapes)]
+    assert_close(run_vkx(module, inputs), module(*inputs))
+
+
+@pytest.mark.parametrize("case", ["layer_norm", "rms_norm", "batch_norm"])
+def test_module_fp16_constants(case):
+    make, shapes = MODULES[case]
+    module = make().eval()
+    inputs = [rand(*s, seed=90 + i) for i, s in enumerate(shapes)]
+    assert_close(run_vkx(module, inputs, dtype="fp16"), module(*inputs), rtol=1e-2, atol=1e-2)

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import Const, Values, assert_close, rand, run_graph
+from conftest import Const, Fn, Values, assert_close, rand, run_graph, run_vkx
 
 pytestmark = pytest.mark.vulkan
 
@@ -125,3 +125,39 @@ def test_cat_into_large_output():
     a, b = rand(700, seed=35), rand(401, seed=36)
     got = run_graph("aten.cat.default", [Values([a, b]), 0], (1101,), max_binding_bytes=4096)
     assert_close(got, torch.cat([a, b]), rtol=0, atol=0)
+
+
+# --------------------------------------------------------------------------- through the exporter
+
+MODULES = {
+    "reshape": (lambda m, x: (x * 2).reshape(4, 6), [(2, 3, 4)]),
+    "flatten_unsqueeze": (lambda m, x: torch.flatten(x + 1, 1).unsqueeze(0), [(2, 3, 5)]),
+    "permute": (lambda m, x: (x + 1).permute(2, 0, 1), [(2, 3, 5)]),
+    "transpose": (lambda m, x: (x + 1).transpose(-1, -2), [(3, 7)]),
+    "slice": (lambda m, x: (x + 1)[:, 1:6:2], [(4, 9)]),
+    "slice_negative": (lambda m, x: (x + 1)[-3:, :-1], [(5, 4)]),
+    "chunk": (lambda m, x: torch.chunk(x + 1, 3, dim=-1), [(2, 9)]),
+    "split": (lambda m, x: torch.split(x + 1, [2, 5], dim=0), [(7, 3)]),
+    "cat": (lambda m, x, y: torch.cat([x, y * 2], dim=1), [(2, 3), (2, 5)]),
+    "cat_neg": (lambda m, x, y: torch.cat([x + 1, y, x], dim=-1), [(3, 2, 1), (3, 2, 4)]),
+}
+
+
+@pytest.mark.parametrize("case", list(MODULES))
+def test_module(case):
+    fn, shapes = MODULES[case]
+    module = Fn(fn)
+    inputs = [rand(*s, seed=100 + i) for i, s in enumerate(shapes)]
+    assert_close(run_vkx(module, inputs), module(*inputs), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [None, "fp16"])
+def test_module_embedding(dtype):
+    emb = torch.nn.Embedding(33, 7)
+    with torch.no_grad():
+        emb.weight.copy_(rand(33, 7, seed=110))
+    module = Fn(lambda m, idx: m.emb(idx) * 2)
+    module.emb = emb
+    idx = torch.tensor([[0, 5, 32], [7, 7, 1]])
+    tol = 1e-2 if dtype else 0
+    assert_close(run_vkx(module, [idx], dtype=dtype), module(idx), rtol=tol, atol=tol)
