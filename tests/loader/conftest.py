@@ -24,12 +24,17 @@ except ImportError:  # the op modules have not landed yet
     ops._loaded = True
 
 
+def groups(n: int, local: int = 64) -> tuple[int, int, int]:
+    g = -(-n // local)
+    return (min(g, 65535), -(-g // 65535), 1)
+
+
 @ops.register("test.relu.default")
 def _test_relu(b, args):
     x, out = b.tensor(args[0]), b.tensor(args[1])
     bias = float(b.scalar(args[2])) if len(args) > 3 else 0.0
     out = b.tensor(args[-1])
-    b.dispatch("test_relu", [x, out], struct.pack("<If", out.numel, bias), (-(-out.numel // 64), 1, 1))
+    b.dispatch("test_relu", [x, out], struct.pack("<If", out.numel, bias), groups(out.numel))
 
 
 @ops.register("test.add.default")
@@ -58,4 +63,4 @@ def _test_relu_split(b, args):
     for lo in range(0, out.numel, step):
         n = min(step, out.numel - lo)
         b.dispatch("test_relu", [ops.SubRange(x, lo * 4, n * 4), ops.SubRange(out, lo * 4, n * 4)],
-                   struct.pack("<If", n, 0.0), (-(-n // 64), 1, 1))
+                   struct.pack("<If", n, 0.0), groups(n))

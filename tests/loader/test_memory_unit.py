@@ -126,15 +126,31 @@ def test_wrong_constant_size_is_typed():
         load_graph(relu_add_graph(10), [b"\0" * 12])
 
 
-@pytest.mark.parametrize("schedule", ["lazy", "eager"])
-@pytest.mark.parametrize("budget_mib", [0.001, 4, 4.01])
-def test_oom_cleans_up_then_loads(schedule, budget_mib):
-    graph_n = 1_000_000   # 4 MB weight (dedicated), 4 MB activations
+@pytest.mark.parametrize("schedule,upload", [("lazy", "auto"), ("lazy", "staging"), ("eager", "auto")])
+@pytest.mark.parametrize("budget_mib", [0.001, 4, 8, 12])
+def test_oom_cleans_up_then_loads(schedule, upload, budget_mib):
+    graph_n = 1_000_000   # 4 MB weight, 2 x 4 MB activations, 2 x 4 MB io, ring 1 MiB
     w = weights(graph_n)
     with pytest.raises(OutOfDeviceMemoryError) as info:
-        load_graph(relu_add_graph(graph_n), [w.tobytes()], schedule=schedule,
-                   memory_budget=int(budget_mib * MiB))
+        load_graph(relu_add_graph(graph_n), [w.tobytes()], schedule=schedule, upload=upload,
+                   memory_budget=int(budget_mib * MiB), staging_chunk_bytes=1 * MiB)
     assert info.value.ledger["total"] == 0 and info.value.ledger["buffers"] == 0
     x = np.ones(graph_n, np.float32)
     with load_graph(relu_add_graph(graph_n), [w.tobytes()], schedule=schedule) as p:
         np.testing.assert_array_equal(p(x).numpy(), 1 + w)
+
+
+def test_missing_shader_is_typed_and_clean():
+    from vkx.loader import ops
+    from vkx.loader.errors import ShaderError
+
+    @ops.register("test.noshader.default")
+    def _op(b, args):
+        x = b.tensor(args[0])
+        b.dispatch("no_such_shader_xyz", [x, b.tensor(args[1])], b"", (1, 1, 1))
+
+    graph = g.VkGraph(values=[tensor([4]), tensor([4])], input_ids=[0], output_ids=[1],
+                      chain=[g.OperatorCall(0, "test.noshader.default", (0, 1))])
+    with pytest.raises(ShaderError, match="no_such_shader_xyz") as info:
+        load_graph(graph, [])
+    assert info.value.ledger["total"] == 0
