@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Callable
 
@@ -15,8 +15,9 @@ class AtomicFile:
         self.on_bytes = on_bytes
         self.pos = 0
         self._committed = False
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent or ".")
-        self.fd, self.tmp = fd, tmp
+        self.tmp = str(self.path.parent / f".{self.path.name}.{secrets.token_hex(4)}.tmp")
+        # os.open (not mkstemp) so the file gets the usual umask-based mode, not 0600
+        self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
 
     def write(self, data) -> None:
         mv = memoryview(data).cast("B")
@@ -41,7 +42,7 @@ class AtomicFile:
         os.replace(self.tmp, self.path)
         self._committed = True
         try:
-            dfd = os.open(self.path.parent or ".", os.O_RDONLY)
+            dfd = os.open(self.path.parent, os.O_RDONLY)
         except OSError:
             return
         try:

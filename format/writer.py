@@ -130,13 +130,14 @@ def write_program(path: str | os.PathLike, graph: vk.VkGraph, payloads: Sequence
     unique = _unique(graph, payloads)
     first_offset: dict[str, int] = {}
     section = 0
+    # legacy entries carry named_key "" rather than none: ExecuTorch's Python reader requires the string
     if layout == "legacy":
         for key, (_, p) in unique.items():
             first_offset[key] = section
             section += align(p.nbytes, 16)
-        graph.constants = [vk.ConstantRef(first_offset[p.key], p.nbytes) for p in payloads]
+        graph.constants = [vk.ConstantRef(first_offset[p.key], p.nbytes, "") for p in payloads]
     else:
-        graph.constants = [vk.ConstantRef(vk.NAMED_OFFSET, p.nbytes, p.key) if p.nbytes else vk.ConstantRef(0, 0)
+        graph.constants = [vk.ConstantRef(vk.NAMED_OFFSET, p.nbytes, p.key) if p.nbytes else vk.ConstantRef(0, 0, "")
                            for p in payloads]
     named = [p for _, p in unique.values() if p.nbytes] if layout == "named" else []
     blob_head = _blob_head(graph, section)
