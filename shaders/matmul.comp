@@ -12,8 +12,12 @@
 //   B_VEC_N  B is n-contiguous (sBn == 1) and N, sBk, sBb*, boff are multiples of 4
 //   HAS_BIAS add beta * bias[biasoff + m*sbm + n*sbn]
 //   WG_X, WG_Y  workgroup size (x over column tiles, y over row tiles)
-// Each invocation owns a 4x4 output tile; edge tiles clamp their load indices (no
+//   TM       rows per invocation tile: 4 (default) or 1 (for M == 1, e.g. one token)
+// Each invocation owns a TMx4 output tile; edge tiles clamp their load indices (no
 // branches in the k loop) and skip out-of-range stores.
+#ifndef TM
+#define TM 4
+#endif
 #ifndef WG_X
 #define WG_X 8
 #endif
@@ -48,7 +52,7 @@ layout(push_constant) uniform Push {
 
 void main() {
     const int n0 = int(gl_GlobalInvocationID.x) * 4;
-    const int m0 = int(gl_GlobalInvocationID.y) * 4;
+    const int m0 = int(gl_GlobalInvocationID.y) * TM;
     if (n0 >= p.N || m0 >= p.M) {
         return;
     }
@@ -58,22 +62,24 @@ void main() {
     const int abase = p.aoff + b1 * p.sAb1 + b2 * p.sAb2;
     const int bbase = p.boff + b1 * p.sBb1 + b2 * p.sBb2;
 
-    int ar[4];   // element offset of A[m_i, 0]
+    int ar[TM];  // element offset of A[m_i, 0]
     int bc[4];   // element offset of B[0, n_j]
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < TM; ++i) {
         ar[i] = abase + min(m0 + i, p.M - 1) * p.sAm;
-        bc[i] = bbase + min(n0 + i, p.N - 1) * p.sBn;
+    }
+    for (int j = 0; j < 4; ++j) {
+        bc[j] = bbase + min(n0 + j, p.N - 1) * p.sBn;
     }
 
-    vec4 acc[4];  // acc[i][j] = C tile (m0 + i, n0 + j)
-    for (int i = 0; i < 4; ++i) {
+    vec4 acc[TM];  // acc[i][j] = C tile (m0 + i, n0 + j)
+    for (int i = 0; i < TM; ++i) {
         acc[i] = vec4(0.0);
     }
 
     const int K4 = p.K & ~3;
     for (int k = 0; k < K4; k += 4) {
-        vec4 av[4];
-        for (int i = 0; i < 4; ++i) {
+        vec4 av[TM];
+        for (int i = 0; i < TM; ++i) {
 #ifdef A_VEC
             av[i] = a4[(ar[i] + k) >> 2];
 #else
@@ -89,7 +95,7 @@ void main() {
         const vec4 r1 = b4[r + rs];
         const vec4 r2 = b4[r + 2 * rs];
         const vec4 r3 = b4[r + 3 * rs];
-        for (int i = 0; i < 4; ++i) {
+        for (int i = 0; i < TM; ++i) {
             acc[i] += av[i].x * r0 + av[i].y * r1 + av[i].z * r2 + av[i].w * r3;
         }
 #else
@@ -102,7 +108,7 @@ void main() {
             bv[j] = vec4(b[o], b[o + p.sBk], b[o + 2 * p.sBk], b[o + 3 * p.sBk]);
 #endif
         }
-        for (int i = 0; i < 4; ++i) {
+        for (int i = 0; i < TM; ++i) {
             acc[i] += vec4(dot(av[i], bv[0]), dot(av[i], bv[1]), dot(av[i], bv[2]), dot(av[i], bv[3]));
         }
 #endif
@@ -117,14 +123,14 @@ void main() {
         const vec4 row = vec4(b[bc[0] + k * p.sBk], b[bc[1] + k * p.sBk],
                               b[bc[2] + k * p.sBk], b[bc[3] + k * p.sBk]);
 #endif
-        for (int i = 0; i < 4; ++i) {
+        for (int i = 0; i < TM; ++i) {
             acc[i] += a[ar[i] + k * p.sAk] * row;
         }
     }
 #endif
 
     const int cbase = p.coff + b1 * p.sCb1 + b2 * p.sCb2;
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < TM; ++i) {
         const int m = m0 + i;
         if (m < p.M) {
             for (int j = 0; j < 4; ++j) {

@@ -162,7 +162,10 @@ def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
         bindings.append(bind_bias)
         biasoff, sbm, sbn = bias.off + dbias, bias.si, bias.sj
         defines["HAS_BIAS"] = 1
-    tiles_m, tiles_n = -(-M // 4), -(-N // 4)
+    tm = 1 if M == 1 else 4
+    if tm != 4:
+        defines["TM"] = tm
+    tiles_m, tiles_n = -(-M // tm), -(-N // 4)
     if tiles_m == 1:
         wg = (64, 1)
     elif tiles_n == 1:
