@@ -101,6 +101,33 @@ def max_error(got, want) -> float:
     return float((got - want).abs().max())
 
 
+_ERRORS: dict[tuple[str, str], tuple[float, float]] = {}
+"""(test node id, "fp32" or "fp16") -> (max abs error, max error / max(|torch|, 1e-3))."""
+
+
+def _record(kind: str, abs_err: float, rel_err: float) -> None:
+    test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" ", 1)[0]
+    a, r = _ERRORS.get((test, kind), (0.0, 0.0))
+    _ERRORS[(test, kind)] = (max(a, abs_err), max(r, rel_err))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Per test file and tolerance class: the largest float error vs torch that passed."""
+    rows: dict[tuple[str, str], list] = {}
+    for (test, kind), (a, r) in _ERRORS.items():
+        key = (test.split("::")[0], kind)
+        row = rows.setdefault(key, [0.0, "", 0.0, 0])
+        if a >= row[0]:
+            row[0], row[1] = a, test.split("::", 1)[-1]
+        row[2] = max(row[2], r)
+        row[3] += 1
+    if rows:
+        terminalreporter.write_sep("-", "max error vs torch (float outputs)")
+        for (f, kind), (a, test, r, n) in sorted(rows.items()):
+            terminalreporter.write_line(f"{f} [{kind}, {n} tests]: max |err| {a:.3g} ({test}); "
+                                        f"max |err|/max(|torch|,1e-3) {r:.3g}")
+
+
 def assert_close(vkx_out, torch_out, rtol: float = 1e-4, atol: float = 1e-5) -> float:
     """Compare one output (or a tuple/list of them); returns the max absolute error."""
     if isinstance(torch_out, (tuple, list)):
@@ -112,6 +139,10 @@ def assert_close(vkx_out, torch_out, rtol: float = 1e-4, atol: float = 1e-5) -> 
     assert tuple(got.shape) == tuple(want.shape), f"shape {tuple(got.shape)} != {tuple(want.shape)}"
     if want.is_floating_point():
         torch.testing.assert_close(got.to(want.dtype), want, rtol=rtol, atol=atol, equal_nan=True)
+        if want.numel():
+            diff = (got.double() - want.double()).abs()
+            _record("fp32" if rtol < 1e-3 else "fp16", float(diff.max()),
+                    float((diff / want.double().abs().clamp_min(1e-3)).max()))
     else:
         assert torch.equal(got.to(want.dtype), want), f"{got} != {want}"
     return max_error(got, want)
