@@ -62,10 +62,12 @@ def _span(op: Operand, ni: int, nj: int, nb1: int, nb2: int) -> tuple[int, int]:
 
 
 def _fits(builder: OpBuilder, op: Operand, ni: int, nj: int, nb1: int, nb2: int) -> bool:
+    """Whether `window()` can bind the elements `op` touches."""
     if op.tensor.nbytes <= builder.max_binding_bytes:
         return True
     lo, hi = _span(op, ni, nj, nb1, nb2)
-    return (hi - lo) * 4 + builder.offset_alignment <= builder.max_binding_bytes
+    align = builder.offset_alignment
+    return hi * 4 - (lo * 4) // align * align <= builder.max_binding_bytes
 
 
 def gemm(builder: OpBuilder, a: Operand, b: Operand, c: Operand, M: int, N: int, K: int,
@@ -110,10 +112,13 @@ def _split(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta, fit_a, fit_b,
             gemm(builder, a.shifted(i * a.sb2), b.shifted(i * b.sb2), c.shifted(i * c.sb2),
                  M, N, K, 1, 1, bias, alpha, beta)
         return
-    limit = builder.max_binding_bytes - builder.offset_alignment
+    align = builder.offset_alignment
+    limit = builder.max_binding_bytes - align
     if not fit_b and b.sj >= b.si * K and N > 1:
         # B's columns are contiguous blocks (linear's W[N, K] rows): split by output columns.
-        step = max(1, limit // (4 * b.sj))
+        # Chunks start on aligned bytes when W's row size and offset are aligned.
+        exact = (4 * b.sj) % align == 0 and (4 * b.off) % align == 0
+        step = max(1, (builder.max_binding_bytes if exact else limit) // (4 * b.sj))
         if step >= 4:
             step -= step % 4
         if step < N:
