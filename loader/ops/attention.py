@@ -16,7 +16,7 @@ import struct
 
 from vkx.loader.ops import OpBuilder, UnsupportedOpError, register
 from vkx.loader.ops.matmul import (Operand, batch_plan, broadcast_strides, contiguous_strides,
-                                   gemm, window)
+                                   gemm, require_float, window)
 
 _SOFTMAX_PUSH = struct.Struct("<11i")
 _MAX_GROUPS = 65535
@@ -48,6 +48,7 @@ def scaled_dot_product_attention(builder: OpBuilder, args: tuple[int, ...]) -> N
     k = builder.tensor(args[1])
     v = builder.tensor(args[2])
     out = builder.tensor(args[-1])
+    require_float(NAME, q, k, v, out)
     dropout_p = builder.scalar(args[4])
     if dropout_p:
         raise UnsupportedOpError(f"{NAME}: dropout_p={dropout_p} is not supported (only 0.0)")

@@ -12,7 +12,7 @@ import struct
 from typing import Sequence
 
 from vkx.loader.ops import OpBuilder, TensorArg, UnsupportedOpError, register
-from vkx.loader.ops.matmul import window
+from vkx.loader.ops.matmul import require_float, window
 
 _CONV_PUSH = struct.Struct("<24i")
 _POOL_PUSH = struct.Struct("<15i")
@@ -40,6 +40,7 @@ def convolution(builder: OpBuilder, args: tuple[int, ...]) -> None:
     x = builder.tensor(args[0])
     w = builder.tensor(args[1])
     out = builder.tensor(args[-1])
+    require_float("aten.convolution", x, w, out)
     if builder.scalar(args[6]):
         raise UnsupportedOpError(
             "aten.convolution: transposed convolution (ConvTranspose1d/2d) is not supported by vkx")
@@ -53,6 +54,8 @@ def convolution(builder: OpBuilder, args: tuple[int, ...]) -> None:
     dilation = _pair(builder.int_list(args[5]), nd, "dilation", op)
     groups = int(builder.scalar(args[8]) or 1)
     bias = None if builder.is_null(args[2]) else builder.tensor(args[2])
+    if bias is not None:
+        require_float("aten.convolution", bias)
 
     if len(x.shape) == nd + 1:          # unbatched input
         xs, os_ = (1,) + tuple(x.shape), (1,) + tuple(out.shape)
@@ -125,6 +128,7 @@ def convolution(builder: OpBuilder, args: tuple[int, ...]) -> None:
 
 def _pool(builder: OpBuilder, name: str, x: TensorArg, out: TensorArg, kernel, stride, padding,
           dilation, count_include_pad: bool, divisor_override: int, is_max: bool) -> None:
+    require_float(name, x, out)
     if len(x.shape) not in (3, 4) or len(out.shape) != len(x.shape):
         raise UnsupportedOpError(f"{name}: expected a 3-D or 4-D input, got {tuple(x.shape)}")
     kh, kw = _pair(kernel, 2, "kernel_size", name)

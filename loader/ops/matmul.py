@@ -304,6 +304,13 @@ def _fill_zero(builder: OpBuilder, out: TensorArg, N: int = 1, bias: Optional[Op
     gemm(builder, dummy, dummy, Operand(out, 0, N, 1), n // N, N, 0, bias=bias, beta=beta)
 
 
+def require_float(op: str, *tensors: TensorArg) -> None:
+    for t in tensors:
+        if t.dtype != "float32":
+            raise UnsupportedOpError(f"{op}: only floating-point operands are supported "
+                                     f"(got a {t.dtype} tensor of shape {tuple(t.shape)})")
+
+
 def _number(builder: OpBuilder, vid: int) -> float:
     v = builder.scalar(vid)
     if v is None:
@@ -319,6 +326,7 @@ def linear(builder: OpBuilder, args: tuple[int, ...]) -> None:
     x = builder.tensor(args[0])
     w = builder.tensor(args[1])
     out = builder.tensor(args[-1])
+    require_float("aten.linear", x, w, out)
     if len(w.shape) == 1:
         N, K = 1, w.shape[0]
     else:
@@ -327,6 +335,7 @@ def linear(builder: OpBuilder, args: tuple[int, ...]) -> None:
     bias = None
     if not builder.is_null(args[2]):
         bt = builder.tensor(args[2])
+        require_float("aten.linear", bt)
         bias = Operand(bt, 0, 0, 1 if bt.numel > 1 else 0)
     if K == 0:
         _fill_zero(builder, out, N, bias)
@@ -343,6 +352,7 @@ def addmm(builder: OpBuilder, args: tuple[int, ...]) -> None:
     beta = _number(builder, args[3])
     alpha = _number(builder, args[4])
     out = builder.tensor(args[-1])
+    require_float("aten.addmm", s, m1, m2, out)
     M, K = m1.shape
     _, N = m2.shape
     shape = (1,) * (2 - len(s.shape)) + tuple(s.shape)
@@ -363,6 +373,7 @@ def mm(builder: OpBuilder, args: tuple[int, ...]) -> None:
     a = builder.tensor(args[0])
     b = builder.tensor(args[1])
     out = builder.tensor(args[-1])
+    require_float("aten.mm", a, b, out)
     batched_matmul(builder, a, a.shape, b, b.shape, out)
 
 
@@ -371,6 +382,7 @@ def matmul(builder: OpBuilder, args: tuple[int, ...]) -> None:
     a = builder.tensor(args[0])
     b = builder.tensor(args[1])
     out = builder.tensor(args[-1])
+    require_float("aten.matmul", a, b, out)
     if not a.shape or not b.shape:
         raise UnsupportedOpError("matmul: both arguments need at least one dimension")
     a_shape = (1,) + tuple(a.shape) if len(a.shape) == 1 else tuple(a.shape)
