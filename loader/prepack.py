@@ -15,6 +15,7 @@ import numpy as np
 import vulkan as vk
 
 from vkx.format import vkgraph as g
+from vkx.loader.copy import copy_cast
 from vkx.loader.device import Device
 from vkx.loader.errors import BadProgramError
 from vkx.loader.graph import RTensor
@@ -81,7 +82,7 @@ class Uploader:
             step = max(1, CHUNK // 4)
             for lo in range(0, n, step):
                 hi = min(n, lo + step)
-                np.copyto(view[lo:hi], src[lo:hi], casting="unsafe")
+                copy_cast(view[lo:hi], src[lo:hi])
                 if on_chunk:
                     on_chunk(lo, hi)
             self.host_copy_bytes += n * 4
@@ -99,7 +100,7 @@ class Uploader:
             return
         staging = self.allocator.buffer(n * 4, "staging", "host")
         try:
-            np.copyto(np.frombuffer(staging.mapped(), out, count=n), src, casting="unsafe")
+            copy_cast(np.frombuffer(staging.mapped(), out, count=n), src)
             self.host_copy_bytes += n * 4
             d = self.device.device
             if self._cmd is None:

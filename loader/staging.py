@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import vulkan as vk
 
+from vkx.loader.copy import copy_cast
 from vkx.loader.device import Device
 from vkx.loader.memory import Allocator, Buffer, MiB
 
@@ -92,7 +93,7 @@ class StagingRing:
                 continue
             take = min(room, n - done)
             out = c.view[c.fill:c.fill + take * item].view(dst_dtype)
-            np.copyto(out, src[done:done + take], casting="unsafe")
+            copy_cast(out, src[done:done + take])
             c.regions.append((dst.handle, c.fill, dst_offset + done * item, take * item))
             c.fill = -(-(c.fill + take * item) // _ALIGN) * _ALIGN
             self.bytes_staged += take * item
