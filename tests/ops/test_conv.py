@@ -135,3 +135,12 @@ def test_conv_pool_chain():
     x = rand(1, 3, 15, 13, seed=4)
     with torch.no_grad():
         assert_norm_close(run_vkx(m, (x,)), m(x))
+
+
+def test_conv_batch_split_small_binding_limit():
+    # x (6912 bytes) and out exceed a 4096-byte binding: one dispatch per sample chunk.
+    x, w, b = rand(4, 3, 12, 12, seed=5), rand(4, 3, 3, 3, seed=6), rand(4, seed=7)
+    want = F.conv2d(x, w, b, padding=1)
+    got = run_graph("aten.convolution.default", [x, Const(w), Const(b), [1, 1], [1, 1], [1, 1], False, [0, 0], 1],
+                    tuple(want.shape), max_binding_bytes=4096)
+    assert_norm_close(got, want)

@@ -137,3 +137,26 @@ def test_addmm_exported():
     x = rand(6, 24, seed=3)
     fn = Fn(lambda x: torch.addmm(bias, x, w, beta=0.5, alpha=2.0))
     assert_norm_close(run_vkx(fn, (x,)), fn(x))
+
+
+# A small binding limit (load option max_binding_bytes) forces every split path
+# on tiny tensors: W by output rows, A/C by rows, batches one by one.
+SMALL_BINDING = 4096
+
+
+def test_linear_split_small_binding_limit():
+    x, w, b = rand(3, 40, seed=1), rand(64, 40, seed=2), rand(64, seed=3)   # W: 10240 bytes
+    got = run_graph("aten.linear.default", [x, Const(w), Const(b)], (3, 64), max_binding_bytes=SMALL_BINDING)
+    assert_norm_close(got, torch.nn.functional.linear(x, w, b))
+
+
+def test_linear_row_split_small_binding_limit():
+    x, w, b = rand(200, 16, seed=4), rand(9, 16, seed=5), rand(9, seed=6)    # x: 12800 bytes
+    got = run_graph("aten.linear.default", [x, Const(w), Const(b)], (200, 9), max_binding_bytes=SMALL_BINDING)
+    assert_norm_close(got, torch.nn.functional.linear(x, w, b))
+
+
+def test_bmm_batch_split_small_binding_limit():
+    a, b = rand(6, 20, 16, seed=7), rand(6, 16, 12, seed=8)                 # a: 7680 bytes
+    got = run_graph("aten.bmm.default", [a, b], (6, 20, 12), max_binding_bytes=SMALL_BINDING)
+    assert_norm_close(got, torch.bmm(a, b))
