@@ -52,8 +52,9 @@ def activation_totals(g: vk.VkGraph) -> tuple[int, int]:
         if isinstance(v, vk.Tensor) and v.constant_id < 0 and v.mem_obj_id >= 0:
             shared[v.mem_obj_id] = max(shared.get(v.mem_obj_id, 0), gpu_bytes(v))
     end = len(g.chain)
-    first: dict[int, int] = {vid: 0 for vid in g.input_ids}
-    last: dict[int, int] = {vid: end for vid in g.output_ids}
+    n = len(g.values)
+    first: dict[int, int] = {vid: 0 for vid in g.input_ids if vid < n}
+    last: dict[int, int] = {vid: end for vid in g.output_ids if vid < n}
     packed: set[int] = set()
     for i, op in enumerate(g.chain):
         if op.name == PREPACK and op.args:
