@@ -2,6 +2,7 @@
 
 SPIR-V is cached by content hash (source + every include-able file + defines
 + glslc version) under $XDG_CACHE_HOME/vkx/spirv (or ~/.cache/vkx/spirv).
+Without glslc, SPIR-V cached from the same source by any glslc version is used.
 Pipelines are created once per process per device and cached on it.
 
 Layout convention: set 0, binding i = the i-th binding of the dispatch, all
@@ -56,15 +57,16 @@ def find_shader(name: str):
     raise ShaderError(f"shader {name!r} not found (no shaders/{name}.comp)")
 
 
-def glslc_version() -> str:
+def glslc_version() -> str | None:
+    """glslc's version text, or None when glslc cannot be run (then only cached SPIR-V works)."""
     global _glslc_version
     if _glslc_version is None:
         try:
             out = subprocess.run(["glslc", "--version"], capture_output=True, text=True, check=True)
-        except (OSError, subprocess.CalledProcessError) as error:
-            raise ShaderError(f"glslc is not available: {error}") from error
-        _glslc_version = out.stdout.strip()
-    return _glslc_version
+            _glslc_version = out.stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            _glslc_version = ""
+    return _glslc_version or None
 
 
 def _define_args(defines: Mapping[str, Union[str, int]]) -> list[str]:
@@ -85,9 +87,14 @@ def compile_spirv(name: str, defines: Mapping[str, Union[str, int]] | None = Non
     root, src = find_shader(name)
     source = src.read_bytes()
     args = _define_args(defines)
-    key = hashlib.sha256(b"\0".join([source, _include_digest(root), "\n".join(args).encode(),
-                                     glslc_version().encode()])).hexdigest()
-    cached = cache_dir() / f"{name}-{key[:32]}.spv"
+    key = hashlib.sha256(b"\0".join([source, _include_digest(root), "\n".join(args).encode()])).hexdigest()
+    version = glslc_version()
+    if version is None:  # no compiler here: SPIR-V built elsewhere from the same source will do
+        for cached in sorted(cache_dir().glob(f"{name}-{key[:32]}-*.spv")):
+            return cached.read_bytes()
+        raise ShaderError(f"glslc is not available and no cached SPIR-V for {name}.comp {' '.join(args)} "
+                          f"in {cache_dir()}")
+    cached = cache_dir() / f"{name}-{key[:32]}-{hashlib.sha256(version.encode()).hexdigest()[:8]}.spv"
     try:
         return cached.read_bytes()
     except OSError:
