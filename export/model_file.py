@@ -1,8 +1,8 @@
 """Load a user's model file: `get_model() -> (module, example_inputs)`, plus optional weights."""
 from __future__ import annotations
 
-import importlib.util
 import sys
+import types
 from pathlib import Path
 
 import torch
@@ -16,22 +16,19 @@ def _one_line(error: BaseException) -> str:
 
 
 def load_model_file(path: str | Path) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
-    """Import `path`, call its `get_model()` and check what it returns."""
+    """Run `path` (no bytecode cache is written), call its `get_model()`, check what it returns."""
     path = Path(path)
     if not path.is_file():
         raise ExportError(f"model file not found: {path}")
-    module_name = f"_vkx_model_{abs(hash(str(path.resolve())))}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise ExportError(f"{path}: not a Python file")
-    source = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = source
+    source = types.ModuleType(f"_vkx_model_{abs(hash(str(path.resolve())))}")
+    source.__file__ = str(path)
+    sys.modules[source.__name__] = source
     try:
-        spec.loader.exec_module(source)
+        exec(compile(path.read_bytes(), str(path), "exec"), source.__dict__)
     except Exception as error:
         raise ExportError(f"{path}: importing it failed: {_one_line(error)}") from error
     finally:
-        sys.modules.pop(module_name, None)
+        sys.modules.pop(source.__name__, None)
     get_model = getattr(source, "get_model", None)
     if not callable(get_model):
         raise ExportError(f"{path} defines no get_model() function")
@@ -58,7 +55,10 @@ def check_model(returned: object, where: str) -> tuple[torch.nn.Module, tuple[to
 
 
 def load_weights(module: torch.nn.Module, checkpoint: str | Path) -> None:
-    """Copy a safetensors state dict into `module`, one tensor at a time (never a second full copy)."""
+    """Copy a safetensors state dict into `module`, one tensor at a time (never a second full copy).
+
+    A tied tensor needs to be stored under one of its names only.
+    """
     from safetensors import SafetensorError, safe_open
 
     checkpoint = Path(checkpoint)
@@ -68,7 +68,8 @@ def load_weights(module: torch.nn.Module, checkpoint: str | Path) -> None:
     try:
         with safe_open(str(checkpoint), framework="pt") as stored:
             keys = set(stored.keys())
-            missing = sorted(set(targets) - keys)
+            stored_ids = {id(targets[name]) for name in keys & set(targets)}
+            missing = sorted(name for name in set(targets) - keys if id(targets[name]) not in stored_ids)
             unexpected = sorted(keys - set(targets))
             if missing or unexpected:
                 raise ExportError(

@@ -1,0 +1,69 @@
+"""`vkx export` on the command line: outputs, options, the progress display, --weights."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import torch
+from export_helpers import EXAMPLES, check_file
+from safetensors.torch import save_file
+from typer.testing import CliRunner
+
+from vkx.cli import app
+from vkx.export import load_model_file
+from vkx.format import ExternalData, ProgramFile, resolve_constants
+
+
+def run(*args):
+    result = CliRunner().invoke(app, ["export", *map(str, args)])
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_quiet_prints_one_line(tmp_path):
+    result = run(EXAMPLES / "mlp.py", "-o", tmp_path / "mlp.pte", "--quiet")
+    (line,) = result.stdout.splitlines()
+    assert line.startswith(f"wrote {tmp_path / 'mlp.pte'}: ") and " 5 ops, 6 constants " in line
+    check_file(tmp_path / "mlp.pte")
+
+
+def test_default_output_is_beside_the_model_and_progress_shows_stages(tmp_path):
+    shutil.copy(EXAMPLES / "cnn.py", tmp_path / "cnn.py")
+    result = run(tmp_path / "cnn.py")
+    for stage in ("load", "torch.export", "lower", "plan", "write"):
+        assert stage in result.stdout
+    check_file(tmp_path / "cnn.pte")
+
+
+def test_external_data_and_fp16(tmp_path):
+    run(EXAMPLES / "transformer.py", "-o", tmp_path / "t.pte", "--external-data", tmp_path / "t.safetensors",
+        "--dtype", "fp16", "--alignment", "64", "-q")
+    check_file(tmp_path / "t.pte", tmp_path / "t.safetensors")
+    run(EXAMPLES / "transformer.py", "-o", tmp_path / "u.pte", "--external-data", tmp_path / "u.ptd", "-q")
+    check_file(tmp_path / "u.pte", tmp_path / "u.ptd")
+
+
+def test_weights_are_loaded_before_export(tmp_path):
+    module, _ = load_model_file(EXAMPLES / "mlp.py")
+    state = {name: torch.full_like(tensor, 0.25) for name, tensor in module.state_dict().items()}
+    save_file(state, tmp_path / "ckpt.safetensors")
+    run(EXAMPLES / "mlp.py", "-o", tmp_path / "mlp.pte", "--weights", tmp_path / "ckpt.safetensors", "-q")
+    with ProgramFile.open(tmp_path / "mlp.pte") as program:
+        for where in resolve_constants(program):
+            values = np.frombuffer(program.buf[where.offset:where.offset + where.size], dtype=np.float32)
+            assert (values == 0.25).all()
+
+
+def test_external_weights_resolve(tmp_path):
+    run(EXAMPLES / "mlp.py", "-o", tmp_path / "m.pte", "--external-data", tmp_path / "m.ptd", "-q")
+    with ProgramFile.open(tmp_path / "m.pte") as program, ExternalData.open(tmp_path / "m.ptd") as weights:
+        assert {where.path for where in resolve_constants(program, [weights])} == {str(tmp_path / "m.ptd")}
+
+
+def test_python_dash_m_vkx(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "vkx", "export", str(EXAMPLES / "mlp.py"), "-o",
+                           str(tmp_path / "m.pte"), "-q"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("\n") == 1

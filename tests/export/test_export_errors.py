@@ -1,0 +1,140 @@
+"""Bad input gets one typed error, exit code 2 through the CLI, and leaves nothing behind."""
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+from export_helpers import randn
+from typer.testing import CliRunner
+
+import vkx
+from vkx.cli import app
+from vkx.export import ExportError, UnsupportedOpsError
+
+GOOD = """
+import torch
+def get_model():
+    return torch.nn.Linear(4, 2).eval(), (torch.randn(1, 4),)
+"""
+
+UNSUPPORTED = """
+import torch
+class Model(torch.nn.Module):
+    def forward(self, x):
+        y = torch.relu(x)
+        return torch.cumsum(y, dim=0)
+def get_model():
+    return Model(), (torch.randn(3),)
+"""
+
+MODEL_FILES = {
+    "no_get_model": ("x = 1\n", "defines no get_model() function"),
+    "raises": ("def get_model():\n    raise RuntimeError('no weights here')\n",
+               "get_model() raised RuntimeError: no weights here"),
+    "wrong_type": ("def get_model():\n    return 42\n", "must return (torch.nn.Module, tuple of example tensors)"),
+    "not_a_module": ("import torch\ndef get_model():\n    return 'm', (torch.randn(2),)\n", "its first item is a str"),
+    "bad_inputs": ("import torch\ndef get_model():\n    return torch.nn.ReLU(), (3,)\n", "not a tuple of tensors"),
+    "syntax": ("def get_model(:\n", "importing it failed: SyntaxError"),
+    "unsupported": (UNSUPPORTED, "aten.cumsum.default (not supported) at unsupported.py:6: return torch.cumsum(y, dim=0)"),
+}
+
+
+def run(*args: str):
+    return CliRunner().invoke(app, ["export", *map(str, args)])
+
+
+def assert_fails(result, message: str) -> None:
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+    assert result.stderr.startswith("vkx: error: ")
+
+
+@pytest.mark.parametrize("case", MODEL_FILES)
+def test_bad_model_files(case, tmp_path):
+    source, message = MODEL_FILES[case]
+    model = tmp_path / f"{case}.py"
+    model.write_text(source)
+    result = run(model)
+    assert_fails(result, message)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [model.name]
+
+
+class ThreeUnsupported(torch.nn.Module):
+    def forward(self, x):
+        wide = x.expand(2, 3)
+        return torch.cumsum(wide, 0).flip(0)
+
+
+def test_unsupported_ops_are_listed_one_line_each_before_writing(tmp_path):
+    with pytest.raises(UnsupportedOpsError) as caught:
+        vkx.export_model(ThreeUnsupported(), (randn(3),), tmp_path / "m.pte")
+    first = inspect.getsourcelines(ThreeUnsupported.forward)[1] + 1
+    where = f"test_export_errors.py:{first + 1}: return torch.cumsum(wide, 0).flip(0)"
+    assert str(caught.value).splitlines() == [
+        "the model uses 3 op(s) vkx cannot lower:",
+        f"  aten.expand.default (not supported) at test_export_errors.py:{first}: wide = x.expand(2, 3)",
+        f"  aten.cumsum.default (not supported) at {where}",
+        f"  aten.flip.default (not supported) at {where}"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_model_file(tmp_path):
+    assert_fails(run(tmp_path / "absent.py"), f"model file not found: {tmp_path / 'absent.py'}")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("output, message", [
+    ("missing/dir/m.pte", "output directory does not exist"),
+    ("model.py/m.pte", "output directory does not exist"),
+    (".", "output is a directory"),
+])
+def test_unwritable_output(output, message, tmp_path):
+    model = tmp_path / "model.py"
+    model.write_text(GOOD)
+    assert_fails(run(model, "-o", tmp_path / output), message)
+    assert [p.name for p in tmp_path.iterdir()] == ["model.py"]
+
+
+def test_unwritable_directory(tmp_path):
+    model = tmp_path / "model.py"
+    model.write_text(GOOD)
+    assert_fails(run(model, "-o", "/proc/m.pte"), "cannot write to /proc")
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--layout", "legacy", "--external-data", "w.ptd"], "--external-data needs --layout named"),
+    (["--external-data", "w.bin"], "must end in .ptd or .safetensors"),
+    (["--alignment", "48"], "--alignment must be a positive power of two"),
+    (["--weights", "absent.safetensors"], "weights file not found"),
+])
+def test_bad_options(options, message, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model.py").write_text(GOOD)
+    assert_fails(run("model.py", *options), message)
+    assert [p.name for p in tmp_path.iterdir()] == ["model.py"]
+
+
+def test_weights_that_do_not_match(tmp_path):
+    from safetensors.torch import save_file
+    model = tmp_path / "model.py"
+    model.write_text(GOOD)
+    save_file({"weight": torch.zeros(2, 4), "extra": torch.zeros(1)}, tmp_path / "w.safetensors")
+    assert_fails(run(model, "--weights", tmp_path / "w.safetensors"), "missing bias, unexpected extra")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.py", "w.safetensors"]
+
+
+def test_api_rejects_bad_arguments(tmp_path):
+    with pytest.raises(ExportError, match="--dtype must be fp32 or fp16"):
+        vkx.export_model(torch.nn.ReLU(), (randn(2),), tmp_path / "m.pte", dtype="bf16")
+    with pytest.raises(ExportError, match="export_model\\(\\) must return"):
+        vkx.export_model(torch.nn.ReLU(), [1, 2], tmp_path / "m.pte")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_model_source_gets_no_bytecode_cache(tmp_path):
+    model = tmp_path / "model.py"
+    model.write_text(GOOD)
+    result = run(model, "--quiet")
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pte", "model.py"]
