@@ -1,0 +1,74 @@
+"""The seed's claim on real exported models: lazy/named peaks at W + max(A, S) + a
+fixed overhead; legacy/eager at 2W or more. Each load runs in a fresh process.
+
+The fixed overhead, OVERHEAD = 24 MiB, is what a load costs beyond the tensors:
+the file pages of the one 4 MiB copy chunk in flight before it is released,
+pipelines (lavapipe JIT-compiles each shader to machine code), descriptor pools,
+command buffers, and Python objects. It does not grow with W or with the
+largest tensor.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+import vkx
+
+from .conftest import run_py
+
+MiB = 1 << 20
+OVERHEAD = 24 * MiB
+
+
+def even_model() -> nn.Module:
+    """4 × Linear(4096, 4096): W = 256 MiB, largest constant 64 MiB."""
+    return nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(4096, 4096), nn.ReLU())])
+
+
+def lopsided_model() -> nn.Module:
+    """Linear(4096, 8192) + Linear(8192, 4096): W = 256 MiB, largest constant W / 2."""
+    return nn.Sequential(nn.Linear(4096, 8192), nn.ReLU(), nn.Linear(8192, 4096))
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("peak")
+    files = {}
+    torch.manual_seed(0)
+    for name, make in (("even", even_model), ("lopsided", lopsided_model)):
+        module = make().eval()
+        for layout in ("named", "legacy"):
+            path = directory / f"{name}-{layout}.pte"
+            report = vkx.export_model(module, (torch.randn(1, 4096),), path, layout=layout)
+            files[name, layout] = (path, report.constant_bytes, report.memory)
+        del module
+    return files
+
+
+def peak(path, schedule: str) -> dict:
+    return json.loads(run_py("tests.memory.peak_child", str(path), schedule, module=True))
+
+
+@pytest.mark.parametrize("name", ["even", "lopsided"])
+def test_lazy_named_peak_is_W_plus_max_A_S(exported, name):
+    path, W, plan = exported[name, "named"]
+    A = plan.total_nbytes
+    lazy = peak(path, "lazy")
+    bound = W + max(A, lazy["staging_peak"]) + OVERHEAD
+    print(f"\n{name}: W {W / MiB:.1f} MiB, A {A / MiB:.2f} MiB, S {lazy['staging_peak'] / MiB:.1f} MiB, "
+          f"lazy/named peak {lazy['peak'] / MiB:.1f} MiB = {lazy['peak'] / W:.3f} W (bound {bound / MiB:.1f} MiB)")
+    assert lazy["peak"] <= bound
+
+
+def test_legacy_eager_peaks_at_2W_lazy_named_at_W(exported):
+    named, W, _ = exported["even", "named"]
+    legacy, _, _ = exported["even", "legacy"]
+    lazy = peak(named, "lazy")
+    eager = peak(legacy, "eager")
+    print(f"\nW {W / MiB:.1f} MiB: legacy/eager {eager['peak'] / MiB:.1f} MiB ({eager['peak'] / W:.2f} W), "
+          f"lazy/named {lazy['peak'] / MiB:.1f} MiB ({lazy['peak'] / W:.2f} W), ratio {eager['peak'] / lazy['peak']:.2f}")
+    assert eager["peak"] >= 1.8 * W
+    assert lazy["peak"] < eager["peak"] / 1.6
