@@ -19,6 +19,10 @@ class MappedFile:
             if self.size == 0:
                 raise TruncatedError("file", "empty file", self.path)
             self._mm: mmap.mmap | None = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        # No readahead around faults: reading metadata then touches only the pages it needs.
+        # view() asks for its whole range explicitly instead (MADV_WILLNEED).
+        if hasattr(mmap, "MADV_RANDOM"):
+            self._mm.madvise(mmap.MADV_RANDOM)
 
     @property
     def buf(self) -> mmap.mmap:
@@ -27,11 +31,14 @@ class MappedFile:
         return self._mm
 
     def view(self, r: FileRange) -> memoryview:
-        """Zero-copy view of the range (which must belong to this file)."""
+        """Zero-copy view of the range (which must belong to this file); starts reading it in."""
         if r.path != self.path:
             raise ValueError(f"range of {r.path} asked from {self.path}")
         if r.offset < 0 or r.size < 0 or r.end > self.size:
             raise ValueError(f"range [{r.offset}, {r.end}) outside {self.path} ({self.size} bytes)")
+        if r.size and hasattr(mmap, "MADV_WILLNEED"):
+            start = r.offset - r.offset % mmap.PAGESIZE
+            self.buf.madvise(mmap.MADV_WILLNEED, start, r.end - start)
         return memoryview(self.buf)[r.offset:r.end]
 
     def release(self, r: FileRange) -> None:
