@@ -124,6 +124,8 @@ def write_program(path: str | os.PathLike, graph: vk.VkGraph, payloads: Sequence
         raise ValueError(f"layout must be 'named' or 'legacy', not {layout!r}")
     if layout == "legacy" and external_data is not None:
         raise ValueError("the legacy layout keeps weights in the delegate blob; it cannot use external_data")
+    if external_data is not None and Path(external_data).suffix not in (".ptd", ".safetensors"):
+        raise ValueError(f"external_data must end in .ptd or .safetensors: {external_data}")
     if len(inputs) != len(graph.input_ids) or len(outputs) != len(graph.output_ids):
         raise ValueError(f"{len(inputs)} inputs / {len(outputs)} outputs given, the graph has "
                          f"{len(graph.input_ids)} / {len(graph.output_ids)}")
