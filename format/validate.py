@@ -12,7 +12,6 @@ from .external import ExternalData, constant_tensors, resolve_constants
 from .program import Program
 from .pte import VH_LENGTH, VULKAN_BACKEND, ProgramFile, VulkanDelegate
 
-PREPACK = "et_vk.prepack.default"
 
 
 @dataclass

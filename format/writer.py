@@ -11,7 +11,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 from . import vkgraph as vk
 from .atomic import AtomicFile
@@ -22,7 +22,7 @@ from .errors import DuplicateKeyError, InvalidValueError
 from .external import constant_tensors
 from .vkgraph_codec import encode_vkgraph
 
-Buffer = object  # anything exposing the buffer protocol (bytes, memoryview, numpy array, mmap)
+Buffer = Any  # any C-contiguous buffer-protocol object: bytes, memoryview, numpy array, mmap
 CHUNK = 8 * 1024 * 1024
 SAFETENSORS_DTYPES = {
     vk.DataType.BOOL: "BOOL", vk.DataType.UINT8: "U8", vk.DataType.INT8: "I8", vk.DataType.INT32: "I32",
@@ -102,6 +102,23 @@ def _unique(graph: vk.VkGraph, payloads: Sequence[ConstantPayload]) -> dict[str,
     return out
 
 
+def _fill_constants(graph: vk.VkGraph, payloads: Sequence[ConstantPayload],
+                    unique: dict[str, tuple[int, ConstantPayload]], layout: str) -> dict[str, int]:
+    """Set graph.constants; return key -> offset in the blob's legacy section (empty when named)."""
+    legacy: dict[str, int] = {}
+    # legacy entries carry named_key "" rather than none: ExecuTorch's Python reader requires the string
+    if layout == "legacy":
+        section = 0
+        for key, (_, p) in unique.items():
+            legacy[key] = section
+            section += align(p.nbytes, 16)
+        graph.constants = [vk.ConstantRef(legacy[p.key], p.nbytes, "") for p in payloads]
+    else:
+        graph.constants = [vk.ConstantRef(vk.NAMED_OFFSET, p.nbytes, p.key) if p.nbytes else vk.ConstantRef(0, 0, "")
+                           for p in payloads]
+    return legacy
+
+
 def _blob_head(graph: vk.VkGraph, section_size: int) -> bytes:
     """VH00 header + VkGraph flatbuffer, padded to 16 (the constant section follows)."""
     fb = encode_vkgraph(graph)
@@ -130,20 +147,11 @@ def write_program(path: str | os.PathLike, graph: vk.VkGraph, payloads: Sequence
         raise ValueError(f"{len(inputs)} inputs / {len(outputs)} outputs given, the graph has "
                          f"{len(graph.input_ids)} / {len(graph.output_ids)}")
     unique = _unique(graph, payloads)
-    first_offset: dict[str, int] = {}
-    section = 0
-    # legacy entries carry named_key "" rather than none: ExecuTorch's Python reader requires the string
-    if layout == "legacy":
-        for key, (_, p) in unique.items():
-            first_offset[key] = section
-            section += align(p.nbytes, 16)
-        graph.constants = [vk.ConstantRef(first_offset[p.key], p.nbytes, "") for p in payloads]
-    else:
-        graph.constants = [vk.ConstantRef(vk.NAMED_OFFSET, p.nbytes, p.key) if p.nbytes else vk.ConstantRef(0, 0, "")
-                           for p in payloads]
+    legacy = _fill_constants(graph, payloads, unique, layout)
+    section = sum(align(unique[key][1].nbytes, 16) for key in legacy)
     named = [p for _, p in unique.values() if p.nbytes] if layout == "named" else []
-    blob_head = _blob_head(graph, section)
     in_pte = named if external_data is None else []
+    blob_head = _blob_head(graph, section)
     aligns = [segment_alignment(p.nbytes, alignment) for p in in_pte]
     offsets = _place([(0, 1), (len(blob_head) + section, 1)] + [(p.nbytes, a) for p, a in zip(in_pte, aligns)])
     segments = [_Segment(offsets[0], 0), _Segment(offsets[1], len(blob_head) + section)]
@@ -153,8 +161,7 @@ def write_program(path: str | os.PathLike, graph: vk.VkGraph, payloads: Sequence
                         [(p.key, 2 + i) for i, p in enumerate(in_pte)] if in_pte else None, pytree_in, pytree_out)
     program_size = PTE_HEADER_LENGTH + len(fb)
     sbo = align(program_size, max([128] + aligns))
-    seg_data = segments[-1].offset + segments[-1].size
-    header = b"eh00" + struct.pack("<IQQQ", 32, program_size, sbo, seg_data)
+    header = b"eh00" + struct.pack("<IQQQ", 32, program_size, sbo, segments[-1].offset + segments[-1].size)
 
     ext_target = None if external_data is None else Path(external_data)
     ext_bytes = 0
@@ -164,9 +171,9 @@ def write_program(path: str | os.PathLike, graph: vk.VkGraph, payloads: Sequence
             out.pad_to(sbo + s.offset)
             if s.payload is not None:
                 _write_payload(out, s.payload)
-            elif s.size:
+            elif s.size:  # the delegate blob
                 out.write(blob_head)
-                for key, off in first_offset.items():  # legacy constants
+                for key, off in legacy.items():
                     out.pad_to(sbo + s.offset + len(blob_head) + off)
                     _write_payload(out, unique[key][1])
                 out.pad_to(sbo + s.offset + s.size)
