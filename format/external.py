@@ -44,20 +44,24 @@ class ExternalData(MappedFile):
         """Open a .ptd or .safetensors file (chosen by content); raises FormatError subclasses."""
         ext = cls(path)
         try:
-            buf = ext.buf
-            ext.named_data, ext.dtypes, ext.header = {}, {}, None
-            if ext.size >= 8 and bytes(buf[4:8]) == b"FT01":
-                ext.kind = "ptd"
-                ext._load_ptd()
-            elif ext.path.endswith(".ptd"):
-                raise BadMagicError("header", f"file identifier {bytes(buf[4:8])!r}, expected b'FT01'", ext.path)
-            else:
-                ext.kind = "safetensors"
-                ext._load_safetensors()
+            with ext.metadata_reads():
+                ext._load()
         except BaseException:
             ext.close()
             raise
         return ext
+
+    def _load(self) -> None:
+        buf = self.buf
+        self.named_data, self.dtypes, self.header = {}, {}, None
+        if self.size >= 8 and bytes(buf[4:8]) == b"FT01":
+            self.kind = "ptd"
+            self._load_ptd()
+        elif self.path.endswith(".ptd"):
+            raise BadMagicError("header", f"file identifier {bytes(buf[4:8])!r}, expected b'FT01'", self.path)
+        else:
+            self.kind = "safetensors"
+            self._load_safetensors()
 
     def _add(self, key: str, r: FileRange, where: str) -> None:
         if key in self.named_data:

@@ -1,9 +1,11 @@
 """Read-only memory-mapped files shared by the .pte, .ptd and .safetensors readers."""
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 from pathlib import Path
+from typing import Iterator
 
 from .common import FileRange
 from .errors import TruncatedError
@@ -19,16 +21,27 @@ class MappedFile:
             if self.size == 0:
                 raise TruncatedError("file", "empty file", self.path)
             self._mm: mmap.mmap | None = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        # No readahead around faults: reading metadata then touches only the pages it needs.
-        # view() asks for its whole range explicitly instead (MADV_WILLNEED).
-        if hasattr(mmap, "MADV_RANDOM"):
-            self._mm.madvise(mmap.MADV_RANDOM)
 
     @property
     def buf(self) -> mmap.mmap:
         if self._mm is None:
             raise ValueError(f"{self.path} is closed")
         return self._mm
+
+    @contextlib.contextmanager
+    def metadata_reads(self) -> Iterator[None]:
+        """No readahead around page faults inside the block, so decoding metadata reads only the
+        pages it touches, never megabytes of neighbouring weights (kernel readahead is often 8 MiB)."""
+        mm = self.buf
+        if not hasattr(mmap, "MADV_RANDOM"):
+            yield
+            return
+        mm.madvise(mmap.MADV_RANDOM)
+        try:
+            yield
+        finally:
+            if self._mm is not None:
+                mm.madvise(mmap.MADV_NORMAL)
 
     def view(self, r: FileRange) -> memoryview:
         """Zero-copy view of the range (which must belong to this file); starts reading it in."""

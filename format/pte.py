@@ -92,7 +92,8 @@ class ProgramFile(MappedFile):
         """Open and check the container; raises FormatError subclasses."""
         pf = cls(path)
         try:
-            pf._load()
+            with pf.metadata_reads():
+                pf._load()
         except BaseException:
             pf.close()
             raise
@@ -153,8 +154,9 @@ class ProgramFile(MappedFile):
     def _vulkan(self, pi: int, di: int) -> VulkanDelegate:
         blob = self.delegate_blob(pi, di)
         where = f"execution_plan[{pi}].delegates[{di}].processed"
-        hlen, fbo, fbs, bo, bs = parse_vh00(self.buf, blob, where)
-        graph = decode_vkgraph(Reader(self.buf, blob.offset + fbo, fbs, self.path))
+        with self.metadata_reads():
+            hlen, fbo, fbs, bo, bs = parse_vh00(self.buf, blob, where)
+            graph = decode_vkgraph(Reader(self.buf, blob.offset + fbo, fbs, self.path))
         section = bs if bs else blob.size - bo
         return VulkanDelegate(
             graph=graph, blob=blob, legacy_section=FileRange(self.path, blob.offset + bo, section),
