@@ -1,0 +1,212 @@
+"""Load benchmark: peak memory and speed of every layout × schedule × upload path.
+
+The model has 1 GiB of fp32 weights, one constant of 256 MiB among them:
+12 × Linear(4096, 4096) + ReLU, then Linear(4096, 16384). It is exported four
+ways (legacy layout; named data in the .pte; in a .ptd; in a .safetensors), and
+each file is loaded in a fresh process with each schedule (eager: the old order;
+lazy: the new one). The eager schedule always uploads through a full-size
+staging buffer per tensor, as the old runtime did; the lazy one is measured with
+each upload path: a fixed staging ring, and direct writes into device-local,
+host-visible memory where the device has it.
+
+Columns: W (constant bytes), w (largest constant), A (activation bytes), S (peak
+staging bytes), the peak over the pre-load baseline (host RSS, plus the ledger's
+device bytes where device memory is not host memory), peak / (W + A), load
+seconds and GiB/s, and, measured in the same process right after the load, a
+plain memcpy of W bytes from the same file into fresh memory (best of two), with
+the ratio.
+
+    python bench/load_memory.py [--plot timeline.png] [--out DIR] [--width 4096]
+
+Goals: lazy/named peak / (W + A) ≤ 1.05; legacy/eager ≥ 1.9; direct-path load
+throughput ≥ 50% of memcpy.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
+    sys.path.pop(0)  # bench/ holds a module named like the standard library's (inspect.py)
+
+import argparse
+import json
+import mmap
+import os
+import subprocess
+import tempfile
+import threading
+import time
+
+GiB = 1 << 30
+MiB = 1 << 20
+LAYOUTS = {"legacy": ("legacy", None), "named": ("named", None), "ptd": ("named", ".ptd"),
+           "safetensors": ("named", ".safetensors")}
+
+
+def export_all(directory: Path, width: int) -> dict[str, tuple[Path, Path | None, dict]]:
+    import torch
+    from torch import nn
+
+    import vkx
+
+    torch.manual_seed(0)
+    layers = [m for _ in range(12) for m in (nn.Linear(width, width), nn.ReLU())]
+    model = nn.Sequential(*layers, nn.Linear(width, 4 * width)).eval()
+    files = {}
+    for name, (layout, suffix) in LAYOUTS.items():
+        path = directory / f"model-{name}.pte"
+        external = directory / f"model-{name}{suffix}" if suffix else None
+        report = vkx.export_model(model, (torch.randn(1, width),), path, layout=layout, external_data=external)
+        largest = max(p.numel() for p in model.parameters()) * 4
+        files[name] = (path, external, {"W": report.constant_bytes, "w": largest, "A": report.memory.total_nbytes})
+    return files
+
+
+class RssSampler(threading.Thread):
+    """Samples VmRSS every 2 ms while a load runs, for the timeline plot."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.samples: list[tuple[float, int]] = []
+        self.done = threading.Event()
+        self.t0 = time.perf_counter()
+
+    def run(self) -> None:
+        from vkx.loader.trace import read_status
+        while not self.done.is_set():
+            self.samples.append((time.perf_counter() - self.t0, read_status()["VmRSS"]))
+            time.sleep(0.002)
+
+
+def timed_copy(source) -> float:
+    """Seconds to copy `source` into fresh memory (first touch, as a load's destination is)."""
+    import numpy as np
+
+    start = time.perf_counter()
+    destination = np.empty_like(source)
+    np.copyto(destination, source)
+    return time.perf_counter() - start
+
+
+def child(path: str, external: str | None, schedule: str, upload: str, nbytes: int) -> None:
+    """Load once, run once, then memcpy the same bytes; print one JSON line."""
+    import numpy as np
+
+    from vkx.loader import load
+    from vkx.loader.device import default_device
+
+    device = default_device()
+    sampler = RssSampler()
+    sampler.start()
+    start = time.perf_counter()
+    with load(path, [external] if external else [], schedule=schedule, upload=upload) as program:
+        seconds = time.perf_counter() - start
+        program(*[np.ones(shape, dtype) for shape, dtype in program.input_specs])
+        report = program.memory
+    sampler.done.set()
+    sampler.join()
+
+    with open(external or path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        source = np.frombuffer(mapped, np.uint8, count=min(nbytes, len(mapped)))
+        memcpy_seconds = min(timed_copy(source) for _ in range(2))
+        del source
+
+    phases = report["phases"]
+    baseline = phases[0]["rss"]
+    loading = [p for p in phases[1:] if p["name"] != "after execute"]
+    host_peak = max(p["peak_rss"] for p in loading) - baseline
+    device_peak = 0 if device.is_cpu else report["ledger"]["peak_total"]
+    print(json.dumps({
+        "device": report["device"], "upload": report["upload"], "seconds": seconds,
+        "peak": host_peak + device_peak, "host_peak": host_peak, "device_peak": device_peak,
+        "staging": report["ledger"]["peak"].get("staging", 0), "memcpy_seconds": memcpy_seconds,
+        "phases": [(p["name"], p["seconds"]) for p in phases],
+        "rss": [(t, rss - baseline) for t, rss in sampler.samples[::5]],
+    }))
+
+
+def measure(path: Path, external: Path | None, schedule: str, upload: str, nbytes: int) -> dict:
+    command = [sys.executable, __file__, "--child", str(path), str(external or ""), schedule, upload, str(nbytes)]
+    env = {**os.environ, "VKX_VALIDATION": "0"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise SystemExit(f"{path.name} {schedule}/{upload} failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def table(rows: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"Load memory and speed, {rows[0]['device']} (MiB, GiB/s; one run)")
+    for column in ("layout", "schedule", "upload", "W", "w", "A", "S", "peak", "peak/(W+A)",
+                   "load s", "load GiB/s", "memcpy GiB/s", "load/memcpy"):
+        t.add_column(column, justify="left" if column in ("layout", "schedule", "upload") else "right")
+    for r in rows:
+        W, A = r["W"], r["A"]
+        load_rate = W / r["seconds"] / GiB
+        memcpy_rate = W / r["memcpy_seconds"] / GiB
+        t.add_row(r["layout"], r["schedule"], r["upload"], f"{W / MiB:.0f}", f"{r['w'] / MiB:.0f}",
+                  f"{A / MiB:.2f}", f"{r['staging'] / MiB:.0f}", f"{r['peak'] / MiB:.0f}",
+                  f"{r['peak'] / (W + A):.3f}", f"{r['seconds']:.2f}", f"{load_rate:.2f}",
+                  f"{memcpy_rate:.2f}", f"{load_rate / memcpy_rate:.2f}")
+    Console(width=160).print(t)
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    picks = [("legacy", "eager"), ("named", "lazy")]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for ax, (layout, schedule) in zip(axes, picks):
+        r = next(r for r in rows if r["layout"] == layout and r["schedule"] == schedule)
+        ts, rss = zip(*r["rss"])
+        ax.plot(ts, [v / MiB for v in rss], label="host RSS over baseline")
+        if r["device_peak"]:
+            ax.axhline(r["device_peak"] / MiB, color="tab:orange", label="device peak (ledger)")
+        for name, t in r["phases"][1:]:
+            ax.axvline(t, color="grey", lw=0.6, ls=":")
+            ax.text(t, ax.get_ylim()[1] * 0.02, name, rotation=90, fontsize=7, va="bottom")
+        ax.axhline(r["W"] / MiB, color="tab:green", ls="--", lw=0.8, label="W")
+        ax.set_title(f"{layout} / {schedule} ({r['upload']}): peak {r['peak'] / r['W']:.2f} W")
+        ax.set_xlabel("seconds since load()")
+        ax.legend(loc="upper left", fontsize=8)
+    axes[0].set_ylabel("MiB")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        path, external, schedule, upload, nbytes = sys.argv[2:7]
+        child(path, external or None, schedule, upload, int(nbytes))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plot", type=Path, help="write the memory timeline PNG here")
+    parser.add_argument("--out", type=Path, help="folder for the exported files (default: a temporary one)")
+    parser.add_argument("--width", type=int, default=4096, help="layer width; 4096 gives W = 1 GiB")
+    parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(dir=args.out) as tmp:
+        files = export_all(Path(tmp), args.width)
+        rows = []
+        for layout, (path, external, sizes) in files.items():
+            for schedule, upload in (("eager", "auto"), ("lazy", "staging"), ("lazy", "direct")):
+                r = measure(path, external, schedule, upload, sizes["W"])
+                rows.append({"layout": layout, "schedule": schedule, **sizes, **r})
+                print(f"  {layout:12} {schedule:6} {r['upload']:8} peak {r['peak'] / MiB:7.0f} MiB"
+                      f"  {r['seconds']:.2f} s", file=sys.stderr)
+    table(rows)
+    if args.json:
+        args.json.write_text(json.dumps(rows))
+    if args.plot:
+        plot(rows, args.plot)
+
+
+if __name__ == "__main__":
+    main()
