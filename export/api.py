@@ -11,7 +11,7 @@ from typing import Literal, Protocol
 import torch
 from torch.utils._pytree import treespec_dumps
 
-from vkx.export.constants import make_payloads, stored_nbytes
+from vkx.export.constants import KeyCache, make_payloads, stored_nbytes
 from vkx.export.dtypes import scalar_type
 from vkx.export.errors import ExportError
 from vkx.export.lower import lower
@@ -90,13 +90,18 @@ def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
     stages = _Stages(progress)
     fp16 = dtype == "fp16"
 
-    stages.start("torch.export")
-    program = trace(module, example_inputs)
-    stages.start("lower")
-    lowered = lower(program, fp16=fp16)
-    stages.start("plan", sum(stored_nbytes(source.tensor, fp16) for source in lowered.constants))
-    memory = plan_memory(lowered.graph)
-    payloads = make_payloads(lowered.constants, fp16, progress.advance)
+    keys = KeyCache(fp16)
+    keys.start(module.state_dict().values())
+    try:
+        stages.start("torch.export")
+        program = trace(module, example_inputs)
+        stages.start("lower")
+        lowered = lower(program, fp16=fp16)
+        stages.start("plan", sum(stored_nbytes(source.tensor, fp16) for source in lowered.constants))
+        memory = plan_memory(lowered.graph)
+        payloads = make_payloads(lowered.constants, keys, progress.advance)
+    finally:
+        keys.stop()
     stages.start("write", sum({p.key: p.nbytes for p in payloads}.values()))
     written: WriteReport = write_program(
         path, lowered.graph, payloads,

@@ -2,17 +2,18 @@
 
 Nothing here holds a second copy of the weights. Each tensor's bytes are made
 when needed — a zero-copy view of a contiguous tensor already in its stored dtype,
-or one converted tensor at a time — once to hash them and once more when the
-writer asks for them.
+or one converted tensor at a time — once to hash them (ahead, while torch.export
+runs) and once more when the writer asks for them.
 """
 from __future__ import annotations
 
 import hashlib
-from typing import Callable, Sequence
+import threading
+from typing import Callable, Iterable, Sequence
 
 import torch
 
-from vkx.export.dtypes import FP16_MAX, stored_dtype
+from vkx.export.dtypes import FP16_MAX, SUPPORTED, stored_dtype
 from vkx.export.lower import ConstantSource
 from vkx.format import ConstantPayload
 
@@ -39,15 +40,63 @@ def _reader(tensor: torch.Tensor, fp16: bool) -> Callable[[], memoryview]:
     return lambda: constant_bytes(tensor, fp16)
 
 
-def make_payloads(sources: Sequence[ConstantSource], fp16: bool,
+class KeyCache:
+    """sha256 keys of constants' stored bytes, by tensor identity.
+
+    `start` hashes the model's tensors in a background thread while torch.export
+    traces the model (hashlib releases the GIL on large buffers); `key` waits for it
+    and hashes whatever it has not seen (lifted constants, scalars).
+    """
+
+    def __init__(self, fp16: bool):
+        self.fp16 = fp16
+        self._keys: dict[tuple, str] = {}
+        self._held: list[torch.Tensor] = []
+        """The hashed tensors, kept alive so that no other tensor takes their address."""
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def start(self, tensors: Iterable[torch.Tensor]) -> None:
+        self._held = list(tensors)
+        self._thread = threading.Thread(target=self._hash_all, name="vkx-hash", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop hashing ahead (the export failed or is done)."""
+        self._stopped = True
+        self.wait()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def key(self, tensor: torch.Tensor) -> str:
+        self.wait()
+        identity = self._identity(tensor)
+        if identity not in self._keys:
+            self._keys[identity] = hashlib.sha256(constant_bytes(tensor, self.fp16)).hexdigest()
+        return self._keys[identity]
+
+    def _identity(self, tensor: torch.Tensor) -> tuple:
+        return tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tuple(tensor.stride()), self.fp16
+
+    def _hash_all(self) -> None:
+        for tensor in self._held:
+            if self._stopped:
+                return
+            if tensor.dtype in SUPPORTED and tensor.numel():  # others are refused later, in order
+                self._keys.setdefault(self._identity(tensor),
+                                      hashlib.sha256(constant_bytes(tensor, self.fp16)).hexdigest())
+
+
+def make_payloads(sources: Sequence[ConstantSource], keys: KeyCache,
                   on_hashed: Callable[[int], None] | None = None) -> list[ConstantPayload]:
     """One payload per constant_id; identical bytes (tied weights) get identical keys."""
     payloads = []
     for source in sources:
-        data = constant_bytes(source.tensor, fp16)
-        key = hashlib.sha256(data).hexdigest()
-        payloads.append(ConstantPayload(key, data.nbytes, _reader(source.tensor, fp16)))
-        del data
+        nbytes = stored_nbytes(source.tensor, keys.fp16)
+        payloads.append(ConstantPayload(keys.key(source.tensor), nbytes, _reader(source.tensor, keys.fp16)))
         if on_hashed is not None:
-            on_hashed(payloads[-1].nbytes)
+            on_hashed(nbytes)
     return payloads

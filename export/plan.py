@@ -5,7 +5,8 @@ last op that reads it. Graph inputs live over the whole chain, graph outputs fro
 their producer to the end. Prepack outputs hold weights for good and keep their
 dedicated memory (mem_obj_id -1). Objects are assigned greedily by size: the
 largest tensors first, each into the smallest object that is free for its whole
-lifetime (best fit), or into a new one.
+lifetime (best fit), or into a new one. Zero-element tensors (batch norm's unused
+mean/invstd) join object 0: they touch no memory.
 """
 from __future__ import annotations
 
@@ -96,6 +97,9 @@ def plan_memory(graph: VkGraph) -> MemoryPlan:
     objects: list[_Object] = []
     mem_obj_ids: dict[int, int] = {}
     for span in sorted(spans, key=lambda s: (-s.nbytes, s.first, s.value_id)):
+        if span.nbytes == 0 and objects:  # touches no memory: any object will do
+            mem_obj_ids[span.value_id] = 0
+            continue
         free = [i for i, obj in enumerate(objects) if obj.is_free(span.first, span.last)]
         if free:
             chosen = min(free, key=lambda i: objects[i].nbytes)

@@ -10,7 +10,7 @@ from export_helpers import Fn, check_file
 from torch import nn
 
 import vkx
-from vkx.export.constants import constant_bytes, make_payloads
+from vkx.export.constants import KeyCache, constant_bytes, make_payloads
 from vkx.export.lower import ConstantSource
 from vkx.format import ProgramFile
 
@@ -40,9 +40,20 @@ def test_effective_dtypes():
 
 def test_keys_are_sha256_of_the_stored_bytes():
     tensor = torch.randn(3, 5)
-    (payload,) = make_payloads([ConstantSource("w", tensor)], fp16=False)
+    (payload,) = make_payloads([ConstantSource("w", tensor)], KeyCache(fp16=False))
     assert payload.key == hashlib.sha256(tensor.numpy().tobytes()).hexdigest()
     assert payload.nbytes == 60 and bytes(payload.read()) == tensor.numpy().tobytes()
+
+
+def test_keys_hashed_ahead_are_reused_and_views_are_told_apart():
+    weight = torch.randn(8, 8)
+    keys = KeyCache(fp16=False)
+    keys.start([weight, weight])
+    keys.wait()
+    assert len(keys._keys) == 1
+    assert keys.key(weight) == hashlib.sha256(weight.numpy().tobytes()).hexdigest()
+    assert keys.key(weight.t()) == hashlib.sha256(weight.t().contiguous().numpy().tobytes()).hexdigest()
+    assert keys.key(weight[:4]) != keys.key(weight)
 
 
 def tied_language_model() -> nn.Module:
