@@ -16,7 +16,7 @@ from vkx.loader.device import default_device
 def main() -> None:
     path, schedule, upload = sys.argv[1:4]
     ext = sys.argv[4:5]
-    default_device()
+    dev = default_device()
     with load(path, ext, schedule=schedule, upload=upload) as p:
         shape, _ = p.input_specs[0]
         p(np.ones(shape, np.float32))
@@ -27,6 +27,7 @@ def main() -> None:
     report["load_peak_over_baseline"] = max(ph["peak_rss"] for ph in loading) - base
     report["peak_over_baseline"] = max(ph["peak_rss"] for ph in phases[1:]) - base
     report["load_seconds"] = phases[-2]["seconds"]
+    report["device_memory_is_host_rss"] = dev.is_cpu  # lavapipe: vkAllocateMemory is malloc
     print(json.dumps(report))
 
 

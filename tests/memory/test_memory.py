@@ -54,9 +54,13 @@ def test_lazy_peak_is_about_W_eager_about_2W(chain_pte, measure, name, ext):
     lazy = measure(chain_pte / name, "lazy", "auto", *extra)
     eager = measure(chain_pte / name, "eager", "auto", *extra)
     assert lazy["copies_per_weight_byte"] == (1.0 if lazy["upload"] == "direct" else 2.0)
-    if lazy["upload"] == "direct":
-        assert lazy["load_peak_over_baseline"] < W + 12 * MiB
-    assert eager["load_peak_over_baseline"] > 1.8 * W
+    if lazy["device_memory_is_host_rss"]:  # UMA (lavapipe): host RSS holds the GPU copy too
+        if lazy["upload"] == "direct":
+            assert lazy["load_peak_over_baseline"] < W + 12 * MiB
+        assert eager["load_peak_over_baseline"] > 1.8 * W
+    else:  # discrete: the GPU copy is in VRAM; eager keeps the file pages (W), lazy drops them
+        assert lazy["load_peak_over_baseline"] < W / 2
+        assert eager["load_peak_over_baseline"] > 0.9 * W
     assert lazy["ledger"]["peak"]["staging"] <= 64 * MiB
     after_prepack = [p for p in lazy["phases"] if p["name"] == "after prepack"][0]
     assert after_prepack["device"].get("activations", 0) == 0  # activations come after prepack
@@ -66,7 +70,8 @@ def test_staging_ring_peak_is_W_plus_ring(chain_pte, measure):
     ring = measure(chain_pte / "chain.pte", "lazy", "staging")
     assert ring["upload"] == "ring" and ring["copies_per_weight_byte"] == 2.0
     assert ring["ledger"]["peak"]["staging"] == 64 * MiB
-    assert ring["load_peak_over_baseline"] < W + 64 * MiB + 12 * MiB
+    weights_in_rss = W if ring["device_memory_is_host_rss"] else 0
+    assert ring["load_peak_over_baseline"] < weights_in_rss + 64 * MiB + 28 * MiB  # + io buffers
 
 
 def test_legacy_blob_released_after_prepack(chain_pte, measure):
