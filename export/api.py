@@ -121,18 +121,18 @@ def check_options(path: str | os.PathLike, *, layout: str, external_data: str | 
                   dtype: str, alignment: int | None) -> None:
     """Reject bad options and unwritable destinations before any work is done."""
     if layout not in ("named", "legacy"):
-        raise ExportError(f"--layout must be named or legacy, not {layout!r}")
+        raise ExportError(f"layout must be named or legacy, not {layout!r}")
     if dtype not in ("fp32", "fp16"):
-        raise ExportError(f"--dtype must be fp32 or fp16, not {dtype!r}")
+        raise ExportError(f"dtype must be fp32 or fp16, not {dtype!r}")
     if alignment is not None and (alignment <= 0 or alignment & (alignment - 1)):
-        raise ExportError(f"--alignment must be a positive power of two, not {alignment}")
+        raise ExportError(f"alignment must be a positive power of two, not {alignment}")
     if external_data is not None:
         if layout == "legacy":
-            raise ExportError("--external-data needs --layout named (legacy keeps weights in the delegate blob)")
+            raise ExportError("external data needs the named layout (legacy keeps weights in the delegate blob)")
         if Path(external_data).suffix not in EXTERNAL_SUFFIXES:
-            raise ExportError(f"--external-data must end in .ptd or .safetensors: {external_data}")
+            raise ExportError(f"external data must be a .ptd or .safetensors file: {external_data}")
         if Path(external_data).resolve() == Path(path).resolve():
-            raise ExportError(f"--external-data and the output are the same file: {path}")
+            raise ExportError(f"external data and the program are the same file: {path}")
         check_writable(external_data)
     check_writable(path)
 

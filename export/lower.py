@@ -135,6 +135,8 @@ class GraphBuilder:
             if spec.kind == InputKind.USER_INPUT:
                 if not isinstance(node.meta.get("val"), torch.Tensor):
                     raise ExportError(f"model input {node.name} is not a tensor")
+                if node.meta["val"].dtype not in SUPPORTED:
+                    raise ExportError(f"model input {node.name} has dtype {node.meta['val'].dtype}, not supported")
                 self.user_inputs.append(node)
             elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
                 self.constant_nodes[node] = (spec.target, stored[spec.target])
@@ -167,6 +169,8 @@ class GraphBuilder:
                 name, tensor = f"scalar {number}", torch.tensor(number, dtype=dtype)
             if tensor.numel() == 0:
                 raise ExportError(f"constant {name} has no elements")
+            if tensor.dtype not in SUPPORTED:
+                raise ExportError(f"constant {name} has dtype {tensor.dtype}, not supported")
             stored = datatype_of(stored_dtype(tensor.dtype, self.fp16))
             dims = tuple(tensor.shape)
             self._tref_ids[key] = self._add(Tensor(stored, dims, constant_id=len(self.sources),

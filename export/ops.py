@@ -178,6 +178,24 @@ def _split(b: GraphBuilder, node: Node) -> None:
         start = end
 
 
+def _select(b: GraphBuilder, node: Node) -> None:
+    """x.select(dim, i) as a one-wide slice_copy, then view_copy without that dim."""
+    source, dim, index = node.args
+    size = shape(source)
+    dim = _positive(dim, len(size))
+    index = index + size[dim] if index < 0 else index
+    args = [b.tensor(source), b.int(dim), b.int(index), b.int(index + 1), b.int(1)]
+    kept = size[:dim] + (1,) + size[dim + 1:]
+    piece = b.new_tensor(torch.empty(kept, dtype=node.meta["val"].dtype, device="meta"))
+    b.emit(SLICE, args + [piece])
+    b.emit("aten.view_copy.default", [piece, b.int_list(shape(node)), b.outputs(node)])
+
+
+def _neg(b: GraphBuilder, node: Node) -> None:
+    """-x as mul(x, -1); the -1 is a 0-dim constant."""
+    b.emit("aten.mul.Tensor", [b.tensor(node.args[0]), b.tensor(-1), b.outputs(node)])
+
+
 def _getitem(b: GraphBuilder, node: Node) -> None:
     parent, index = node.args
     if parent.target not in SPLITS:
@@ -223,6 +241,7 @@ RULES: dict[Any, Rule] = {
     **{getattr(A, op).Tensor: same(f"aten.{op}.Tensor") for op in _binary},
     **{getattr(A, op).Scalar: same(f"aten.{op}.Tensor", lift={"other"}) for op in _binary},
     A.reciprocal.default: Rule(_reciprocal),
+    A.neg.default: Rule(_neg),
     **{getattr(A, op).default: same(f"aten.{op}.default") for op in ("relu", "sigmoid", "tanh", "silu", "gelu")},
     A._softmax.default: same("aten._softmax.default", prepare=_softmax_dim),
     A._log_softmax.default: same("aten._log_softmax.default", prepare=_softmax_dim),
@@ -244,6 +263,7 @@ RULES: dict[Any, Rule] = {
                                  A.squeeze.dims, A.flatten.using_ints)},
     A.permute.default: same("aten.permute_copy.default", prepare=_permute_dims),
     A.slice.Tensor: same(SLICE, prepare=_slice_bounds),
+    A.select.int: Rule(_select),
     **{op: Rule(_split) for op in SPLITS},
     operator.getitem: Rule(_getitem),
     A.cat.default: same("aten.cat.default", prepare=_cat_dim),

@@ -103,9 +103,9 @@ def test_unwritable_directory(tmp_path):
 
 
 @pytest.mark.parametrize("options, message", [
-    (["--layout", "legacy", "--external-data", "w.ptd"], "--external-data needs --layout named"),
-    (["--external-data", "w.bin"], "must end in .ptd or .safetensors"),
-    (["--alignment", "48"], "--alignment must be a positive power of two"),
+    (["--layout", "legacy", "--external-data", "w.ptd"], "external data needs the named layout"),
+    (["--external-data", "w.bin"], "must be a .ptd or .safetensors file"),
+    (["--alignment", "48"], "alignment must be a positive power of two"),
     (["--weights", "absent.safetensors"], "weights file not found"),
 ])
 def test_bad_options(options, message, tmp_path, monkeypatch):
@@ -125,7 +125,7 @@ def test_weights_that_do_not_match(tmp_path):
 
 
 def test_api_rejects_bad_arguments(tmp_path):
-    with pytest.raises(ExportError, match="--dtype must be fp32 or fp16"):
+    with pytest.raises(ExportError, match="dtype must be fp32 or fp16"):
         vkx.export_model(torch.nn.ReLU(), (randn(2),), tmp_path / "m.pte", dtype="bf16")
     with pytest.raises(ExportError, match="export_model\\(\\) must return"):
         vkx.export_model(torch.nn.ReLU(), [1, 2], tmp_path / "m.pte")

@@ -58,6 +58,8 @@ CASES = {
     "transpose": (Fn(lambda m, x: x.transpose(-1, -2)), (randn(2, 3, 4),), {"aten.permute_copy.default"}),
     "t": (Fn(lambda m, x: x.t()), (randn(2, 3),), {"aten.permute_copy.default"}),
     "slice": (Fn(lambda m, x: x[:, 1:-1]), (randn(2, 6),), {"aten.slice_copy.Tensor"}),
+    "select": (Fn(lambda m, x: x[:, -1]), (randn(2, 3, 4),), {"aten.slice_copy.Tensor", "aten.view_copy.default"}),
+    "neg": (Fn(lambda m, x: -x), (randn(4),), {"aten.mul.Tensor", "et_vk.prepack.default"}),
     "cat": (Fn(lambda m, a, b: torch.cat([a, b], dim=-1)), (randn(2, 3), randn(2, 5)), {"aten.cat.default"}),
     "chunk": (Fn(lambda m, x: x.chunk(3, dim=1)), (randn(2, 6),), {"aten.slice_copy.Tensor"}),
     "split": (Fn(lambda m, x: x.split([2, 4], dim=-1)[1]), (randn(2, 6),), {"aten.slice_copy.Tensor"}),
