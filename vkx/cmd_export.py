@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.filesize import decimal
@@ -12,6 +12,9 @@ from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, Te
 from rich.text import Text
 
 from vkx.console import console, user_errors
+
+if TYPE_CHECKING:
+    from vkx.export import ExportReport
 
 
 class Layout(str, Enum):
@@ -93,7 +96,7 @@ def export(
     print(summary(report, time.perf_counter() - started))
 
 
-def summary(report, seconds: float) -> str:
+def summary(report: ExportReport, seconds: float) -> str:
     """One line: what was written, how big, and the activation plan."""
     where = report.path + (f" + {report.external_path} ({decimal(report.external_bytes)})"
                            if report.external_path else "")
