@@ -93,6 +93,7 @@ class Program:
                 "weight_bytes": self.weight_bytes,
                 "copies_per_weight_byte": self.copies_per_weight_byte,
                 "ledger": self.ledger.snapshot(),
+                "heap_budget": self.device.heap_budget() if not self.closed else None,
                 "phases": self.timeline.as_list()}
 
     # -- lifetime -----------------------------------------------------------------------
