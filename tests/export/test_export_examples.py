@@ -3,6 +3,7 @@ their activation plans are within 10% of the peak of live activation bytes."""
 from __future__ import annotations
 
 import pytest
+import torch
 from export_helpers import EXAMPLES, check_file, et_deserialize
 
 import vkx
@@ -67,3 +68,25 @@ def test_executorch_parses_the_vkgraph(models, tmp_path):
     ours = check_file(path)
     assert [(c.name, list(c.args)) for c in graph.chain] == [(c.name, list(c.args)) for c in ours.chain]
     assert len(graph.values) == len(ours.values) and list(graph.input_ids) == ours.input_ids
+
+
+def vulkan_device_or_skip() -> None:
+    try:
+        from vkx.loader.device import default_device
+        default_device()
+    except Exception as error:  # no driver, no device
+        pytest.skip(f"no Vulkan device ({type(error).__name__})")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_examples_run_like_torch(name, models, tmp_path):
+    """End to end through the loader: the exported program computes what the module does."""
+    vulkan_device_or_skip()
+    module, inputs = models[name]
+    vkx.export_model(module, inputs, tmp_path / "m.pte", dtype="fp16")
+    with vkx.load(tmp_path / "m.pte") as program:
+        result = program(*inputs)
+    with torch.no_grad():
+        expected = module(*inputs)
+    assert torch.as_tensor(result).shape == expected.shape
+    assert torch.allclose(torch.as_tensor(result), expected, atol=2e-3, rtol=1e-2)
