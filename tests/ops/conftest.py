@@ -30,11 +30,10 @@ from typing import Any, Sequence
 
 os.environ.setdefault("VKX_VALIDATION", "1")
 
-import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-__all__ = ["Const", "Values", "Fn", "run_graph", "run_vkx", "assert_close", "max_error",
+__all__ = ["Const", "Values", "Fn", "run_graph", "run_vkx", "assert_close", "assert_norm_close", "max_error",
            "vulkan_available", "requires_vulkan", "rand"]
 
 
@@ -146,6 +145,19 @@ def assert_close(vkx_out, torch_out, rtol: float = 1e-4, atol: float = 1e-5) -> 
     else:
         assert torch.equal(got.to(want.dtype), want), f"{got} != {want}"
     return max_error(got, want)
+
+
+def assert_norm_close(got, want, rtol: float = 1e-4, atol: float = 1e-5) -> float:
+    """max|err| <= rtol * max|ref| + atol (the check for sums of many products)."""
+    got, want = torch.as_tensor(got).detach(), torch.as_tensor(want).detach()
+    assert tuple(got.shape) == tuple(want.shape), f"shape {tuple(got.shape)} != {tuple(want.shape)}"
+    err = max_error(got, want)
+    peak = float(want.abs().max()) if want.numel() else 0.0
+    bound = rtol * peak + atol
+    assert err <= bound, f"max|err| {err:.3e} > {bound:.3e} (max|ref| {peak:.3e})"
+    if want.numel():
+        _record("fp32" if rtol < 1e-3 else "fp16", err, err / max(peak, 1e-3))
+    return err
 
 
 # --------------------------------------------------------------------------- through the exporter

@@ -9,27 +9,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import Const, max_error, rand, run_graph, run_vkx
-
-try:  # the shared per-file error summary, when conftest offers it
-    from conftest import _record
-except ImportError:  # pragma: no cover
-    _record = None
+from conftest import Const, assert_norm_close, rand, run_graph, run_vkx
 
 pytestmark = pytest.mark.vulkan
-
-
-def assert_norm_close(got, want, rtol: float = 1e-4, atol: float = 1e-5) -> float:
-    """max|err| <= rtol * max|ref| + atol (the check for sums of many products)."""
-    got, want = torch.as_tensor(got).detach(), torch.as_tensor(want).detach()
-    assert tuple(got.shape) == tuple(want.shape), f"shape {tuple(got.shape)} != {tuple(want.shape)}"
-    err = max_error(got, want)
-    peak = float(want.abs().max()) if want.numel() else 0.0
-    bound = rtol * peak + atol
-    assert err <= bound, f"max|err| {err:.3e} > {bound:.3e} (max|ref| {peak:.3e})"
-    if _record is not None and want.numel():
-        _record("fp32" if rtol < 1e-3 else "fp16", err, err / max(peak, 1e-3))
-    return err
 
 
 class Fn(nn.Module):
