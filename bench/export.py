@@ -21,9 +21,6 @@ import tempfile
 import time
 from pathlib import Path
 
-if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    sys.path.pop(0)  # bench/ holds modules named like the standard library's (inspect.py)
-
 MIB = 1024 * 1024
 
 

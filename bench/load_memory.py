@@ -23,20 +23,16 @@ throughput ≥ 50% of memcpy.
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    sys.path.pop(0)  # bench/ holds a module named like the standard library's (inspect.py)
-
 import argparse
 import json
 import mmap
 import os
 import subprocess
+import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 GiB = 1 << 30
 MiB = 1 << 20

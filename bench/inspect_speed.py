@@ -1,7 +1,7 @@
 """How much of a .pte does `vkx inspect` read? Writes files of growing size with the same graph
 (N constants, each 1/N of the file) and measures describe()/validate() on a cold page cache.
 
-    python bench/inspect.py [--sizes 64M,1G] [--constants 64] [--dir /tmp]
+    python bench/inspect_speed.py [--sizes 64M,1G] [--constants 64] [--dir /tmp]
 
 Columns: wall time (cold cache, then warm), bytes read from disk (/proc/self/io read_bytes,
 includes kernel readahead) and bytes of the file resident afterwards (mincore).
