@@ -98,10 +98,10 @@ def child(path: str, external: str | None, schedule: str, upload: str, nbytes: i
     start = time.perf_counter()
     with load(path, [external] if external else [], schedule=schedule, upload=upload) as program:
         seconds = time.perf_counter() - start
+        sampler.done.set()
+        sampler.join()
         program(*[np.ones(shape, dtype) for shape, dtype in program.input_specs])
         report = program.memory
-    sampler.done.set()
-    sampler.join()
 
     with open(external or path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
         source = np.frombuffer(mapped, np.uint8, count=min(nbytes, len(mapped)))
@@ -117,7 +117,7 @@ def child(path: str, external: str | None, schedule: str, upload: str, nbytes: i
         "device": report["device"], "upload": report["upload"], "seconds": seconds,
         "peak": host_peak + device_peak, "host_peak": host_peak, "device_peak": device_peak,
         "staging": report["ledger"]["peak"].get("staging", 0), "memcpy_seconds": memcpy_seconds,
-        "phases": [(p["name"], p["seconds"]) for p in phases],
+        "phases": [(p["name"], p["seconds"], p["device"].get("total", 0)) for p in phases],
         "rss": [(t, rss - baseline) for t, rss in sampler.samples[::5]],
     }))
 
@@ -151,26 +151,31 @@ def table(rows: list[dict]) -> None:
 
 
 def plot(rows: list[dict], path: Path) -> None:
+    """Host RSS (sampled) and device bytes (at each phase) during the load, old order vs new."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    picks = [("legacy", "eager"), ("named", "lazy")]
+    lazy_upload = "direct" if any(r["upload"] == "direct" for r in rows) else "ring"
+    picks = [("legacy", "eager", "eager"), ("named", "lazy", lazy_upload)]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
-    for ax, (layout, schedule) in zip(axes, picks):
-        r = next(r for r in rows if r["layout"] == layout and r["schedule"] == schedule)
+    for ax, (layout, schedule, upload) in zip(axes, picks):
+        r = next(r for r in rows if (r["layout"], r["schedule"], r["upload"]) == (layout, schedule, upload))
         ts, rss = zip(*r["rss"])
         ax.plot(ts, [v / MiB for v in rss], label="host RSS over baseline")
-        if r["device_peak"]:
-            ax.axhline(r["device_peak"] / MiB, color="tab:orange", label="device peak (ledger)")
-        for name, t in r["phases"][1:]:
-            ax.axvline(t, color="grey", lw=0.6, ls=":")
-            ax.text(t, ax.get_ylim()[1] * 0.02, name, rotation=90, fontsize=7, va="bottom")
+        loading = [p for p in r["phases"] if p[0] != "after execute"]
+        ax.step([p[1] for p in loading], [p[2] / MiB for p in loading], where="post",
+                color="tab:orange", label="device bytes (ledger)")
         ax.axhline(r["W"] / MiB, color="tab:green", ls="--", lw=0.8, label="W")
-        ax.set_title(f"{layout} / {schedule} ({r['upload']}): peak {r['peak'] / r['W']:.2f} W")
+        for name, t, _ in loading[1:]:
+            ax.axvline(t, color="grey", lw=0.6, ls=":")
+            if name in ("after graph build", "after prepack", "after activation allocation"):
+                ax.annotate(name, (t, 0), xytext=(2, 4), textcoords="offset points", rotation=90, fontsize=7)
+        ax.set_title(f"{layout} / {schedule} ({upload}): peak {r['peak'] / r['W']:.2f} W")
         ax.set_xlabel("seconds since load()")
         ax.legend(loc="upper left", fontsize=8)
     axes[0].set_ylabel("MiB")
+    fig.suptitle(f"Load memory timeline, {rows[0]['device']}, W = {rows[0]['W'] / MiB:.0f} MiB")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     print(f"wrote {path}")
