@@ -2,7 +2,6 @@
 constants of `elems` float32 each, written with vkx.format (no torch)."""
 from __future__ import annotations
 
-import hashlib
 import sys
 
 import numpy as np

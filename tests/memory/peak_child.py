@@ -30,6 +30,7 @@ def main() -> None:
     host_peak = max(p["peak_rss"] for p in phases[1:] if p["name"] != "after execute") - baseline
     device_peak = 0 if device.is_cpu else report["ledger"]["peak_total"]
     print(json.dumps({"host_peak": host_peak, "device_peak": device_peak, "peak": host_peak + device_peak,
+                      "device_memory_is_host": device.is_cpu,
                       "staging_peak": report["ledger"]["peak"].get("staging", 0),
                       "upload": report["upload"], "device": report["device"]}))
 

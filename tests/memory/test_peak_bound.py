@@ -1,11 +1,13 @@
 """The seed's claim on real exported models: lazy/named peaks at W + max(A, S) + a
 fixed overhead; legacy/eager at 2W or more. Each load runs in a fresh process.
 
-The fixed overhead, OVERHEAD = 24 MiB, is what a load costs beyond the tensors:
-the file pages of the one 4 MiB copy chunk in flight before it is released,
-pipelines (lavapipe JIT-compiles each shader to machine code), descriptor pools,
-command buffers, and Python objects. It does not grow with W or with the
-largest tensor.
+The fixed overhead is what a load costs beyond the tensors: the file pages of
+the one 4 MiB copy chunk in flight before it is released, pipelines, descriptor
+pools, command buffers and Python objects. On lavapipe (device memory is host
+memory) that is under 24 MiB: measured 8 MiB. On a discrete GPU the driver also
+allocates host memory of its own on first use (command and descriptor pools,
+the mappings of host-visible memory): measured 22 to 54 MiB on an H200, so the
+bound allows 64 MiB there. Neither grows with W or with the largest tensor.
 """
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ import vkx
 from .conftest import run_py
 
 MiB = 1 << 20
-OVERHEAD = 24 * MiB
+OVERHEAD_HOST_MEMORY_DEVICE = 24 * MiB
+OVERHEAD_DISCRETE_GPU = 64 * MiB
 
 
 def even_model() -> nn.Module:
@@ -57,7 +60,8 @@ def test_lazy_named_peak_is_W_plus_max_A_S(exported, name):
     path, W, plan = exported[name, "named"]
     A = plan.total_nbytes
     lazy = peak(path, "lazy")
-    bound = W + max(A, lazy["staging_peak"]) + OVERHEAD
+    overhead = OVERHEAD_HOST_MEMORY_DEVICE if lazy["device_memory_is_host"] else OVERHEAD_DISCRETE_GPU
+    bound = W + max(A, lazy["staging_peak"]) + overhead
     print(f"\n{name}: W {W / MiB:.1f} MiB, A {A / MiB:.2f} MiB, S {lazy['staging_peak'] / MiB:.1f} MiB, "
           f"lazy/named peak {lazy['peak'] / MiB:.1f} MiB = {lazy['peak'] / W:.3f} W (bound {bound / MiB:.1f} MiB)")
     assert lazy["peak"] <= bound
