@@ -14,7 +14,6 @@ from vkx.loader.device import UINT64_MAX, Device
 from vkx.loader.errors import DeviceError
 from vkx.loader.graph import Dispatch, RTensor
 from vkx.loader.memory import Buffer
-from vkx.loader.shaders import Pipeline
 
 ffi = vk.ffi
 lib = vk._vulkan.lib

@@ -34,6 +34,7 @@ layout(push_constant) uniform Push {
     int KH, KW, sy, sx, py, px, dy, dx;
     int groups, cin_g, cout_g, oc_tiles, nz;
     int xoff, woff, ooff, boff;
+    float out_min, out_max;  // read only with CLAMP (et_vk.conv_with_clamp)
 } p;
 
 void main() {
@@ -109,7 +110,11 @@ void main() {
             const int obase = p.ooff + (n * p.Cout + oc) * OHW + oy * p.OW;
             for (int q = 0; q < 4; ++q) {
                 if (ox0 + q < p.OW) {
+#ifdef CLAMP
+                    o[obase + ox0 + q] = clamp(acc[j][q] + bv, p.out_min, p.out_max);
+#else
                     o[obase + ox0 + q] = acc[j][q] + bv;
+#endif
                 }
             }
         }

@@ -14,7 +14,8 @@ from typing import Sequence
 from vkx.loader.ops import OpBuilder, TensorArg, UnsupportedOpError, register
 from vkx.loader.ops.matmul import require_float, window
 
-_CONV_PUSH = struct.Struct("<24i")
+_CONV_PUSH = struct.Struct("<24i2f")
+_FLOAT32_MAX = 3.4028234663852886e38  # ExecuTorch writes "no bound" as the float64 maximum
 _POOL_PUSH = struct.Struct("<15i")
 _MAX_GROUPS = 65535
 
@@ -37,6 +38,18 @@ def _pair(values: Sequence[int], nd: int, name: str, op: str) -> tuple[int, ...]
 
 @register("aten.convolution.default")
 def convolution(builder: OpBuilder, args: tuple[int, ...]) -> None:
+    _convolution(builder, args, None)
+
+
+@register("et_vk.conv_with_clamp.default")
+def convolution_with_clamp(builder: OpBuilder, args: tuple[int, ...]) -> None:
+    """ExecuTorch's fused conv + clamp: convolution args, then output_min, output_max (each may be Null)."""
+    low, high = (builder.scalar(v) for v in args[9:11])
+    _convolution(builder, args[:9] + args[11:], (-_FLOAT32_MAX if low is None else max(float(low), -_FLOAT32_MAX),
+                                                   _FLOAT32_MAX if high is None else min(float(high), _FLOAT32_MAX)))
+
+
+def _convolution(builder: OpBuilder, args: tuple[int, ...], clamp: tuple[float, float] | None) -> None:
     x = builder.tensor(args[0])
     w = builder.tensor(args[1])
     out = builder.tensor(args[-1])
@@ -104,6 +117,8 @@ def convolution(builder: OpBuilder, args: tuple[int, ...]) -> None:
     defines: dict[str, int] = {"OCB": ocb}
     if bias is not None:
         defines["HAS_BIAS"] = 1
+    if clamp is not None:
+        defines["CLAMP"] = 1
     wg_x = min(8, _pow2_at_least(tiles_x))
     wg_y = min(64 // wg_x, _pow2_at_least(OH))
     defines["WG_X"], defines["WG_Y"] = wg_x, wg_y
@@ -119,7 +134,8 @@ def convolution(builder: OpBuilder, args: tuple[int, ...]) -> None:
             bindings.append(bbind)
         push = _CONV_PUSH.pack(n, Cin, H, W, Cout, OH, OW, kh, kw, sy, sx, py, px, dy, dx,
                                groups, cin_g, cout_g, oc_tiles, nz,
-                               n0 * xn + xdelta, wdelta, n0 * on + odelta, bdelta or 0)
+                               n0 * xn + xdelta, wdelta, n0 * on + odelta, bdelta or 0,
+                               *(clamp or (0.0, 0.0)))
         groups_xyz = (-(-tiles_x // wg_x), -(-OH // wg_y), -(-nz // wg_z))
         if max(groups_xyz) > _MAX_GROUPS:
             raise UnsupportedOpError(f"{op}: output {tuple(out.shape)} is too large for one grid")

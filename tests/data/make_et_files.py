@@ -17,28 +17,9 @@ import torch
 from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
 from executorch.exir import to_edge_transform_and_lower
 
+from et_models import CNN, MLP
+
 HERE = Path(__file__).resolve().parent
-
-
-class MLP(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = torch.nn.Linear(8, 16)
-        self.fc2 = torch.nn.Linear(16, 4)
-
-    def forward(self, x):
-        return self.fc2(torch.relu(self.fc1(x)))
-
-
-class CNN(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
-        self.fc = torch.nn.Linear(4 * 8 * 8, 5)
-
-    def forward(self, x):
-        y = torch.relu(self.conv(x))
-        return self.fc(y.reshape(1, -1))
 
 
 def export(model: torch.nn.Module, example: tuple, name: str, external_bytes: int | None = None) -> None:

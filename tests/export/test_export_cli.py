@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 import torch
-from export_helpers import EXAMPLES, check_file
+from .export_helpers import EXAMPLES, check_file
 from safetensors.torch import save_file
 from typer.testing import CliRunner
 

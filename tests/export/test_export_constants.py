@@ -6,7 +6,7 @@ import hashlib
 
 import numpy as np
 import torch
-from export_helpers import Fn, check_file
+from .export_helpers import Fn, check_file
 from torch import nn
 
 import vkx

@@ -5,7 +5,7 @@ import inspect
 
 import pytest
 import torch
-from export_helpers import randn
+from .export_helpers import randn
 from typer.testing import CliRunner
 
 import vkx

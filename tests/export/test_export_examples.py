@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from export_helpers import EXAMPLES, check_file, et_deserialize
+from .export_helpers import EXAMPLES, check_file, et_deserialize
 
 import vkx
 from vkx.export import load_model_file

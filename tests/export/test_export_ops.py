@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from export_helpers import Fn, check_file, et_deserialize, ops_of, randn
+from .export_helpers import Fn, check_file, et_deserialize, ops_of, randn
 from torch import nn
 
 import vkx

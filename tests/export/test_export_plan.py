@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from export_helpers import EXAMPLES, Fn, randn
+from .export_helpers import EXAMPLES, Fn, randn
 from torch import nn
 
 from vkx.export import load_model_file
 from vkx.export.lower import lower
 from vkx.export.plan import Lifetime, lifetimes, peak_live_nbytes, plan_memory
 from vkx.export.trace import trace
-from vkx.format.vkgraph import Tensor
 
 
 def planned(module, inputs):

@@ -1,11 +1,9 @@
 import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))  # fmt_tiny
 
 DATA = HERE.parent / "data"
 GOLDEN = DATA / "golden"

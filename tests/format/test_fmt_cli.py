@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from conftest import DATA, GOLDEN
+from .conftest import DATA, GOLDEN
 
 # Runs the two commands in a fresh interpreter and reports whether torch or vulkan got imported.
 RUNNER = """

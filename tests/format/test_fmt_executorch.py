@@ -1,8 +1,8 @@
 """ExecuTorch 1.5.1 agrees with vkx: it reads vkx's files, and vkx reads its files the same way."""
 import pytest
 
-from conftest import DATA, needs_executorch
-from fmt_tiny import tiny_constants, write_tiny
+from .conftest import DATA, needs_executorch
+from .fmt_tiny import tiny_constants, write_tiny
 from vkx.format import ExternalData, ProgramFile, resolve_constants
 from vkx.format import vkgraph as vk
 

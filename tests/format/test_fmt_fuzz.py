@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import GOLDEN
+from .conftest import GOLDEN
 from vkx.format import ExternalData, FormatError, ProgramFile
 from vkx.format.flatbuf import Reader
 from vkx.format.program import decode_program

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from conftest import DATA, GOLDEN
+from .conftest import DATA, GOLDEN
 from vkx.format import ExternalData, ProgramFile
 from vkx.format import _regen
 from vkx.format import vkgraph as vk

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import GOLDEN
+from .conftest import GOLDEN
 from vkx.format import ExternalData, FormatError, describe, validate
 
 CASE_SECONDS = 2.0

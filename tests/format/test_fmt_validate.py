@@ -5,7 +5,7 @@ import struct
 
 import pytest
 
-from conftest import DATA, GOLDEN
+from .conftest import DATA, GOLDEN
 from vkx.format import (BadMagicError, DuplicateKeyError, ExternalData, FormatError, InvalidValueError,
                         MissingKeyError, OutOfBoundsError, OverlapError, ProgramFile, TruncatedError, describe, validate)
 from vkx.format.flatbuf import Reader

@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from conftest import GOLDEN
-from fmt_tiny import GOLDENS, tiny_constants, tiny_graph, tiny_payloads, write_tiny
+from .conftest import GOLDEN
+from .fmt_tiny import GOLDENS, tiny_constants, tiny_graph, tiny_payloads, write_tiny
 from vkx.format import (ConstantPayload, DuplicateKeyError, ExternalData, InvalidValueError, IOSpec, ProgramFile,
                         ScalarType, resolve_constants, validate, write_program)
 from vkx.format import vkgraph as vk
@@ -29,7 +29,7 @@ def test_golden_bytes(tmp_path, name):
 
 @pytest.mark.parametrize("ext", ["ptd", "safetensors"])
 def test_golden_external_bytes(tmp_path, ext):
-    write_tiny(tmp_path / f"tiny_x.pte", external_data=tmp_path / f"tiny_x.{ext}")
+    write_tiny(tmp_path / "tiny_x.pte", external_data=tmp_path / f"tiny_x.{ext}")
     stem = "tiny_ext" if ext == "ptd" else "tiny_st"
     assert (tmp_path / "tiny_x.pte").read_bytes() == (GOLDEN / f"{stem}.pte").read_bytes()
     assert (tmp_path / f"tiny_x.{ext}").read_bytes() == (GOLDEN / f"{stem}.{ext}").read_bytes()

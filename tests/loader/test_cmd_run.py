@@ -7,7 +7,6 @@ from safetensors.numpy import load_file, save_file
 from typer.testing import CliRunner
 
 from vkx.cli import app
-from vkx.loader import ops
 
 from .helpers import relu_add_graph, weights, write_pte
 

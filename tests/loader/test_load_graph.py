@@ -3,7 +3,7 @@ import pytest
 
 from vkx.format import vkgraph as g
 from vkx.loader import load_graph
-from vkx.loader.errors import UnsupportedOpError, LoadError
+from vkx.loader.errors import UnsupportedOpError
 
 from .helpers import relu_add_graph, weights
 

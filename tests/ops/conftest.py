@@ -16,8 +16,7 @@ max error. Every test using the device is marked `vulkan` (`pytestmark =
 pytest.mark.vulkan`, or the `requires_vulkan` marker) and skips cleanly when
 no Vulkan device exists; any validation message fails the test.
 
-Import in a test module with `from conftest import run_vkx, run_graph, ...`
-(tests/ops has no __init__.py, so this conftest is importable as `conftest`),
+Import in a test module with `from .conftest import run_vkx, run_graph, ...`,
 or use the fixtures of the same names.
 """
 from __future__ import annotations

@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import Const, assert_norm_close, rand, run_graph, run_vkx
+from .conftest import Const, assert_norm_close, rand, run_graph, run_vkx
 
 pytestmark = pytest.mark.vulkan
 

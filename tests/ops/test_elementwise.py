@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import Const, Fn, assert_close, rand, run_graph, run_vkx
+from .conftest import Const, Fn, assert_close, rand, run_graph, run_vkx
 
 pytestmark = pytest.mark.vulkan
 

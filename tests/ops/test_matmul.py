@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from conftest import Const, assert_norm_close, rand, run_graph, run_vkx
+from .conftest import Const, assert_norm_close, rand, run_graph, run_vkx
 
 pytestmark = pytest.mark.vulkan
 

@@ -1,0 +1,48 @@
+"""ExecuTorch 1.5.1's own Vulkan files (tests/data) run on the vkx loader and match torch.
+
+The sample files were made by tests/data/make_et_files.py from the models in
+tests/data/et_models.py, built after torch.manual_seed(0); the same models are
+rebuilt here as the oracle.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("VKX_VALIDATION", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import vkx  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+sys.path.insert(0, str(DATA))
+from et_models import CNN, MLP  # noqa: E402
+
+CASES = {  # file -> (model class, input shape, external data)
+    "et_mlp.pte": (MLP, (1, 8), None),
+    "et_mlp_ext.pte": (MLP, (1, 8), "et_mlp_ext.ptd"),
+    "et_cnn.pte": (CNN, (1, 3, 8, 8), None),  # conv + relu fused as et_vk.conv_with_clamp
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("schedule", ["lazy", "eager"])
+def test_executorch_file_matches_torch(name, schedule):
+    model_class, shape, external = CASES[name]
+    torch.manual_seed(0)
+    model = model_class().eval()
+    x = torch.randn(shape)
+    with torch.no_grad():
+        expected = model(x)
+    externals = [DATA / external] if external else []
+    with vkx.load(DATA / name, external_data=externals, schedule=schedule) as program:
+        got = program(x)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_external_data_is_required_when_the_pte_has_none():
+    with pytest.raises(vkx.FormatError, match="not found"):
+        vkx.load(DATA / "et_mlp_ext.pte")
