@@ -11,11 +11,10 @@ from typing import Any, Sequence
 from . import vkgraph as vk
 from .common import FileRange
 from .external import ExternalData, constant_tensors
+from .liveness import lifetimes, peak_live_bytes, shared_object_bytes
 from .pte import ProgramFile, VulkanDelegate
 
 SCHEMA = "vkx.describe/1"
-PREPACK = "et_vk.prepack.default"
-GPU_ELEMENT_BYTES = 4  # the loader keeps floats as float32 and ints/bools as int32
 
 
 def _alignment(offset: int) -> int:
@@ -31,49 +30,9 @@ def _tensor(g: vk.VkGraph, vid: int) -> dict[str, Any]:
     return {"id": vid, "dtype": t.datatype.name, "dims": list(t.dims), "bytes": t.nbytes}
 
 
-def _tensor_args(g: vk.VkGraph, args: Sequence[int]) -> list[int]:
-    out = []
-    for a in args:
-        v = g.values[a] if 0 <= a < len(g.values) else None
-        if isinstance(v, vk.Tensor):
-            out.append(a)
-        elif isinstance(v, vk.ValueList):
-            out.extend(i for i in v.items if 0 <= i < len(g.values) and isinstance(g.values[i], vk.Tensor))
-    return out
-
-
 def activation_totals(g: vk.VkGraph) -> tuple[int, int]:
     """(A, A_live): shared-object bytes, and the peak of live activation bytes in chain order."""
-    def gpu_bytes(t: vk.Tensor) -> int:
-        return t.numel * GPU_ELEMENT_BYTES
-
-    shared: dict[int, int] = {}
-    for v in g.values:
-        if isinstance(v, vk.Tensor) and v.constant_id < 0 and v.mem_obj_id >= 0:
-            shared[v.mem_obj_id] = max(shared.get(v.mem_obj_id, 0), gpu_bytes(v))
-    end = len(g.chain)
-    n = len(g.values)
-    first: dict[int, int] = {vid: 0 for vid in g.input_ids if vid < n}
-    last: dict[int, int] = {vid: end for vid in g.output_ids if vid < n}
-    packed: set[int] = set()
-    for i, op in enumerate(g.chain):
-        if op.name == PREPACK and op.args:
-            packed.add(op.args[-1])
-        for vid in _tensor_args(g, op.args):
-            first.setdefault(vid, i)
-            last[vid] = max(last.get(vid, i), i)
-    delta = [0] * (end + 2)
-    for vid, start in first.items():
-        t = g.values[vid]
-        if not isinstance(t, vk.Tensor) or t.constant_id >= 0 or vid in packed:
-            continue
-        delta[start] += gpu_bytes(t)
-        delta[last.get(vid, start) + 1] -= gpu_bytes(t)
-    live = peak = 0
-    for d in delta:
-        live += d
-        peak = max(peak, live)
-    return sum(shared.values()), peak
+    return shared_object_bytes(g), peak_live_bytes(lifetimes(g))
 
 
 def _vkgraph(v: VulkanDelegate, constants: list[dict[str, Any]]) -> dict[str, Any]:

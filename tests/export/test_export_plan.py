@@ -8,7 +8,8 @@ from torch import nn
 
 from vkx.export import load_model_file
 from vkx.export.lower import lower
-from vkx.export.plan import Lifetime, lifetimes, peak_live_nbytes, plan_memory
+from vkx.export.plan import plan_memory
+from vkx.format.liveness import Lifetime, lifetimes, peak_live_bytes
 from vkx.export.trace import trace
 
 
@@ -19,7 +20,7 @@ def planned(module, inputs):
 
 def test_peak_of_live_bytes():
     spans = [Lifetime(0, 10, 0, 1), Lifetime(1, 20, 1, 2), Lifetime(2, 5, 2, 3), Lifetime(3, 7, 4, 4)]
-    assert peak_live_nbytes(spans) == 30
+    assert peak_live_bytes(spans) == 30
 
 
 def test_a_chain_ping_pongs_between_two_objects():

@@ -1,0 +1,85 @@
+"""Activation lifetimes in chain order, and the activation totals A and A_live.
+
+Shared by the exporter's memory plan and `describe()`, so both report the same
+numbers. A tensor lives from the op that writes it to the last op that reads it.
+Graph inputs live over the whole chain: vkx's plan never reuses an input's
+memory (a conservative rule; reuse after the last reader would also be valid,
+since inputs are copied in afresh on every run), and A_live follows the same
+rule so that A and A_live compare like for like. Graph outputs live from their
+producer to the end (they are copied out when the run ends). Constants and prepack outputs (weights, kept for good) are not
+activations. Every tensor is float32 or int32 on the GPU: 4 bytes an element.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from . import vkgraph as vk
+
+PREPACK = "et_vk.prepack.default"
+GPU_ITEMSIZE = 4
+
+
+@dataclass(frozen=True)
+class Lifetime:
+    value_id: int
+    nbytes: int
+    first: int
+    last: int
+
+
+def activation_ids(graph: vk.VkGraph, value_ids: Sequence[int]) -> list[int]:
+    """The non-constant tensor ids among `value_ids`, looking one level into ValueLists; bad ids are skipped."""
+    def tensor(value_id: int) -> bool:
+        value = graph.values[value_id] if 0 <= value_id < len(graph.values) else None
+        return isinstance(value, vk.Tensor) and value.constant_id < 0
+
+    found = []
+    for value_id in value_ids:
+        value = graph.values[value_id] if 0 <= value_id < len(graph.values) else None
+        items = value.items if isinstance(value, vk.ValueList) else (value_id,)
+        found.extend(item for item in items if tensor(item))
+    return found
+
+
+def lifetimes(graph: vk.VkGraph) -> list[Lifetime]:
+    """The lifetime of every activation (every tensor that gets planned memory)."""
+    end = len(graph.chain)
+    first: dict[int, int] = {value_id: -1 for value_id in activation_ids(graph, graph.input_ids)}
+    last: dict[int, int] = {value_id: end for value_id in activation_ids(graph, [*graph.input_ids, *graph.output_ids])}
+    dedicated: set[int] = set()
+    for index, call in enumerate(graph.chain):
+        if not call.args:
+            continue
+        *reads, written = call.args
+        for value_id in activation_ids(graph, reads):
+            last[value_id] = max(last.get(value_id, index), index)
+        for value_id in activation_ids(graph, [written]):
+            first.setdefault(value_id, index)
+            last.setdefault(value_id, index)
+            if call.name == PREPACK:
+                dedicated.add(value_id)
+    return [Lifetime(value_id, graph.values[value_id].numel * GPU_ITEMSIZE, first[value_id], last[value_id])
+            for value_id in sorted(first) if value_id not in dedicated]
+
+
+def peak_live_bytes(spans: Sequence[Lifetime]) -> int:
+    """The largest sum of bytes of tensors alive at the same chain index (A_live)."""
+    changes: dict[int, int] = {}
+    for span in spans:
+        changes[span.first] = changes.get(span.first, 0) + span.nbytes
+        changes[span.last + 1] = changes.get(span.last + 1, 0) - span.nbytes
+    live = peak = 0
+    for index in sorted(changes):
+        live += changes[index]
+        peak = max(peak, live)
+    return peak
+
+
+def shared_object_bytes(graph: vk.VkGraph) -> int:
+    """A: the bytes of all shared memory objects, each as large as its largest member."""
+    objects: dict[int, int] = {}
+    for value in graph.values:
+        if isinstance(value, vk.Tensor) and value.constant_id < 0 and value.mem_obj_id >= 0:
+            objects[value.mem_obj_id] = max(objects.get(value.mem_obj_id, 0), value.numel * GPU_ITEMSIZE)
+    return sum(objects.values())
