@@ -59,19 +59,25 @@ def export_all(directory: Path, width: int) -> dict[str, tuple[Path, Path | None
     return files
 
 
-class RssSampler(threading.Thread):
-    """Samples VmRSS every 2 ms while a load runs, for the timeline plot."""
+class MemorySampler(threading.Thread):
+    """Samples VmRSS, and the device heaps' usage where the driver reports it
+    (VK_EXT_memory_budget), every 2 ms while a load runs, for the timeline plot."""
 
-    def __init__(self) -> None:
+    def __init__(self, device) -> None:
         super().__init__(daemon=True)
-        self.samples: list[tuple[float, int]] = []
+        self.device = device
+        self.samples: list[tuple[float, int, int]] = []
         self.done = threading.Event()
         self.t0 = time.perf_counter()
+
+    def device_usage(self) -> int:
+        heaps = None if self.device.is_cpu else self.device.heap_budget()
+        return sum(usage for _, usage in heaps) if heaps else 0
 
     def run(self) -> None:
         from vkx.loader.trace import read_status
         while not self.done.is_set():
-            self.samples.append((time.perf_counter() - self.t0, read_status()["VmRSS"]))
+            self.samples.append((time.perf_counter() - self.t0, read_status()["VmRSS"], self.device_usage()))
             time.sleep(0.002)
 
 
@@ -93,7 +99,7 @@ def child(path: str, external: str | None, schedule: str, upload: str, nbytes: i
     from vkx.loader.device import default_device
 
     device = default_device()
-    sampler = RssSampler()
+    sampler = MemorySampler(device)
     sampler.start()
     start = time.perf_counter()
     with load(path, [external] if external else [], schedule=schedule, upload=upload) as program:
@@ -118,7 +124,7 @@ def child(path: str, external: str | None, schedule: str, upload: str, nbytes: i
         "peak": host_peak + device_peak, "host_peak": host_peak, "device_peak": device_peak,
         "staging": report["ledger"]["peak"].get("staging", 0), "memcpy_seconds": memcpy_seconds,
         "phases": [(p["name"], p["seconds"], p["device"].get("total", 0)) for p in phases],
-        "rss": [(t, rss - baseline) for t, rss in sampler.samples[::5]],
+        "samples": [(t, rss - baseline, used - sampler.samples[0][2]) for t, rss, used in sampler.samples[::5]],
     }))
 
 
@@ -151,7 +157,7 @@ def table(rows: list[dict]) -> None:
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    """Host RSS (sampled) and device bytes (at each phase) during the load, old order vs new."""
+    """Host RSS and device heap usage (sampled) and the ledger (per phase) during the load, old order vs new."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -161,11 +167,13 @@ def plot(rows: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
     for ax, (layout, schedule, upload) in zip(axes, picks):
         r = next(r for r in rows if (r["layout"], r["schedule"], r["upload"]) == (layout, schedule, upload))
-        ts, rss = zip(*r["rss"])
+        ts, rss, heaps = zip(*r["samples"])
         ax.plot(ts, [v / MiB for v in rss], label="host RSS over baseline")
         loading = [p for p in r["phases"] if p[0] != "after execute"]
+        if any(heaps):
+            ax.plot(ts, [v / MiB for v in heaps], color="tab:red", label="device heap usage (driver)")
         ax.step([p[1] for p in loading], [p[2] / MiB for p in loading], where="post",
-                color="tab:orange", label="device bytes (ledger)")
+                color="tab:orange", label="device bytes (ledger, per phase)")
         ax.axhline(r["W"] / MiB, color="tab:green", ls="--", lw=0.8, label="W")
         for name, t, _ in loading[1:]:
             ax.axvline(t, color="grey", lw=0.6, ls=":")
