@@ -9,18 +9,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .conftest import Const, assert_norm_close, rand, run_graph, run_vkx
+from .conftest import Const, Fn, assert_norm_close, rand, run_graph, run_vkx
 
 pytestmark = pytest.mark.vulkan
-
-
-class Fn(nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs):
-        return self.fn(*xs)
 
 
 CONVS = {
@@ -88,7 +79,7 @@ MAXPOOLS = [
 @pytest.mark.parametrize("kwargs", MAXPOOLS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
 def test_max_pool2d(kwargs):
     x = rand(2, 3, 9, 11, seed=1)
-    fn = Fn(lambda x: F.max_pool2d(x, **kwargs))
+    fn = Fn(lambda m, x: F.max_pool2d(x, **kwargs))
     assert_norm_close(run_vkx(fn, (x,)), fn(x))
 
 
@@ -104,7 +95,7 @@ AVGPOOLS = [
 @pytest.mark.parametrize("kwargs", AVGPOOLS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
 def test_avg_pool2d(kwargs):
     x = rand(2, 3, 9, 11, seed=2)
-    fn = Fn(lambda x: F.avg_pool2d(x, **kwargs))
+    fn = Fn(lambda m, x: F.avg_pool2d(x, **kwargs))
     assert_norm_close(run_vkx(fn, (x,)), fn(x))
 
 

@@ -11,18 +11,9 @@ import pytest
 import torch
 import torch.nn as nn
 
-from .conftest import Const, assert_norm_close, rand, run_graph, run_vkx
+from .conftest import Const, Fn, assert_norm_close, rand, run_graph, run_vkx
 
 pytestmark = pytest.mark.vulkan
-
-
-class Fn(nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs):
-        return self.fn(*xs)
 
 
 def _linear(k: int, n: int, bias: bool, seed: int) -> nn.Linear:
@@ -73,13 +64,13 @@ def test_linear_weight_over_binding_limit():
 ])
 def test_mm(a_shape, b_shape):
     a, b = rand(*a_shape, seed=1), rand(*b_shape, seed=2)
-    assert_norm_close(run_vkx(Fn(torch.mm), (a, b)), a @ b)
+    assert_norm_close(run_vkx(Fn(lambda m, a, b: torch.mm(a, b)), (a, b)), a @ b)
 
 
 def test_mm_transposed_operand():
     # x @ W^T and x^T @ y: the transposes are exported as permute copies.
     x, w, y = rand(9, 12, seed=1), rand(7, 12, seed=2), rand(9, 5, seed=3)
-    fn = Fn(lambda x, w, y: (x @ w.t(), x.t() @ y))
+    fn = Fn(lambda m, x, w, y: (x @ w.t(), x.t() @ y))
     got = run_vkx(fn, (x, w, y))
     assert_norm_close(got[0], x @ w.t())
     assert_norm_close(got[1], x.t() @ y)
@@ -89,7 +80,7 @@ def test_mm_transposed_operand():
 def test_bmm(shape):
     bsz, m, k, n = shape
     a, b = rand(bsz, m, k, seed=1), rand(bsz, k, n, seed=2)
-    assert_norm_close(run_vkx(Fn(torch.bmm), (a, b)), torch.bmm(a, b))
+    assert_norm_close(run_vkx(Fn(lambda m, a, b: torch.bmm(a, b)), (a, b)), torch.bmm(a, b))
 
 
 @pytest.mark.parametrize("a_shape,b_shape", [
@@ -104,7 +95,7 @@ def test_bmm(shape):
 ], ids=lambda s: "x".join(map(str, s)) or "scalar")
 def test_matmul(a_shape, b_shape):
     a, b = rand(*a_shape, seed=1), rand(*b_shape, seed=2)
-    assert_norm_close(run_vkx(Fn(torch.matmul), (a, b)), torch.matmul(a, b))
+    assert_norm_close(run_vkx(Fn(lambda m, a, b: torch.matmul(a, b)), (a, b)), torch.matmul(a, b))
 
 
 def test_matmul_graph_unmergeable_broadcast():
@@ -126,7 +117,7 @@ def test_addmm_graph(self_shape, beta, alpha):
 def test_addmm_exported():
     bias, w = rand(16, seed=1), rand(24, 16, seed=2)
     x = rand(6, 24, seed=3)
-    fn = Fn(lambda x: torch.addmm(bias, x, w, beta=0.5, alpha=2.0))
+    fn = Fn(lambda m, x: torch.addmm(bias, x, w, beta=0.5, alpha=2.0))
     assert_norm_close(run_vkx(fn, (x,)), fn(x))
 
 
