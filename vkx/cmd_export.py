@@ -1,6 +1,7 @@
 """`vkx export model.py`: lower a model file to a Vulkan-delegated `.pte`."""
 from __future__ import annotations
 
+import json
 import time
 from enum import Enum
 from pathlib import Path
@@ -70,6 +71,7 @@ def export(
     weights: Optional[Path] = typer.Option(None, help="Load this safetensors state dict into the model first."),
     alignment: Optional[int] = typer.Option(None, help="Alignment of each constant's bytes in the file."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print one line instead of the progress display."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as one JSON object instead."),
 ) -> None:
     """Export a PyTorch model to a Vulkan .pte (ExecuTorch 1.5.1 compatible)."""
     from vkx.export import ExportError, export_model, load_model_file, load_weights
@@ -82,7 +84,7 @@ def export(
     output = output or model.with_suffix(".pte")
     check_options(output, layout=layout.value, external_data=external_data, dtype=dtype.value, alignment=alignment)
     bars = Progress(SpinnerColumn(), TextColumn("{task.description:<13}"), BarColumn(), _Bytes(),
-                    TimeElapsedColumn(), console=console, disable=quiet)
+                    TimeElapsedColumn(), console=console, disable=quiet or json_out)
     started = time.perf_counter()
     with bars:
         display = _Display(bars)
@@ -93,7 +95,20 @@ def export(
         report = export_model(module, example_inputs, output, layout=layout.value, external_data=external_data,
                               dtype=dtype.value, alignment=alignment, progress=display)
         display.done()
-    print(summary(report, time.perf_counter() - started))
+    seconds = time.perf_counter() - started
+    print(json.dumps(as_json(report, seconds)) if json_out else summary(report, seconds))
+
+
+def as_json(report: ExportReport, seconds: float) -> dict:
+    """The report for scripts: sizes in bytes, times in seconds."""
+    memory = report.memory
+    return {"path": report.path, "external_path": report.external_path, "file_bytes": report.file_bytes,
+            "external_bytes": report.external_bytes, "constant_bytes": report.constant_bytes,
+            "constants": report.constants, "distinct_constants": report.distinct_constants,
+            "operators": report.operators,
+            "activations": {"bytes": memory.total_nbytes, "objects": len(memory.object_nbytes),
+                            "peak_live_bytes": memory.peak_live_nbytes},
+            "stage_seconds": report.seconds, "seconds": seconds}
 
 
 def summary(report: ExportReport, seconds: float) -> str:

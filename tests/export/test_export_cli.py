@@ -1,6 +1,7 @@
 """`vkx export` on the command line: outputs, options, the progress display, --weights."""
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,15 @@ def test_quiet_prints_one_line(tmp_path):
     (line,) = result.stdout.splitlines()
     assert line.startswith(f"wrote {tmp_path / 'mlp.pte'}: ") and " 5 ops, 6 constants " in line
     check_file(tmp_path / "mlp.pte")
+
+
+def test_json_prints_the_report(tmp_path):
+    result = run(EXAMPLES / "mlp.py", "-o", tmp_path / "mlp.pte", "--json")
+    report = json.loads(result.stdout)
+    assert report["path"] == str(tmp_path / "mlp.pte") and report["operators"] == 5
+    assert report["file_bytes"] == (tmp_path / "mlp.pte").stat().st_size
+    assert report["activations"]["bytes"] >= report["activations"]["peak_live_bytes"] > 0
+    assert set(report["stage_seconds"]) == {"torch.export", "lower", "plan", "write"}
 
 
 def test_default_output_is_beside_the_model_and_progress_shows_stages(tmp_path):
