@@ -49,12 +49,12 @@ def export_all(directory: Path, width: int) -> dict[str, tuple[Path, Path | None
     torch.manual_seed(0)
     layers = [m for _ in range(12) for m in (nn.Linear(width, width), nn.ReLU())]
     model = nn.Sequential(*layers, nn.Linear(width, 4 * width)).eval()
+    largest = max(p.numel() * p.element_size() for p in model.parameters())
     files = {}
     for name, (layout, suffix) in LAYOUTS.items():
         path = directory / f"model-{name}.pte"
         external = directory / f"model-{name}{suffix}" if suffix else None
         report = vkx.export_model(model, (torch.randn(1, width),), path, layout=layout, external_data=external)
-        largest = max(p.numel() for p in model.parameters()) * 4
         files[name] = (path, external, {"W": report.constant_bytes, "w": largest, "A": report.memory.total_nbytes})
     return files
 
