@@ -8,7 +8,7 @@ subclasses naming the field path, never IndexError/struct.error.
 from __future__ import annotations
 
 import struct
-from typing import Any, NoReturn
+from typing import Any, Container, NoReturn
 
 from .errors import BadMagicError, InvalidValueError, OutOfBoundsError, TruncatedError
 
@@ -92,12 +92,16 @@ class Table:
     def at(self, name: str) -> str:
         return f"{self.where}.{name}" if self.where else name
 
-    def _field(self, slot: int, n: int, name: str) -> int:
-        """Absolute position of the field's n bytes, or 0 if absent."""
+    def _offset(self, slot: int) -> int:
+        """The field's offset inside the table as the vtable gives it; 0 if absent."""
         entry = 4 + 2 * slot
         if entry + 2 > self.vtlen:
             return 0
-        off = _U16.unpack_from(self.r.buf, self.r.base + self.vt + entry)[0]
+        return _U16.unpack_from(self.r.buf, self.r.base + self.vt + entry)[0]
+
+    def _field(self, slot: int, n: int, name: str) -> int:
+        """Absolute position of the field's n bytes, or 0 if absent."""
+        off = self._offset(slot)
         if off == 0:
             return 0
         if off < 4 or off + n > self.tlen:
@@ -105,12 +109,18 @@ class Table:
         return self.pos + off
 
     def has(self, slot: int) -> bool:
-        entry = 4 + 2 * slot
-        return entry + 2 <= self.vtlen and _U16.unpack_from(self.r.buf, self.r.base + self.vt + entry)[0] != 0
+        return self._offset(slot) != 0
 
     def scalar(self, slot: int, code: str, name: str, default: Any = 0) -> Any:
         p = self._field(slot, _SCALARS[code], name)
         return default if p == 0 else self.r.scalar(code, p, self.at(name))
+
+    def enum(self, slot: int, code: str, name: str, allowed: Container[int], default: int = 0) -> int:
+        """A scalar that must be one of `allowed`."""
+        v = self.scalar(slot, code, name, default)
+        if v not in allowed:
+            self.r.fail(InvalidValueError, self.at(name), f"invalid value {v}")
+        return v
 
     def _target(self, slot: int, name: str) -> int:
         p = self._field(slot, 4, name)

@@ -114,19 +114,12 @@ class Program:
     has_execution_plan: bool
 
 
-def _enum(t: Table, slot: int, name: str, allowed: frozenset | range, default: int = 0) -> int:
-    v = t.scalar(slot, "b", name, default)
-    if v not in allowed:
-        t.r.fail(InvalidValueError, t.at(name), f"invalid value {v}")
-    return v
-
-
 def _items(t: Table | None, code: str) -> tuple:
     return () if t is None else (t.scalars(0, code, "items") or ())
 
 
 def _tensor(t: Table) -> TensorMeta:
-    st = _enum(t, 0, "scalar_type", SCALAR_TYPE_VALUES)
+    st = t.enum(0, "b", "scalar_type", SCALAR_TYPE_VALUES)
     alloc = t.table(6, "allocation_info")
     memory_id = offset = None
     if alloc is not None:
@@ -139,7 +132,7 @@ def _tensor(t: Table) -> TensorMeta:
         data_buffer_idx=t.scalar(5, "I", "data_buffer_idx"),
         memory_id=memory_id,
         memory_offset=offset or 0,
-        shape_dynamism=_enum(t, 8, "shape_dynamism", range(3)),
+        shape_dynamism=t.enum(8, "b", "shape_dynamism", range(3)),
     )
 
 
@@ -193,7 +186,7 @@ def _delegate(t: Table) -> Delegate:
     specs = tuple((s.string(0, "key") or "", s.raw(1, "value") or b"") for s in t.tables(2, "compile_specs") or ())
     return Delegate(
         id=t.string(0, "id") or "",
-        location=_enum(ref, 0, "location", range(2)),
+        location=ref.enum(0, "b", "location", range(2)),
         index=ref.scalar(1, "I", "index"),
         compile_specs=specs,
     )

@@ -16,22 +16,15 @@ _STORAGE = frozenset(int(s) for s in vk.StorageType)
 _LAYOUTS = frozenset(int(m) for m in vk.MemoryLayout)
 
 
-def _enum(t: Table, slot: int, code: str, name: str, allowed: frozenset, default: int) -> int:
-    v = t.scalar(slot, code, name, default)
-    if v not in allowed:
-        t.r.fail(InvalidValueError, t.at(name), f"invalid value {v}")
-    return v
-
-
 def _tensor(t: Table) -> vk.Tensor:
     return vk.Tensor(
-        datatype=vk.DataType(_enum(t, 0, "b", "datatype", _DTYPES, 0)),
+        datatype=vk.DataType(t.enum(0, "b", "datatype", _DTYPES, 0)),
         dims=t.scalars(1, "I", "dims") or (),
         constant_id=t.scalar(2, "i", "constant_id"),
         mem_obj_id=t.scalar(3, "i", "mem_obj_id"),
-        storage_type=vk.StorageType(_enum(t, 4, "B", "storage_type", _STORAGE, 255)),
-        memory_layout=vk.MemoryLayout(_enum(t, 5, "B", "memory_layout", _LAYOUTS, 255)),
-        staging_datatype=vk.DataType(_enum(t, 6, "b", "staging_datatype", _DTYPES, 127)),
+        storage_type=vk.StorageType(t.enum(4, "B", "storage_type", _STORAGE, 255)),
+        memory_layout=vk.MemoryLayout(t.enum(5, "B", "memory_layout", _LAYOUTS, 255)),
+        staging_datatype=vk.DataType(t.enum(6, "b", "staging_datatype", _DTYPES, 127)),
     )
 
 
