@@ -15,31 +15,12 @@ import math
 import struct
 
 from vkx.loader.ops import OpBuilder, UnsupportedOpError, register
-from vkx.loader.ops.matmul import (Operand, batch_plan, broadcast_strides, contiguous_strides,
-                                   gemm, require_float, window)
+from vkx.loader.ops.matmul import Operand, batch_plan, batch_strides, gemm, require_float, window
+from vkx.loader.ops.shape import broadcast_strides, contiguous_strides
 
 _SOFTMAX_PUSH = struct.Struct("<11i")
 _MAX_GROUPS = 65535
 NAME = "aten.scaled_dot_product_attention"
-
-
-def _mask_strides(shape, out_batch, L, S):
-    """Element strides (batch..., l, s) of a contiguous mask broadcast to out_batch + (L, S)."""
-    full = tuple(out_batch) + (L, S)
-    shape = tuple(shape)
-    if len(shape) > len(full):
-        raise UnsupportedOpError(f"{NAME}: attn_mask {shape} has more dims than the scores {full}")
-    padded = (1,) * (len(full) - len(shape)) + shape
-    own = contiguous_strides(padded)
-    strides = []
-    for size, target, st in zip(padded, full, own):
-        if size == 1:
-            strides.append(0)
-        elif size == target:
-            strides.append(st)
-        else:
-            raise UnsupportedOpError(f"{NAME}: attn_mask {shape} does not broadcast to {full}")
-    return tuple(strides[:-2]), strides[-2], strides[-1]
 
 
 @register("aten.scaled_dot_product_attention.default")
@@ -88,9 +69,9 @@ def scaled_dot_product_attention(builder: OpBuilder, args: tuple[int, ...]) -> N
         mb = out_batch
         qb = tuple(q.shape[:-2])
     M = rep * L
-    sq = broadcast_strides(qb, mb, M * E)
-    sk = broadcast_strides(kb, mb, S * E)
-    sv = broadcast_strides(vb, mb, S * Ev)
+    sq = batch_strides(qb, mb, M * E)
+    sk = batch_strides(kb, mb, S * E)
+    sv = batch_strides(vb, mb, S * Ev)
     scores = builder.temp(tuple(mb) + (M, S))
     ss = contiguous_strides(tuple(mb) + (M * S,))[:-1]
     so = contiguous_strides(tuple(mb) + (M * Ev,))[:-1]
@@ -110,7 +91,7 @@ def scaled_dot_product_attention(builder: OpBuilder, args: tuple[int, ...]) -> N
     sr = contiguous_strides(tuple(out_batch) + (L * S,))[:-1]
     if mask is not None:
         defines["MASK_BOOL" if mask.dtype != "float32" else "MASK_FLOAT"] = 1
-        mbatch, sml, sms = _mask_strides(mask.shape, out_batch, L, S)
+        *mbatch, sml, sms = broadcast_strides(mask.shape, out_batch + (L, S))
         mbind, mdelta = window(builder, mask, 0, mask.numel)
     else:
         mbatch, sml, sms, mdelta = (0,) * len(out_batch), 0, 0, 0

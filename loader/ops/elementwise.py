@@ -12,8 +12,8 @@ import struct
 from typing import Union
 
 from . import OpBuilder, TensorArg, UnsupportedOpError, register
-from .shape import (MAX_DIMS, bind_elems, chunk_elems, collapse_dims, contiguous_strides,
-                    convert_copy, dispatch_groups)
+from .shape import (MAX_DIMS, bind_elems, broadcast_strides, chunk_elems, collapse_dims,
+                    contiguous_strides, convert_copy, dispatch_groups, pad_dims)
 
 Operand = Union[TensorArg, int, float, bool]
 
@@ -31,24 +31,6 @@ def operand(builder: OpBuilder, vid: int) -> Operand:
         if not isinstance(value, (int, float, bool)):
             raise UnsupportedOpError(f"operand {vid} is neither a tensor nor a number: {value!r}")
         return value
-
-
-def _broadcast_strides(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> list[int]:
-    """Element strides of a contiguous `shape` read at `out_shape` indices (numpy rules)."""
-    lead = len(out_shape) - len(shape)
-    if lead < 0:
-        raise UnsupportedOpError(f"operand {shape} has more dims than the output {out_shape}")
-    own = contiguous_strides(shape)
-    strides = [0] * len(out_shape)
-    for d, size in enumerate(shape):
-        od = lead + d
-        if size == out_shape[od]:
-            strides[od] = own[d] if size != 1 else 0
-        elif size == 1:
-            strides[od] = 0
-        else:
-            raise UnsupportedOpError(f"shape {shape} does not broadcast to {out_shape}")
-    return strides
 
 
 def binary(builder: OpBuilder, op: str, a_vid: int, b_vid: int, out_vid: int, alpha=1) -> None:
@@ -86,9 +68,8 @@ def binary(builder: OpBuilder, op: str, a_vid: int, b_vid: int, out_vid: int, al
                 raise UnsupportedOpError(f"integer {op} with a fractional scalar")
 
     def push(count: int, ndim: int, sizes, sa, sb) -> bytes:
-        pad = lambda xs: list(xs) + [0] * (MAX_DIMS - len(xs))  # noqa: E731
         return struct.pack("<IIfifi18I", count, ndim, float(alpha), int(alpha),
-                           float(imm), int(imm), *pad(sizes), *pad(sa), *pad(sb))
+                           float(imm), int(imm), *pad_dims(sizes), *pad_dims(sa), *pad_dims(sb))
 
     if same:
         # Flat path: every tensor operand has the output's element order.
@@ -117,8 +98,8 @@ def binary(builder: OpBuilder, op: str, a_vid: int, b_vid: int, out_vid: int, al
         return
 
     shape = tuple(out.shape)
-    sa = _broadcast_strides(a.shape, shape) if ma == 0 else [0] * len(shape)
-    sb = _broadcast_strides(b.shape, shape) if mb == 0 else [0] * len(shape)
+    sa = broadcast_strides(a.shape, shape) if ma == 0 else [0] * len(shape)
+    sb = broadcast_strides(b.shape, shape) if mb == 0 else [0] * len(shape)
     sizes, (csa, csb, _) = collapse_dims(shape, sa, sb, contiguous_strides(shape))
     if len(sizes) > MAX_DIMS:
         raise UnsupportedOpError(f"broadcast over {len(sizes)} non-mergeable dims (max {MAX_DIMS})")

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 from vkx.loader.ops import Binding, OpBuilder, SubRange, TensorArg, UnsupportedOpError, register
+from vkx.loader.ops.shape import broadcast_strides, contiguous_strides
 
 _PUSH = struct.Struct("<21i2f")
 _MAX_GROUPS = 65535
@@ -193,33 +194,10 @@ def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
 # ----------------------------------------------------------------------------------------
 # Batch-dim planning shared with attention.
 
-def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    strides, acc = [], 1
-    for d in reversed(shape):
-        strides.append(acc)
-        acc *= d
-    return tuple(reversed(strides))
-
-
-def broadcast_strides(shape: Sequence[int], out_batch: Sequence[int], inner: int) -> tuple[int, ...]:
-    """Element strides of a contiguous tensor whose leading dims `shape` broadcast to
-    `out_batch` (right-aligned), each batch element being `inner` elements long."""
-    strides = []
-    pad = len(out_batch) - len(shape)
-    acc = inner
-    own = [0] * len(shape)
-    for i in range(len(shape) - 1, -1, -1):
-        own[i] = acc
-        acc *= shape[i]
-    for i, size in enumerate(out_batch):
-        j = i - pad
-        if j < 0 or shape[j] == 1:
-            strides.append(0)
-        else:
-            if shape[j] != size:
-                raise UnsupportedOpError(f"batch dims {tuple(shape)} do not broadcast to {tuple(out_batch)}")
-            strides.append(own[j])
-    return tuple(strides)
+def batch_strides(batch: Sequence[int], out_batch: Sequence[int], inner: int) -> tuple[int, ...]:
+    """Element strides of contiguous batch dims `batch`, each batch element `inner`
+    elements long, read at `out_batch` indices (right-aligned broadcast)."""
+    return tuple(s * inner for s in broadcast_strides(batch, out_batch))
 
 
 def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
@@ -281,8 +259,8 @@ def batched_matmul(builder: OpBuilder, a: TensorArg, a_shape: Sequence[int], b: 
     if K == 0:
         _fill_zero(builder, out)
         return
-    sa = broadcast_strides(batch_a, out_batch, M * K)
-    sb = broadcast_strides(batch_b, out_batch, K * N)
+    sa = batch_strides(batch_a, out_batch, M * K)
+    sb = batch_strides(batch_b, out_batch, K * N)
     sc = contiguous_strides(tuple(out_batch) + (M * N,))[:-1]
     outer, (nb1, nb2), inner = batch_plan(out_batch, [sa, sb, sc])
     for offs in outer:

@@ -10,7 +10,7 @@ import struct
 
 from . import OpBuilder, TensorArg, UnsupportedOpError, register
 from .shape import (MAX_DIMS, bind_elems, chunk_elems, contiguous_strides, dispatch_groups,
-                    normalize_dim, prod, row_chunks, rows_binding)
+                    normalize_dim, pad_dims, prod, row_chunks, rows_binding)
 
 FLOAT32_EPS = 1.1920928955078125e-07  # torch.finfo(torch.float32).eps
 
@@ -204,10 +204,9 @@ def _reduce(builder: OpBuilder, args: tuple[int, ...], mean: bool) -> None:
     for t in (src, out):
         if t.nbytes > builder.max_binding_bytes:
             raise UnsupportedOpError(f"reduction of a tensor {t.shape} larger than one storage binding")
-    pad = lambda xs: list(xs) + [0] * (MAX_DIMS - len(xs))  # noqa: E731
     push = struct.pack("<4I24I", out.numel, len(kept), len(red), count,
-                       *pad([s for s, _ in kept]), *pad([st for _, st in kept]),
-                       *pad([s for s, _ in red]), *pad([st for _, st in red]))
+                       *pad_dims([s for s, _ in kept]), *pad_dims([st for _, st in kept]),
+                       *pad_dims([s for s, _ in red]), *pad_dims([st for _, st in red]))
     builder.dispatch("reduce_dims", [src, out], push, dispatch_groups(out.numel),
                      {"MEAN": 1} if mean else {})
 

@@ -4,8 +4,8 @@ Every GPU tensor is a contiguous row-major buffer of 32-bit elements, so each
 shape op is a strided copy: `strided_copy` walks an index space of up to six
 (collapsed) dims with arbitrary source and destination strides and offsets.
 The helpers at the top (`dispatch_groups`, `bind_elems`, `chunk_elems`,
-`row_chunks`, `collapse_dims`, `strided_copy`, `copy_elems`) are public: other
-op modules import them.
+`row_chunks`, `collapse_dims`, `broadcast_strides`, `pad_dims`, `strided_copy`,
+`copy_elems`) are public: other op modules import them.
 """
 from __future__ import annotations
 
@@ -49,6 +49,20 @@ def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     strides = [1] * len(shape)
     for d in range(len(shape) - 2, -1, -1):
         strides[d] = strides[d + 1] * shape[d + 1]
+    return tuple(strides)
+
+
+def broadcast_strides(shape: Sequence[int], out_shape: Sequence[int]) -> tuple[int, ...]:
+    """Element strides of a contiguous `shape` read at `out_shape` indices (numpy rules)."""
+    lead = len(out_shape) - len(shape)
+    if lead < 0:
+        raise UnsupportedOpError(f"shape {tuple(shape)} has more dims than {tuple(out_shape)}")
+    strides = [0] * len(out_shape)
+    for d, (size, stride) in enumerate(zip(shape, contiguous_strides(shape))):
+        if size != 1:
+            if size != out_shape[lead + d]:
+                raise UnsupportedOpError(f"shape {tuple(shape)} does not broadcast to {tuple(out_shape)}")
+            strides[lead + d] = stride
     return tuple(strides)
 
 
@@ -154,14 +168,15 @@ def collapse_dims(sizes: Sequence[int], *strides: Sequence[int]) -> tuple[list[i
     return out_sizes, out_strides
 
 
-def _pad6(xs: Sequence[int]) -> list[int]:
+def pad_dims(xs: Sequence[int]) -> list[int]:
+    """`xs` zero-padded to MAX_DIMS entries (the shaders' fixed-size push arrays)."""
     return list(xs) + [0] * (MAX_DIMS - len(xs))
 
 
 def _copy_push(n: int, ndim: int, src_off: int, dst_off: int, sizes: Sequence[int],
                src_strides: Sequence[int], dst_strides: Sequence[int]) -> bytes:
     return struct.pack("<22I", n, ndim, src_off, dst_off,
-                       *_pad6(sizes), *_pad6(src_strides), *_pad6(dst_strides))
+                       *pad_dims(sizes), *pad_dims(src_strides), *pad_dims(dst_strides))
 
 
 def copy_elems(builder: OpBuilder, src: TensorArg, src_off: int, dst: TensorArg, dst_off: int,
