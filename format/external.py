@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import struct
 from dataclasses import dataclass
 from typing import Sequence
@@ -39,19 +38,8 @@ class ExternalData(MappedFile):
     dtypes: dict[str, tuple[str, tuple[int, ...]]]
     """safetensors only: key -> (dtype string, shape) as the file declares."""
 
-    @classmethod
-    def open(cls, path: str | os.PathLike) -> ExternalData:
-        """Open a .ptd or .safetensors file (chosen by content); raises FormatError subclasses."""
-        ext = cls(path)
-        try:
-            with ext.metadata_reads():
-                ext._load()
-        except BaseException:
-            ext.close()
-            raise
-        return ext
-
     def _load(self) -> None:
+        """A .ptd or a .safetensors file, chosen by content."""
         buf = self.buf
         self.named_data, self.dtypes, self.header = {}, {}, None
         if self.size >= 8 and bytes(buf[4:8]) == b"FT01":
@@ -70,9 +58,9 @@ class ExternalData(MappedFile):
 
     def _load_ptd(self) -> None:
         buf, path = self.buf, self.path
-        if self.size < 8 + FT_HEADER_LENGTH or bytes(buf[8:12]) != b"FH01":
-            if self.size >= 12 and bytes(buf[8:12]) != b"FH01":
-                raise BadMagicError("header", f"header magic {bytes(buf[8:12])!r}, expected b'FH01'", path)
+        if self.size >= 12 and bytes(buf[8:12]) != b"FH01":
+            raise BadMagicError("header", f"header magic {bytes(buf[8:12])!r}, expected b'FH01'", path)
+        if self.size < 8 + FT_HEADER_LENGTH:
             raise TruncatedError("header", "flat tensor header cut short", path)
         self.header = h = FlatTensorHeader(*struct.unpack_from("<IQQQQ", buf, 12))
         if h.length < FT_HEADER_LENGTH:

@@ -5,10 +5,12 @@ import contextlib
 import mmap
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, TypeVar
 
 from .common import FileRange
 from .errors import TruncatedError
+
+M = TypeVar("M", bound="MappedFile")
 
 
 class MappedFile:
@@ -21,6 +23,21 @@ class MappedFile:
             if self.size == 0:
                 raise TruncatedError("file", "empty file", self.path)
             self._mm: mmap.mmap | None = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+    @classmethod
+    def open(cls: type[M], path: str | os.PathLike) -> M:
+        """Map the file and check its metadata (`_load`); raises FormatError subclasses."""
+        f = cls(path)
+        try:
+            with f.metadata_reads():
+                f._load()
+        except BaseException:
+            f.close()
+            raise
+        return f
+
+    def _load(self) -> None:
+        """Decode and check the metadata (subclasses)."""
 
     @property
     def buf(self) -> mmap.mmap:

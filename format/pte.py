@@ -1,7 +1,6 @@
 """Reading .pte files: extended header, Program, segments, named data, the Vulkan delegate."""
 from __future__ import annotations
 
-import os
 import struct
 from dataclasses import dataclass
 from functools import cached_property
@@ -86,18 +85,6 @@ class ProgramFile(MappedFile):
     program: Program
     segments: list[FileRange]
     named_data: dict[str, FileRange]
-
-    @classmethod
-    def open(cls, path: str | os.PathLike) -> ProgramFile:
-        """Open and check the container; raises FormatError subclasses."""
-        pf = cls(path)
-        try:
-            with pf.metadata_reads():
-                pf._load()
-        except BaseException:
-            pf.close()
-            raise
-        return pf
 
     def _load(self) -> None:
         buf, path = self.buf, self.path
