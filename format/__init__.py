@@ -2,6 +2,8 @@
 
 Knows nothing of torch or Vulkan. See docs/format.md.
 """
+from typing import Any
+
 from .common import FileRange, ScalarType
 from .errors import (BadMagicError, DuplicateKeyError, FormatError, InvalidValueError, MissingKeyError,
                      OutOfBoundsError, OverlapError, TruncatedError)
@@ -9,7 +11,6 @@ from .external import ExternalData, resolve_constants
 from .pte import ProgramFile, VulkanDelegate
 from .describe import describe
 from .validate import ValidationReport, validate
-from .writer import ConstantPayload, IOSpec, WriteReport, write_program
 
 __all__ = [
     "FormatError", "TruncatedError", "BadMagicError", "OutOfBoundsError", "OverlapError", "InvalidValueError",
@@ -17,3 +18,13 @@ __all__ = [
     "ExternalData", "resolve_constants", "ConstantPayload", "IOSpec", "write_program", "WriteReport",
     "validate", "ValidationReport", "describe",
 ]
+
+_WRITER = frozenset({"ConstantPayload", "IOSpec", "WriteReport", "write_program"})
+
+
+def __getattr__(name: str) -> Any:
+    # The writer needs flatbuffers (and so numpy, ~0.1 s to import); readers such as `vkx inspect` do not.
+    if name in _WRITER:
+        from . import writer
+        return getattr(writer, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

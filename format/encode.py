@@ -1,17 +1,21 @@
-"""Program (ET12) and FlatTensor (FT01) flatbuffers via the generated builders,
-and the header-insertion step shared by .pte and .ptd."""
+"""Program (ET12), FlatTensor (FT01) and VkGraph (VK00) flatbuffers via the generated builders,
+and the header-insertion step shared by .pte and .ptd.
+
+Only the writer imports this module: flatbuffers pulls in numpy, which readers never need.
+"""
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import flatbuffers
 
+from . import vkgraph as vk
 from .common import ScalarType, align
 from .generated import flat_tensor_generated as ft
 from .generated import program_generated as pg
-from .vkgraph_codec import build_offsets, build_vector
+from .generated import vkgraph_generated as g
 
 EVALUE_TENSOR = 5
 INSTR_DELEGATE_CALL = 2
@@ -26,6 +30,17 @@ class IOTensor:
     scalar_type: ScalarType
     sizes: tuple[int, ...]
     memory_offset: int
+
+
+def build_vector(b: flatbuffers.Builder, start: Callable, prepend: Callable, items: Sequence[Any]) -> int:
+    start(b, len(items))
+    for x in reversed(items):
+        prepend(x)
+    return b.EndVector()
+
+
+def build_offsets(b: flatbuffers.Builder, start: Callable, offsets: Sequence[int]) -> int:
+    return build_vector(b, start, b.PrependUOffsetTRelative, offsets)
 
 
 def insert_header(fb: bytes, header: bytes, length: int) -> bytes:
@@ -175,4 +190,110 @@ def encode_flat_tensor(segments: Sequence[tuple[int, int]], named: Sequence[tupl
     ft.FlatTensorAddSegments(b, segs)
     ft.FlatTensorAddNamedData(b, named_v)
     b.Finish(ft.FlatTensorEnd(b), file_identifier=b"FT01")
+    return bytes(b.Output())
+
+
+def _encode_value(b: flatbuffers.Builder, v: vk.Value) -> int:
+    if isinstance(v, vk.Tensor):
+        dims = build_vector(b, g.VkTensorStartDimsVector, b.PrependUint32, v.dims)
+        g.VkTensorStart(b)
+        g.VkTensorAddDatatype(b, int(v.datatype))
+        g.VkTensorAddDims(b, dims)
+        g.VkTensorAddConstantId(b, v.constant_id)
+        g.VkTensorAddMemObjId(b, v.mem_obj_id)
+        g.VkTensorAddStorageType(b, int(v.storage_type))
+        g.VkTensorAddMemoryLayout(b, int(v.memory_layout))
+        g.VkTensorAddStagingDatatype(b, int(v.staging_datatype))
+        return g.VkTensorEnd(b)
+    if isinstance(v, vk.Null):
+        g.NullStart(b)
+        return g.NullEnd(b)
+    if isinstance(v, vk.Int):
+        g.IntStart(b)
+        g.IntAddIntVal(b, v.value)
+        return g.IntEnd(b)
+    if isinstance(v, vk.Double):
+        g.DoubleStart(b)
+        g.DoubleAddDoubleVal(b, v.value)
+        return g.DoubleEnd(b)
+    if isinstance(v, vk.Bool):
+        g.BoolStart(b)
+        g.BoolAddBoolVal(b, v.value)
+        return g.BoolEnd(b)
+    if isinstance(v, vk.String):
+        s = b.CreateString(v.value)
+        g.StringStart(b)
+        g.StringAddStringVal(b, s)
+        return g.StringEnd(b)
+    if isinstance(v, vk.SymInt):
+        g.SymIntStart(b)
+        g.SymIntAddValue(b, v.value)
+        return g.SymIntEnd(b)
+    if isinstance(v, vk.IntList):
+        items = build_vector(b, g.IntListStartItemsVector, b.PrependInt64, v.items)
+        g.IntListStart(b)
+        g.IntListAddItems(b, items)
+        return g.IntListEnd(b)
+    if isinstance(v, vk.DoubleList):
+        items = build_vector(b, g.DoubleListStartItemsVector, b.PrependFloat64, v.items)
+        g.DoubleListStart(b)
+        g.DoubleListAddItems(b, items)
+        return g.DoubleListEnd(b)
+    if isinstance(v, vk.BoolList):
+        items = build_vector(b, g.BoolListStartItemsVector, b.PrependBool, v.items)
+        g.BoolListStart(b)
+        g.BoolListAddItems(b, items)
+        return g.BoolListEnd(b)
+    if isinstance(v, vk.ValueList):
+        items = build_vector(b, g.ValueListStartItemsVector, b.PrependInt32, v.items)
+        g.ValueListStart(b)
+        g.ValueListAddItems(b, items)
+        return g.ValueListEnd(b)
+    raise TypeError(f"not a VkGraph value: {v!r}")
+
+
+def encode_vkgraph(graph: vk.VkGraph) -> bytes:
+    """The VkGraph as a finished flatbuffer with identifier VK00."""
+    b = flatbuffers.Builder(1024)
+    values = []
+    for v in graph.values:
+        off = _encode_value(b, v)
+        g.VkValueStart(b)
+        g.VkValueAddValueType(b, vk.VALUE_TAGS[type(v)])
+        g.VkValueAddValue(b, off)
+        values.append(g.VkValueEnd(b))
+    chain = []
+    for op in graph.chain:
+        name = b.CreateString(op.name)
+        args = build_vector(b, g.OperatorCallStartArgsVector, b.PrependInt32, op.args)
+        g.OperatorCallStart(b)
+        g.OperatorCallAddNodeId(b, op.node_id)
+        g.OperatorCallAddName(b, name)
+        g.OperatorCallAddArgs(b, args)
+        chain.append(g.OperatorCallEnd(b))
+    constants = []
+    for c in graph.constants:
+        key = None if c.named_key is None else b.CreateString(c.named_key)
+        g.VkBytesStart(b)
+        g.VkBytesAddOffset(b, c.offset)
+        g.VkBytesAddLength(b, c.length)
+        if key is not None:
+            g.VkBytesAddNamedKey(b, key)
+        constants.append(g.VkBytesEnd(b))
+    version = b.CreateString(graph.version)
+    chain_v = build_offsets(b, g.VkGraphStartChainVector, chain)
+    values_v = build_offsets(b, g.VkGraphStartValuesVector, values)
+    inputs_v = build_vector(b, g.VkGraphStartInputIdsVector, b.PrependUint32, graph.input_ids)
+    outputs_v = build_vector(b, g.VkGraphStartOutputIdsVector, b.PrependUint32, graph.output_ids)
+    constants_v = build_offsets(b, g.VkGraphStartConstantsVector, constants)
+    shaders_v = build_offsets(b, g.VkGraphStartShadersVector, [])
+    g.VkGraphStart(b)
+    g.VkGraphAddVersion(b, version)
+    g.VkGraphAddChain(b, chain_v)
+    g.VkGraphAddValues(b, values_v)
+    g.VkGraphAddInputIds(b, inputs_v)
+    g.VkGraphAddOutputIds(b, outputs_v)
+    g.VkGraphAddConstants(b, constants_v)
+    g.VkGraphAddShaders(b, shaders_v)
+    b.Finish(g.VkGraphEnd(b), file_identifier=b"VK00")
     return bytes(b.Output())

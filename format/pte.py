@@ -11,7 +11,7 @@ from .errors import BadMagicError, DuplicateKeyError, InvalidValueError, OutOfBo
 from .flatbuf import Reader
 from .mapped import MappedFile
 from .program import INLINE, Program, decode_program
-from .vkgraph_codec import decode_vkgraph
+from .vkgraph_decode import decode_vkgraph
 
 VULKAN_BACKEND = "VulkanBackend"
 EH_MAGIC = b"eh00"

@@ -16,11 +16,10 @@ from typing import Any, Callable, Literal, Sequence
 from . import vkgraph as vk
 from .atomic import AtomicFile
 from .common import ScalarType, align, lcm, segment_alignment
-from .encode import (PTD_HEADER_LENGTH, PTE_HEADER_LENGTH, encode_flat_tensor, encode_program, insert_header,
-                     plan_io)
+from .encode import (PTD_HEADER_LENGTH, PTE_HEADER_LENGTH, encode_flat_tensor, encode_program, encode_vkgraph,
+                     insert_header, plan_io)
 from .errors import DuplicateKeyError, InvalidValueError
 from .external import constant_tensors
-from .vkgraph_codec import encode_vkgraph
 
 Buffer = Any  # any C-contiguous buffer-protocol object: bytes, memoryview, numpy array, mmap
 CHUNK = 8 * 1024 * 1024

@@ -7,7 +7,7 @@ import pytest
 
 from .conftest import DATA, GOLDEN
 
-# Runs the two commands in a fresh interpreter and reports whether torch or vulkan got imported.
+# Runs the two commands in a fresh interpreter and reports whether torch, vulkan or numpy (via flatbuffers) got imported.
 RUNNER = """
 import sys, typer
 from vkx import cmd_inspect
@@ -18,7 +18,7 @@ try:
     app(sys.argv[1:])
 except SystemExit as e:
     code = e.code or 0
-heavy = sorted(m for m in ("torch", "vulkan", "executorch") if m in sys.modules)
+heavy = sorted(m for m in ("torch", "vulkan", "executorch", "numpy", "flatbuffers") if m in sys.modules)
 print("HEAVY=" + ",".join(heavy), file=sys.stderr)
 sys.exit(code)
 """

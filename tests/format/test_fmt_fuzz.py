@@ -10,9 +10,10 @@ from hypothesis import strategies as st
 
 from .conftest import GOLDEN
 from vkx.format import ExternalData, FormatError, ProgramFile
+from vkx.format.encode import encode_vkgraph
 from vkx.format.flatbuf import Reader
 from vkx.format.program import decode_program
-from vkx.format.vkgraph_codec import decode_vkgraph, encode_vkgraph
+from vkx.format.vkgraph_decode import decode_vkgraph
 
 PTE = (GOLDEN / "tiny_named.pte").read_bytes()
 with ProgramFile.open(GOLDEN / "tiny_named.pte") as _pf:
