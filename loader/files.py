@@ -13,7 +13,7 @@ from typing import Sequence
 
 from vkx.format import ExternalData, FileRange, FormatError, ProgramFile, resolve_constants
 from vkx.loader.errors import BadProgramError, FileError, LoadError, as_load_error
-from vkx.loader.named_data import FreeableBuffer, MappedFile
+from vkx.loader.named_data import FreeableBuffer
 from vkx.loader.program import load_source
 from vkx.loader.runner import Program
 from vkx.loader.trace import Timeline
@@ -25,36 +25,28 @@ class FileConstants:
     def __init__(self, pf: ProgramFile, externals: list[ExternalData]):
         self.pf, self.externals = pf, externals
         self.ranges: list[FileRange] = resolve_constants(pf, externals)
-        v = pf.vulkan
-        self.blob = v.blob
-        self._maps = {f.path: MappedFile.wrap(f.path, f.buf) for f in [pf, *externals]}
-        self.legacy_bytes = 0
-
-    def _is_legacy(self, cid: int, r: FileRange) -> bool:
-        ref = self.pf.vulkan.graph.constants[cid]
-        return not ref.is_named
+        self._files = {f.path: f for f in [pf, *externals]}
+        self.legacy_used = False
 
     def get(self, cid: int) -> FreeableBuffer:
         try:
             r = self.ranges[cid]
         except IndexError:
             raise BadProgramError(f"constant {cid} does not exist ({len(self.ranges)} constants)") from None
-        m = self._maps[r.path]
-        if self._is_legacy(cid, r):
-            self.legacy_bytes += r.size
-            return FreeableBuffer.borrowed(m, r.offset, r.size)
-        return FreeableBuffer(m, r.offset, r.size)
+        f = self._files[r.path]
+        if not self.pf.vulkan.graph.constants[cid].is_named:
+            self.legacy_used = True
+            return FreeableBuffer.borrowed(f, r.offset, r.size)
+        return FreeableBuffer(f, r.offset, r.size)
 
     def finish_prepack(self) -> None:
         """Prepacking is over: release the legacy blob and unmap every file."""
-        if self.legacy_bytes:
-            self._maps[self.blob.path].drop(self.blob.offset, self.blob.size)
+        if self.legacy_used:
+            self.pf.release(self.pf.vulkan.blob)
         self.close()
 
     def close(self) -> None:
-        for m in self._maps.values():
-            m.close()
-        self._maps = {}
+        self._files = {}
         for f in [self.pf, *self.externals]:
             f.close()
         self.externals = []
@@ -85,20 +77,14 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
             raise BadProgramError(f"{os.fspath(path)}: no VulkanBackend delegate")
         graph = pf.vulkan.graph
         source = FileConstants(pf, opened[1:])
-    except FormatError as error:
+    except BaseException as error:
         _close(opened)
         if own:
             device.close()
-        raise as_load_error(error) from error
-    except OSError as error:
-        _close(opened)
-        if own:
-            device.close()
-        raise FileError(f"{error.filename or path}: {error.strerror or error}") from error
-    except BaseException:
-        _close(opened)
-        if own:
-            device.close()
+        if isinstance(error, FormatError):
+            raise as_load_error(error) from error
+        if isinstance(error, OSError):
+            raise FileError(f"{error.filename or path}: {error.strerror or error}") from error
         raise
     if own:
         options["on_close"] = _chain(options.get("on_close"), device.close)

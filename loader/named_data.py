@@ -1,73 +1,24 @@
 """Host copies of constants as freeable buffers over mmap'd files.
 
-A `FreeableBuffer` is a view of one byte range of a read-only file mapping.
-`free()` (or `free_range()` chunk by chunk) drops its pages at once with
-madvise(MADV_DONTNEED) on the page-aligned interior, so RssFile falls as the
-weights move to the GPU; the pages read back from the file if touched again,
-so a neighbour sharing an edge page is never harmed. In-memory constants
-(`load_graph`) are wrapped too; freeing one just drops the reference.
+A `FreeableBuffer` is a view of one byte range of a file the format package
+mapped (a `ProgramFile` or `ExternalData`, both `vkx.format.mapped.MappedFile`).
+`free()` (or `free_range()` chunk by chunk) drops its pages at once with the
+file's `release()` (madvise(MADV_DONTNEED) on the page-aligned interior), so
+RssFile falls as the weights move to the GPU; the pages read back from the
+file if touched again, so a neighbour sharing an edge page is never harmed.
+In-memory constants (`load_graph`) are wrapped too; freeing one just drops
+the reference.
 
 Legacy-layout constants are views into the delegate blob: their own `free()`
-does nothing, and the blob (a `FreeableBuffer` too) is freed when prepacking
-ends, as the old runtime did.
+does nothing, and the blob is released when prepacking ends, as the old
+runtime did.
 """
 from __future__ import annotations
 
-import mmap
-import os
-
 import numpy as np
 
-PAGE = mmap.PAGESIZE
-
-
-class MappedFile:
-    """A read-only mmap of a whole file, shared by the buffers cut from it."""
-
-    def __init__(self, path):
-        self.path = os.fspath(path)
-        with open(self.path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            self.mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
-        self.size = size
-        self.dropped = 0
-        self.owned = True
-
-    @classmethod
-    def wrap(cls, path, mm: mmap.mmap) -> "MappedFile":
-        """Use a mapping someone else owns (the format package's); `close()` leaves it open."""
-        self = cls.__new__(cls)
-        self.path, self.mm, self.size, self.dropped, self.owned = os.fspath(path), mm, len(mm), 0, False
-        return self
-
-    def view(self, offset: int, length: int) -> memoryview:
-        if offset < 0 or length < 0 or offset + length > self.size:
-            raise ValueError(f"{self.path}: range [{offset}, {offset + length}) outside the file ({self.size} bytes)")
-        if self.mm is None:
-            return memoryview(b"")
-        return memoryview(self.mm)[offset:offset + length]
-
-    def drop(self, offset: int, length: int) -> int:
-        """madvise(MADV_DONTNEED) the whole pages inside [offset, offset+length); bytes dropped."""
-        if self.mm is None:
-            return 0
-        lo = -(-offset // PAGE) * PAGE
-        hi = ((offset + length) // PAGE) * PAGE
-        if hi <= lo:
-            return 0
-        self.mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
-        self.dropped += hi - lo
-        return hi - lo
-
-    def close(self) -> None:
-        if self.mm is not None and not self.owned:
-            self.mm = None
-        if self.mm is not None:
-            try:
-                self.mm.close()
-            except BufferError:  # a view is still exported; the GC closes it later
-                pass
-            self.mm = None
+from vkx.format import FileRange
+from vkx.format.mapped import MappedFile
 
 
 class FreeableBuffer:
@@ -98,7 +49,11 @@ class FreeableBuffer:
             raise ValueError("buffer already freed")
         if self._file is None:
             return self._obj
-        return self._file.view(self._offset, self._length)
+        f, lo, hi = self._file, self._offset, self._offset + self._length
+        if lo < 0 or self._length < 0 or hi > f.size:
+            raise ValueError(f"{f.path}: range [{lo}, {hi}) outside the file ({f.size} bytes)")
+        # A plain slice, not `f.view()`: that one asks the kernel to read the whole range ahead.
+        return memoryview(f.buf)[lo:hi]
 
     def array(self, dtype) -> np.ndarray:
         """A read-only 1-D numpy view (no copy)."""
@@ -111,7 +66,7 @@ class FreeableBuffer:
     def free_range(self, lo: int, hi: int) -> None:
         """Release the pages of bytes [lo, hi) of this buffer (already copied)."""
         if self._file is not None and self.owns_pages and not self.freed:
-            self._file.drop(self._offset + lo, hi - lo)
+            self._file.release(FileRange(self._file.path, self._offset + lo, hi - lo))
 
     def free(self) -> None:
         if self.freed:

@@ -25,7 +25,8 @@ def chain_pte(tmp_path_factory):
 FREE_RSS = r"""
 import json, os, sys
 import numpy as np
-from vkx.loader.named_data import FreeableBuffer, MappedFile
+from vkx.format.mapped import MappedFile
+from vkx.loader.named_data import FreeableBuffer
 from vkx.loader.trace import read_status
 path = sys.argv[1]
 with open(path, "wb") as f:
