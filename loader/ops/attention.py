@@ -15,11 +15,10 @@ import math
 import struct
 
 from vkx.loader.ops import OpBuilder, UnsupportedOpError, register
-from vkx.loader.ops.matmul import Operand, batch_plan, batch_strides, gemm, require_float, window
-from vkx.loader.ops.shape import broadcast_strides, contiguous_strides
+from vkx.loader.ops.matmul import Operand, batch_plan, batch_strides, gemm, require_float
+from vkx.loader.ops.shape import bind_elems, broadcast_strides, contiguous_strides, dispatch_groups
 
 _SOFTMAX_PUSH = struct.Struct("<11i")
-_MAX_GROUPS = 65535
 NAME = "aten.scaled_dot_product_attention"
 
 
@@ -92,9 +91,9 @@ def scaled_dot_product_attention(builder: OpBuilder, args: tuple[int, ...]) -> N
     if mask is not None:
         defines["MASK_BOOL" if mask.dtype != "float32" else "MASK_FLOAT"] = 1
         *mbatch, sml, sms = broadcast_strides(mask.shape, out_batch + (L, S))
-        mbind, mdelta = window(builder, mask, 0, mask.numel)
+        mbind, _ = bind_elems(builder, mask, 0, mask.numel)
     else:
-        mbatch, sml, sms, mdelta = (0,) * len(out_batch), 0, 0, 0
+        mbatch, sml, sms = (0,) * len(out_batch), 0, 0
     outer, (nb1, nb2), inner = batch_plan(out_batch, [sr, mbatch])
     limit = builder.max_binding_bytes - builder.offset_alignment
     chunk = max(1, limit // (4 * S)) if scores.nbytes > builder.max_binding_bytes else None
@@ -104,13 +103,11 @@ def scaled_dot_product_attention(builder: OpBuilder, args: tuple[int, ...]) -> N
         for r0 in range(0, nrows, step):
             n = min(step, nrows - r0)
             lo = offs[0] + r0 * S
-            sbind, sdelta = window(builder, scores, lo, lo + n * S)
+            sbind, sshift = bind_elems(builder, scores, lo, n * S)
             bindings = [sbind] + ([mbind] if mask is not None else [])
-            push = _SOFTMAX_PUSH.pack(n, r0, L, S, nb2, offs[0] + sdelta,
-                                      offs[1] + mdelta, inner[1][0], inner[1][1], sml, sms)
-            ngroups = -(-n // 64)
-            gx = min(ngroups, _MAX_GROUPS)
-            builder.dispatch("attention_softmax", bindings, push, (gx, -(-ngroups // gx), 1), defines)
+            push = _SOFTMAX_PUSH.pack(n, r0, L, S, nb2, offs[0] - sshift,
+                                      offs[1], inner[1][0], inner[1][1], sml, sms)
+            builder.dispatch("attention_softmax", bindings, push, dispatch_groups(n), defines)
 
     # 3. out = p @ v
     outer, (nb1, nb2), inner = batch_plan(mb, [ss, sv, so])

@@ -12,12 +12,12 @@ import struct
 from typing import Sequence
 
 from vkx.loader.ops import OpBuilder, TensorArg, UnsupportedOpError, register
-from vkx.loader.ops.matmul import require_float, window
+from vkx.loader.ops.matmul import require_float
+from vkx.loader.ops.shape import MAX_GROUPS, bind_elems, dispatch_groups
 
 _CONV_PUSH = struct.Struct("<24i2f")
 _FLOAT32_MAX = 3.4028234663852886e38  # ExecuTorch writes "no bound" as the float64 maximum
 _POOL_PUSH = struct.Struct("<15i")
-_MAX_GROUPS = 65535
 
 
 def _pow2_at_least(n: int) -> int:
@@ -99,10 +99,10 @@ def _convolution(builder: OpBuilder, args: tuple[int, ...], clamp: tuple[float, 
     per_n = groups * oc_tiles
     tiles_x = -(-OW // 4)
     limit = builder.max_binding_bytes
-    wbind, wdelta = window(builder, w, 0, w.numel)  # the whole weight must fit one binding
-    bbind = bdelta = None
+    wbind, _ = bind_elems(builder, w, 0, w.numel)  # the whole weight must fit one binding
+    bbind = None
     if bias is not None:
-        bbind, bdelta = window(builder, bias, 0, bias.numel)
+        bbind, _ = bind_elems(builder, bias, 0, bias.numel)
 
     # Samples per dispatch: all of them unless x/out exceed a binding or the grid.
     xn, on = Cin * H * W, Cout * OH * OW
@@ -110,8 +110,8 @@ def _convolution(builder: OpBuilder, args: tuple[int, ...], clamp: tuple[float, 
         step = N
     else:
         step = max(1, (limit - builder.offset_alignment) // (4 * max(xn, on)))
-    step = max(1, min(step, _MAX_GROUPS // per_n if per_n <= _MAX_GROUPS else 1))
-    if per_n > _MAX_GROUPS:
+    step = max(1, min(step, MAX_GROUPS // per_n if per_n <= MAX_GROUPS else 1))
+    if per_n > MAX_GROUPS:
         raise UnsupportedOpError(f"{op}: {Cout} output channels x {groups} groups is too many for one grid")
 
     defines: dict[str, int] = {"OCB": ocb}
@@ -127,17 +127,17 @@ def _convolution(builder: OpBuilder, args: tuple[int, ...], clamp: tuple[float, 
         nz = n * per_n
         wg_z = max(1, min(64 // (wg_x * wg_y), _pow2_at_least(nz)))
         defines["WG_Z"] = wg_z
-        xbind, xdelta = window(builder, x, n0 * xn, (n0 + n) * xn)
-        obind, odelta = window(builder, out, n0 * on, (n0 + n) * on)
+        xbind, xshift = bind_elems(builder, x, n0 * xn, n * xn)
+        obind, oshift = bind_elems(builder, out, n0 * on, n * on)
         bindings = [xbind, wbind, obind]
         if bias is not None:
             bindings.append(bbind)
         push = _CONV_PUSH.pack(n, Cin, H, W, Cout, OH, OW, kh, kw, sy, sx, py, px, dy, dx,
                                groups, cin_g, cout_g, oc_tiles, nz,
-                               n0 * xn + xdelta, wdelta, n0 * on + odelta, bdelta or 0,
+                               n0 * xn - xshift, 0, n0 * on - oshift, 0,
                                *(clamp or (0.0, 0.0)))
         groups_xyz = (-(-tiles_x // wg_x), -(-OH // wg_y), -(-nz // wg_z))
-        if max(groups_xyz) > _MAX_GROUPS:
+        if max(groups_xyz) > MAX_GROUPS:
             raise UnsupportedOpError(f"{op}: output {tuple(out.shape)} is too large for one grid")
         builder.dispatch("conv2d", bindings, push, groups_xyz, dict(defines))
 
@@ -160,12 +160,9 @@ def _pool(builder: OpBuilder, name: str, x: TensorArg, out: TensorArg, kernel, s
         if t.nbytes > builder.max_binding_bytes:
             raise UnsupportedOpError(f"{name}: a {t.nbytes}-byte tensor exceeds the "
                                      f"{builder.max_binding_bytes}-byte storage-buffer binding limit")
-    ngroups = -(-total // 64)
-    gx = min(ngroups, _MAX_GROUPS)
-    gy = -(-ngroups // gx)
     push = _POOL_PUSH.pack(total, H, W, OH, OW, kh, kw, sy, sx, py, px, dy, dx,
                            int(count_include_pad), int(divisor_override))
-    builder.dispatch("pool2d", [x, out], push, (gx, gy, 1), {"MAX_POOL": 1} if is_max else {})
+    builder.dispatch("pool2d", [x, out], push, dispatch_groups(total), {"MAX_POOL": 1} if is_max else {})
 
 
 @register("aten.max_pool2d.default")

@@ -16,11 +16,11 @@ import struct
 from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
-from vkx.loader.ops import Binding, OpBuilder, SubRange, TensorArg, UnsupportedOpError, register
-from vkx.loader.ops.shape import broadcast_strides, contiguous_strides
+from vkx.loader.ops import Binding, OpBuilder, TensorArg, UnsupportedOpError, register
+from vkx.loader.ops.shape import (MAX_GROUPS, bind_elems, broadcast_strides, contiguous_strides,
+                                  fits_binding)
 
 _PUSH = struct.Struct("<21i2f")
-_MAX_GROUPS = 65535
 
 
 @dataclass(frozen=True)
@@ -38,37 +38,20 @@ class Operand:
         return replace(self, off=self.off + delta)
 
 
-def window(builder: OpBuilder, t: TensorArg, lo: int, hi: int) -> tuple[Binding, int]:
-    """Bind elements [lo, hi) of `t` (4-byte elements).
-
-    Returns the binding and the element index of `t[0]` relative to it, i.e. what
-    must be added to an element offset of `t` to address it in the binding (<= 0
-    when a SubRange starts past t[0]). Raises if the range does not fit one binding.
-    """
-    limit = builder.max_binding_bytes
-    if t.nbytes <= limit:
-        return t, 0
-    align = builder.offset_alignment
-    start = (lo * 4) // align * align
-    size = hi * 4 - start
-    if size > limit:
-        raise UnsupportedOpError(
-            f"an operand range of {size} bytes exceeds the {limit}-byte storage-buffer binding limit")
-    return SubRange(t, start, size), -(start // 4)
-
-
 def _span(op: Operand, ni: int, nj: int, nb1: int, nb2: int) -> tuple[int, int]:
+    """(first element, element count) of the range `op` touches."""
     hi = op.off + op.si * (ni - 1) + op.sj * (nj - 1) + op.sb1 * (nb1 - 1) + op.sb2 * (nb2 - 1) + 1
-    return op.off, hi
+    return op.off, hi - op.off
 
 
 def _fits(builder: OpBuilder, op: Operand, ni: int, nj: int, nb1: int, nb2: int) -> bool:
-    """Whether `window()` can bind the elements `op` touches."""
-    if op.tensor.nbytes <= builder.max_binding_bytes:
-        return True
-    lo, hi = _span(op, ni, nj, nb1, nb2)
-    align = builder.offset_alignment
-    return hi * 4 - (lo * 4) // align * align <= builder.max_binding_bytes
+    return fits_binding(builder, op.tensor, *_span(op, ni, nj, nb1, nb2))
+
+
+def _bind(builder: OpBuilder, op: Operand, ni: int, nj: int, nb1: int, nb2: int) -> tuple[Binding, int]:
+    """Bind the range `op` touches; returns (binding, op.off relative to the binding)."""
+    binding, shift = bind_elems(builder, op.tensor, *_span(op, ni, nj, nb1, nb2))
+    return binding, op.off - shift
 
 
 def gemm(builder: OpBuilder, a: Operand, b: Operand, c: Operand, M: int, N: int, K: int,
@@ -82,15 +65,15 @@ def gemm(builder: OpBuilder, a: Operand, b: Operand, c: Operand, M: int, N: int,
     if M == 0 or N == 0 or nb1 == 0 or nb2 == 0:
         return
     # Too many batches for one grid: one dispatch per b1, then chunks of b2.
-    if nb1 * nb2 > _MAX_GROUPS:
+    if nb1 * nb2 > MAX_GROUPS:
         if nb1 > 1:
             for i in range(nb1):
                 gemm(builder, a.shifted(i * a.sb1), b.shifted(i * b.sb1), c.shifted(i * c.sb1),
                      M, N, K, 1, nb2, bias, alpha, beta)
             return
-        for s in range(0, nb2, _MAX_GROUPS):
+        for s in range(0, nb2, MAX_GROUPS):
             gemm(builder, a.shifted(s * a.sb2), b.shifted(s * b.sb2), c.shifted(s * c.sb2),
-                 M, N, K, 1, min(_MAX_GROUPS, nb2 - s), bias, alpha, beta)
+                 M, N, K, 1, min(MAX_GROUPS, nb2 - s), bias, alpha, beta)
         return
     fit_a = _fits(builder, a, M, K, nb1, nb2)
     fit_b = _fits(builder, b, K, N, nb1, nb2)
@@ -150,10 +133,9 @@ def _vec_ok(off: int, strides: Sequence[tuple[int, int]]) -> bool:
 
 
 def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
-    bind_a, da = window(builder, a.tensor, *_span(a, M, K, nb1, nb2))
-    bind_b, db = window(builder, b.tensor, *_span(b, K, N, nb1, nb2))
-    bind_c, dc = window(builder, c.tensor, *_span(c, M, N, nb1, nb2))
-    aoff, boff, coff = a.off + da, b.off + db, c.off + dc
+    bind_a, aoff = _bind(builder, a, M, K, nb1, nb2)
+    bind_b, boff = _bind(builder, b, K, N, nb1, nb2)
+    bind_c, coff = _bind(builder, c, M, N, nb1, nb2)
     defines: dict[str, int | str] = {}
     if a.sj == 1 and K % 4 == 0 and _vec_ok(aoff, [(a.si, M), (a.sb1, nb1), (a.sb2, nb2)]):
         defines["A_VEC"] = 1
@@ -164,9 +146,9 @@ def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
     bindings: list[Binding] = [bind_a, bind_b, bind_c]
     biasoff = sbm = sbn = 0
     if bias is not None:
-        bind_bias, dbias = window(builder, bias.tensor, *_span(bias, M, N, 1, 1))
+        bind_bias, biasoff = _bind(builder, bias, M, N, 1, 1)
         bindings.append(bind_bias)
-        biasoff, sbm, sbn = bias.off + dbias, bias.si, bias.sj
+        sbm, sbn = bias.si, bias.sj
         defines["HAS_BIAS"] = 1
     tm = 1 if M == 1 else 4
     if tm != 4:
@@ -180,7 +162,7 @@ def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
         wg = (8, 8)
     defines["WG_X"], defines["WG_Y"] = wg
     groups = (-(-tiles_n // wg[0]), -(-tiles_m // wg[1]), nb1 * nb2)
-    if groups[0] > _MAX_GROUPS or groups[1] > _MAX_GROUPS:
+    if groups[0] > MAX_GROUPS or groups[1] > MAX_GROUPS:
         raise UnsupportedOpError(f"matmul output {M}x{N} is too large for one dispatch grid")
     push = _PUSH.pack(M, N, K, nb2,
                       aoff, a.si, a.sj, a.sb1, a.sb2,

@@ -3,7 +3,7 @@
 Every GPU tensor is a contiguous row-major buffer of 32-bit elements, so each
 shape op is a strided copy: `strided_copy` walks an index space of up to six
 (collapsed) dims with arbitrary source and destination strides and offsets.
-The helpers at the top (`dispatch_groups`, `bind_elems`, `chunk_elems`,
+The helpers at the top (`dispatch_groups`, `bind_elems`, `fits_binding`, `chunk_elems`,
 `row_chunks`, `collapse_dims`, `broadcast_strides`, `pad_dims`, `strided_copy`,
 `copy_elems`) are public: other op modules import them.
 """
@@ -88,14 +88,25 @@ def bind_elems(builder: OpBuilder, t: TensorArg, start: int, count: int) -> tupl
     """
     if t.nbytes <= builder.max_binding_bytes:
         return t, 0
-    align = int(builder.offset_alignment)
-    off = (start * 4) // align * align
-    size = (start + count) * 4 - off
+    off, size = _window_bytes(builder, start, count)
     if size > builder.max_binding_bytes:
         raise UnsupportedOpError(
             f"a {size}-byte range of a tensor {t.shape} exceeds one storage binding "
             f"({builder.max_binding_bytes} bytes)")
     return SubRange(t, off, size), off // 4
+
+
+def fits_binding(builder: OpBuilder, t: TensorArg, start: int, count: int) -> bool:
+    """Whether `bind_elems` can bind elements [start, start + count) of `t`."""
+    return (t.nbytes <= builder.max_binding_bytes
+            or _window_bytes(builder, start, count)[1] <= builder.max_binding_bytes)
+
+
+def _window_bytes(builder: OpBuilder, start: int, count: int) -> tuple[int, int]:
+    """(offset, size) in bytes of the aligned range that holds elements [start, start + count)."""
+    align = int(builder.offset_alignment)
+    off = (start * 4) // align * align
+    return off, (start + count) * 4 - off
 
 
 def chunk_elems(builder: OpBuilder, n: int, tensors: Sequence[TensorArg]) -> Iterator[tuple[int, int]]:
