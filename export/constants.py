@@ -21,14 +21,11 @@ from vkx.format import ConstantPayload
 def constant_bytes(tensor: torch.Tensor, fp16: bool) -> memoryview:
     """The tensor's own elements, row-major, in their stored dtype (never a view's whole storage)."""
     stored = stored_dtype(tensor.dtype, fp16)
-    data = tensor.detach()
-    if data.device.type != "cpu":
-        data = data.cpu()
-    if data.dtype != stored:
-        data = data.to(stored)
-        if stored == torch.float16:
-            data.clamp_(-FP16_MAX, FP16_MAX)
-    data = data.contiguous()
+    # at most one copy: `to` moves, converts and compacts at once; it aliases a tensor already on the CPU
+    # in `stored` (even a strided one), which `contiguous` then compacts
+    data = tensor.detach().to("cpu", stored, memory_format=torch.contiguous_format).contiguous()
+    if stored == torch.float16 and tensor.dtype != stored:
+        data.clamp_(-FP16_MAX, FP16_MAX)  # a fresh copy: overflow to ±inf becomes the largest half
     return memoryview(data.numpy()).cast("B")
 
 

@@ -30,6 +30,16 @@ def test_a_view_gives_its_own_elements_not_its_storage():
     assert np.frombuffer(constant_bytes(transposed, fp16=False), dtype=np.float32).tolist() == [0, 3, 1, 4, 2, 5]
 
 
+def test_a_strided_tensor_is_converted_and_compacted_in_one_copy():
+    transposed = torch.randn(64, 32).t()
+    for fp16 in (False, True):
+        with torch.profiler.profile() as profile:
+            view = constant_bytes(transposed, fp16)
+        assert sum(event.count for event in profile.key_averages() if event.key == "aten::copy_") == 1
+        dtype = np.float16 if fp16 else np.float32
+        assert np.array_equal(np.frombuffer(view, dtype=dtype).reshape(32, 64), transposed.numpy().astype(dtype))
+
+
 def test_effective_dtypes():
     as_list = lambda t, fp16, dtype: np.frombuffer(constant_bytes(t, fp16), dtype=dtype).tolist()  # noqa: E731
     assert as_list(torch.tensor([1, -2], dtype=torch.int64), False, np.int32) == [1, -2]
