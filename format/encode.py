@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Callable, Sequence
 
 import flatbuffers
@@ -17,9 +18,6 @@ from .generated import flat_tensor_generated as ft
 from .generated import program_generated as pg
 from .generated import vkgraph_generated as g
 
-EVALUE_TENSOR = 5
-INSTR_DELEGATE_CALL = 2
-DATA_LOCATION_SEGMENT = 1
 PTE_HEADER_LENGTH = 32  # align(32, max force_align 16)
 PTD_HEADER_LENGTH = 48  # align(40, 16)
 IO_ALIGNMENT = 16
@@ -76,16 +74,29 @@ def _tensor_value(b: flatbuffers.Builder, t: IOTensor) -> int:
     pg.TensorAddAllocationInfo(b, alloc)
     tensor = pg.TensorEnd(b)
     pg.EValueStart(b)
-    pg.EValueAddValType(b, EVALUE_TENSOR)
+    pg.EValueAddValType(b, pg.KernelTypes.Tensor)
     pg.EValueAddVal(b, tensor)
     return pg.EValueEnd(b)
 
 
-def _segment_table(b: flatbuffers.Builder, mod, offset: int, size: int) -> int:
+def _segment_table(b: flatbuffers.Builder, mod: ModuleType, offset: int, size: int) -> int:
+    """A DataSegment of the Program (mod=pg) or FlatTensor (mod=ft) schema, which spell it alike."""
     mod.DataSegmentStart(b)
     mod.DataSegmentAddOffset(b, offset)
     mod.DataSegmentAddSize(b, size)
     return mod.DataSegmentEnd(b)
+
+
+def _named_data(b: flatbuffers.Builder, mod: ModuleType, named: Sequence[tuple[str, int]]) -> list[int]:
+    """NamedData tables of the Program (mod=pg) or FlatTensor (mod=ft) schema, which spell them alike."""
+    entries = []
+    for key, index in named:
+        k = b.CreateString(key)
+        mod.NamedDataStart(b)
+        mod.NamedDataAddKey(b, k)
+        mod.NamedDataAddSegmentIndex(b, index)
+        entries.append(mod.NamedDataEnd(b))
+    return entries
 
 
 def encode_program(inputs: Sequence[IOTensor], outputs: Sequence[IOTensor], arena: int,
@@ -102,7 +113,7 @@ def encode_program(inputs: Sequence[IOTensor], outputs: Sequence[IOTensor], aren
     pg.DelegateCallAddArgs(b, args)
     call = pg.DelegateCallEnd(b)
     pg.InstructionStart(b)
-    pg.InstructionAddInstrArgsType(b, INSTR_DELEGATE_CALL)
+    pg.InstructionAddInstrArgsType(b, pg.InstructionArguments.DelegateCall)
     pg.InstructionAddInstrArgs(b, call)
     instructions = build_offsets(b, pg.ChainStartInstructionsVector, [pg.InstructionEnd(b)])
     chain_in = build_vector(b, pg.ChainStartInputsVector, b.PrependInt32, [])
@@ -114,7 +125,7 @@ def encode_program(inputs: Sequence[IOTensor], outputs: Sequence[IOTensor], aren
     chains = build_offsets(b, pg.ExecutionPlanStartChainsVector, [pg.ChainEnd(b)])
     backend = b.CreateString("VulkanBackend")
     pg.BackendDelegateDataReferenceStart(b)
-    pg.BackendDelegateDataReferenceAddLocation(b, DATA_LOCATION_SEGMENT)
+    pg.BackendDelegateDataReferenceAddLocation(b, pg.DataLocation.SEGMENT)
     pg.BackendDelegateDataReferenceAddIndex(b, 1)
     processed = pg.BackendDelegateDataReferenceEnd(b)
     specs = build_offsets(b, pg.BackendDelegateStartCompileSpecsVector, [])
@@ -152,16 +163,7 @@ def encode_program(inputs: Sequence[IOTensor], outputs: Sequence[IOTensor], aren
     pg.SubsegmentOffsetsAddSegmentIndex(b, 0)
     pg.SubsegmentOffsetsAddOffsets(b, const_offsets)
     constant_segment = pg.SubsegmentOffsetsEnd(b)
-    named_v = None
-    if named is not None:
-        entries = []
-        for key, index in named:
-            k = b.CreateString(key)
-            pg.NamedDataStart(b)
-            pg.NamedDataAddKey(b, k)
-            pg.NamedDataAddSegmentIndex(b, index)
-            entries.append(pg.NamedDataEnd(b))
-        named_v = build_offsets(b, pg.ProgramStartNamedDataVector, entries)
+    named_v = None if named is None else build_offsets(b, pg.ProgramStartNamedDataVector, _named_data(b, pg, named))
     pg.ProgramStart(b)
     pg.ProgramAddExecutionPlan(b, plans)
     pg.ProgramAddConstantBuffer(b, constant_buffer)
@@ -177,20 +179,20 @@ def encode_program(inputs: Sequence[IOTensor], outputs: Sequence[IOTensor], aren
 def encode_flat_tensor(segments: Sequence[tuple[int, int]], named: Sequence[tuple[str, int]]) -> bytes:
     """A FlatTensor (version 0) without tensor layouts, as ExecuTorch's Vulkan exports have."""
     b = flatbuffers.Builder(1024)
-    entries = []
-    for key, index in named:
-        k = b.CreateString(key)
-        ft.NamedDataStart(b)
-        ft.NamedDataAddKey(b, k)
-        ft.NamedDataAddSegmentIndex(b, index)
-        entries.append(ft.NamedDataEnd(b))
-    named_v = build_offsets(b, ft.FlatTensorStartNamedDataVector, entries)
+    named_v = build_offsets(b, ft.FlatTensorStartNamedDataVector, _named_data(b, ft, named))
     segs = build_offsets(b, ft.FlatTensorStartSegmentsVector, [_segment_table(b, ft, o, s) for o, s in segments])
     ft.FlatTensorStart(b)
     ft.FlatTensorAddSegments(b, segs)
     ft.FlatTensorAddNamedData(b, named_v)
     b.Finish(ft.FlatTensorEnd(b), file_identifier=b"FT01")
     return bytes(b.Output())
+
+
+def _one_field(b: flatbuffers.Builder, start: Callable, add: Callable, end: Callable, field: Any) -> int:
+    """A table with a single field; `field` (a scalar or an offset) is built before the table starts."""
+    start(b)
+    add(b, field)
+    return end(b)
 
 
 def _encode_value(b: flatbuffers.Builder, v: vk.Value) -> int:
@@ -209,46 +211,27 @@ def _encode_value(b: flatbuffers.Builder, v: vk.Value) -> int:
         g.NullStart(b)
         return g.NullEnd(b)
     if isinstance(v, vk.Int):
-        g.IntStart(b)
-        g.IntAddIntVal(b, v.value)
-        return g.IntEnd(b)
+        return _one_field(b, g.IntStart, g.IntAddIntVal, g.IntEnd, v.value)
     if isinstance(v, vk.Double):
-        g.DoubleStart(b)
-        g.DoubleAddDoubleVal(b, v.value)
-        return g.DoubleEnd(b)
+        return _one_field(b, g.DoubleStart, g.DoubleAddDoubleVal, g.DoubleEnd, v.value)
     if isinstance(v, vk.Bool):
-        g.BoolStart(b)
-        g.BoolAddBoolVal(b, v.value)
-        return g.BoolEnd(b)
+        return _one_field(b, g.BoolStart, g.BoolAddBoolVal, g.BoolEnd, v.value)
     if isinstance(v, vk.String):
-        s = b.CreateString(v.value)
-        g.StringStart(b)
-        g.StringAddStringVal(b, s)
-        return g.StringEnd(b)
+        return _one_field(b, g.StringStart, g.StringAddStringVal, g.StringEnd, b.CreateString(v.value))
     if isinstance(v, vk.SymInt):
-        g.SymIntStart(b)
-        g.SymIntAddValue(b, v.value)
-        return g.SymIntEnd(b)
+        return _one_field(b, g.SymIntStart, g.SymIntAddValue, g.SymIntEnd, v.value)
     if isinstance(v, vk.IntList):
         items = build_vector(b, g.IntListStartItemsVector, b.PrependInt64, v.items)
-        g.IntListStart(b)
-        g.IntListAddItems(b, items)
-        return g.IntListEnd(b)
+        return _one_field(b, g.IntListStart, g.IntListAddItems, g.IntListEnd, items)
     if isinstance(v, vk.DoubleList):
         items = build_vector(b, g.DoubleListStartItemsVector, b.PrependFloat64, v.items)
-        g.DoubleListStart(b)
-        g.DoubleListAddItems(b, items)
-        return g.DoubleListEnd(b)
+        return _one_field(b, g.DoubleListStart, g.DoubleListAddItems, g.DoubleListEnd, items)
     if isinstance(v, vk.BoolList):
         items = build_vector(b, g.BoolListStartItemsVector, b.PrependBool, v.items)
-        g.BoolListStart(b)
-        g.BoolListAddItems(b, items)
-        return g.BoolListEnd(b)
+        return _one_field(b, g.BoolListStart, g.BoolListAddItems, g.BoolListEnd, items)
     if isinstance(v, vk.ValueList):
         items = build_vector(b, g.ValueListStartItemsVector, b.PrependInt32, v.items)
-        g.ValueListStart(b)
-        g.ValueListAddItems(b, items)
-        return g.ValueListEnd(b)
+        return _one_field(b, g.ValueListStart, g.ValueListAddItems, g.ValueListEnd, items)
     raise TypeError(f"not a VkGraph value: {v!r}")
 
 
