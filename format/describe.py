@@ -37,8 +37,6 @@ def activation_totals(g: vk.VkGraph) -> tuple[int, int]:
 
 def _vkgraph(v: VulkanDelegate, constants: list[dict[str, Any]]) -> dict[str, Any]:
     g = v.graph
-    named = sum(1 for c in g.constants if c.is_named)
-    layout = "none" if not g.constants else "named" if named == len(g.constants) else "legacy" if not named else "mixed"
     return {
         "version": g.version,
         "values": len(g.values),
@@ -47,7 +45,7 @@ def _vkgraph(v: VulkanDelegate, constants: list[dict[str, Any]]) -> dict[str, An
         "chain_length": len(g.chain),
         "inputs": [_tensor(g, i) for i in g.input_ids],
         "outputs": [_tensor(g, i) for i in g.output_ids],
-        "constant_layout": layout,
+        "constant_layout": g.constant_layout,
         "constants": constants,
     }
 

@@ -193,7 +193,6 @@ def _check_constants(pf: ProgramFile, v: VulkanDelegate, exts: Sequence[External
             first = tensors[val.constant_id]
             if first.nbytes != val.nbytes:
                 _fail(InvalidValueError, f"vkgraph.values[{vi}]", f"constant {val.constant_id} is also used with {first.nbytes} bytes", pf.path)
-    named = [c for c in g.constants if c.is_named]
     for k, c in enumerate(g.constants):
         if c.offset == vk.NAMED_OFFSET and not c.named_key:
             _fail(InvalidValueError, f"vkgraph.constants[{k}].named_key", "named offset without a key", pf.path)
@@ -203,11 +202,10 @@ def _check_constants(pf: ProgramFile, v: VulkanDelegate, exts: Sequence[External
             report.warnings.append(f"vkgraph.constants[{k}] is used by no tensor")
         elif tensors[k].nbytes == 0:
             report.warnings.append(f"vkgraph.constants[{k}] has zero bytes (the ExecuTorch runtime likely rejects it)")
-    report.layout = ("none" if not g.constants else "named" if len(named) == len(g.constants)
-                     else "legacy" if not named else "mixed")
+    report.layout = g.constant_layout
     if report.layout in ("legacy", "mixed"):
         report.warnings.append("legacy constants stay in the delegate blob: the runtime keeps them in CPU memory until the blob is freed")
-    keys = {c.named_key for c in named}
+    keys = {c.named_key for c in g.constants if c.is_named}
     for e in exts:
         for key in e.named_data:
             if key in pf.named_data:

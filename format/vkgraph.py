@@ -166,3 +166,11 @@ class VkGraph:
     output_ids: list[int] = field(default_factory=list)
     constants: list[ConstantRef] = field(default_factory=list)
     version: str = "0"
+
+    @property
+    def constant_layout(self) -> str:
+        """Where the constants' bytes are: "none", "named", "legacy" (in the blob) or "mixed"."""
+        named = sum(1 for c in self.constants if c.is_named)
+        if not self.constants:
+            return "none"
+        return "named" if named == len(self.constants) else "legacy" if not named else "mixed"
