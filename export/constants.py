@@ -72,19 +72,21 @@ class KeyCache:
         self.wait()
         identity = self._identity(tensor)
         if identity not in self._keys:
-            self._keys[identity] = hashlib.sha256(constant_bytes(tensor, self.fp16)).hexdigest()
+            self._keys[identity] = self._digest(tensor)
         return self._keys[identity]
 
     def _identity(self, tensor: torch.Tensor) -> tuple:
         return tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tuple(tensor.stride()), self.fp16
+
+    def _digest(self, tensor: torch.Tensor) -> str:
+        return hashlib.sha256(constant_bytes(tensor, self.fp16)).hexdigest()
 
     def _hash_all(self) -> None:
         for tensor in self._held:
             if self._stopped:
                 return
             if tensor.dtype in SUPPORTED and tensor.numel():  # others are refused later, in order
-                self._keys.setdefault(self._identity(tensor),
-                                      hashlib.sha256(constant_bytes(tensor, self.fp16)).hexdigest())
+                self._keys.setdefault(self._identity(tensor), self._digest(tensor))
 
 
 def make_payloads(sources: Sequence[ConstantSource], keys: KeyCache,
