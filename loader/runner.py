@@ -11,9 +11,12 @@ import numpy as np
 
 from vkx.format import vkgraph as g
 from vkx.loader.errors import InputError, LoadError
+from vkx.loader.graph import RTensor
+from vkx.loader.memory import Buffer
 from vkx.loader.prepack import SOURCE_NUMPY, gpu_numpy
 
 _INTS = (g.DataType.INT32, g.DataType.INT64)
+_INT_NUMPY = (np.dtype(np.int32), np.dtype(np.int64))  # interchangeable for integer inputs
 
 
 def _to_numpy(x) -> np.ndarray:
@@ -23,6 +26,17 @@ def _to_numpy(x) -> np.ndarray:
     if mod.startswith("torch"):
         return x.detach().cpu().contiguous().numpy()
     return np.asarray(x)
+
+
+class _Port:
+    """One graph input or output: its shape, its dtype as the caller sees it, and its io buffer."""
+    __slots__ = ("shape", "dtype", "accepts", "view")
+
+    def __init__(self, t: RTensor, io: Buffer):
+        self.shape = t.arg.shape
+        self.dtype = SOURCE_NUMPY[t.source_dtype]
+        self.accepts = (self.dtype, *_INT_NUMPY) if t.source_dtype in _INTS else (self.dtype,)
+        self.view = np.frombuffer(io.mapped(), gpu_numpy(t.arg.dtype), count=t.arg.numel)
 
 
 class Program:
@@ -38,21 +52,19 @@ class Program:
         self.weight_bytes = state.uploader.weight_bytes
         self.dispatch_count = len(builder.dispatches)
         self._executor = state.executor
-        self._in = [(t, g_dtype(graph, t.vid), np.frombuffer(io.mapped(), gpu_numpy(t.arg.dtype), count=t.arg.numel))
-                    for io, t in io_in]
-        self._out = [(t, g_dtype(graph, t.vid), np.frombuffer(io.mapped(), gpu_numpy(t.arg.dtype), count=t.arg.numel))
-                     for t, io in io_out]
+        self._in = [_Port(t, io) for io, t in io_in]
+        self._out = [_Port(t, io) for t, io in io_out]
         self.closed = False
         self._executed = False
 
     # -- signatures --------------------------------------------------------------
     @property
     def input_specs(self) -> list[tuple[tuple[int, ...], str]]:
-        return [(t.arg.shape, SOURCE_NUMPY[dt].name) for t, dt, _ in self._in]
+        return [(p.shape, p.dtype.name) for p in self._in]
 
     @property
     def output_specs(self) -> list[tuple[tuple[int, ...], str]]:
-        return [(t.arg.shape, SOURCE_NUMPY[dt].name) for t, dt, _ in self._out]
+        return [(p.shape, p.dtype.name) for p in self._out]
 
     # -- calling -------------------------------------------------------------------
     def run_numpy(self, *arrays) -> list[np.ndarray]:
@@ -60,20 +72,18 @@ class Program:
             raise LoadError("program is closed")
         if len(arrays) != len(self._in):
             raise InputError(f"expected {len(self._in)} input(s), got {len(arrays)}")
-        for i, (x, (t, dt, view)) in enumerate(zip(arrays, self._in)):
+        for i, (x, p) in enumerate(zip(arrays, self._in)):
             a = _to_numpy(x)
-            if tuple(a.shape) != t.arg.shape:
-                raise InputError(f"input {i}: shape {tuple(a.shape)}, expected {t.arg.shape}")
-            want = SOURCE_NUMPY[dt]
-            ok = a.dtype == want or (dt in _INTS and a.dtype in (np.int32, np.int64))
-            if not ok:
-                raise InputError(f"input {i}: dtype {a.dtype}, expected {want}")
-            np.copyto(view, a.reshape(-1), casting="unsafe")
+            if tuple(a.shape) != p.shape:
+                raise InputError(f"input {i}: shape {tuple(a.shape)}, expected {p.shape}")
+            if a.dtype not in p.accepts:
+                raise InputError(f"input {i}: dtype {a.dtype}, expected {p.dtype}")
+            np.copyto(p.view, a.reshape(-1), casting="unsafe")
         self._executor.run()
         if not self._executed:
             self._executed = True
             self.timeline.mark("after execute")
-        return [view.astype(SOURCE_NUMPY[dt], copy=True).reshape(t.arg.shape) for t, dt, view in self._out]
+        return [p.view.astype(p.dtype, copy=True).reshape(p.shape) for p in self._out]
 
     def __call__(self, *tensors):
         outs = self.run_numpy(*tensors)
@@ -118,6 +128,3 @@ class Program:
             except Exception:
                 pass
 
-
-def g_dtype(graph: g.VkGraph, vid: int) -> g.DataType:
-    return graph.values[vid].datatype
