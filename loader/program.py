@@ -109,14 +109,10 @@ class _LoadState:
     def run(self, graph, schedule, upload, staging_chunks, staging_chunk_bytes) -> None:
         dev, allocator = self.device, self.allocator
         # -- build: every op looked up and run, no memory ---------------------------
-        builder = GraphBuilder(graph, self.max_binding_bytes, dev.min_storage_buffer_offset_alignment,
-                               pipelines_for(dev).push_bytes, dev.max_compute_work_group_count).build()
         cache = pipelines_for(dev)
-        pipelines = {}
-        for x in builder.dispatches:
-            key = (x.shader, x.defines, len(x.bindings))
-            if key not in pipelines:
-                pipelines[key] = cache.get(x.shader, dict(x.defines), len(x.bindings))
+        builder = GraphBuilder(graph, self.max_binding_bytes, dev.min_storage_buffer_offset_alignment,
+                               cache.push_bytes, dev.max_compute_work_group_count).build()
+        pipelines = [cache.get(x.shader, dict(x.defines), len(x.bindings)) for x in builder.dispatches]
         used = builder.used_tensors()
         consts: dict[int, list[RTensor]] = {}
         for t in used:

@@ -14,6 +14,7 @@ from vkx.loader.device import UINT64_MAX, Device
 from vkx.loader.errors import DeviceError
 from vkx.loader.graph import Dispatch, RTensor
 from vkx.loader.memory import Buffer
+from vkx.loader.shaders import Pipeline
 
 ffi = vk.ffi
 lib = vk._vulkan.lib
@@ -33,11 +34,11 @@ def _barrier(src_access: int, dst_access: int):
 
 
 class Executor:
-    def __init__(self, device: Device, dispatches: list[Dispatch], pipelines: dict,
+    def __init__(self, device: Device, dispatches: list[Dispatch], pipelines: list[Pipeline],
                  inputs: list[tuple[Buffer, RTensor]], outputs: list[tuple[RTensor, Buffer]]):
         self.device = device
         self.dispatches = dispatches
-        self.pipelines = pipelines  # (shader, defines, nbindings) -> Pipeline
+        self.pipelines = pipelines  # one per dispatch
         self.inputs, self.outputs = inputs, outputs
         self.pool = None
         self.cmd = None
@@ -53,7 +54,7 @@ class Executor:
                                              descriptorCount=max(nbind, 1))]
             self.pool = vk.vkCreateDescriptorPool(d, vk.VkDescriptorPoolCreateInfo(
                 maxSets=nsets, pPoolSizes=sizes), None)
-        pipes = [self.pipelines[(x.shader, x.defines, len(x.bindings))] for x in self.dispatches]
+        pipes = self.pipelines
         sets = []
         if nsets:
             sets = vk.vkAllocateDescriptorSets(d, vk.VkDescriptorSetAllocateInfo(
