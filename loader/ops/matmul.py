@@ -64,38 +64,29 @@ def gemm(builder: OpBuilder, a: Operand, b: Operand, c: Operand, M: int, N: int,
     """
     if M == 0 or N == 0 or nb1 == 0 or nb2 == 0:
         return
-    # Too many batches for one grid: one dispatch per b1, then chunks of b2.
-    if nb1 * nb2 > MAX_GROUPS:
-        if nb1 > 1:
-            for i in range(nb1):
-                gemm(builder, a.shifted(i * a.sb1), b.shifted(i * b.sb1), c.shifted(i * c.sb1),
-                     M, N, K, 1, nb2, bias, alpha, beta)
-            return
-        for s in range(0, nb2, MAX_GROUPS):
-            gemm(builder, a.shifted(s * a.sb2), b.shifted(s * b.sb2), c.shifted(s * c.sb2),
-                 M, N, K, 1, min(MAX_GROUPS, nb2 - s), bias, alpha, beta)
-        return
     fit_a = _fits(builder, a, M, K, nb1, nb2)
     fit_b = _fits(builder, b, K, N, nb1, nb2)
     fit_c = _fits(builder, c, M, N, nb1, nb2)
     fit_bias = bias is None or _fits(builder, bias, M, N, 1, 1)
-    if not (fit_a and fit_b and fit_c and fit_bias):
-        _split(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta, fit_a, fit_b, fit_c)
-        return
-    _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta)
-
-
-def _split(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta, fit_a, fit_b, fit_c) -> None:
-    if nb1 > 1:
+    if nb1 * nb2 <= MAX_GROUPS and fit_a and fit_b and fit_c and fit_bias:
+        _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta)
+    elif nb1 > 1:
+        # Too many batches for one grid, or an operand too large: one call per b1.
         for i in range(nb1):
             gemm(builder, a.shifted(i * a.sb1), b.shifted(i * b.sb1), c.shifted(i * c.sb1),
                  M, N, K, 1, nb2, bias, alpha, beta)
-        return
-    if nb2 > 1:
-        for i in range(nb2):
-            gemm(builder, a.shifted(i * a.sb2), b.shifted(i * b.sb2), c.shifted(i * c.sb2),
-                 M, N, K, 1, 1, bias, alpha, beta)
-        return
+    elif nb2 > 1:
+        # Grid-sized chunks of b2 when there are too many, else one b2 at a time.
+        step = MAX_GROUPS if nb2 > MAX_GROUPS else 1
+        for s in range(0, nb2, step):
+            gemm(builder, a.shifted(s * a.sb2), b.shifted(s * b.sb2), c.shifted(s * c.sb2),
+                 M, N, K, 1, min(step, nb2 - s), bias, alpha, beta)
+    else:
+        _split(builder, a, b, c, M, N, K, bias, alpha, beta, fit_a, fit_b, fit_c)
+
+
+def _split(builder, a, b, c, M, N, K, bias, alpha, beta, fit_a, fit_b, fit_c) -> None:
+    """One batch whose operands do not all fit a binding: split by output columns or rows."""
     align = builder.offset_alignment
     limit = builder.max_binding_bytes - align
     if not fit_b and b.sj >= b.si * K and N > 1:
