@@ -7,7 +7,7 @@ from enum import IntEnum
 
 
 class ScalarType(IntEnum):
-    """ExecuTorch tensor element type (`scalar_type.fbs` wire values)."""
+    """ExecuTorch tensor element type (`scalar_type.fbs` wire values; kept equal to the generated class by a test)."""
     BYTE = 0
     CHAR = 1
     SHORT = 2

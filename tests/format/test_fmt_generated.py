@@ -153,3 +153,25 @@ def test_checked_ptd_reader_matches_flatc_accessors():
         want[nd.Key().decode()] = (sbo + seg.Offset(), seg.Size())
     with ExternalData.open(path) as ext:
         assert {k: (r.offset, r.size) for k, r in ext.named_data.items()} == want
+
+
+def _members(cls) -> dict[str, int]:
+    return {k: v for k, v in vars(cls).items() if not k.startswith("_")}
+
+
+def test_hand_enums_match_the_schemas():
+    # The readers keep their own copies of the schema enums so that they need not import the generated
+    # modules (flatbuffers, and through it numpy); this keeps the copies honest.
+    from vkx.format.common import ScalarType
+    from vkx.format.generated import scalar_type_generated as sg
+    from vkx.format.program import EVALUE_KINDS, INSTRUCTION_KINDS, INLINE, SEGMENT
+
+    assert {s.name: int(s) for s in ScalarType} == _members(sg.ScalarType)
+    for ours, schema in ((vk.DataType, vg.VkDataType), (vk.StorageType, vg.VkStorageType),
+                         (vk.MemoryLayout, vg.VkMemoryLayout)):
+        assert sorted(map(int, ours)) == sorted(_members(schema).values()), ours  # names differ (DEFAULT_STORAGE)
+    tags = {("VkTensor" if c is vk.Tensor else c.__name__): t for c, t in vk.VALUE_TAGS.items()}
+    assert {"NONE": 0, **tags} == _members(vg.GraphTypes)
+    assert ("NONE",) + EVALUE_KINDS == tuple(_members(pg.KernelTypes))
+    assert ("NONE",) + INSTRUCTION_KINDS == tuple(_members(pg.InstructionArguments))
+    assert (INLINE, SEGMENT) == (pg.DataLocation.INLINE, pg.DataLocation.SEGMENT)
