@@ -12,6 +12,7 @@ from . import vkgraph as vk
 from .common import FileRange
 from .external import ExternalData, constant_tensors
 from .liveness import lifetimes, peak_live_bytes, shared_object_bytes
+from .program import SEGMENT
 from .pte import ProgramFile, VulkanDelegate
 
 SCHEMA = "vkx.describe/1"
@@ -70,7 +71,7 @@ def _describe(pf: ProgramFile, exts: list[ExternalData]) -> dict[str, Any]:
         users.setdefault(p.constant_segment[0], []).append("constant_segment")
     for pi, plan in enumerate(p.execution_plan):
         for di, d in enumerate(plan.delegates):
-            if d.location == 1:
+            if d.location == SEGMENT:
                 users.setdefault(d.index, []).append(f"execution_plan[{pi}].delegates[{di}] ({d.id})")
     for nd in p.named_data or ():
         users.setdefault(nd.segment_index, []).append(f"named_data {nd.key}")
@@ -118,7 +119,7 @@ def _describe(pf: ProgramFile, exts: list[ExternalData]) -> dict[str, Any]:
         "segments": segments,
         "named_data": named,
         "external": [{"path": e.path, "kind": e.kind, "bytes": e.size, "entries": len(e.named_data)} for e in exts],
-        "delegates": [{"plan": pi, "index": di, "id": d.id, "location": "segment" if d.location == 1 else "inline",
+        "delegates": [{"plan": pi, "index": di, "id": d.id, "location": "segment" if d.location == SEGMENT else "inline",
                        "data_index": d.index, "compile_specs": {k: val.hex() for k, val in d.compile_specs}}
                       for pi, plan in enumerate(p.execution_plan) for di, d in enumerate(plan.delegates)],
         "vulkan": None if v is None else {
