@@ -5,6 +5,7 @@ Only the writer imports this module: flatbuffers pulls in numpy, which readers n
 """
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 from types import ModuleType
@@ -52,10 +53,7 @@ def plan_io(specs: Sequence[tuple[ScalarType, tuple[int, ...]]]) -> tuple[list[I
     out, pos = [], 0
     for st, sizes in specs:
         out.append(IOTensor(st, tuple(sizes), pos))
-        n = st.itemsize
-        for s in sizes:
-            n *= s
-        pos = align(pos + n, IO_ALIGNMENT)
+        pos = align(pos + st.itemsize * math.prod(sizes), IO_ALIGNMENT)
     return out, pos
 
 

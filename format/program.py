@@ -1,6 +1,7 @@
 """The decoded ExecuTorch Program (the subset vkx reads), from a checked Reader."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,10 +31,7 @@ class TensorMeta:
 
     @property
     def nbytes(self) -> int:
-        n = self.scalar_type.itemsize
-        for s in self.sizes:
-            n *= s
-        return n
+        return self.scalar_type.itemsize * math.prod(self.sizes)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ values are in docs/format.md ("VkGraph").
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Union
@@ -120,10 +121,7 @@ class Tensor:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.dims:
-            n *= d
-        return n
+        return math.prod(self.dims)
 
     @property
     def nbytes(self) -> int:
