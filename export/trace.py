@@ -7,7 +7,7 @@ import torch
 from torch.export import ExportedProgram
 
 from vkx.export.errors import ExportError
-from vkx.export.ops import FORWARDED, RULES, decomposition_table
+from vkx.export.ops import RULES, decomposition_table
 
 
 def trace(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...]) -> ExportedProgram:
@@ -17,16 +17,16 @@ def trace(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...]) -> 
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # torch.export's own deprecations
             program = torch.export.export(module, example_inputs)
-            if _lowerable_as_is(program):  # the retrace would change nothing; it costs time and memory
+            table = decomposition_table()
+            if _lowerable_as_is(program, table):  # the retrace would change nothing; it costs time and memory
                 return program
-            return program.run_decompositions(decomposition_table())
+            return program.run_decompositions(table)
     except Exception as error:
         first = next((line for line in str(error).splitlines() if line.strip()), "")
         raise ExportError(f"torch.export failed: {type(error).__name__}: {first.strip()}") from error
 
 
-def _lowerable_as_is(program: ExportedProgram) -> bool:
-    """Whether every op already has a lowering rule and none would be decomposed."""
-    table = decomposition_table()
+def _lowerable_as_is(program: ExportedProgram, table: dict) -> bool:
+    """Whether every op already has a lowering rule (forwarded ops have one too) and none is in `table`."""
     targets = {node.target for node in program.graph.nodes if node.op == "call_function"}
-    return all((target in RULES or target in FORWARDED) and target not in table for target in targets)
+    return all(target in RULES and target not in table for target in targets)
