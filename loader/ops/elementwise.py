@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 from typing import Union
 
-from . import OpBuilder, TensorArg, UnsupportedOpError, register
+from . import OpBuilder, OpFn, TensorArg, UnsupportedOpError, register
 from .shape import (MAX_DIMS, bind_elems, broadcast_strides, chunk_elems, collapse_dims,
                     contiguous_strides, convert_copy, dispatch_groups, pad_dims)
 
@@ -139,45 +139,24 @@ def _alpha(builder: OpBuilder, vid: int):
     return 1 if value is None else value
 
 
-@register("aten.add.Tensor")
-def add(builder: OpBuilder, args: tuple[int, ...]) -> None:
-    # self, other, alpha, out
-    binary(builder, "add", args[0], args[1], args[-1], _alpha(builder, args[2]) if len(args) > 3 else 1)
+def _binary_op(op: str) -> OpFn:
+    def run(builder: OpBuilder, args: tuple[int, ...]) -> None:
+        # self, other, [alpha,] out: only add and sub take an alpha
+        alpha = _alpha(builder, args[2]) if op in ("add", "sub") and len(args) > 3 else 1
+        binary(builder, op, args[0], args[1], args[-1], alpha)
+    return run
 
 
-@register("aten.sub.Tensor")
-def sub(builder: OpBuilder, args: tuple[int, ...]) -> None:
-    binary(builder, "sub", args[0], args[1], args[-1], _alpha(builder, args[2]) if len(args) > 3 else 1)
+def _unary_op(op: str) -> OpFn:
+    def run(builder: OpBuilder, args: tuple[int, ...]) -> None:
+        unary(builder, op, args[0], args[-1])
+    return run
 
 
-@register("aten.mul.Tensor")
-def mul(builder: OpBuilder, args: tuple[int, ...]) -> None:
-    binary(builder, "mul", args[0], args[1], args[-1])
-
-
-@register("aten.div.Tensor")
-def div(builder: OpBuilder, args: tuple[int, ...]) -> None:
-    binary(builder, "div", args[0], args[1], args[-1])
-
-
-@register("aten.relu.default")
-def relu(builder: OpBuilder, args: tuple[int, ...]) -> None:
-    unary(builder, "relu", args[0], args[-1])
-
-
-@register("aten.sigmoid.default")
-def sigmoid(builder: OpBuilder, args: tuple[int, ...]) -> None:
-    unary(builder, "sigmoid", args[0], args[-1])
-
-
-@register("aten.tanh.default")
-def tanh(builder: OpBuilder, args: tuple[int, ...]) -> None:
-    unary(builder, "tanh", args[0], args[-1])
-
-
-@register("aten.silu.default")
-def silu(builder: OpBuilder, args: tuple[int, ...]) -> None:
-    unary(builder, "silu", args[0], args[-1])
+for _op in ("add", "sub", "mul", "div"):
+    register(f"aten.{_op}.Tensor")(_binary_op(_op))
+for _op in ("relu", "sigmoid", "tanh", "silu"):
+    register(f"aten.{_op}.default")(_unary_op(_op))
 
 
 @register("aten.gelu.default")
@@ -191,13 +170,7 @@ def gelu(builder: OpBuilder, args: tuple[int, ...]) -> None:
     unary(builder, "gelu" if approximate == "none" else "gelu_tanh", args[0], args[-1])
 
 
-@register("aten.clone.default")
+@register("aten.clone.default", "et_vk.prepack.default")
 def clone(builder: OpBuilder, args: tuple[int, ...]) -> None:
-    # self, memory_format, out
-    convert_copy(builder, builder.tensor(args[0]), builder.tensor(args[-1]))
-
-
-@register("et_vk.prepack.default")
-def prepack(builder: OpBuilder, args: tuple[int, ...]) -> None:
-    # tref (constant), out
+    # self, memory_format, out | tref (constant), out
     convert_copy(builder, builder.tensor(args[0]), builder.tensor(args[-1]))
