@@ -230,6 +230,11 @@ class Device:
             _messages.clear()
         raise ValidationError(found)
 
+    def command_buffer(self):
+        """A new primary command buffer from the device's pool (free it with vkFreeCommandBuffers)."""
+        return vk.vkAllocateCommandBuffers(self.device, vk.VkCommandBufferAllocateInfo(
+            commandPool=self.command_pool, level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY, commandBufferCount=1))[0]
+
     def wait_fence(self, fence, timeout_ns: int = UINT64_MAX) -> None:
         fences = ffi.new("VkFence[1]", [fence])
         result = lib.vkWaitForFences(self.device, 1, fences, vk.VK_TRUE, timeout_ns)

@@ -21,9 +21,8 @@ from vkx.loader.errors import BadProgramError
 from vkx.loader.graph import RTensor
 from vkx.loader.memory import Allocator, Buffer, MiB
 from vkx.loader.named_data import FreeableBuffer
-from vkx.loader.staging import StagingRing
+from vkx.loader.staging import StagingRing, submit_copies, wait_and_reset
 
-ffi = vk.ffi
 lib = vk._vulkan.lib
 
 SOURCE_NUMPY = {
@@ -102,22 +101,11 @@ class Uploader:
         try:
             copy_cast(np.frombuffer(staging.mapped(), out, count=n), src)
             self.host_copy_bytes += n * 4
-            d = self.device.device
             if self._cmd is None:
-                self._cmd = vk.vkAllocateCommandBuffers(d, vk.VkCommandBufferAllocateInfo(
-                    commandPool=self.device.command_pool, level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY,
-                    commandBufferCount=1))[0]
-                self._fence = vk.vkCreateFence(d, vk.VkFenceCreateInfo(), None)
-            vk.vkBeginCommandBuffer(self._cmd, vk.VkCommandBufferBeginInfo(
-                flags=vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT))
-            region = ffi.new("VkBufferCopy[1]", [{"srcOffset": 0, "dstOffset": 0, "size": n * 4}])
-            lib.vkCmdCopyBuffer(self._cmd, staging.handle, dst.handle, 1, region)
-            vk.vkEndCommandBuffer(self._cmd)
-            vk.vkQueueSubmit(self.device.queue, 1, [vk.VkSubmitInfo(pCommandBuffers=[self._cmd])], self._fence)
-            try:
-                self.device.wait_fence(self._fence)
-            finally:
-                vk.vkResetFences(d, 1, [self._fence])
+                self._cmd = self.device.command_buffer()
+                self._fence = vk.vkCreateFence(self.device.device, vk.VkFenceCreateInfo(), None)
+            submit_copies(self.device, self._cmd, staging, [(dst.handle, 0, 0, n * 4)], self._fence)
+            wait_and_reset(self.device, self._fence)
             self.device_copy_bytes += n * 4
         finally:
             staging.free()

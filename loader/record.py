@@ -72,9 +72,7 @@ class Executor:
             if writes:
                 vk.vkUpdateDescriptorSets(d, len(writes), writes, 0, None)
 
-        self.cmd = vk.vkAllocateCommandBuffers(d, vk.VkCommandBufferAllocateInfo(
-            commandPool=self.device.command_pool, level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY,
-            commandBufferCount=1))[0]
+        self.cmd = self.device.command_buffer()
         self.fence = vk.vkCreateFence(d, vk.VkFenceCreateInfo(), None)
         cmd = self.cmd
         vk.vkBeginCommandBuffer(cmd, vk.VkCommandBufferBeginInfo())

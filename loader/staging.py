@@ -12,7 +12,7 @@ import numpy as np
 import vulkan as vk
 
 from vkx.loader.copy import copy_cast
-from vkx.loader.device import Device
+from vkx.loader.device import UINT64_MAX, Device
 from vkx.loader.memory import Allocator, Buffer, MiB
 
 ffi = vk.ffi
@@ -25,17 +25,31 @@ class _Chunk:
         self.buffer: Buffer = allocator.buffer(size, "staging", "host", dedicated=True)
         try:
             self.view = np.frombuffer(self.buffer.mapped(), np.uint8)
-            d = device.device
-            self.cmd = vk.vkAllocateCommandBuffers(d, vk.VkCommandBufferAllocateInfo(
-                commandPool=device.command_pool, level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY,
-                commandBufferCount=1))[0]
-            self.fence = vk.vkCreateFence(d, vk.VkFenceCreateInfo(), None)
+            self.cmd = device.command_buffer()
+            self.fence = vk.vkCreateFence(device.device, vk.VkFenceCreateInfo(), None)
         except BaseException:
             self.buffer.free()
             raise
         self.fill = 0
         self.regions: list[tuple] = []  # (dst VkBuffer, src offset, dst offset, size)
         self.in_flight = False
+
+
+def submit_copies(device: Device, cmd, src: Buffer, regions: list[tuple], fence) -> None:
+    """Record `cmd` once with copies out of `src`, (dst VkBuffer, src offset, dst offset, size) each, and submit it."""
+    vk.vkBeginCommandBuffer(cmd, vk.VkCommandBufferBeginInfo(flags=vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT))
+    region = ffi.new("VkBufferCopy[1]")
+    for dst, src_off, dst_off, size in regions:
+        region[0].srcOffset, region[0].dstOffset, region[0].size = src_off, dst_off, size
+        lib.vkCmdCopyBuffer(cmd, src.handle, dst, 1, region)
+    vk.vkEndCommandBuffer(cmd)
+    vk.vkQueueSubmit(device.queue, 1, [vk.VkSubmitInfo(pCommandBuffers=[cmd])], fence)
+
+
+def wait_and_reset(device: Device, fence) -> None:
+    """Wait for `fence` (raising on failure or validation messages), then make it reusable."""
+    device.wait_fence(fence)
+    vk.vkResetFences(device.device, 1, [fence])
 
 
 class StagingRing:
@@ -54,22 +68,19 @@ class StagingRing:
         if self._current == len(self._chunks):
             self._chunks.append(_Chunk(self.device, self.allocator, self.chunk_bytes))
         c = self._chunks[self._current]
-        if c.in_flight:
-            self.device.wait_fence(c.fence)
-            vk.vkResetFences(self.device.device, 1, [c.fence])
-            c.in_flight = False
+        self._retire(c)
         return c
+
+    def _retire(self, c: _Chunk) -> None:
+        """Wait until `c`'s copies are done (when it has some in flight)."""
+        if c.in_flight:
+            wait_and_reset(self.device, c.fence)
+            c.in_flight = False
 
     def _submit(self, c: _Chunk) -> None:
         if not c.regions:
             return
-        vk.vkBeginCommandBuffer(c.cmd, vk.VkCommandBufferBeginInfo(
-            flags=vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT))
-        for dst, src_off, dst_off, size in c.regions:
-            region = ffi.new("VkBufferCopy[1]", [{"srcOffset": src_off, "dstOffset": dst_off, "size": size}])
-            lib.vkCmdCopyBuffer(c.cmd, c.buffer.handle, dst, 1, region)
-        vk.vkEndCommandBuffer(c.cmd)
-        vk.vkQueueSubmit(self.device.queue, 1, [vk.VkSubmitInfo(pCommandBuffers=[c.cmd])], c.fence)
+        submit_copies(self.device, c.cmd, c.buffer, c.regions, c.fence)
         c.in_flight = True
         c.regions = []
         c.fill = 0
@@ -108,17 +119,14 @@ class StagingRing:
         if self._chunks and self._current < len(self._chunks):
             self._submit(self._chunks[self._current])
         for c in self._chunks:
-            if c.in_flight:
-                self.device.wait_fence(c.fence)
-                vk.vkResetFences(self.device.device, 1, [c.fence])
-                c.in_flight = False
+            self._retire(c)
 
     def close(self) -> None:
         """Wait for pending copies and free every chunk (staging goes back to zero)."""
         d = self.device.device
         for c in self._chunks:
             if c.in_flight:
-                lib.vkWaitForFences(d, 1, ffi.new("VkFence[1]", [c.fence]), vk.VK_TRUE, 0xFFFFFFFFFFFFFFFF)
+                lib.vkWaitForFences(d, 1, ffi.new("VkFence[1]", [c.fence]), vk.VK_TRUE, UINT64_MAX)
                 c.in_flight = False
             vk.vkDestroyFence(d, c.fence, None)
             vk.vkFreeCommandBuffers(d, self.device.command_pool, 1, [c.cmd])
