@@ -24,7 +24,8 @@ from torch.fx import Node
 
 from vkx.export.dtypes import SUPPORTED, datatype_of, gpu_datatype, staging_datatype, stored_dtype
 from vkx.export.errors import ExportError, UnsupportedOpsError
-from vkx.export.ops import FORWARDED, OUTPUT_CLONE, PREPACK, RULES
+from vkx.export.ops import FORWARDED, OUTPUT_CLONE, RULES
+from vkx.format.liveness import PREPACK  # the name by which the plan knows weights' dedicated memory
 from vkx.format.vkgraph import (Bool, Double, DoubleList, Int, IntList, MemoryLayout, Null, OperatorCall,
                                 StorageType, String, Tensor, Value, ValueList, VkGraph)
 

@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from vkx.export.lower import GraphBuilder
 
 A = torch.ops.aten
-PREPACK = "et_vk.prepack.default"
 SLICE = "aten.slice_copy.Tensor"
 
 Values = dict[str, Any]
