@@ -58,9 +58,10 @@ class Lowered:
 def lower(program: ExportedProgram, *, fp16: bool = False) -> Lowered:
     """Check every op first (UnsupportedOpsError lists them all), then build the graph."""
     check_supported(program)
-    scan = GraphBuilder(program, fp16, uses=None)
+    placeholders = classify_placeholders(program)
+    scan = GraphBuilder(program, placeholders, fp16, uses=None)
     scan.build()
-    builder = GraphBuilder(program, fp16, uses=scan.uses)
+    builder = GraphBuilder(program, placeholders, fp16, uses=scan.uses)
     builder.build()
     return Lowered(builder.graph, builder.sources, builder.io_inputs, builder.io_outputs)
 
@@ -105,10 +106,36 @@ def check_supported(program: ExportedProgram) -> None:
         raise UnsupportedOpsError(problems)
 
 
+Placeholders = tuple[list[Node], dict[Node, tuple[str, torch.Tensor]]]
+"""The user input nodes, and each constant node with its name and tensor."""
+
+
+def classify_placeholders(program: ExportedProgram) -> Placeholders:
+    """Sort the placeholders into user inputs (checked) and constants; refuse any other kind."""
+    specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs}
+    stored = {**program.state_dict, **program.constants}
+    user_inputs: list[Node] = []
+    constant_nodes: dict[Node, tuple[str, torch.Tensor]] = {}
+    for node in program.graph.find_nodes(op="placeholder"):
+        spec = specs[node.name]
+        if spec.kind == InputKind.USER_INPUT:
+            if not isinstance(node.meta.get("val"), torch.Tensor):
+                raise ExportError(f"model input {node.name} is not a tensor")
+            if node.meta["val"].dtype not in SUPPORTED:
+                raise ExportError(f"model input {node.name} has dtype {node.meta['val'].dtype}, not supported")
+            user_inputs.append(node)
+        elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+            constant_nodes[node] = (spec.target, stored[spec.target])
+        else:
+            raise ExportError(f"model input {node.name} of kind {spec.kind.name} is not supported")
+    return user_inputs, constant_nodes
+
+
 class GraphBuilder:
     """Creates values and OperatorCalls; with `uses=None` it only scans constant uses."""
 
-    def __init__(self, program: ExportedProgram, fp16: bool, uses: dict[Hashable, set[str]] | None):
+    def __init__(self, program: ExportedProgram, placeholders: Placeholders, fp16: bool,
+                 uses: dict[Hashable, set[str]] | None):
         self.program = program
         self.fp16 = fp16
         self.scanning = uses is None
@@ -122,27 +149,7 @@ class GraphBuilder:
         self._scalar_ids: dict[tuple, int] = {}
         self._tref_ids: dict[Hashable, int] = {}
         self._gpu_ids: dict[Hashable, int] = {}
-        self.constant_nodes: dict[Node, tuple[str, torch.Tensor]] = {}
-        self.user_inputs: list[Node] = []
-        self._classify_placeholders()
-
-    def _classify_placeholders(self) -> None:
-        specs = {spec.arg.name: spec for spec in self.program.graph_signature.input_specs}
-        stored = {**self.program.state_dict, **self.program.constants}
-        for node in self.program.graph.nodes:
-            if node.op != "placeholder":
-                continue
-            spec = specs[node.name]
-            if spec.kind == InputKind.USER_INPUT:
-                if not isinstance(node.meta.get("val"), torch.Tensor):
-                    raise ExportError(f"model input {node.name} is not a tensor")
-                if node.meta["val"].dtype not in SUPPORTED:
-                    raise ExportError(f"model input {node.name} has dtype {node.meta['val'].dtype}, not supported")
-                self.user_inputs.append(node)
-            elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
-                self.constant_nodes[node] = (spec.target, stored[spec.target])
-            else:
-                raise ExportError(f"model input {node.name} of kind {spec.kind.name} is not supported")
+        self.user_inputs, self.constant_nodes = placeholders
 
     # ---- the pass ---------------------------------------------------------------------------
 
