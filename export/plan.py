@@ -54,15 +54,16 @@ def plan_memory(graph: VkGraph) -> MemoryPlan:
     and the plan with fewer total bytes is kept.
     """
     spans = lifetimes(graph)
-    plans = [_assign(sorted(spans, key=lambda s: (-s.nbytes, s.first, s.value_id))),
-             _assign(sorted(spans, key=lambda s: (s.first, -s.nbytes, s.value_id)))]
-    mem_obj_ids, objects = min(plans, key=lambda plan: sum(obj.nbytes for obj in plan[1]))
-    for value_id, mem_obj_id in mem_obj_ids.items():
+    peak = peak_live_bytes(spans)
+    orders = [sorted(spans, key=lambda s: (-s.nbytes, s.first, s.value_id)),
+              sorted(spans, key=lambda s: (s.first, -s.nbytes, s.value_id))]
+    plan = min((MemoryPlan(*_assign(order), peak) for order in orders), key=lambda p: p.total_nbytes)
+    for value_id, mem_obj_id in plan.mem_obj_ids.items():
         graph.values[value_id] = dataclasses.replace(graph.values[value_id], mem_obj_id=mem_obj_id)
-    return MemoryPlan(mem_obj_ids, [obj.nbytes for obj in objects], peak_live_bytes(spans))
+    return plan
 
 
-def _assign(spans: list[Lifetime]) -> tuple[dict[int, int], list[_Object]]:
+def _assign(spans: list[Lifetime]) -> tuple[dict[int, int], list[int]]:
     """Place each span, in the given order, into a free object: the smallest one that
     already holds it, else the largest one (which then grows), else a new one."""
     objects: list[_Object] = []
@@ -83,4 +84,4 @@ def _assign(spans: list[Lifetime]) -> tuple[dict[int, int], list[_Object]]:
             objects.append(_Object(span.nbytes))
         objects[chosen].add(span.first, span.last)
         mem_obj_ids[span.value_id] = chosen
-    return mem_obj_ids, objects
+    return mem_obj_ids, [obj.nbytes for obj in objects]
