@@ -70,23 +70,21 @@ class KeyCache:
 
     def key(self, tensor: torch.Tensor) -> str:
         self.wait()
-        identity = self._identity(tensor)
+        return self._hash(tensor)
+
+    def _hash(self, tensor: torch.Tensor) -> str:
+        """The tensor's key; its bytes are read only the first time its identity is seen."""
+        identity = tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tuple(tensor.stride()), self.fp16
         if identity not in self._keys:
-            self._keys[identity] = self._digest(tensor)
+            self._keys[identity] = hashlib.sha256(constant_bytes(tensor, self.fp16)).hexdigest()
         return self._keys[identity]
 
-    def _identity(self, tensor: torch.Tensor) -> tuple:
-        return tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tuple(tensor.stride()), self.fp16
-
-    def _digest(self, tensor: torch.Tensor) -> str:
-        return hashlib.sha256(constant_bytes(tensor, self.fp16)).hexdigest()
-
     def _hash_all(self) -> None:
-        for tensor in self._held:
+        for tensor in self._held:  # a state dict lists a tied tensor under each of its names
             if self._stopped:
                 return
             if tensor.dtype in SUPPORTED and tensor.numel():  # others are refused later, in order
-                self._keys.setdefault(self._identity(tensor), self._digest(tensor))
+                self._hash(tensor)
 
 
 def make_payloads(sources: Sequence[ConstantSource], keys: KeyCache,

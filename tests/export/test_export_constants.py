@@ -10,6 +10,7 @@ from .export_helpers import Fn, check_file
 from torch import nn
 
 import vkx
+from vkx.export import constants
 from vkx.export.constants import KeyCache, constant_bytes, make_payloads
 from vkx.export.lower import ConstantSource
 from vkx.format import ProgramFile
@@ -64,6 +65,20 @@ def test_keys_hashed_ahead_are_reused_and_views_are_told_apart():
     assert keys.key(weight) == hashlib.sha256(weight.numpy().tobytes()).hexdigest()
     assert keys.key(weight.t()) == hashlib.sha256(weight.t().contiguous().numpy().tobytes()).hexdigest()
     assert keys.key(weight[:4]) != keys.key(weight)
+
+
+def test_a_tensor_listed_twice_is_hashed_once(monkeypatch):
+    read = []
+
+    def counted(tensor: torch.Tensor, fp16: bool) -> memoryview:
+        read.append(tensor)
+        return constant_bytes(tensor, fp16)
+    monkeypatch.setattr(constants, "constant_bytes", counted)
+    weight = torch.randn(8, 8)
+    keys = KeyCache(fp16=False)
+    keys.start([weight, weight])
+    keys.key(weight)
+    assert len(read) == 1
 
 
 def tied_language_model() -> nn.Module:
