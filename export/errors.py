@@ -1,7 +1,7 @@
 """Typed errors of `vkx export`."""
 from __future__ import annotations
 
-from vkx.errors import VkxError
+from vkx.format.errors import VkxError
 
 
 class ExportError(VkxError):

@@ -1,7 +1,16 @@
-"""Typed errors for malformed or inconsistent vkx/ExecuTorch files."""
+"""vkx's root error, and the typed errors for malformed or inconsistent vkx/ExecuTorch files.
+
+`VkxError` lives here, in the lowest package, so that format, export and loader
+all derive from it without importing upward (docs/architecture.md).
+"""
 from __future__ import annotations
 
-from vkx.errors import VkxError
+
+class VkxError(Exception):
+    """A problem with the user's input (file, model, option, device).
+
+    The CLI prints the message as one line and exits with code 2; no traceback.
+    """
 
 
 class FormatError(VkxError):

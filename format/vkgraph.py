@@ -10,30 +10,10 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Union
 
+from .dtypes import DataType, DType, of as dtype_of
+
 NAMED_OFFSET = 2**64 - 1
 """`ConstantRef.offset` sentinel: the bytes live in named data under `named_key`."""
-
-
-class DataType(IntEnum):
-    BOOL = 0
-    UINT8 = 1
-    INT8 = 2
-    INT32 = 3
-    FLOAT16 = 4
-    FLOAT32 = 5
-    FLOAT64 = 6
-    INT64 = 7
-    UNSET = 127
-
-    @property
-    def itemsize(self) -> int:
-        return _ITEMSIZE[self]
-
-
-_ITEMSIZE = {
-    DataType.BOOL: 1, DataType.UINT8: 1, DataType.INT8: 1, DataType.INT32: 4,
-    DataType.FLOAT16: 2, DataType.FLOAT32: 4, DataType.FLOAT64: 8, DataType.INT64: 8,
-}
 
 
 class StorageType(IntEnum):
@@ -124,8 +104,13 @@ class Tensor:
         return math.prod(self.dims)
 
     @property
+    def dtype(self) -> DType:
+        """The element type (InvalidValueError for UNSET or an unknown wire value)."""
+        return dtype_of(self.datatype)
+
+    @property
     def nbytes(self) -> int:
-        return self.numel * self.datatype.itemsize
+        return self.numel * self.dtype.itemsize
 
 
 Value = Union[Null, Int, Double, Bool, IntList, DoubleList, BoolList, ValueList, String, SymInt, Tensor]

@@ -2,7 +2,7 @@
 program is a `LoadError` (a `VkxError`: the CLI prints one line, exit 2)."""
 from __future__ import annotations
 
-from vkx.errors import VkxError
+from vkx.format.errors import VkxError
 from vkx.format.errors import FormatError, MissingKeyError
 from vkx.loader.ops import UnsupportedOpError as _OpsUnsupported
 

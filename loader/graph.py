@@ -10,30 +10,37 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence, Union
 
-from vkx.format import vkgraph as g
+from vkx.format import dtypes, vkgraph as g
+from vkx.format.dtypes import DType
+from vkx.format.errors import FormatError
 from vkx.loader import ops
 from vkx.loader.errors import BadProgramError, UnsupportedOpError
 
-_FLOATS = (g.DataType.FLOAT16, g.DataType.FLOAT32, g.DataType.FLOAT64)
 
-
-def gpu_dtype(dt: g.DataType) -> str:
-    """Every GPU tensor is float32 (floating types) or int32 (integer and bool types)."""
-    if dt in _FLOATS:
-        return "float32"
-    if dt == g.DataType.UNSET:
-        raise BadProgramError("tensor with datatype UNSET")
-    return "int32"
+def device_dtype(vid: int, datatype: g.DataType) -> DType:
+    """A tensor keeps its stored type on the device; 64-bit types never get there."""
+    try:
+        dtype = dtypes.of(datatype, f"vkgraph.values[{vid}].datatype")
+    except FormatError as error:
+        raise BadProgramError(str(error)) from None
+    if not dtype.on_device:
+        raise UnsupportedOpError(f"value {vid}: {dtype} tensors cannot live on a device "
+                                 f"(vkx export narrows them to 32 bits)")
+    return dtype
 
 
 class RTensor:
-    """A runtime tensor: shape and dtype now, a Buffer once memory is given."""
-    __slots__ = ("arg", "source_dtype", "constant_id", "mem_obj_id", "buffer", "is_temp")
+    """A runtime tensor: shape and dtype now, a Buffer once memory is given.
 
-    def __init__(self, arg: ops.TensorArg, source_dtype: g.DataType, constant_id: int = -1,
+    `staging` is the dtype a graph input/output has on the host side (the
+    file's `staging_datatype`, else the tensor's own dtype).
+    """
+    __slots__ = ("arg", "staging", "constant_id", "mem_obj_id", "buffer", "is_temp")
+
+    def __init__(self, arg: ops.TensorArg, staging: DType, constant_id: int = -1,
                  mem_obj_id: int = -1, is_temp: bool = False):
         self.arg = arg
-        self.source_dtype = source_dtype
+        self.staging = staging
         self.constant_id = constant_id
         self.mem_obj_id = mem_obj_id
         self.buffer = None
@@ -78,13 +85,16 @@ class GraphBuilder:
         self._node = "?"
         for vid, v in enumerate(graph.values):
             if isinstance(v, g.Tensor):
-                arg = ops.TensorArg(vid, tuple(int(d) for d in v.dims), gpu_dtype(v.datatype))
+                arg = ops.TensorArg(vid, tuple(int(d) for d in v.dims), device_dtype(vid, v.datatype))
                 if any(d < 0 for d in arg.shape):
                     raise BadProgramError(f"value {vid}: negative dimension in {arg.shape}")
                 if v.constant_id >= 0 and v.constant_id >= len(graph.constants):
                     raise BadProgramError(f"value {vid}: constant_id {v.constant_id} out of range "
                                           f"({len(graph.constants)} constants)")
-                self.tensors[vid] = RTensor(arg, v.datatype, v.constant_id, v.mem_obj_id)
+                staging = arg.dtype
+                if v.staging_datatype != g.DataType.UNSET and v.constant_id < 0:
+                    staging = device_dtype(vid, v.staging_datatype)
+                self.tensors[vid] = RTensor(arg, staging, v.constant_id, v.mem_obj_id)
         for vid in [*graph.input_ids, *graph.output_ids]:
             if vid not in self.tensors:
                 raise BadProgramError(f"graph input/output {vid} is not a tensor value")
@@ -154,12 +164,10 @@ class GraphBuilder:
     def is_null(self, vid: int) -> bool:
         return isinstance(self._value(vid), g.Null)
 
-    def temp(self, shape: Sequence[int], dtype: str = "float32") -> ops.TensorArg:
-        if dtype not in ("float32", "int32"):
-            raise ValueError(f"temp dtype must be float32 or int32, not {dtype!r}")
+    def temp(self, shape: Sequence[int], dtype: DType = dtypes.FLOAT32) -> ops.TensorArg:
         vid = len(self.graph.values) + len(self.temps)
         arg = ops.TensorArg(vid, tuple(int(d) for d in shape), dtype)
-        t = RTensor(arg, g.DataType.FLOAT32 if dtype == "float32" else g.DataType.INT32, is_temp=True)
+        t = RTensor(arg, dtype, is_temp=True)
         self.temps.append(t)
         self.tensors[vid] = t
         return arg

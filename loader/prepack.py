@@ -1,7 +1,8 @@
-"""Uploading constants to their GPU tensors ("prepack"), with the cast while copying.
+"""Uploading constants to their GPU tensors ("prepack"): their bytes, as stored in the file.
 
-Three ways, one per load mode:
-- "direct": the destination is DEVICE_LOCAL|HOST_VISIBLE; numpy cast-copies
+A device tensor has its constant's dtype, so an upload is a byte copy and the
+device bytes of a weight equal its bytes in the file. Three ways, one per load mode:
+- "direct": the destination is DEVICE_LOCAL|HOST_VISIBLE; numpy copies
   straight from the mmap'd file into it (one copy of every byte), releasing
   the file pages chunk by chunk.
 - "ring": the destination is device memory; bytes go through the fixed
@@ -25,29 +26,17 @@ from vkx.loader.staging import StagingRing, submit_copies, wait_and_reset
 
 lib = vk._vulkan.lib
 
-SOURCE_NUMPY = {
-    g.DataType.BOOL: np.dtype(np.bool_), g.DataType.UINT8: np.dtype(np.uint8),
-    g.DataType.INT8: np.dtype(np.int8), g.DataType.INT32: np.dtype(np.int32),
-    g.DataType.FLOAT16: np.dtype(np.float16), g.DataType.FLOAT32: np.dtype(np.float32),
-    g.DataType.FLOAT64: np.dtype(np.float64), g.DataType.INT64: np.dtype(np.int64),
-}
 CHUNK = 4 * MiB  # file pages in flight per constant on the direct path
+BYTES = np.dtype(np.uint8)
 
 
-def gpu_numpy(dtype: str) -> np.dtype:
-    return np.dtype(np.float32 if dtype == "float32" else np.int32)
-
-
-def source_array(t: RTensor, host: FreeableBuffer) -> np.ndarray:
-    """The constant's bytes as a 1-D numpy view of its file dtype (checked against dims)."""
-    src = SOURCE_NUMPY.get(t.source_dtype)
-    if src is None:
-        raise BadProgramError(f"constant value {t.vid}: unsupported datatype {t.source_dtype!r}")
-    need = t.arg.numel * src.itemsize
+def source_bytes(t: RTensor, host: FreeableBuffer) -> np.ndarray:
+    """The constant's bytes as a 1-D uint8 view (checked against its dims and dtype)."""
+    need = t.nbytes
     if host.nbytes != need:
         raise BadProgramError(f"constant value {t.vid} (constant {t.constant_id}): {host.nbytes} bytes, "
-                              f"but dims {t.arg.shape} of {t.source_dtype.name} need {need}")
-    return host.array(src)
+                              f"but dims {t.arg.shape} of {t.arg.dtype} need {need}")
+    return host.array(BYTES)
 
 
 class Uploader:
@@ -57,7 +46,7 @@ class Uploader:
         self.device, self.allocator, self.mode, self.ring = device, allocator, mode, ring
         self.host_copy_bytes = 0     # bytes written by the CPU (cast copies)
         self.device_copy_bytes = 0   # bytes moved by vkCmdCopyBuffer
-        self.weight_bytes = 0        # GPU bytes of all constants
+        self.weight_bytes = 0        # device bytes of all constants (== their file bytes)
         self._cmd = None
         self._fence = None
 
@@ -70,43 +59,40 @@ class Uploader:
 
     def upload(self, t: RTensor, host: FreeableBuffer, dst: Buffer, release: bool) -> None:
         """Copy one constant into `dst`; with `release`, free host pages as soon as they are staged."""
-        src = source_array(t, host)
-        out = gpu_numpy(t.arg.dtype)
-        n = t.arg.numel
-        self.weight_bytes += n * 4
-        item = src.itemsize
-        on_chunk = (lambda lo, hi: host.free_range(lo * item, hi * item)) if release else None
+        src = source_bytes(t, host)
+        n = src.size
+        self.weight_bytes += n
+        on_chunk = host.free_range if release else None
         if self.mode == "direct":
-            view = np.frombuffer(dst.mapped(), out, count=n)
-            step = max(1, CHUNK // 4)
-            for lo in range(0, n, step):
-                hi = min(n, lo + step)
+            view = np.frombuffer(dst.mapped(), BYTES, count=n)
+            for lo in range(0, n, CHUNK):
+                hi = min(n, lo + CHUNK)
                 copy_cast(view[lo:hi], src[lo:hi])
                 if on_chunk:
                     on_chunk(lo, hi)
-            self.host_copy_bytes += n * 4
+            self.host_copy_bytes += n
         elif self.mode == "ring":
-            self.ring.upload(src, dst, out, on_chunk=on_chunk)
-            self.host_copy_bytes += n * 4
-            self.device_copy_bytes += n * 4
+            self.ring.upload(src, dst, BYTES, on_chunk=on_chunk)
+            self.host_copy_bytes += n
+            self.device_copy_bytes += n
         else:
-            self._eager(src, dst, out, n)
+            self._eager(src, dst, n)
         if release:
             host.free()
 
-    def _eager(self, src: np.ndarray, dst: Buffer, out: np.dtype, n: int) -> None:
+    def _eager(self, src: np.ndarray, dst: Buffer, n: int) -> None:
         if n == 0:
             return
-        staging = self.allocator.buffer(n * 4, "staging", "host")
+        staging = self.allocator.buffer(n, "staging", "host")
         try:
-            copy_cast(np.frombuffer(staging.mapped(), out, count=n), src)
-            self.host_copy_bytes += n * 4
+            copy_cast(np.frombuffer(staging.mapped(), BYTES, count=n), src)
+            self.host_copy_bytes += n
             if self._cmd is None:
                 self._cmd = self.device.command_buffer()
                 self._fence = vk.vkCreateFence(self.device.device, vk.VkFenceCreateInfo(), None)
-            submit_copies(self.device, self._cmd, staging, [(dst.handle, 0, 0, n * 4)], self._fence)
+            submit_copies(self.device, self._cmd, staging, [(dst.handle, 0, 0, n)], self._fence)
             wait_and_reset(self.device, self._fence)
-            self.device_copy_bytes += n * 4
+            self.device_copy_bytes += n
         finally:
             staging.free()
 

@@ -1,42 +1,88 @@
 """`Program`: a loaded graph you can call with torch tensors (or numpy arrays).
 
-Inputs are checked (count, shape, dtype; int64 and int32 are interchangeable,
-cast to int32 on the way in), written into host-visible io buffers, the
+Inputs are checked (count, shape, dtype: the dtype each input was exported with;
+int64 is also taken for int32 inputs), written into host-visible io buffers, the
 pre-recorded command buffer is replayed, and outputs come back in the dtype
 the graph declares. One output gives one tensor; several give a tuple.
+
+numpy has no bfloat16: `run_numpy` takes and returns float32 arrays for
+bfloat16 inputs and outputs (rounded to bfloat16 on the way in, as torch rounds);
+`program(...)` takes and returns torch.bfloat16 tensors.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from vkx.format import vkgraph as g
+from vkx.format import dtypes, vkgraph as g
+from vkx.format.dtypes import DType
 from vkx.loader.errors import InputError, LoadError
 from vkx.loader.graph import RTensor
 from vkx.loader.memory import Buffer
-from vkx.loader.prepack import SOURCE_NUMPY, gpu_numpy
 
-_INTS = (g.DataType.INT32, g.DataType.INT64)
-_INT_NUMPY = (np.dtype(np.int32), np.dtype(np.int64))  # interchangeable for integer inputs
+_BF16_TORCH = "torch.bfloat16"
 
 
-def _to_numpy(x) -> np.ndarray:
+def _to_numpy(x) -> tuple[np.ndarray, str]:
+    """The array, and the dtype name the caller gave (torch's bfloat16 arrives as its uint16 bits)."""
     if isinstance(x, np.ndarray):
-        return x
-    mod = type(x).__module__
-    if mod.startswith("torch"):
-        return x.detach().cpu().contiguous().numpy()
-    return np.asarray(x)
+        return x, x.dtype.name
+    if type(x).__module__.startswith("torch"):
+        x = x.detach().cpu().contiguous()
+        if str(x.dtype) == _BF16_TORCH:
+            import torch
+            return x.view(torch.int16).numpy().view(np.uint16), "bfloat16"
+        return x.numpy(), x.numpy().dtype.name
+    a = np.asarray(x)
+    return a, a.dtype.name
+
+
+def bf16_bits(a: np.ndarray) -> np.ndarray:
+    """float32 values rounded to bfloat16 (nearest even), as uint16 bits."""
+    u = np.ascontiguousarray(a, np.float32).view(np.uint32)
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(a), ((u >> 16) | 0x40).astype(np.uint16), rounded)
+
+
+def bf16_values(bits: np.ndarray) -> np.ndarray:
+    """uint16 bfloat16 bits as float32 values (exact)."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
 class _Port:
     """One graph input or output: its shape, its dtype as the caller sees it, and its io buffer."""
-    __slots__ = ("shape", "dtype", "accepts", "view")
+    __slots__ = ("shape", "dtype", "device", "accepts", "view")
 
     def __init__(self, t: RTensor, io: Buffer):
         self.shape = t.arg.shape
-        self.dtype = SOURCE_NUMPY[t.source_dtype]
-        self.accepts = (self.dtype, *_INT_NUMPY) if t.source_dtype in _INTS else (self.dtype,)
-        self.view = np.frombuffer(io.mapped(), gpu_numpy(t.arg.dtype), count=t.arg.numel)
+        self.dtype: DType = t.staging
+        self.device: DType = t.arg.dtype
+        names = {self.dtype.name}
+        if self.dtype is dtypes.INT32:
+            names.add("int64")
+        if self.dtype is dtypes.BFLOAT16:
+            names.add("float32")  # numpy callers: rounded to bfloat16
+        self.accepts = names
+        self.view = np.frombuffer(io.mapped(), np.dtype(self.device.numpy), count=t.arg.numel)
+
+    def write(self, a: np.ndarray, given: str) -> None:
+        flat = a.reshape(-1)
+        if self.device is dtypes.BFLOAT16 and given != "bfloat16":
+            flat = bf16_bits(flat)
+        elif self.device is not dtypes.BFLOAT16 and given == "bfloat16":
+            flat = bf16_values(flat)
+        np.copyto(self.view, flat, casting="unsafe")
+
+    def read(self, torch_out: bool) -> np.ndarray:
+        """A copy of the output in the caller's dtype (bfloat16 as uint16 bits when `torch_out`)."""
+        v = self.view
+        if self.device is dtypes.BFLOAT16:
+            if self.dtype is dtypes.BFLOAT16 and torch_out:
+                return v.copy().reshape(self.shape)
+            v = bf16_values(v)
+        elif self.dtype is dtypes.BFLOAT16:
+            return bf16_bits(v).reshape(self.shape) if torch_out else v.astype(np.float32).reshape(self.shape)
+        want = np.float32 if self.dtype is dtypes.BFLOAT16 else np.dtype(self.dtype.numpy)
+        return v.astype(want, copy=True).reshape(self.shape)
 
 
 class Program:
@@ -60,39 +106,46 @@ class Program:
     # -- signatures --------------------------------------------------------------
     @property
     def input_specs(self) -> list[tuple[tuple[int, ...], str]]:
+        """(shape, dtype name) of each input, in order."""
         return [(p.shape, p.dtype.name) for p in self._in]
 
     @property
     def output_specs(self) -> list[tuple[tuple[int, ...], str]]:
+        """(shape, dtype name) of each output, in order."""
         return [(p.shape, p.dtype.name) for p in self._out]
 
     # -- calling -------------------------------------------------------------------
-    def run_numpy(self, *arrays) -> list[np.ndarray]:
+    def _run(self, arrays, torch_out: bool) -> list[np.ndarray]:
         if self.closed:
             raise LoadError("program is closed")
         if len(arrays) != len(self._in):
             raise InputError(f"expected {len(self._in)} input(s), got {len(arrays)}")
+        given = []
         for i, (x, p) in enumerate(zip(arrays, self._in)):
-            a = _to_numpy(x)
+            a, name = _to_numpy(x)
             if tuple(a.shape) != p.shape:
                 raise InputError(f"input {i}: shape {tuple(a.shape)}, expected {p.shape}")
-            if a.dtype not in p.accepts:
-                raise InputError(f"input {i}: dtype {a.dtype}, expected {p.dtype}")
-            np.copyto(p.view, a.reshape(-1), casting="unsafe")
+            if name not in p.accepts:
+                raise InputError(f"input {i}: dtype {name}, expected {p.dtype}")
+            given.append((p, a, name))
+        for p, a, name in given:
+            p.write(a, name)
         self._executor.run()
         if not self._executed:
             self._executed = True
             self.timeline.mark("after execute")
-        return [p.view.astype(p.dtype, copy=True).reshape(p.shape) for p in self._out]
+        return [p.read(torch_out) for p in self._out]
+
+    def run_numpy(self, *arrays) -> list[np.ndarray]:
+        """Run on numpy arrays (or anything numpy takes); returns one array per output."""
+        return self._run(arrays, torch_out=False)
 
     def __call__(self, *tensors):
-        outs = self.run_numpy(*tensors)
-        try:
-            import torch
-        except ImportError:  # pragma: no cover - torch is a dependency
-            res = outs
-        else:
-            res = [torch.from_numpy(o) for o in outs]
+        """Run on torch tensors; returns a tensor, or a tuple of them for several outputs."""
+        import torch
+        outs = self._run(tensors, torch_out=True)
+        res = [torch.from_numpy(o).view(torch.bfloat16) if p.dtype is dtypes.BFLOAT16 else torch.from_numpy(o)
+               for o, p in zip(outs, self._out)]
         return res[0] if len(res) == 1 else tuple(res)
 
     # -- memory ----------------------------------------------------------------------

@@ -1,18 +1,13 @@
 #version 450
-// Element type conversion: dst[i] = DST_T(src[i]) for int32 <-> float32
-// (float -> int truncates toward zero, like torch's .to(torch.int32)).
-// Bindings: 0 = src, 1 = dst. Defines SRC_T, DST_T (float or int).
+// Element type conversion: dst[i] = src[i] converted to dst's type, as torch's
+// .to() converts: through int when both are integers, else through float
+// (float -> int truncates toward zero). Bindings: 0 = src, 1 = dst.
+// Defines: elem_defines for S and D; INT_PATH when both are integer types.
 layout(local_size_x = 64) in;
+#include "dtype.glslh"
 
-#ifndef SRC_T
-#define SRC_T float
-#endif
-#ifndef DST_T
-#define DST_T int
-#endif
-
-layout(std430, set = 0, binding = 0) readonly buffer BufSrc { SRC_T src[]; };
-layout(std430, set = 0, binding = 1) writeonly buffer BufDst { DST_T dst[]; };
+layout(std430, set = 0, binding = 0) readonly buffer BufSrc { S_T src[]; };
+layout(std430, set = 0, binding = 1) writeonly buffer BufDst { D_T dst[]; };
 
 layout(push_constant) uniform Push {
     uint n;
@@ -24,5 +19,9 @@ void main() {
     if (gid >= p.n) {
         return;
     }
-    dst[gid] = DST_T(src[gid]);
+#ifdef INT_PATH
+    STORE_D(gid, LOADI_S(gid));
+#else
+    STORE_D(gid, LOAD_S(gid));
+#endif
 }

@@ -1,5 +1,6 @@
 #version 450
-// Strided copy of 32-bit elements (bit-exact; works for float and int tensors).
+// Strided copy of elements, bit-exact: T is the unsigned type of the element's
+// size (uint, uint16_t or uint8_t), so any dtype copies.
 // Bindings: 0 = src, 1 = dst.
 // General path: for every index tuple i over `size[0..ndim)`,
 //   dst[dst_off + sum(i[d] * dst_stride[d])] = src[src_off + sum(i[d] * src_stride[d])]
@@ -8,10 +9,13 @@
 // the offsets then count uvec4s).
 // One invocation per element (or per uvec4). Groups fold into y.
 layout(local_size_x = 64) in;
+#include "dtype.glslh"
 
 #ifdef CONTIG_VEC4
+#undef T
 #define T uvec4
-#else
+#endif
+#ifndef T
 #define T uint
 #endif
 

@@ -8,7 +8,7 @@ from typing import Callable, TypeVar
 import typer
 from rich.console import Console
 
-from vkx.errors import VkxError
+from vkx.format.errors import VkxError
 
 F = TypeVar("F", bound=Callable)
 

@@ -15,6 +15,7 @@ class VkDataType(object):
     FLOAT32 = 5
     FLOAT64 = 6
     INT64 = 7
+    BFLOAT16 = 8
     UNSET = 127
 
 

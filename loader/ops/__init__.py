@@ -8,29 +8,69 @@ Op modules register themselves on import (see `_OP_MODULES`).
 from __future__ import annotations
 
 import importlib
+import math
 from dataclasses import dataclass
 from typing import Callable, Mapping, Protocol, Sequence, Union
+
+from vkx.format import dtypes
+from vkx.format.dtypes import DType
 
 Scalar = Union[int, float, bool, str, None]
 
 
 @dataclass(frozen=True)
 class TensorArg:
-    """A GPU tensor as an op sees it: a contiguous row-major buffer."""
+    """A GPU tensor as an op sees it: a contiguous row-major buffer of `dtype` elements."""
     vid: int
     shape: tuple[int, ...]
-    dtype: str  # "float32" or "int32"
+    dtype: DType
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:
-        return self.numel * 4
+        return self.numel * self.dtype.itemsize
+
+
+def _load(dtype: DType, element: str) -> tuple[str, str]:
+    """GLSL expressions reading `element` as a float and as an int."""
+    if dtype is dtypes.BFLOAT16:
+        as_float = f"uintBitsToFloat(uint({element}) << 16)"
+        return as_float, f"int({as_float})"
+    if dtype in (dtypes.INT8, dtypes.UINT8, dtypes.BOOL):
+        wide = "int" if dtype is dtypes.INT8 else "uint"
+        return f"float({wide}({element}))", f"int({wide}({element}))"
+    return f"float({element})", f"int({element})"
+
+
+def _store(dtype: DType, value: str) -> str:
+    """A GLSL expression of `dtype`'s storage type for the number `value` (float or int)."""
+    if dtype is dtypes.BFLOAT16:
+        return f"uint16_t(bf16_bits(float({value})))"  # round to nearest even, shaders/dtype.glslh
+    if dtype is dtypes.BOOL:
+        return f"uint8_t(({value}) != 0 ? 1u : 0u)"
+    if dtype is dtypes.INT8:
+        return f"int8_t(int({value}))"
+    if dtype is dtypes.UINT8:
+        return f"uint8_t(uint(int({value})))"
+    return f"{dtype.glsl}({value})"
+
+
+def elem_defines(prefix: str, buffer: str, dtype: DType) -> dict[str, str]:
+    """Shader defines that give storage array `buffer` the element type `dtype`.
+
+    `<P>_T` is the array's element type; `LOAD_<P>(i)` reads element i as a float,
+    `LOADI_<P>(i)` as an int, and `STORE_<P>(i, v)` writes the number v (float or
+    int) converted to `dtype`. Shaders that use them `#include "dtype.glslh"`.
+    """
+    if not dtype.on_device:
+        raise UnsupportedOpError(f"{dtype} tensors cannot live on a device")
+    element = f"{buffer}[(i)]"
+    as_float, as_int = _load(dtype, element)
+    return {f"{prefix}_T": dtype.glsl, f"LOAD_{prefix}(i)": as_float, f"LOADI_{prefix}(i)": as_int,
+            f"STORE_{prefix}(i,v)": f"{element} = {_store(dtype, '(v)')}"}
 
 
 @dataclass(frozen=True)
@@ -55,7 +95,7 @@ class OpBuilder(Protocol):
     def int_list(self, vid: int) -> tuple[int, ...]: ...
     def value_list(self, vid: int) -> tuple[int, ...]: ...
     def is_null(self, vid: int) -> bool: ...
-    def temp(self, shape: Sequence[int], dtype: str = "float32") -> TensorArg:
+    def temp(self, shape: Sequence[int], dtype: DType = dtypes.FLOAT32) -> TensorArg:
         """Scratch tensor, allocated with the activations, alive for the whole graph."""
     def dispatch(self, shader: str, bindings: Sequence[Binding], push: bytes,
                  groups: tuple[int, int, int], defines: Mapping[str, Union[str, int]] = ...) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import struct
 
+from vkx.format import dtypes
 from vkx.loader.ops import OpBuilder, UnsupportedOpError, register
 from vkx.loader.ops.matmul import Operand, batch_plan, batch_strides, gemm, require_float
 from vkx.loader.ops.shape import bind_elems, broadcast_strides, contiguous_strides, dispatch_groups
@@ -89,7 +90,7 @@ def scaled_dot_product_attention(builder: OpBuilder, args: tuple[int, ...]) -> N
     rows_per_batch = L
     sr = contiguous_strides(tuple(out_batch) + (L * S,))[:-1]
     if mask is not None:
-        defines["MASK_BOOL" if mask.dtype != "float32" else "MASK_FLOAT"] = 1
+        defines["MASK_BOOL" if not mask.dtype.is_float else "MASK_FLOAT"] = 1
         *mbatch, sml, sms = broadcast_strides(mask.shape, out_batch + (L, S))
         mbind, _ = bind_elems(builder, mask, 0, mask.numel)
     else:

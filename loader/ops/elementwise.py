@@ -11,6 +11,8 @@ from __future__ import annotations
 import struct
 from typing import Union
 
+from vkx.format import dtypes
+
 from . import OpBuilder, OpFn, TensorArg, UnsupportedOpError, register
 from .shape import (MAX_DIMS, bind_elems, broadcast_strides, chunk_elems, collapse_dims,
                     contiguous_strides, convert_copy, dispatch_groups, pad_dims)
@@ -19,7 +21,6 @@ Operand = Union[TensorArg, int, float, bool]
 
 _BINARY_OPS = {"add": 0, "sub": 1, "mul": 2, "div": 3}
 _UNARY_OPS = {"relu": 0, "sigmoid": 1, "tanh": 2, "silu": 3, "gelu": 4, "gelu_tanh": 5}
-_GLSL_TYPE = {"float32": "float", "int32": "int"}
 
 
 def operand(builder: OpBuilder, vid: int) -> Operand:
@@ -42,7 +43,7 @@ def binary(builder: OpBuilder, op: str, a_vid: int, b_vid: int, out_vid: int, al
         return
     if not isinstance(a, TensorArg) and not isinstance(b, TensorArg):
         raise UnsupportedOpError(f"{op} of two scalars")
-    out_int = out.dtype == "int32"
+    out_int = not out.dtype.is_float
 
     def mode(x: Operand) -> int:
         if not isinstance(x, TensorArg):
@@ -55,12 +56,12 @@ def binary(builder: OpBuilder, op: str, a_vid: int, b_vid: int, out_vid: int, al
     imm = a if ma == 2 else (b if mb == 2 else 0)
     defines: dict[str, Union[str, int]] = {"OP": _BINARY_OPS[op], "A_MODE": ma, "B_MODE": mb}
     same = all(not isinstance(x, TensorArg) or x.numel in (1, n) for x in (a, b))
-    all_float = (out.dtype == "float32"
-                 and all(not isinstance(x, TensorArg) or x.dtype == "float32" for x in (a, b)))
+    all_float = (out.dtype is dtypes.FLOAT32
+                 and all(not isinstance(x, TensorArg) or x.dtype is dtypes.FLOAT32 for x in (a, b)))
     if not all_float:
-        defines["A_T"] = _GLSL_TYPE[a.dtype] if isinstance(a, TensorArg) else "float"
-        defines["B_T"] = _GLSL_TYPE[b.dtype] if isinstance(b, TensorArg) else "float"
-        defines["OUT_T"] = _GLSL_TYPE[out.dtype]
+        defines["A_T"] = a.dtype.glsl if isinstance(a, TensorArg) else "float"
+        defines["B_T"] = b.dtype.glsl if isinstance(b, TensorArg) else "float"
+        defines["OUT_T"] = out.dtype.glsl
         if out_int:
             defines["OUT_INT"] = 1
             if (isinstance(imm, float) and not imm.is_integer()) or \
@@ -118,7 +119,7 @@ def unary(builder: OpBuilder, op: str, in_vid: int, out_vid: int) -> None:
     src, out = builder.tensor(in_vid), builder.tensor(out_vid)
     if src.numel != out.numel:
         raise UnsupportedOpError(f"{op}: input {src.shape} vs output {out.shape}")
-    if src.dtype != "float32" or out.dtype != "float32":
+    if src.dtype is not dtypes.FLOAT32 or out.dtype is not dtypes.FLOAT32:
         raise UnsupportedOpError(f"{op} on {src.dtype} tensors")
     n = src.numel
     vec4 = n % 4 == 0

@@ -16,6 +16,7 @@ import struct
 from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
+from vkx.format import dtypes
 from vkx.loader.ops import Binding, OpBuilder, TensorArg, UnsupportedOpError, register
 from vkx.loader.ops.shape import (MAX_GROUPS, bind_elems, broadcast_strides, contiguous_strides,
                                   fits_binding)
@@ -257,7 +258,7 @@ def _fill_zero(builder: OpBuilder, out: TensorArg, N: int = 1, bias: Optional[Op
 
 def require_float(op: str, *tensors: TensorArg) -> None:
     for t in tensors:
-        if t.dtype != "float32":
+        if t.dtype is not dtypes.FLOAT32:
             raise UnsupportedOpError(f"{op}: only floating-point operands are supported "
                                      f"(got a {t.dtype} tensor of shape {tuple(t.shape)})")
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import struct
 
+from vkx.format import dtypes
+
 from . import OpBuilder, TensorArg, UnsupportedOpError, register
 from .shape import (MAX_DIMS, bind_elems, chunk_elems, contiguous_strides, dispatch_groups,
                     normalize_dim, pad_dims, prod, row_chunks, rows_binding)
@@ -17,7 +19,7 @@ FLOAT32_EPS = 1.1920928955078125e-07  # torch.finfo(torch.float32).eps
 
 def _float_tensor(builder: OpBuilder, vid: int, what: str) -> TensorArg:
     t = builder.tensor(vid)
-    if t.dtype != "float32":
+    if t.dtype is not dtypes.FLOAT32:
         raise UnsupportedOpError(f"{what} on a {t.dtype} tensor")
     return t
 

@@ -13,7 +13,7 @@ import math
 import struct
 from typing import Iterator, Sequence
 
-from . import Binding, OpBuilder, SubRange, TensorArg, UnsupportedOpError, register
+from . import Binding, OpBuilder, SubRange, TensorArg, UnsupportedOpError, elem_defines, register
 
 WORKGROUP = 64
 """local_size_x of every shader in this family."""
@@ -88,25 +88,26 @@ def bind_elems(builder: OpBuilder, t: TensorArg, start: int, count: int) -> tupl
     """
     if t.nbytes <= builder.max_binding_bytes:
         return t, 0
-    off, size = _window_bytes(builder, start, count)
+    item = t.dtype.itemsize
+    off, size = _window_bytes(builder, start, count, item)
     if size > builder.max_binding_bytes:
         raise UnsupportedOpError(
             f"a {size}-byte range of a tensor {t.shape} exceeds one storage binding "
             f"({builder.max_binding_bytes} bytes)")
-    return SubRange(t, off, size), off // 4
+    return SubRange(t, off, size), off // item
 
 
 def fits_binding(builder: OpBuilder, t: TensorArg, start: int, count: int) -> bool:
     """Whether `bind_elems` can bind elements [start, start + count) of `t`."""
     return (t.nbytes <= builder.max_binding_bytes
-            or _window_bytes(builder, start, count)[1] <= builder.max_binding_bytes)
+            or _window_bytes(builder, start, count, t.dtype.itemsize)[1] <= builder.max_binding_bytes)
 
 
-def _window_bytes(builder: OpBuilder, start: int, count: int) -> tuple[int, int]:
+def _window_bytes(builder: OpBuilder, start: int, count: int, item: int) -> tuple[int, int]:
     """(offset, size) in bytes of the aligned range that holds elements [start, start + count)."""
     align = int(builder.offset_alignment)
-    off = (start * 4) // align * align
-    return off, (start + count) * 4 - off
+    off = (start * item) // align * align
+    return off, (start + count) * item - off
 
 
 def chunk_elems(builder: OpBuilder, n: int, tensors: Sequence[TensorArg]) -> Iterator[tuple[int, int]]:
@@ -120,8 +121,11 @@ def chunk_elems(builder: OpBuilder, n: int, tensors: Sequence[TensorArg]) -> Ite
     if all(t.nbytes <= builder.max_binding_bytes for t in tensors):
         yield 0, n
         return
-    unit = _chunk_unit(builder)
-    step = (builder.max_binding_bytes // unit) * unit // 4
+    # A piece boundary must be aligned in every tensor: in elements of the narrowest one.
+    smallest = min(t.dtype.itemsize for t in tensors)
+    widest = max(t.dtype.itemsize for t in tensors)
+    unit = _chunk_unit(builder) // smallest
+    step = (builder.max_binding_bytes // widest // unit) * unit
     if step <= 0:
         raise UnsupportedOpError("storage binding range too small")
     for start in range(0, n, step):
@@ -140,9 +144,12 @@ def row_chunks(builder: OpBuilder, rows: int, row_elems: int,
     if all(t.nbytes <= builder.max_binding_bytes for t in tensors):
         yield 0, rows
         return
-    row_bytes = row_elems * 4
     align = int(builder.offset_alignment)
-    step = math.lcm(row_bytes, align) // row_bytes  # rows per aligned unit
+    step = 1  # rows per unit that starts aligned in every tensor
+    for t in tensors:
+        row_bytes = row_elems * t.dtype.itemsize
+        step = math.lcm(step, math.lcm(row_bytes, align) // row_bytes)
+    row_bytes = row_elems * max(t.dtype.itemsize for t in tensors)
     per = (builder.max_binding_bytes // row_bytes) // step * step
     if per <= 0:
         raise UnsupportedOpError(
@@ -155,7 +162,8 @@ def rows_binding(t: TensorArg, r0: int, rc: int, row_elems: int) -> Binding:
     """The rows [r0, r0 + rc) of `t` (whole tensor when that is all of it)."""
     if r0 == 0 and rc * row_elems == t.numel:
         return t
-    return SubRange(t, r0 * row_elems * 4, rc * row_elems * 4)
+    item = t.dtype.itemsize
+    return SubRange(t, r0 * row_elems * item, rc * row_elems * item)
 
 
 def collapse_dims(sizes: Sequence[int], *strides: Sequence[int]) -> tuple[list[int], list[list[int]]]:
@@ -190,32 +198,45 @@ def _copy_push(n: int, ndim: int, src_off: int, dst_off: int, sizes: Sequence[in
                        *pad_dims(sizes), *pad_dims(src_strides), *pad_dims(dst_strides))
 
 
+_BITS = {4: "uint", 2: "uint16_t", 1: "uint8_t"}
+"""copy_strided's element type per item size: unsigned words copy any dtype bit-exactly."""
+
+
+def _copy_defines(src: TensorArg, dst: TensorArg) -> dict[str, str]:
+    if src.dtype != dst.dtype:
+        raise UnsupportedOpError(f"copy of a {src.dtype} tensor into a {dst.dtype} one")
+    return {"T": _BITS[src.dtype.itemsize]}
+
+
 def copy_elems(builder: OpBuilder, src: TensorArg, src_off: int, dst: TensorArg, dst_off: int,
                n: int) -> None:
-    """dst[dst_off : dst_off + n] = src[src_off : src_off + n], bit-exact (any 32-bit dtype).
+    """dst[dst_off : dst_off + n] = src[src_off : src_off + n], bit-exact (same dtype).
 
     Tensors larger than one binding are copied in aligned pieces.
     """
     if n <= 0:
         return
+    defines = _copy_defines(src, dst)
+    item = src.dtype.itemsize
     if src.nbytes <= builder.max_binding_bytes and dst.nbytes <= builder.max_binding_bytes:
         pieces = [(0, n)]
     else:
         unit = _chunk_unit(builder)
-        step = ((builder.max_binding_bytes - unit) // unit) * unit // 4
+        step = ((builder.max_binding_bytes - unit) // unit) * unit // item
         pieces = [(k, min(step, n - k)) for k in range(0, n, step)]
+    per_vec = 16 // item  # elements per uvec4
     for k, c in pieces:
         sb, s_shift = bind_elems(builder, src, src_off + k, c)
         db, d_shift = bind_elems(builder, dst, dst_off + k, c)
         so = src_off + k - s_shift
         do = dst_off + k - d_shift
-        if so % 4 == 0 and do % 4 == 0 and c % 4 == 0:
-            push = _copy_push(c // 4, 1, so // 4, do // 4, [c], [1], [1])
-            builder.dispatch("copy_strided", [sb, db], push, dispatch_groups(c // 4),
+        if so % per_vec == 0 and do % per_vec == 0 and c % per_vec == 0:
+            push = _copy_push(c // per_vec, 1, so // per_vec, do // per_vec, [c], [1], [1])
+            builder.dispatch("copy_strided", [sb, db], push, dispatch_groups(c // per_vec),
                              {"CONTIG_VEC4": 1})
         else:
             push = _copy_push(c, 1, so, do, [c], [1], [1])
-            builder.dispatch("copy_strided", [sb, db], push, dispatch_groups(c), {})
+            builder.dispatch("copy_strided", [sb, db], push, dispatch_groups(c), defines)
 
 
 def strided_copy(builder: OpBuilder, src: TensorArg, dst: TensorArg, sizes: Sequence[int],
@@ -248,7 +269,7 @@ def strided_copy(builder: OpBuilder, src: TensorArg, dst: TensorArg, sizes: Sequ
     sb, s_shift = bind_elems(builder, src, src_offset, s_hi - src_offset)
     db, d_shift = bind_elems(builder, dst, dst_offset, d_hi - dst_offset)
     push = _copy_push(n, len(csz), src_offset - s_shift, dst_offset - d_shift, csz, css, cds)
-    builder.dispatch("copy_strided", [sb, db], push, dispatch_groups(n), {})
+    builder.dispatch("copy_strided", [sb, db], push, dispatch_groups(n), _copy_defines(src, dst))
 
 
 def convert_copy(builder: OpBuilder, src: TensorArg, dst: TensorArg) -> None:
@@ -258,8 +279,9 @@ def convert_copy(builder: OpBuilder, src: TensorArg, dst: TensorArg) -> None:
     if src.dtype == dst.dtype:
         copy_elems(builder, src, 0, dst, 0, src.numel)
         return
-    glsl = {"float32": "float", "int32": "int"}
-    defines = {"SRC_T": glsl[src.dtype], "DST_T": glsl[dst.dtype]}
+    defines = {**elem_defines("S", "src", src.dtype), **elem_defines("D", "dst", dst.dtype)}
+    if not src.dtype.is_float and not dst.dtype.is_float:
+        defines["INT_PATH"] = "1"
     for start, count in chunk_elems(builder, src.numel, [src, dst]):
         sb, _ = bind_elems(builder, src, start, count)
         db, _ = bind_elems(builder, dst, start, count)
@@ -345,7 +367,7 @@ def embedding(builder: OpBuilder, args: tuple[int, ...]) -> None:
     weight, idx, out = builder.tensor(args[0]), builder.tensor(args[1]), builder.tensor(args[-1])
     if len(weight.shape) != 2:
         raise UnsupportedOpError(f"embedding weight must be 2-D, got {weight.shape}")
-    if idx.dtype != "int32" or weight.dtype != "float32":
+    if idx.dtype.is_float or not weight.dtype.is_float:
         raise UnsupportedOpError(f"embedding of {weight.dtype} by {idx.dtype} indices")
     vocab, dim = weight.shape
     n = idx.numel * dim

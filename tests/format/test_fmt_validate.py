@@ -213,7 +213,7 @@ def test_describe_external_locations():
 
 
 def test_errors_are_vkx_errors():
-    from vkx.errors import VkxError
+    from vkx import VkxError
     assert issubclass(FormatError, VkxError)
     e = OutOfBoundsError("a.b", "bad", "f.pte")
     assert (e.where, str(e)) == ("a.b", "f.pte: a.b: bad")
