@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence, Union
 
-from vkx.format import dtypes, vkgraph as g
+from vkx.format import contract, dtypes, vkgraph as g
 from vkx.format.dtypes import DType
 from vkx.format.errors import FormatError
 from vkx.loader import ops
@@ -85,9 +85,11 @@ class GraphBuilder:
         self._node = "?"
         for vid, v in enumerate(graph.values):
             if isinstance(v, g.Tensor):
+                try:
+                    contract.check_tensor(vid, v)
+                except contract.ContractError as error:
+                    raise BadProgramError(str(error)) from None
                 arg = ops.TensorArg(vid, tuple(int(d) for d in v.dims), device_dtype(vid, v.datatype))
-                if any(d < 0 for d in arg.shape):
-                    raise BadProgramError(f"value {vid}: negative dimension in {arg.shape}")
                 if v.constant_id >= 0 and v.constant_id >= len(graph.constants):
                     raise BadProgramError(f"value {vid}: constant_id {v.constant_id} out of range "
                                           f"({len(graph.constants)} constants)")
@@ -101,19 +103,38 @@ class GraphBuilder:
 
     # -- build -----------------------------------------------------------------
     def build(self) -> "GraphBuilder":
+        """Look every op up, bind it to its contract declaration (rule checked), then run the builders.
+
+        Nothing is recorded until every op of the chain is known and every call
+        satisfies its declaration: a graph whose shapes disagree fails here,
+        naming the node, before any dispatch exists.
+        """
+        missing: dict[str, None] = {}
         fns = []
-        for call in self.graph.chain:  # every op looked up before anything else happens
+        for op in self.graph.chain:
             try:
-                fns.append(ops.lookup(call.name))
-            except ops.UnsupportedOpError as error:
-                raise UnsupportedOpError(f"node {call.node_id}: {error}") from None
-        for call, fn in zip(self.graph.chain, fns):
-            self._node = f"node {call.node_id} ({call.name})"
-            for a in call.args:
-                if not 0 <= a < len(self.graph.values):
-                    raise BadProgramError(f"{self._node}: argument id {a} out of range")
+                fns.append(ops.lookup(op.name))
+            except ops.UnsupportedOpError:
+                missing.setdefault(op.name)
+            if contract.lookup(op.name) is None:
+                missing.setdefault(op.name)
+        if missing:
+            raise UnsupportedOpError(f"unsupported op{'s' if len(missing) > 1 else ''}: {', '.join(missing)}")
+        bound = []
+        for op in self.graph.chain:
+            node = f"node {op.node_id} ({op.name})"
             try:
-                fn(self, tuple(call.args))
+                bound.append(contract.bind(contract.lookup(op.name), op, self.graph.values,
+                                           lambda vid, v: self.tensors[vid].arg, node))
+            except contract.ContractError as error:
+                raise BadProgramError(str(error)) from None
+        for op, call, fn in zip(self.graph.chain, bound, fns):
+            self._node = call.node
+            try:
+                if fn in ops.BUILDERS.values():
+                    fn(self, call)
+                else:
+                    fn(self, tuple(op.args))
             except UnsupportedOpError:
                 raise
             except ops.UnsupportedOpError as error:

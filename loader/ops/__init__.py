@@ -1,9 +1,13 @@
-"""Op registry: each op turns one `OperatorCall` into GPU dispatches.
+"""Op builders: each turns one `OperatorCall` into GPU dispatches.
 
-An op is a function `fn(builder: OpBuilder, args: tuple[int, ...]) -> None`
-registered under one or more `OperatorCall.name`s. It reads its arguments
-through the builder and records dispatches; it never touches Vulkan.
-Op modules register themselves on import (see `_OP_MODULES`).
+Every op is declared once in `vkx.format.contract` (arguments by name, dtypes,
+shape rule). A builder is a function `fn(builder: OpBuilder, call: Call) -> None`
+registered with `@builds(name, ...)` (or `@builds_family(family)` for every op
+the contract declares in that family) against those declarations; by the time
+it runs, the graph builder has bound the call and checked its rule, so it reads
+its arguments by name (`call.tensor("weight")`, `call["eps"]`) and records
+dispatches. It never touches Vulkan. Op modules register themselves on import
+(see `_OP_MODULES`).
 """
 from __future__ import annotations
 
@@ -12,7 +16,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Mapping, Protocol, Sequence, Union
 
-from vkx.format import dtypes
+from vkx.format import contract, dtypes
+from vkx.format.contract import Call
 from vkx.format.dtypes import DType
 
 Scalar = Union[int, float, bool, str, None]
@@ -104,6 +109,8 @@ class OpBuilder(Protocol):
 
 OpFn = Callable[[OpBuilder, tuple[int, ...]], None]
 OPS: dict[str, OpFn] = {}
+Builder = Callable[[OpBuilder, Call], None]
+BUILDERS: dict[str, Builder] = {}
 
 
 class UnsupportedOpError(Exception):
@@ -111,6 +118,7 @@ class UnsupportedOpError(Exception):
 
 
 def register(*names: str) -> Callable[[OpFn], OpFn]:
+    """Old-style registration (positional value ids); being replaced by `builds`."""
     def wrap(fn: OpFn) -> OpFn:
         for name in names:
             OPS[name] = fn
@@ -118,16 +126,38 @@ def register(*names: str) -> Callable[[OpFn], OpFn]:
     return wrap
 
 
+def builds(*names: str) -> Callable[[Builder], Builder]:
+    """Register `fn` as the builder of the declared ops `names` (each at most once)."""
+    def wrap(fn: Builder) -> Builder:
+        for name in names:
+            if contract.lookup(name) is None:
+                raise ValueError(f"{fn.__name__} builds {name}, which vkx.format.contract does not declare")
+            if name in BUILDERS:
+                raise ValueError(f"{name} has two builders ({BUILDERS[name].__name__}, {fn.__name__})")
+            BUILDERS[name] = fn
+        return fn
+    return wrap
+
+
+def builds_family(family: str) -> Callable[[Builder], Builder]:
+    """Register `fn` for every op the contract declares with `family`."""
+    names = [n for n, d in contract.OPS.items() if d.family == family]
+    if not names:
+        raise ValueError(f"the contract declares no op of family {family!r}")
+    return builds(*names)
+
+
 _OP_MODULES = ("elementwise", "reduce", "shape", "matmul", "conv", "attention")
 
 
-def lookup(name: str) -> OpFn:
+def lookup(name: str) -> Builder | OpFn:
+    """The builder of `name` (new style first); UnsupportedOpError when vkx has none."""
     if not _loaded:
         _load_all()
-    try:
-        return OPS[name]
-    except KeyError:
-        raise UnsupportedOpError(f"unsupported op {name!r}") from None
+    fn = BUILDERS.get(name) or OPS.get(name)
+    if fn is None:
+        raise UnsupportedOpError(f"unsupported op {name!r}")
+    return fn
 
 
 _loaded = False

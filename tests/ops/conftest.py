@@ -33,7 +33,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 __all__ = ["Const", "Values", "Fn", "run_graph", "run_vkx", "assert_close", "assert_norm_close", "max_error",
-           "vulkan_available", "requires_vulkan", "rand"]
+           "vulkan_available", "requires_vulkan", "rand", "FLOAT_DTYPES", "assert_close_in", "tolerance"]
 
 
 # --------------------------------------------------------------------------- device
@@ -130,6 +130,39 @@ def assert_close(vkx_out, torch_out, rtol: float = 1e-4, atol: float = 1e-5) -> 
     return max_error(got, want)
 
 
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+"""The floating types a device tensor may hold: every op is tested in each."""
+
+
+def tolerance(dtype: torch.dtype, terms: int = 1) -> tuple[float, float]:
+    """(rtol, atol) for comparing vkx with torch computing in `dtype` on the CPU.
+
+    vkx widens 16-bit operands to fp32, computes in fp32 and rounds once when it
+    stores; torch's CPU kernels round their result to `dtype` too, but some round
+    intermediates as well. So the two may differ by a few units in the last place
+    of the output dtype (eps: 2^-10 for fp16, 2^-7 for bf16), growing with the
+    number of rounded terms a result sums (`terms`, e.g. K for a matmul; the
+    error of a sum of K roundings grows like sqrt(K)). fp32 keeps the suite's
+    1e-4 relative tolerance.
+    """
+    if dtype == torch.float32:
+        return 1e-4, 1e-5
+    eps = torch.finfo(dtype).eps
+    k = 4 * max(1.0, terms ** 0.5)
+    return k * eps, k * eps
+
+
+def assert_close_in(got, want, dtype: torch.dtype, terms: int = 1) -> float:
+    """assert_norm_close with `tolerance(dtype, terms)`, relative to the reference's magnitude;
+    checks that `got` has `dtype`."""
+    if isinstance(want, (tuple, list)):
+        return max(assert_close_in(g_, w_, dtype, terms) for g_, w_ in zip(got, want))
+    got = torch.as_tensor(got)
+    assert got.dtype == dtype, f"output dtype {got.dtype}, expected {dtype}"
+    rtol, atol = tolerance(dtype, terms)
+    return assert_norm_close(got.double(), torch.as_tensor(want).double(), rtol, atol)
+
+
 def assert_norm_close(got, want, rtol: float = 1e-4, atol: float = 1e-5) -> float:
     """max|err| <= rtol * max|ref| + atol (the check for sums of many products)."""
     got, want = torch.as_tensor(got).detach(), torch.as_tensor(want).detach()
@@ -207,12 +240,14 @@ class Values:
 
 
 def _datatype(dtype: torch.dtype):
-    from vkx.format import vkgraph as g
-    table = {torch.float32: g.DataType.FLOAT32, torch.float16: g.DataType.FLOAT16,
-             torch.float64: g.DataType.FLOAT64, torch.int32: g.DataType.INT32,
-             torch.int64: g.DataType.INT64, torch.bool: g.DataType.BOOL,
-             torch.int8: g.DataType.INT8, torch.uint8: g.DataType.UINT8}
-    return table[dtype]
+    from vkx.format import dtypes
+    return dtypes.named(str(dtype).removeprefix("torch.")).datatype
+
+
+def _bytes(t: torch.Tensor) -> bytes:
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)
+    return t.numpy().tobytes()
 
 
 def run_graph(name: str, args: Sequence[Any], out: Any, **load_kwargs: Any):
@@ -237,7 +272,7 @@ def run_graph(name: str, args: Sequence[Any], out: Any, **load_kwargs: Any):
         t = t.detach().contiguous()
         dt = _datatype(t.dtype)
         if const:
-            data = t.numpy().tobytes()
+            data = _bytes(t)
             constants.append(data)
             refs.append(g.ConstantRef(g.NAMED_OFFSET, len(data), f"c{len(refs)}"))
             return add(g.Tensor(dt, tuple(t.shape), constant_id=len(refs) - 1))
