@@ -5,7 +5,7 @@ import os
 from dataclasses import dataclass, field
 from typing import NoReturn, Sequence
 
-from . import vkgraph as vk
+from . import contract, vkgraph as vk
 from .common import FileRange
 from .errors import InvalidValueError, OutOfBoundsError, OverlapError, TruncatedError
 from .external import ExternalData, constant_tensors, resolve_constants
@@ -164,6 +164,12 @@ def _check_graph(v: VulkanDelegate, path: str) -> None:
                     _fail(OutOfBoundsError, f"vkgraph.values[{i}].items[{j}]", f"value id {a} out of range ({n} values)", path)
         elif isinstance(val, vk.Tensor) and val.constant_id >= nc:
             _fail(OutOfBoundsError, f"vkgraph.values[{i}].constant_id", f"{val.constant_id} out of range ({nc} constants)", path)
+    for i, val in enumerate(g.values):
+        if isinstance(val, vk.Tensor):
+            try:
+                contract.check_tensor(i, val)
+            except contract.ContractError as error:
+                _fail(InvalidValueError, f"vkgraph.values[{i}]", str(error).split(": ", 1)[-1], path)
     for name, ids in (("input_ids", g.input_ids), ("output_ids", g.output_ids)):
         for i, vid in enumerate(ids):
             val = g.values[vid] if vid < n else None
@@ -172,6 +178,22 @@ def _check_graph(v: VulkanDelegate, path: str) -> None:
                 _fail(InvalidValueError, f"vkgraph.{name}[{i}]", f"value id {vid} is {what}, not a tensor", path)
             if val.constant_id >= 0:
                 _fail(InvalidValueError, f"vkgraph.{name}[{i}]", f"value id {vid} is a constant tensor", path)
+    _check_contract(g, path)
+
+
+def _check_contract(g: vk.VkGraph, path: str) -> None:
+    """Every op is declared in vkx's op contract and its call satisfies the declaration."""
+    index = {op.node_id: i for i, op in enumerate(g.chain)}
+    try:
+        contract.check_graph(g)
+    except contract.ContractError as error:
+        text = str(error)
+        where = "vkgraph.chain"
+        if text.startswith("node "):
+            node = text.split(" ", 2)[1]
+            if node.isdigit() and int(node) in index:
+                where = f"vkgraph.chain[{index[int(node)]}]"
+        _fail(InvalidValueError, where, text, path)
 
 
 def _check_delegate_calls(pf: ProgramFile, v: VulkanDelegate) -> None:
