@@ -7,6 +7,7 @@ allocated), then runs them; each `dispatch()` is checked and appended to
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Mapping, Sequence, Union
 
@@ -82,6 +83,9 @@ class GraphBuilder:
         self.tensors: dict[int, RTensor] = {}
         self.temps: list[RTensor] = []
         self.dispatches: list[Dispatch] = []
+        self.prepack_dispatches: list[Dispatch] = []
+        """Dispatches that run once at load (a weight converted to its device form)."""
+        self._load_time = False
         self._node = "?"
         for vid, v in enumerate(graph.values):
             if isinstance(v, g.Tensor):
@@ -193,6 +197,19 @@ class GraphBuilder:
         self.tensors[vid] = t
         return arg
 
+    def alias(self, vid: int, of: int) -> None:
+        """Make tensor `vid` the very device tensor of `of` (a prepack whose weight is used as stored)."""
+        self.tensors[vid] = self.tensors[of]
+
+    @contextlib.contextmanager
+    def at_load(self):
+        """Dispatches recorded inside run once, at load, after the weights are in."""
+        self._load_time = True
+        try:
+            yield
+        finally:
+            self._load_time = False
+
     def dispatch(self, shader: str, bindings: Sequence[ops.Binding], push: bytes,
                  groups: tuple[int, int, int], defines: Mapping[str, Union[str, int]] | None = None) -> None:
         resolved = []
@@ -230,13 +247,14 @@ class GraphBuilder:
         if 0 in groups:
             return  # nothing to do (an empty tensor)
         key = tuple(sorted((str(k), str(v)) for k, v in (defines or {}).items()))
-        self.dispatches.append(Dispatch(shader, key, resolved, push, groups, self._node))
+        target = self.prepack_dispatches if self._load_time else self.dispatches
+        target.append(Dispatch(shader, key, resolved, push, groups, self._node))
 
     # -- what needs memory -------------------------------------------------------
     def used_tensors(self) -> list[RTensor]:
         """Tensors that are bound by some dispatch or are graph inputs/outputs, in id order."""
         seen: dict[int, RTensor] = {}
-        for d in self.dispatches:
+        for d in [*self.prepack_dispatches, *self.dispatches]:
             for t, _, _ in d.bindings:
                 seen[t.vid] = t
         for vid in [*self.graph.input_ids, *self.graph.output_ids]:

@@ -1,35 +1,45 @@
-"""Loading a VkGraph onto the device, in the lazy (default) or eager order.
+"""Loading a VkGraph onto the device: four named stages, in the lazy (default) or eager order.
 
-lazy (the seed's order): build the graph with no memory; for each constant,
-get its freeable host buffer, allocate its GPU tensor right before the copy,
-copy (direct, or through the staging ring), free the host pages; then
-allocate activation memory (one allocation per shared object); then record
-the execute command buffer once.
+    build        every op bound to its contract declaration and built into dispatches; no memory
+    weights      each constant's device tensor allocated right before its upload, its host pages
+                 freed as soon as they are staged; then the load-time prepack dispatches, once
+    activations  one allocation per shared memory object, plus the io buffers
+    record       the execute command buffer, recorded once and replayed by `Program`
 
-eager (the old order, for comparison): allocate every weight while building,
-every activation at prepare, a full-size staging buffer per constant, and
-keep the host copies until the end of the load.
+Each stage is a function that takes what the one before returned. `Resources`
+owns every Vulkan object the stages create, so a failure at any point releases
+all of it (the ledger goes back to zero).
+
+lazy (the seed's order) runs the stages as listed: peak W + max(A, S). eager
+(the old order, for comparison) allocates every weight and every activation
+first, copies each weight through a full-size staging buffer, and keeps the
+host copies until the end: peak 2W + A + w.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 import vulkan as vk
 
 from vkx.format import vkgraph as g
 from vkx.loader.device import Device, default_device
-from vkx.loader.errors import DeviceError, LoadError, OutOfDeviceMemoryError
+from vkx.loader.errors import BadProgramError, DeviceError, LoadError, OutOfDeviceMemoryError
 from vkx.loader.graph import GraphBuilder, RTensor
-from vkx.loader.memory import Allocator, MiB
+from vkx.loader.memory import Allocator, Buffer, MiB
 from vkx.loader.named_data import FreeableBuffer
 from vkx.loader.prepack import Uploader
+from vkx.loader.record import Executor
 from vkx.loader.runner import Program
-from vkx.loader.shaders import pipelines_for
+from vkx.loader.shaders import Pipeline, pipelines_for
 from vkx.loader.staging import StagingRing
 from vkx.loader.trace import Timeline
 
 SCHEDULES = ("lazy", "eager")
 UPLOADS = ("auto", "staging", "direct")
+
+Progress = Callable[[int, int], None]
+"""`progress(done_bytes, total_bytes)`, called after each weight's upload."""
 
 
 class InMemoryConstants:
@@ -50,10 +60,280 @@ class InMemoryConstants:
         self.constants = []
 
 
+@dataclass
+class Options:
+    """The load options, checked once: what the user chose is what `Program` reports."""
+    schedule: str = "lazy"
+    upload: str = "auto"
+    staging_chunks: int = 4
+    staging_chunk_bytes: int = 16 * MiB
+    memory_budget: int | None = None
+    max_binding_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.schedule not in SCHEDULES:
+            raise LoadError(f"schedule must be one of {', '.join(SCHEDULES)}, not {self.schedule!r}")
+        if self.upload not in UPLOADS:
+            raise LoadError(f"upload must be one of {', '.join(UPLOADS)}, not {self.upload!r}")
+        if self.schedule == "eager" and self.upload == "direct":
+            raise LoadError("upload='direct' needs schedule='lazy'")
+        for name in ("staging_chunks", "staging_chunk_bytes"):
+            if not _positive_int(getattr(self, name)):
+                raise LoadError(f"{name} must be a positive integer, not {getattr(self, name)!r}")
+        for name in ("memory_budget", "max_binding_bytes"):
+            value = getattr(self, name)
+            if value is not None and not _positive_int(value):
+                raise LoadError(f"{name} must be a positive number of bytes, not {value!r}")
+
+
+def _positive_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x > 0
+
+
+class Resources:
+    """Every object a load creates, with one release path."""
+
+    def __init__(self, device: Device, own_device: bool, allocator: Allocator, source, timeline: Timeline,
+                 on_close: Callable[[], None] | None):
+        self.device, self.own_device, self.allocator = device, own_device, allocator
+        self.source, self.timeline, self.on_close = source, timeline, on_close
+        self.ring: StagingRing | None = None
+        self.uploader: Uploader | None = None
+        self.executor: Executor | None = None
+
+    def close(self) -> None:
+        """Release every Vulkan object of this load (ledger back to zero)."""
+        try:
+            for obj in (self.executor, self.uploader, self.ring):
+                if obj is not None:
+                    obj.close()
+            self.allocator.close()
+            self.source.close()
+            if self.own_device:
+                self.device.close()
+        finally:
+            if self.on_close is not None:
+                self.on_close()
+
+
+@dataclass
+class Built:
+    """What the build stage hands on: the graph's dispatches and the tensors that need memory."""
+    builder: GraphBuilder
+    pipelines: list[Pipeline]
+    prepack_pipelines: list[Pipeline]
+    constants: dict[int, list[RTensor]] = field(default_factory=dict)
+    """constant_id -> the tensors that read it (one device tensor for all of them)."""
+    dedicated: list[RTensor] = field(default_factory=list)
+    """Load-time prepack outputs: weights in their device form, allocated with the weights."""
+    activations: list[RTensor] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- the stages
+
+def build(graph: g.VkGraph, device: Device, options: Options) -> Built:
+    """Stage 1: bind and build every op (no memory); refuse a graph that cannot fit the device."""
+    limit = min(options.max_binding_bytes or device.max_storage_buffer_range, device.max_storage_buffer_range)
+    cache = pipelines_for(device)
+    builder = GraphBuilder(graph, limit, device.min_storage_buffer_offset_alignment,
+                           cache.push_bytes, device.max_compute_work_group_count).build()
+    pipelines = [cache.get(x.shader, dict(x.defines), len(x.bindings)) for x in builder.dispatches]
+    prepack = [cache.get(x.shader, dict(x.defines), len(x.bindings)) for x in builder.prepack_dispatches]
+    built = Built(builder, pipelines, prepack)
+    produced = {t.vid for d in builder.prepack_dispatches for t, _, _ in d.bindings[-1:]}
+    for t in builder.used_tensors():
+        if t.is_constant:
+            built.constants.setdefault(t.constant_id, []).append(t)
+        elif t.vid in produced:
+            built.dedicated.append(t)
+        else:
+            built.activations.append(t)
+    for cid, ts in built.constants.items():
+        sizes = {t.nbytes for t in ts}
+        if len(sizes) > 1:
+            raise BadProgramError(f"constant {cid} is read as tensors of {sorted(sizes)} bytes; "
+                                  f"all tensors of one constant must have one size")
+    return built
+
+
+def _check_budget(built: Built, allocator: Allocator, device: Device, options: Options) -> None:
+    """Refuse, before any work, a graph whose weights and activations cannot fit the device."""
+    groups: dict[int, int] = {}
+    dedicated = 0
+    for t in built.activations:
+        if t.mem_obj_id >= 0 and not t.is_temp:
+            groups[t.mem_obj_id] = max(groups.get(t.mem_obj_id, 0), t.nbytes)
+        else:
+            dedicated += t.nbytes
+    weights = sum(ts[0].nbytes for ts in built.constants.values()) + sum(t.nbytes for t in built.dedicated)
+    activations = dedicated + sum(groups.values())
+    # A driver may hand out more than its heap (lavapipe's heap is a nominal 2 GiB of host
+    # memory), so weights are checked against an explicit budget only; activations alone
+    # past the largest device heap cannot be meant.
+    heap = max(device.heap_sizes, default=0)
+    if heap and activations > heap:
+        raise OutOfDeviceMemoryError(f"the program's activations need {activations / MiB:.1f} MiB, more than "
+                                     f"the device's largest heap ({heap / MiB:.1f} MiB)")
+    budget = options.memory_budget
+    if budget is not None and weights + activations > budget:
+        raise OutOfDeviceMemoryError(
+            f"the program needs {(weights + activations) / MiB:.1f} MiB of device memory (weights "
+            f"{weights / MiB:.1f} MiB, activations {activations / MiB:.1f} MiB), over the budget of "
+            f"{budget / MiB:.1f} MiB")
+
+
+def upload_weights(built: Built, res: Resources, options: Options, progress: Progress | None) -> dict[int, tuple]:
+    """Stage 2: every constant onto the device, then the load-time prepack dispatches.
+
+    lazy: allocate each constant's tensor right before its upload and free its host
+    pages as it goes. eager: allocate all first and keep the host copies (returned,
+    freed by the caller after the activations, as the old runtime did).
+    """
+    dev, allocator = res.device, res.allocator
+    mode = _upload_mode(options, allocator, dev)
+    if mode == "ring":
+        res.ring = StagingRing(dev, allocator, options.staging_chunks, options.staging_chunk_bytes)
+    res.uploader = up = Uploader(dev, allocator, mode, res.ring)
+    total = sum(ts[0].nbytes for ts in built.constants.values())
+    done = 0
+    kept: dict[int, tuple] = {}
+    order = sorted(built.constants.items())
+    if options.schedule == "eager":
+        hosts = {cid: res.source.get(cid) for cid, _ in order}              # M = W (host)
+        for cid, ts in order:                                                # M = 2W
+            _give(ts, up.allocate(ts[0]))
+        for t in built.dedicated:
+            t.buffer = allocator.buffer(t.nbytes, "weights", "device")
+        kept = {cid: (hosts[cid], ts) for cid, ts in order}
+        return kept
+    res.timeline.mark("after graph build")
+    res.timeline.mark("prepack start")
+    for cid, ts in order:
+        host = res.source.get(cid)                                           # M = W
+        buf = up.allocate(ts[0])                                             # + w (GPU)
+        _give(ts, buf)
+        up.upload(ts[0], host, buf, release=True)                            # host pages freed
+        done += ts[0].nbytes
+        if progress is not None:
+            progress(done, total)
+    up.finish()
+    if res.ring is not None:
+        res.ring.close()                                                     # staging back to 0
+        res.ring = None
+    _run_prepack(built, res)
+    res.source.finish_prepack()                                              # legacy blob freed
+    res.timeline.mark("after prepack")
+    return kept
+
+
+def _upload_eager(built: Built, res: Resources, kept: dict[int, tuple], progress: Progress | None) -> None:
+    """The old order's prepack: a full-size staging buffer per constant, host copies kept."""
+    up = res.uploader
+    total = sum(ts[0].nbytes for _, ts in kept.values())
+    done = 0
+    res.timeline.mark("prepack start")
+    for host, ts in kept.values():
+        up.upload(ts[0], host, ts[0].buffer, release=False)
+        done += ts[0].nbytes
+        if progress is not None:
+            progress(done, total)
+    up.finish()
+    _run_prepack(built, res)
+    res.timeline.mark("after prepack")
+    for host, _ in kept.values():                                            # the old runtime freed here
+        host.free()
+    res.source.finish_prepack()
+
+
+def _run_prepack(built: Built, res: Resources) -> None:
+    """The load-time dispatches (a weight converted to its device form), submitted once and waited for."""
+    dispatches = built.builder.prepack_dispatches
+    if not dispatches:
+        return
+    for t in built.dedicated:
+        if t.buffer is None:
+            t.buffer = res.allocator.buffer(t.nbytes, "weights", "device")
+    once = Executor(res.device, dispatches, built.prepack_pipelines, [], [])
+    try:
+        once.record()
+        once.run()
+    finally:
+        once.close()
+
+
+def allocate_activations(built: Built, graph: g.VkGraph, res: Resources) -> tuple[list, list]:
+    """Stage 3: one allocation per shared memory object (dedicated ones apart), then the io buffers."""
+    allocator = res.allocator
+    groups: dict[int, list[RTensor]] = {}
+    for t in built.activations:
+        if t.mem_obj_id >= 0 and not t.is_temp:
+            groups.setdefault(t.mem_obj_id, []).append(t)
+        else:
+            t.buffer = allocator.buffer(t.nbytes, "activations", "device")
+    for mid in sorted(groups):
+        members = groups[mid]
+        for t, b in zip(members, allocator.alias_group([t.nbytes for t in members])):
+            t.buffer = b
+    tensors = built.builder.tensors
+    io_in = [(allocator.buffer(tensors[vid].nbytes, "io", "host"), tensors[vid]) for vid in graph.input_ids]
+    io_out = [(tensors[vid], allocator.buffer(tensors[vid].nbytes, "io", "readback")) for vid in graph.output_ids]
+    return io_in, io_out
+
+
+def record(built: Built, res: Resources, io_in: list, io_out: list) -> Executor:
+    """Stage 4: the execute command buffer, recorded once."""
+    res.executor = Executor(res.device, built.builder.dispatches, built.pipelines, io_in, io_out)
+    res.executor.record()
+    return res.executor
+
+
+# --------------------------------------------------------------------------- the load
+
 def load_graph(graph: g.VkGraph, constants: Sequence = (), schedule: str = "lazy",
                device: Device | str | int | None = None, upload: str = "auto", **options) -> Program:
     """Load a hand-built VkGraph whose constant i has the bytes `constants[i]`."""
     return load_source(graph, InMemoryConstants(constants), schedule, device, upload, **options)
+
+
+def load_source(graph: g.VkGraph, source, schedule: str = "lazy", device=None, upload: str = "auto",
+                *, staging_chunks: int = 4, staging_chunk_bytes: int = 16 * MiB,
+                memory_budget: int | None = None, timeline: Timeline | None = None,
+                on_close=None, max_binding_bytes: int | None = None, progress: Progress | None = None) -> Program:
+    """Run the four stages over `graph`, whose constants come from `source` (`get(cid)`)."""
+    options = Options(schedule, upload, staging_chunks, staging_chunk_bytes, memory_budget, max_binding_bytes)
+    timeline = timeline or Timeline()
+    if not timeline.phases:
+        timeline.mark("before load")
+    dev, own_device = _device(device)
+    allocator = Allocator(dev, budget=memory_budget)
+    timeline.ledger = allocator.ledger
+    res = Resources(dev, own_device, allocator, source, timeline, on_close)
+    try:
+        built = build(graph, dev, options)
+        _check_budget(built, allocator, dev, options)
+        kept = upload_weights(built, res, options, progress)
+        if options.schedule == "eager":
+            timeline.mark("after graph build")
+            io_in, io_out = allocate_activations(built, graph, res)             # M = 2W + A
+            _upload_eager(built, res, kept, progress)
+        else:
+            io_in, io_out = allocate_activations(built, graph, res)             # M = W + A
+        timeline.mark("after activation allocation")
+        executor = record(built, res, io_in, io_out)
+        dev.check()
+        return Program(res, graph, executor, io_in, io_out, options.schedule, res.uploader.mode)
+    except BaseException as error:
+        try:
+            res.close()
+        except Exception:  # the original error matters more
+            pass
+        if isinstance(error, LoadError):
+            error.ledger = allocator.ledger.snapshot()  # after cleanup: all zero
+        if isinstance(error, vk.VkError):
+            if isinstance(error, (vk.VkErrorOutOfDeviceMemory, vk.VkErrorOutOfHostMemory)):
+                raise OutOfDeviceMemoryError(f"out of memory in a Vulkan call ({type(error).__name__})") from error
+            raise DeviceError(f"Vulkan call failed: {type(error).__name__}") from error
+        raise
 
 
 def _device(device) -> tuple[Device, bool]:
@@ -64,161 +344,17 @@ def _device(device) -> tuple[Device, bool]:
     return Device(str(device)), True
 
 
-def load_source(graph: g.VkGraph, source, schedule: str = "lazy", device=None, upload: str = "auto",
-                *, staging_chunks: int = 4, staging_chunk_bytes: int = 16 * MiB,
-                memory_budget: int | None = None, timeline: Timeline | None = None,
-                on_close=None, max_binding_bytes: int | None = None) -> Program:
-    if schedule not in SCHEDULES:
-        raise LoadError(f"schedule must be one of {SCHEDULES}, not {schedule!r}")
-    if upload not in UPLOADS:
-        raise LoadError(f"upload must be one of {UPLOADS}, not {upload!r}")
-    timeline = timeline or Timeline()
-    if not timeline.phases:
-        timeline.mark("before load")
-    dev, own_device = _device(device)
-    allocator = Allocator(dev, budget=memory_budget)
-    timeline.ledger = allocator.ledger
-    state = _LoadState(dev, own_device, allocator, source, timeline, on_close)
-    state.max_binding_bytes = min(max_binding_bytes or dev.max_storage_buffer_range, dev.max_storage_buffer_range)
-    try:
-        state.run(graph, schedule, upload, staging_chunks, staging_chunk_bytes)
-        dev.check()
-        return state.program
-    except BaseException as error:
-        state.abort()
-        if isinstance(error, LoadError):
-            error.ledger = allocator.ledger.snapshot()  # after cleanup: all zero
-        if isinstance(error, vk.VkError):
-            if isinstance(error, (vk.VkErrorOutOfDeviceMemory, vk.VkErrorOutOfHostMemory)):
-                raise OutOfDeviceMemoryError(f"out of memory in a Vulkan call ({type(error).__name__})") from error
-            raise DeviceError(f"Vulkan call failed: {type(error).__name__}") from error
-        raise
+def _upload_mode(options: Options, allocator: Allocator, device: Device) -> str:
+    if options.schedule == "eager":
+        return "eager"
+    if options.upload == "staging":
+        return "ring"
+    has_direct = allocator.direct_type() is not None
+    if options.upload == "direct" and not has_direct:
+        raise DeviceError(f"{device.name}: no DEVICE_LOCAL|HOST_VISIBLE memory type for upload='direct'")
+    return "direct" if has_direct else "ring"
 
 
-class _LoadState:
-    """Everything a load creates, so that a failure at any point releases all of it."""
-
-    def __init__(self, device, own_device, allocator, source, timeline, on_close):
-        self.device, self.own_device, self.allocator = device, own_device, allocator
-        self.source, self.timeline, self.on_close = source, timeline, on_close
-        self.ring = None
-        self.uploader = None
-        self.executor = None
-        self.program = None
-
-    def run(self, graph, schedule, upload, staging_chunks, staging_chunk_bytes) -> None:
-        dev, allocator = self.device, self.allocator
-        # -- build: every op looked up and run, no memory ---------------------------
-        cache = pipelines_for(dev)
-        builder = GraphBuilder(graph, self.max_binding_bytes, dev.min_storage_buffer_offset_alignment,
-                               cache.push_bytes, dev.max_compute_work_group_count).build()
-        pipelines = [cache.get(x.shader, dict(x.defines), len(x.bindings)) for x in builder.dispatches]
-        used = builder.used_tensors()
-        consts: dict[int, list[RTensor]] = {}
-        for t in used:
-            if t.is_constant:
-                consts.setdefault(t.constant_id, []).append(t)
-        activ = [t for t in used if not t.is_constant]
-
-        mode = self._mode(schedule, upload)
-        if mode == "ring":
-            self.ring = StagingRing(dev, allocator, staging_chunks, staging_chunk_bytes)
-        self.uploader = up = Uploader(dev, allocator, mode, self.ring)
-
-        if schedule == "eager":
-            hosts = {cid: self.source.get(cid) for cid in consts}       # M = W (host)
-            for cid, ts in consts.items():                                # M = 2W
-                buf = up.allocate(ts[0])
-                for t in ts:
-                    t.buffer = buf
-            self.timeline.mark("after graph build")
-            self._allocate_activations(activ)                              # M = 2W + A
-            io_in, io_out = self._allocate_io(graph, builder)
-            self.timeline.mark("prepack start")
-            for cid, ts in consts.items():                                 # +w staging each
-                up.upload(ts[0], hosts[cid], ts[0].buffer, release=False)
-            up.finish()
-            self.timeline.mark("after prepack")
-            for h in hosts.values():                                       # the old runtime freed here
-                h.free()
-            self.source.finish_prepack()
-            self.timeline.mark("after activation allocation")
-        else:
-            self.timeline.mark("after graph build")
-            self.timeline.mark("prepack start")
-            for cid, ts in sorted(consts.items()):
-                host = self.source.get(cid)                                 # M = W
-                buf = up.allocate(ts[0])                                    # + w (GPU)
-                for t in ts:
-                    t.buffer = buf
-                up.upload(ts[0], host, buf, release=True)                   # host pages freed
-            up.finish()
-            if self.ring is not None:
-                self.ring.close()                                           # staging back to 0
-            self.source.finish_prepack()                                    # legacy blob freed
-            self.timeline.mark("after prepack")
-            self._allocate_activations(activ)                               # M = W + A
-            io_in, io_out = self._allocate_io(graph, builder)
-            self.timeline.mark("after activation allocation")
-
-        from vkx.loader.record import Executor
-        self.executor = Executor(dev, builder.dispatches, pipelines, io_in, io_out)
-        self.executor.record()
-        self.program = Program(self, graph, builder, io_in, io_out, schedule, mode)
-
-    def _mode(self, schedule: str, upload: str) -> str:
-        if schedule == "eager":
-            if upload == "direct":
-                raise LoadError("upload='direct' needs schedule='lazy'")
-            return "eager"
-        if upload == "staging":
-            return "ring"
-        has_direct = self.allocator.direct_type() is not None
-        if upload == "direct" and not has_direct:
-            raise DeviceError(f"{self.device.name}: no DEVICE_LOCAL|HOST_VISIBLE memory type for upload='direct'")
-        return "direct" if has_direct else "ring"
-
-    def _allocate_activations(self, tensors: list[RTensor]) -> None:
-        groups: dict[int, list[RTensor]] = {}
-        for t in tensors:
-            if t.mem_obj_id >= 0 and not t.is_temp:
-                groups.setdefault(t.mem_obj_id, []).append(t)
-            else:
-                t.buffer = self.allocator.buffer(t.nbytes, "activations", "device")
-        for mid in sorted(groups):
-            members = groups[mid]
-            for t, b in zip(members, self.allocator.alias_group([t.nbytes for t in members])):
-                t.buffer = b
-
-    def _allocate_io(self, graph, builder):
-        io_in, io_out = [], []
-        for vid in graph.input_ids:
-            t = builder.tensors[vid]
-            io_in.append((self.allocator.buffer(t.nbytes, "io", "host"), t))
-        for vid in graph.output_ids:
-            t = builder.tensors[vid]
-            io_out.append((t, self.allocator.buffer(t.nbytes, "io", "readback")))
-        return io_in, io_out
-
-    def close(self) -> None:
-        """Release every Vulkan object of this load (ledger back to zero)."""
-        try:
-            if self.executor is not None:
-                self.executor.close()
-            if self.uploader is not None:
-                self.uploader.close()
-            if self.ring is not None:
-                self.ring.close()
-            self.allocator.close()
-            self.source.close()
-            if self.own_device:
-                self.device.close()
-        finally:
-            if self.on_close is not None:
-                self.on_close()
-
-    def abort(self) -> None:
-        try:
-            self.close()
-        except Exception:  # the original error matters more
-            pass
+def _give(tensors: list[RTensor], buffer: Buffer) -> None:
+    for t in tensors:
+        t.buffer = buffer

@@ -86,18 +86,23 @@ class _Port:
 
 
 class Program:
-    def __init__(self, state, graph: g.VkGraph, builder, io_in, io_out, schedule: str, upload: str):
-        self._state = state
+    """A loaded graph: call it with tensors; `close()` (or `with`) releases its device memory."""
+
+    def __init__(self, resources, graph: g.VkGraph, executor, io_in, io_out, schedule: str, upload: str):
+        self._resources = resources
         self.graph = graph
         self.schedule = schedule
+        """The load order that was used: "lazy" or "eager"."""
         self.upload = upload
-        self.device = state.device
-        self.ledger = state.allocator.ledger
-        self.timeline = state.timeline
-        self.copies_per_weight_byte = state.uploader.copies_per_byte
-        self.weight_bytes = state.uploader.weight_bytes
-        self.dispatch_count = len(builder.dispatches)
-        self._executor = state.executor
+        """How weights reached the device: "direct", "ring" or "eager"."""
+        self.device = resources.device
+        self.ledger = resources.allocator.ledger
+        self.timeline = resources.timeline
+        self.copies_per_weight_byte = resources.uploader.copies_per_byte
+        self.weight_bytes = resources.uploader.weight_bytes
+        """Device bytes of the constants: equal to their bytes in the file."""
+        self.dispatch_count = len(executor.dispatches)
+        self._executor = executor
         self._in = [_Port(t, io) for io, t in io_in]
         self._out = [_Port(t, io) for t, io in io_out]
         self.closed = False
@@ -165,7 +170,7 @@ class Program:
             return
         self.closed = True
         self._in = self._out = []  # drop views before the memory goes
-        self._state.close()
+        self._resources.close()
         self.device.check()
 
     def __enter__(self) -> "Program":

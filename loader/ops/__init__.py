@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 import math
 from dataclasses import dataclass
-from typing import Callable, Mapping, Protocol, Sequence, Union
+from typing import Callable, ContextManager, Mapping, Protocol, Sequence, Union
 
 from vkx.format import contract, dtypes
 from vkx.format.contract import Call
@@ -105,6 +105,10 @@ class OpBuilder(Protocol):
     def dispatch(self, shader: str, bindings: Sequence[Binding], push: bytes,
                  groups: tuple[int, int, int], defines: Mapping[str, Union[str, int]] = ...) -> None:
         """Record `shaders/<shader>.comp` (built with `defines`), binding i = bindings[i]."""
+    def alias(self, vid: int, of: int) -> None:
+        """Make tensor `vid` the very device tensor of `of`."""
+    def at_load(self) -> ContextManager[None]:
+        """Dispatches recorded inside run once, at load, after the weights are in."""
 
 
 OpFn = Callable[[OpBuilder, tuple[int, ...]], None]
@@ -147,7 +151,7 @@ def builds_family(family: str) -> Callable[[Builder], Builder]:
     return builds(*names)
 
 
-_OP_MODULES = ("elementwise", "reduce", "shape", "matmul", "conv", "attention")
+_OP_MODULES = ("elementwise", "reduce", "shape", "matmul", "conv", "attention", "prepack")
 
 
 def lookup(name: str) -> Builder | OpFn:

@@ -171,7 +171,7 @@ def gelu(builder: OpBuilder, args: tuple[int, ...]) -> None:
     unary(builder, "gelu" if approximate == "none" else "gelu_tanh", args[0], args[-1])
 
 
-@register("aten.clone.default", "et_vk.prepack.default")
+@register("aten.clone.default")
 def clone(builder: OpBuilder, args: tuple[int, ...]) -> None:
-    # self, memory_format, out | tref (constant), out
+    # self, memory_format, out
     convert_copy(builder, builder.tensor(args[0]), builder.tensor(args[-1]))

@@ -12,6 +12,8 @@ from pathlib import Path
 os.environ.setdefault("VKX_VALIDATION", "1")
 
 
+from vkx.format import contract  # noqa: E402
+from vkx.format.contract import Arg, Kind, OpDecl  # noqa: E402
 from vkx.loader import ops  # noqa: E402
 from vkx.loader import shaders  # noqa: E402
 
@@ -28,24 +30,34 @@ def groups(n: int, local: int = 64) -> tuple[int, int, int]:
     return (min(g, 65535), -(-g // 65535), 1)
 
 
-@ops.register("test.relu.default")
-def _test_relu(b, args):
-    x, out = b.tensor(args[0]), b.tensor(args[1])
-    bias = float(b.scalar(args[2])) if len(args) > 3 else 0.0
-    out = b.tensor(args[-1])
-    b.dispatch("test_relu", [x, out], struct.pack("<If", out.numel, bias), groups(out.numel))
+def _same_shape(call: contract.Call) -> None:
+    call.expect_shape("the output", call.out.shape, call.tensor("self").shape)
 
 
-@ops.register("test.add.default")
-def _test_add(b, args):
-    x, y, out = (b.tensor(a) for a in args)
-    b.dispatch("test_add", [x, y, out], struct.pack("<I", out.numel), (-(-out.numel // 64), 1, 1))
+_T = Kind.TENSOR
+contract.declare(OpDecl("test.relu.default", (Arg("self", _T), Arg("bias", Kind.NUMBER, default=0.0)),
+                        rule=_same_shape))
+contract.declare(OpDecl("test.add.default", (Arg("self", _T), Arg("other", _T)), rule=_same_shape))
+contract.declare(OpDecl("test.relu_split.default", (Arg("self", _T),), rule=_same_shape))
 
 
-@ops.register("test.relu_split.default")
-def _test_relu_split(b, args):
+@ops.builds("test.relu.default")
+def _test_relu(b, call):
+    x, out = call.tensor("self"), call.out
+    b.dispatch("test_relu", [x, out], struct.pack("<If", out.numel, float(call["bias"])), groups(out.numel))
+
+
+@ops.builds("test.add.default")
+def _test_add(b, call):
+    out = call.out
+    b.dispatch("test_add", [call.tensor("self"), call.tensor("other"), out], struct.pack("<I", out.numel),
+               (-(-out.numel // 64), 1, 1))
+
+
+@ops.builds("test.relu_split.default")
+def _test_relu_split(b, call):
     """relu over SubRanges of at most max_binding_bytes (how ops handle huge tensors)."""
-    x, out = b.tensor(args[0]), b.tensor(args[1])
+    x, out = call.tensor("self"), call.out
     step = (b.max_binding_bytes // 4) // (b.offset_alignment // 4 or 1) * (b.offset_alignment // 4 or 1)
     for lo in range(0, out.numel, step):
         n = min(step, out.numel - lo)

@@ -28,3 +28,42 @@ def test_unsupported_op_before_allocation():
     graph.chain.append(g.OperatorCall(2, "aten.nope.default", (0, 3)))
     with pytest.raises(UnsupportedOpError, match="aten.nope.default"):
         load_graph(graph, [weights().tobytes()])
+
+
+def _prepacked_add(out_dtype):
+    """out = x + prepack(w): w an fp16 constant, its prepack output in `out_dtype`."""
+    from .helpers import tensor
+    n = 100
+    values = [tensor([n]), tensor([n], g.DataType.FLOAT16, cid=0), tensor([n], out_dtype), tensor([n])]
+    chain = [g.OperatorCall(0, "et_vk.prepack.default", (1, 2)), g.OperatorCall(1, "test.add.default", (0, 2, 3))]
+    graph = g.VkGraph(values=values, chain=chain, input_ids=[0], output_ids=[3],
+                      constants=[g.ConstantRef(g.NAMED_OFFSET, 2 * n, "w")])
+    w = np.linspace(-3, 3, n).astype(np.float16)
+    return graph, w
+
+
+@pytest.mark.parametrize("schedule", ["lazy", "eager"])
+def test_prepack_of_a_weight_used_as_stored_is_free(schedule):
+    """Same dtype: the prepack output is the constant's own device tensor; nothing runs per call."""
+    from vkx.loader.graph import GraphBuilder
+    graph, w = _prepacked_add(g.DataType.FLOAT16)
+    built = GraphBuilder(graph, 1 << 27, 16).build()
+    assert not built.prepack_dispatches and [d.shader for d in built.dispatches] == ["test_add"]
+    with load_graph(graph, [w.tobytes()], schedule=schedule) as p:
+        assert p.dispatch_count == 1
+        assert p.weight_bytes == w.nbytes
+        assert p.ledger.snapshot()["used"]["weights"] == w.nbytes  # one device tensor, not two
+
+
+def test_prepack_that_converts_runs_once_at_load():
+    """fp16 weight -> fp32 device tensor (older files): one load-time dispatch, none per call."""
+    from vkx.loader.graph import GraphBuilder
+    graph, w = _prepacked_add(g.DataType.FLOAT32)
+    built = GraphBuilder(graph, 1 << 27, 16).build()
+    assert [d.shader for d in built.prepack_dispatches] == ["cast"]
+    assert [d.shader for d in built.dispatches] == ["test_add"]
+    x = np.arange(100, dtype=np.float32)
+    with load_graph(graph, [w.tobytes()]) as p:
+        assert p.dispatch_count == 1
+        for _ in range(3):
+            np.testing.assert_array_equal(p(x).numpy(), x + w.astype(np.float32))

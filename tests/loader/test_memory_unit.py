@@ -79,18 +79,29 @@ def test_ring_reuses_fixed_chunks():
 
 
 @pytest.mark.parametrize("upload", ["auto", "staging"])
-@pytest.mark.parametrize("dt,np_dt", [(g.DataType.FLOAT16, np.float16), (g.DataType.FLOAT64, np.float64),
-                                      (g.DataType.INT64, np.int64), (g.DataType.INT8, np.int8),
-                                      (g.DataType.UINT8, np.uint8), (g.DataType.BOOL, np.bool_)])
-def test_constant_cast_while_copying(upload, dt, np_dt):
+@pytest.mark.parametrize("dt,np_dt", [(g.DataType.FLOAT16, np.float16), (g.DataType.BFLOAT16, np.uint16),
+                                      (g.DataType.INT8, np.int8), (g.DataType.UINT8, np.uint8),
+                                      (g.DataType.BOOL, np.bool_), (g.DataType.INT32, np.int32)])
+def test_constant_bytes_arrive_as_stored(upload, dt, np_dt):
+    """A constant keeps its dtype on the device: its device bytes are its file bytes."""
     rng = np.random.default_rng(5)
     c = (rng.standard_normal(777) * 50).astype(np_dt)
     graph = g.VkGraph(values=[tensor([777], dt, cid=0)], output_ids=[0],
                       constants=[g.ConstantRef(g.NAMED_OFFSET, c.nbytes, "c")])
     with load_graph(graph, [c.tobytes()], upload=upload) as p:
-        out = p().numpy()
-    expect = c.astype(np.float32).astype(np_dt) if np_dt in (np.float16, np.float64) else c
-    np.testing.assert_array_equal(out, expect)
+        assert p.weight_bytes == c.nbytes
+        out = p.run_numpy()[0]
+    if dt == g.DataType.BFLOAT16:  # numpy callers get bfloat16 as exact float32 values
+        out = (out.view(np.uint32) >> 16).astype(np.uint16)
+    assert out.tobytes() == c.tobytes()
+
+
+@pytest.mark.parametrize("dt", [g.DataType.FLOAT64, g.DataType.INT64])
+def test_64_bit_tensors_never_reach_the_device(dt):
+    graph = g.VkGraph(values=[tensor([7], dt, cid=0)], output_ids=[0],
+                      constants=[g.ConstantRef(g.NAMED_OFFSET, 56, "c")])
+    with pytest.raises(UnsupportedOpError, match="cannot live on a device"):
+        load_graph(graph, [bytes(56)])
 
 
 def test_subrange_binding():
@@ -141,13 +152,16 @@ def test_oom_cleans_up_then_loads(schedule, upload, budget_mib):
 
 
 def test_missing_shader_is_typed_and_clean():
+    from vkx.format import contract
     from vkx.loader import ops
     from vkx.loader.errors import ShaderError
 
-    @ops.register("test.noshader.default")
-    def _op(b, args):
-        x = b.tensor(args[0])
-        b.dispatch("no_such_shader_xyz", [x, b.tensor(args[1])], b"", (1, 1, 1))
+    if contract.lookup("test.noshader.default") is None:
+        contract.declare(contract.OpDecl("test.noshader.default", (contract.Arg("self", contract.Kind.TENSOR),)))
+
+        @ops.builds("test.noshader.default")
+        def _op(b, call):
+            b.dispatch("no_such_shader_xyz", [call.tensor("self"), call.out], b"", (1, 1, 1))
 
     graph = g.VkGraph(values=[tensor([4]), tensor([4])], input_ids=[0], output_ids=[1],
                       chain=[g.OperatorCall(0, "test.noshader.default", (0, 1))])
