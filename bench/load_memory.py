@@ -16,10 +16,15 @@ seconds and GiB/s, and, measured in the same process right after the load, a
 plain memcpy of W bytes from the same file into fresh memory (best of two), with
 the ratio.
 
-    python bench/load_memory.py [--plot timeline.png] [--out DIR] [--width 4096]
+    .venv/bin/python bench/load_memory.py [--plot timeline.png] [--out DIR] [--width 4096]
+                                          [--dtypes fp32,fp16,bf16]
+
+With `--dtypes`, the same model is also exported in fp16 and bf16 (the named
+layout, both schedules): the "dev/file" column is the device weight bytes (the
+loader's count) over the weight bytes in the file, which is 1.00 for every dtype.
 
 Goals: lazy/named peak / (W + A) ≤ 1.05; legacy/eager ≥ 1.9; direct-path load
-throughput ≥ 50% of memcpy.
+throughput ≥ 50% of memcpy; device weight bytes = file weight bytes.
 """
 from __future__ import annotations
 
@@ -40,7 +45,9 @@ LAYOUTS = {"legacy": ("legacy", None), "named": ("named", None), "ptd": ("named"
            "safetensors": ("named", ".safetensors")}
 
 
-def export_all(directory: Path, width: int) -> dict[str, tuple[Path, Path | None, dict]]:
+def export_all(directory: Path, width: int, dtypes: list[str]) -> dict[tuple[str, str], tuple[Path, Path | None, dict]]:
+    """(layout, dtype) -> the exported file, its external data, and W / w / A: every layout in fp32,
+    the named layout in each other dtype."""
     import torch
     from torch import nn
 
@@ -49,13 +56,19 @@ def export_all(directory: Path, width: int) -> dict[str, tuple[Path, Path | None
     torch.manual_seed(0)
     layers = [m for _ in range(12) for m in (nn.Linear(width, width), nn.ReLU())]
     model = nn.Sequential(*layers, nn.Linear(width, 4 * width)).eval()
-    largest = max(p.numel() * p.element_size() for p in model.parameters())
     files = {}
-    for name, (layout, suffix) in LAYOUTS.items():
-        path = directory / f"model-{name}.pte"
-        external = directory / f"model-{name}{suffix}" if suffix else None
-        report = vkx.export_model(model, (torch.randn(1, width),), path, layout=layout, external_data=external)
-        files[name] = (path, external, {"W": report.constant_bytes, "w": largest, "A": report.memory.total_nbytes})
+    for dtype in dtypes:
+        for name, (layout, suffix) in LAYOUTS.items():
+            if dtype != "fp32" and name != "named":
+                continue
+            path = directory / f"model-{name}-{dtype}.pte"
+            external = directory / f"model-{name}-{dtype}{suffix}" if suffix else None
+            report = vkx.export_model(model, (torch.randn(1, width),), path, layout=layout, external_data=external,
+                                      dtype=dtype)
+            item = 2 if dtype in ("fp16", "bf16") else 4
+            largest = max(p.numel() for p in model.parameters()) * item
+            files[name, dtype] = (path, external, {"W": report.constant_bytes, "w": largest,
+                                                   "A": report.memory.total_nbytes})
     return files
 
 
@@ -106,7 +119,8 @@ def child(path: str, external: str | None, schedule: str, upload: str, nbytes: i
         seconds = time.perf_counter() - start
         sampler.done.set()
         sampler.join()
-        program(*[np.ones(shape, dtype) for shape, dtype in program.input_specs])
+        program.run_numpy(*[np.ones(shape, "float32" if dtype == "bfloat16" else dtype)
+                            for shape, dtype in program.input_specs])
         report = program.memory
 
     with open(external or path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
@@ -121,6 +135,7 @@ def child(path: str, external: str | None, schedule: str, upload: str, nbytes: i
     device_peak = 0 if device.is_cpu else report["ledger"]["peak_total"]
     print(json.dumps({
         "device": report["device"], "upload": report["upload"], "seconds": seconds,
+        "device_weight_bytes": report["weight_bytes"],
         "peak": host_peak + device_peak, "host_peak": host_peak, "device_peak": device_peak,
         "staging": report["ledger"]["peak"].get("staging", 0), "memcpy_seconds": memcpy_seconds,
         "phases": [(p["name"], p["seconds"], p["device"].get("total", 0)) for p in phases],
@@ -142,18 +157,19 @@ def table(rows: list[dict]) -> None:
     from rich.table import Table
 
     t = Table(title=f"Load memory and speed, {rows[0]['device']} (MiB, GiB/s; one run)")
-    for column in ("layout", "schedule", "upload", "W", "w", "A", "S", "peak", "peak/(W+A)",
+    for column in ("layout", "dtype", "schedule", "upload", "W", "w", "A", "S", "dev/file", "peak", "peak/(W+A)",
                    "load s", "load GiB/s", "memcpy GiB/s", "load/memcpy"):
-        t.add_column(column, justify="left" if column in ("layout", "schedule", "upload") else "right")
+        t.add_column(column, justify="left" if column in ("layout", "dtype", "schedule", "upload") else "right")
     for r in rows:
         W, A = r["W"], r["A"]
         load_rate = W / r["seconds"] / GiB
         memcpy_rate = W / r["memcpy_seconds"] / GiB
-        t.add_row(r["layout"], r["schedule"], r["upload"], f"{W / MiB:.0f}", f"{r['w'] / MiB:.0f}",
-                  f"{A / MiB:.2f}", f"{r['staging'] / MiB:.0f}", f"{r['peak'] / MiB:.0f}",
+        t.add_row(r["layout"], r["dtype"], r["schedule"], r["upload"], f"{W / MiB:.0f}", f"{r['w'] / MiB:.0f}",
+                  f"{A / MiB:.2f}", f"{r['staging'] / MiB:.0f}", f"{r['device_weight_bytes'] / W:.2f}",
+                  f"{r['peak'] / MiB:.0f}",
                   f"{r['peak'] / (W + A):.3f}", f"{r['seconds']:.2f}", f"{load_rate:.2f}",
                   f"{memcpy_rate:.2f}", f"{load_rate / memcpy_rate:.2f}")
-    Console(width=160).print(t)
+    Console(width=180).print(t)
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -164,6 +180,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
     lazy_upload = "direct" if any(r["upload"] == "direct" for r in rows) else "ring"
     picks = [("legacy", "eager", "eager"), ("named", "lazy", lazy_upload)]
+    rows = [r for r in rows if r["dtype"] == "fp32"]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
     for ax, (layout, schedule, upload) in zip(axes, picks):
         r = next(r for r in rows if (r["layout"], r["schedule"], r["upload"]) == (layout, schedule, upload))
@@ -199,16 +216,18 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="folder for the exported files (default: a temporary one)")
     parser.add_argument("--width", type=int, default=4096, help="layer width; 4096 gives W = 1 GiB")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    parser.add_argument("--dtypes", default="fp32", help="comma-separated: fp32,fp16,bf16 (default fp32)")
     args = parser.parse_args()
+    dtypes = args.dtypes.split(",")
 
     with tempfile.TemporaryDirectory(dir=args.out) as tmp:
-        files = export_all(Path(tmp), args.width)
+        files = export_all(Path(tmp), args.width, dtypes)
         rows = []
-        for layout, (path, external, sizes) in files.items():
+        for (layout, dtype), (path, external, sizes) in files.items():
             for schedule, upload in (("eager", "auto"), ("lazy", "staging"), ("lazy", "direct")):
                 r = measure(path, external, schedule, upload, sizes["W"])
-                rows.append({"layout": layout, "schedule": schedule, **sizes, **r})
-                print(f"  {layout:12} {schedule:6} {r['upload']:8} peak {r['peak'] / MiB:7.0f} MiB"
+                rows.append({"layout": layout, "dtype": dtype, "schedule": schedule, **sizes, **r})
+                print(f"  {layout:12} {dtype:5} {schedule:6} {r['upload']:8} peak {r['peak'] / MiB:7.0f} MiB"
                       f"  {r['seconds']:.2f} s", file=sys.stderr)
     table(rows)
     if args.json:

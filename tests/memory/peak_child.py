@@ -22,8 +22,9 @@ def main() -> None:
     path, schedule, *external = sys.argv[1:]
     device = default_device()
     with load(path, external, schedule=schedule) as program:
-        inputs = [np.ones(shape, dtype) for shape, dtype in program.input_specs]
-        program(*inputs)
+        # numpy has no bfloat16: run_numpy takes float32 for bfloat16 inputs.
+        inputs = [np.ones(shape, "float32" if dtype == "bfloat16" else dtype) for shape, dtype in program.input_specs]
+        program.run_numpy(*inputs)
         report = program.memory
     phases = report["phases"]
     baseline = phases[0]["rss"]
@@ -32,7 +33,8 @@ def main() -> None:
     print(json.dumps({"host_peak": host_peak, "device_peak": device_peak, "peak": host_peak + device_peak,
                       "device_memory_is_host": device.is_cpu,
                       "staging_peak": report["ledger"]["peak"].get("staging", 0),
-                      "upload": report["upload"], "device": report["device"]}))
+                      "upload": report["upload"], "device": report["device"],
+                      "weight_bytes": report["weight_bytes"]}))
 
 
 if __name__ == "__main__":

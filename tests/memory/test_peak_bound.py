@@ -76,3 +76,26 @@ def test_legacy_eager_peaks_at_2W_lazy_named_at_W(exported):
           f"lazy/named {lazy['peak'] / MiB:.1f} MiB ({lazy['peak'] / W:.2f} W), ratio {eager['peak'] / lazy['peak']:.2f}")
     assert eager["peak"] >= 1.8 * W
     assert lazy["peak"] < eager["peak"] / 1.6
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_16_bit_models_keep_the_claim_and_their_size(tmp_path, dtype):
+    """A 16-bit model is half the bytes in the file and on the device, and the old order still
+    costs about twice the new one."""
+    torch.manual_seed(0)
+    module = even_model().eval()
+    files = {}
+    for layout in ("named", "legacy"):
+        path = tmp_path / f"even-{dtype}-{layout}.pte"
+        report = vkx.export_model(module, (torch.randn(1, 4096),), path, layout=layout, dtype=dtype)
+        files[layout] = (path, report.constant_bytes, report.memory.total_nbytes)
+    path, W, A = files["named"]
+    assert W == sum(p.numel() * 2 for p in module.parameters())
+    lazy = peak(path, "lazy")
+    eager = peak(files["legacy"][0], "eager")
+    assert lazy["weight_bytes"] == W and eager["weight_bytes"] == W  # device bytes == file bytes
+    overhead = OVERHEAD_HOST_MEMORY_DEVICE if lazy["device_memory_is_host"] else OVERHEAD_DISCRETE_GPU
+    print(f"\n{dtype}: W {W / MiB:.1f} MiB, lazy/named {lazy['peak'] / W:.3f} W, legacy/eager "
+          f"{eager['peak'] / W:.2f} W, ratio {eager['peak'] / lazy['peak']:.2f}")
+    assert lazy["peak"] <= W + max(A, lazy["staging_peak"]) + overhead
+    assert eager["peak"] >= 1.9 * lazy["peak"] - overhead
