@@ -687,3 +687,59 @@ def check_graph(graph: g.VkGraph) -> list[Call]:
     return [bind(OPS[op.name], op, graph.values, make) for op in graph.chain]
 
 
+
+
+# --------------------------------------------------------------------------- weight-only quantization
+# Symmetric, weight-only: w[n, k] = q[n, k] * scales[n, k // group_size]. bits 8: `weight` is int8
+# [N, K]; bits 4: `weight` is uint8 [N, K / 2], two values per byte (even k in the low nibble), each
+# stored as q + 8 (q in [-8, 7]). Per-channel int8 is group_size = K. docs/format.md, "Quantized weights".
+
+QUANT_BITS = {4: dtypes.UINT8, 8: dtypes.INT8}
+"""bits -> the dtype of the packed weight."""
+VALUES_PER_WORD = {4: 8, 8: 4}
+"""Values in one 32-bit word of packed weight: shaders read whole words, so K and the group size
+are multiples of it."""
+
+
+def quant_layout(call: Call, weight: TensorLike) -> tuple[int, int, int]:
+    """(N, K, groups per row) of a packed weight; checks bits, dtype, group size and scales."""
+    bits, group = call["bits"], call["group_size"]
+    call.require(bits in QUANT_BITS, f"bits {bits}: 4 or 8")
+    call.require(weight.dtype is QUANT_BITS[bits] and len(weight.shape) == 2,
+                 f"a {bits}-bit weight is a 2-D {QUANT_BITS[bits]} tensor, not {weight.dtype} {list(weight.shape)}")
+    n, stored = weight.shape
+    k = stored * 2 if bits == 4 else stored
+    per_word = VALUES_PER_WORD[bits]
+    call.require(group > 0 and k % group == 0 and group % per_word == 0,
+                 f"group_size {group} must divide K = {k} and be a multiple of {per_word}")
+    scales = call.tensor("scales")
+    call.require(scales.dtype.is_float, f"scales of {scales.dtype}")
+    call.expect_shape("scales", scales.shape, (n, k // group))
+    return n, k, k // group
+
+
+def _linear_q(call: Call) -> None:
+    x = call.tensor("input")
+    n, k, _ = quant_layout(call, call.tensor("weight"))
+    call.require(len(x.shape) >= 1 and x.shape[-1] == k and x.dtype.is_float,
+                 f"input {x.dtype} {list(x.shape)} does not have K = {k}")
+    if call["bias"] is not None:
+        call.expect_shape("bias", call["bias"].shape, (n,))
+    call.require(call.out.dtype.is_float, f"output of {call.out.dtype}")
+    call.expect_shape("the output", call.out.shape, (*x.shape[:-1], n))
+
+
+def _embedding_q(call: Call) -> None:
+    _, k, _ = quant_layout(call, call.tensor("weight"))
+    idx = call.tensor("indices")
+    call.require(not idx.dtype.is_float, f"indices of {idx.dtype}")
+    call.require(call.out.dtype.is_float, f"output of {call.out.dtype}")
+    call.expect_shape("the output", call.out.shape, (*idx.shape, k))
+
+
+declare(OpDecl("vkx.linear_q.default",
+               (Arg("input", T), Arg("weight", T), Arg("scales", T), _opt("bias", T, None), Arg("bits", I),
+                Arg("group_size", I)), dtypes=ALL_TYPES, rule=_linear_q))
+declare(OpDecl("vkx.embedding_q.default",
+               (Arg("weight", T), Arg("scales", T), Arg("indices", T), Arg("bits", I), Arg("group_size", I)),
+               dtypes=ALL_TYPES, rule=_embedding_q))

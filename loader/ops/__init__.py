@@ -151,7 +151,7 @@ def builds_family(family: str) -> Callable[[Builder], Builder]:
     return builds(*names)
 
 
-_OP_MODULES = ("elementwise", "reduce", "shape", "matmul", "conv", "attention", "prepack")
+_OP_MODULES = ("elementwise", "reduce", "shape", "matmul", "conv", "attention", "prepack", "quant")
 
 
 def lookup(name: str) -> Builder | OpFn:

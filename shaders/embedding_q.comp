@@ -1,0 +1,62 @@
+#version 450
+// Quantized embedding gather: out[i, k] = q[idx[i], k] * s[idx[i], k / group] (packing as in
+// linear_q.comp). An index outside the table gives a row of zeros (never a read outside it).
+// Bindings: 0 = weight rows [row0, row0 + rows) as uint words, 1 = scales, 2 = indices,
+// 3 = out. Each dispatch writes only the outputs whose index falls in its row block.
+// One invocation per output element.
+layout(local_size_x = 64) in;
+#include "dtype.glslh"
+
+#ifndef BITS
+#define BITS 4
+#endif
+#if BITS == 4
+#define PER_WORD 8u
+#else
+#define PER_WORD 4u
+#endif
+
+layout(std430, set = 0, binding = 0) readonly buffer BufW { uint w[]; };
+layout(std430, set = 0, binding = 1) readonly buffer BufS { S_T s[]; };
+layout(std430, set = 0, binding = 2) readonly buffer BufI { I_T idx[]; };
+layout(std430, set = 0, binding = 3) writeonly buffer BufO { O_T o[]; };
+
+layout(push_constant) uniform Push {
+    uint n;       // outputs: indices * K
+    uint K;
+    uint words;   // words per row
+    uint groups;  // scale groups per row
+    uint group;
+    uint row0;
+    uint rows;
+    uint vocab;   // rows of the whole table
+    uint last;    // 1 for the dispatch of the last row block: it writes the zeros
+} p;
+
+void main() {
+    uint gid = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * gl_WorkGroupSize.x
+               + gl_LocalInvocationID.x;
+    if (gid >= p.n) {
+        return;
+    }
+    uint i = gid / p.K;
+    uint k = gid - i * p.K;
+    int row = LOADI_I(i);
+    if (row < 0 || uint(row) >= p.vocab) {
+        if (p.last == 1u) {
+            STORE_O(gid, 0.0);
+        }
+        return;
+    }
+    if (uint(row) < p.row0 || uint(row) >= p.row0 + p.rows) {
+        return;
+    }
+    uint word = w[(uint(row) - p.row0) * p.words + k / PER_WORD];
+    uint j = k % PER_WORD;
+#if BITS == 4
+    float q = float(int((word >> (4u * j)) & 15u) - 8);
+#else
+    float q = float(bitfieldExtract(int(word), int(8u * j), 8));
+#endif
+    STORE_O(gid, q * LOAD_S(uint(row) * p.groups + k / p.group));
+}

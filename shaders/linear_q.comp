@@ -1,0 +1,99 @@
+#version 450
+// Weight-only quantized linear: o[m, n] = sum_k x[m, k] * q[n, k] * s[n, k / GROUP] (+ bias[n]).
+// The weight is read as 32-bit words: BITS 4 packs 8 values a word (value j in bits 4j..4j+3,
+// stored as q + 8), BITS 8 packs 4 (signed bytes). Each workgroup computes ROWS outputs of one
+// row m: its 64 invocations stride over the words of those weight rows (adjacent invocations read
+// adjacent words, so the weight streams), then one shared-memory reduction gives the sums.
+// Accumulation is fp32; x, s, o and bias are any float type (elem_defines X, S, O, B).
+// Bindings: 0 = x, 1 = weight rows [row0, row0 + rows) as uint words, 2 = scales, 3 = out,
+// 4 = bias (HAS_BIAS). A weight larger than one binding is dispatched in row blocks (row0).
+layout(local_size_x = 64) in;
+#include "dtype.glslh"
+
+#ifndef BITS
+#define BITS 4
+#endif
+#if BITS == 4
+#define PER_WORD 8
+#else
+#define PER_WORD 4
+#endif
+#define ROWS 4
+#define WG 64
+
+layout(std430, set = 0, binding = 0) readonly buffer BufX { X_T x[]; };
+layout(std430, set = 0, binding = 1) readonly buffer BufW { uint w[]; };
+layout(std430, set = 0, binding = 2) readonly buffer BufS { S_T s[]; };
+layout(std430, set = 0, binding = 3) writeonly buffer BufO { O_T o[]; };
+#ifdef HAS_BIAS
+layout(std430, set = 0, binding = 4) readonly buffer BufB { B_T bias[]; };
+#endif
+
+layout(push_constant) uniform Push {
+    uint N;       // output features (all rows)
+    uint K;       // input features
+    uint words;   // words per weight row (K / PER_WORD)
+    uint groups;  // scale groups per row (K / GROUP)
+    uint group;   // values per scale group
+    uint row0;    // first weight row bound
+    uint rows;    // weight rows bound
+} p;
+
+shared float part[ROWS][WG];
+
+float dequant(uint word, uint j) {
+#if BITS == 4
+    return float(int((word >> (4u * j)) & 15u) - 8);
+#else
+    return float(bitfieldExtract(int(word), int(8u * j), 8));
+#endif
+}
+
+void main() {
+    uint t = gl_LocalInvocationID.x;
+    uint local0 = gl_WorkGroupID.x * ROWS;     // first row of this workgroup, within the block
+    uint m = gl_WorkGroupID.y;
+    float acc[ROWS];
+    for (uint r = 0u; r < ROWS; ++r) {
+        acc[r] = 0.0;
+    }
+    for (uint wi = t; wi < p.words; wi += WG) {
+        uint k0 = wi * PER_WORD;
+        float xv[PER_WORD];
+        for (uint j = 0u; j < PER_WORD; ++j) {
+            xv[j] = LOAD_X(m * p.K + k0 + j);
+        }
+        uint g = k0 / p.group;
+        for (uint r = 0u; r < ROWS; ++r) {
+            uint local = local0 + r;
+            if (local < p.rows) {
+                uint word = w[local * p.words + wi];
+                float dot = 0.0;
+                for (uint j = 0u; j < PER_WORD; ++j) {
+                    dot += dequant(word, j) * xv[j];
+                }
+                acc[r] += dot * LOAD_S((p.row0 + local) * p.groups + g);
+            }
+        }
+    }
+    for (uint r = 0u; r < ROWS; ++r) {
+        part[r][t] = acc[r];
+    }
+    barrier();
+    for (uint half_ = WG / 2u; half_ > 0u; half_ >>= 1) {
+        if (t < half_) {
+            for (uint r = 0u; r < ROWS; ++r) {
+                part[r][t] += part[r][t + half_];
+            }
+        }
+        barrier();
+    }
+    if (t < ROWS && local0 + t < p.rows) {
+        uint n = p.row0 + local0 + t;
+        float v = part[t][0];
+#ifdef HAS_BIAS
+        v += LOAD_B(n);
+#endif
+        STORE_O(m * p.N + n, v);
+    }
+}

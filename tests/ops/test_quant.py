@@ -1,0 +1,128 @@
+"""Weight-only int8/int4 ops against torch computing with the same dequantized weights.
+
+The reference is `dequantize(q, scales) @ x` in fp32 (vkx.export.quantize's CPU kernels):
+vkx dequantizes the same bytes in the shader and accumulates in fp32, so the two agree
+to fp32 rounding (the tolerance of a K-term dot product). Quantization error itself
+(quantized vs the float model) is reported, not asserted, beyond a sanity bound.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from vkx.export.errors import ExportError
+from vkx.export.quantize import dequantize, quantize_module, quantize_weight
+
+from .conftest import Const, assert_norm_close, rand, run_graph, run_vkx
+
+pytestmark = pytest.mark.vulkan
+
+
+def _reference(x, q, s, bias, bits, group):
+    w = dequantize(q, s, bits, group)
+    out = x.double() @ w.double().T
+    return out if bias is None else out + bias.double()
+
+
+@pytest.mark.parametrize("bits,group", [(4, 32), (4, 64), (4, 128), (4, 256), (8, 32), (8, None)])
+@pytest.mark.parametrize("m", [1, 3])
+def test_linear_q_matches_dequantized_torch(bits, group, m):
+    n, k = 37, 256
+    w = rand(n, k, seed=1)
+    q, s = quantize_weight(w, bits, group)
+    g = group or k
+    x, bias = rand(m, k, seed=2), rand(n, seed=3)
+    got = run_graph("vkx.linear_q.default", [x, Const(q), Const(s), Const(bias), bits, g], (m, n))
+    assert_norm_close(got, _reference(x, q, s, bias, bits, g), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_linear_q_in_16_bit_activations(dtype):
+    n, k = 19, 96
+    q, s = quantize_weight(rand(n, k, seed=4), 4, 32)
+    x = rand(2, k, seed=5).to(dtype)
+    got = run_graph("vkx.linear_q.default", [x, Const(q), Const(s), None, 4, 32], ((2, n), dtype))
+    want = _reference(x.float(), q, s, None, 4, 32)
+    assert got.dtype == dtype
+    eps = torch.finfo(dtype).eps
+    assert_norm_close(got.double(), want, rtol=2 * eps, atol=2 * eps)  # one rounding of the output
+
+
+def test_linear_q_weight_larger_than_one_binding():
+    n, k = 203, 128
+    q, s = quantize_weight(rand(n, k, seed=6), 4, 32)
+    x = rand(1, k, seed=7)
+    got = run_graph("vkx.linear_q.default", [x, Const(q), Const(s), None, 4, 32], (1, n),
+                    max_binding_bytes=64 * 33)  # 33 rows of 64 bytes a block
+    assert_norm_close(got, _reference(x, q, s, None, 4, 32), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_embedding_q_gathers_and_zeroes_out_of_range_rows(bits):
+    vocab, dim = 100, 64
+    q, s = quantize_weight(rand(vocab, dim, seed=8), bits, 32)
+    idx = torch.tensor([[0, 99, 57], [100, -1, 3]], dtype=torch.int32)  # 100 and -1 are outside the table
+    got = run_graph("vkx.embedding_q.default", [Const(q), Const(s), idx, bits, 32], (2, 3, dim),
+                    max_binding_bytes=2048)  # the table is split into row blocks
+    table = dequantize(q, s, bits, 32)
+    want = torch.zeros(2, 3, dim)
+    for (a, b), row in ((p, int(idx[p])) for p in [(i, j) for i in range(2) for j in range(3)]):
+        if 0 <= row < vocab:
+            want[a, b] = table[row]
+    assert torch.equal(got, want)
+
+
+class TiedLM(nn.Module):
+    def __init__(self, vocab=64, dim=96):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, dim)
+        self.mix = nn.Linear(dim, dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+        self.head.weight = self.emb.weight  # tied
+
+    def forward(self, ids):
+        return self.head(torch.tanh(self.mix(self.emb(ids))))
+
+
+@pytest.mark.parametrize("scheme", ["int8", "int4"])
+def test_quantized_module_exports_and_matches(tmp_path, scheme):
+    import vkx
+    torch.manual_seed(0)
+    model = TiedLM().eval()
+    quantized = quantize_module(model, scheme)
+    ids = torch.tensor([[3, 63, 0, 17, 5]])
+    report = vkx.export_model(quantized, (ids,), tmp_path / "q.pte")
+    with vkx.load(tmp_path / "q.pte") as program:
+        got = program(ids)
+    want = quantized(ids)
+    assert_norm_close(got, want, rtol=1e-5, atol=1e-6)
+    # The tied table is stored once: the embedding and the head read the same packed bytes.
+    packed = sum(b.numel() * b.element_size() for n, b in quantized.named_buffers() if n == "emb.weight_q")
+    scales = sum(b.numel() * b.element_size() for n, b in quantized.named_buffers() if n == "emb.scales")
+    mix = sum(t.numel() * t.element_size() for t in (quantized.mix.weight_q, quantized.mix.scales, model.mix.bias))
+    assert report.constant_bytes == packed + scales + mix
+    with torch.no_grad():
+        error = (want - model(ids)).abs().max() / model(ids).abs().max()
+    print(f"\n{scheme}: quantization error {error.item():.3g} of the float model's output scale")
+    assert error < (0.05 if scheme == "int8" else 0.35)  # a sanity bound, not a quality claim
+
+
+def test_k_not_a_multiple_of_the_group_is_refused():
+    with pytest.raises(ExportError, match="'1'.*groups of 32"):
+        quantize_module(nn.Sequential(nn.ReLU(), nn.Linear(48, 8)), "int4")
+    with pytest.raises(ExportError, match="group-size"):
+        quantize_module(nn.Linear(64, 8), "int4", group_size=48)
+
+
+def test_torch_reference_is_the_dequantized_weight():
+    w = rand(8, 64, seed=9, scale=3.0)
+    for bits in (4, 8):
+        q, s = quantize_weight(w, bits, 32)
+        back = dequantize(q, s, bits, 32)
+        step = s.float().repeat_interleave(32, dim=1)
+        assert (back - w).abs().le(step / 2 + 1e-6).all()  # within half a quantization step
+    x = rand(2, 64, seed=10)
+    layer = nn.Linear(64, 8).eval()
+    got = run_vkx(quantize_module(layer, "int8"), (x,))
+    assert_norm_close(got, quantize_module(layer, "int8")(x), rtol=1e-5, atol=1e-6)
