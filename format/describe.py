@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from pathlib import Path
 from typing import Any, Sequence
 
 from . import vkgraph as vk
@@ -16,6 +17,43 @@ from .program import SEGMENT
 from .pte import ProgramFile, VulkanDelegate
 
 SCHEMA = "vkx.describe/1"
+EXTERNAL_SUFFIXES = (".ptd", ".safetensors")
+
+
+def missing_keys(pf: ProgramFile, exts: Sequence[ExternalData] = ()) -> list[str]:
+    """Named keys the VkGraph's constants use that neither the .pte nor `exts` hold (each once, in order)."""
+    if pf.vulkan is None:
+        return []
+    held = [pf.named_data, *(e.named_data for e in exts)]
+    keys = dict.fromkeys(c.named_key for c in pf.vulkan.graph.constants if c.is_named)
+    return [k for k in keys if not any(k in h for h in held)]
+
+
+def external_beside(path: str | os.PathLike) -> Path | None:
+    """The same-stem .ptd (else .safetensors) file beside a .pte, where one exists."""
+    for suffix in EXTERNAL_SUFFIXES:
+        candidate = Path(path).with_suffix(suffix)
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def find_external(path: str | os.PathLike, external: Sequence[str | os.PathLike] = ()) -> Path | None:
+    """The external data file to add for a .pte given with none: its same-stem
+    .ptd/.safetensors, when the .pte lacks named keys its constants use."""
+    if external:
+        return None
+    beside = external_beside(path)
+    if beside is None:
+        return None
+    with ProgramFile.open(path) as pf:
+        return beside if missing_keys(pf) else None
+
+
+def missing_hint(path: str | os.PathLike, missing: int, option: str = "--external-data FILE") -> str:
+    """The message for a .pte whose named constants are in no file given."""
+    return (f"{os.fspath(path)}: its constants are in external data ({missing} named key(s) in no file given): "
+            f"pass {option}")
 
 
 def _alignment(offset: int) -> int:
@@ -108,6 +146,7 @@ def _describe(pf: ProgramFile, exts: list[ExternalData]) -> dict[str, Any]:
     A, A_live = activation_totals(v.graph) if v is not None else (0, 0)
     return {
         "schema": SCHEMA,
+        "missing_keys": missing_keys(pf, exts),
         "file": {"path": pf.path, "bytes": pf.size},
         "header": None if h is None else {"length": h.length, "program_size": h.program_size,
                                           "segment_base_offset": h.segment_base_offset,
