@@ -50,12 +50,6 @@ def find_external(path: str | os.PathLike, external: Sequence[str | os.PathLike]
         return beside if missing_keys(pf) else None
 
 
-def missing_hint(path: str | os.PathLike, missing: int, option: str = "--external-data FILE") -> str:
-    """The message for a .pte whose named constants are in no file given."""
-    return (f"{os.fspath(path)}: its constants are in external data ({missing} named key(s) in no file given): "
-            f"pass {option}")
-
-
 def _alignment(offset: int) -> int:
     """Largest power of two dividing offset (capped at 1 MiB; 0 counts as 1 MiB)."""
     cap = 1 << 20

@@ -67,7 +67,7 @@ def _device(device) -> tuple[Device, bool]:
 def load_source(graph: g.VkGraph, source, schedule: str = "lazy", device=None, upload: str = "auto",
                 *, staging_chunks: int = 4, staging_chunk_bytes: int = 16 * MiB,
                 memory_budget: int | None = None, timeline: Timeline | None = None,
-                on_close=None, max_binding_bytes: int | None = None) -> Program:
+                on_close=None, max_binding_bytes: int | None = None, progress=None) -> Program:
     if schedule not in SCHEDULES:
         raise LoadError(f"schedule must be one of {SCHEDULES}, not {schedule!r}")
     if upload not in UPLOADS:
@@ -80,6 +80,7 @@ def load_source(graph: g.VkGraph, source, schedule: str = "lazy", device=None, u
     timeline.ledger = allocator.ledger
     state = _LoadState(dev, own_device, allocator, source, timeline, on_close)
     state.max_binding_bytes = min(max_binding_bytes or dev.max_storage_buffer_range, dev.max_storage_buffer_range)
+    state.progress = progress  # progress(done_bytes, total_bytes) after each constant's upload
     try:
         state.run(graph, schedule, upload, staging_chunks, staging_chunk_bytes)
         dev.check()
@@ -119,6 +120,7 @@ class _LoadState:
             if t.is_constant:
                 consts.setdefault(t.constant_id, []).append(t)
         activ = [t for t in used if not t.is_constant]
+        total, done = sum(ts[0].nbytes for ts in consts.values()), 0
 
         mode = self._mode(schedule, upload)
         if mode == "ring":
@@ -137,6 +139,9 @@ class _LoadState:
             self.timeline.mark("prepack start")
             for cid, ts in consts.items():                                 # +w staging each
                 up.upload(ts[0], hosts[cid], ts[0].buffer, release=False)
+                if self.progress is not None:
+                    done += ts[0].nbytes
+                    self.progress(done, total)
             up.finish()
             self.timeline.mark("after prepack")
             for h in hosts.values():                                       # the old runtime freed here
@@ -152,6 +157,9 @@ class _LoadState:
                 for t in ts:
                     t.buffer = buf
                 up.upload(ts[0], host, buf, release=True)                   # host pages freed
+                if self.progress is not None:
+                    done += ts[0].nbytes
+                    self.progress(done, total)
             up.finish()
             if self.ring is not None:
                 self.ring.close()                                           # staging back to 0

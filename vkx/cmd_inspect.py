@@ -15,7 +15,7 @@ from rich.table import Table
 
 from vkx import paths
 from vkx.console import console, fail, safe, size, stderr, user_errors
-from vkx.format.errors import MissingKeyError, VkxError
+from vkx.format.errors import VkxError
 
 VALIDATE_SCHEMA = "vkx.validate/1"
 FILE = typer.Argument(..., help="The .pte file.", metavar="FILE")
@@ -97,10 +97,15 @@ def _print(d: dict[str, Any], tensors: bool) -> None:
     console.print(tot)
 
 
-def _inputs(file: Path, external: list[Path]) -> list[Path]:
-    """Check the paths; add the same-stem external data beside FILE when it needs it (and say so on stderr)."""
+def _inputs(file: Path, external: list[Path], complete: bool) -> list[Path]:
+    """Check the paths; add the same-stem external data beside FILE when it needs it (and say so on stderr).
+
+    `complete`: fail, saying what to do, when FILE's constants are in external data that is not there.
+    """
     paths.program_file(file)
     external, found = paths.with_external(file, paths.external_files(external))
+    if complete:
+        paths.require_external(file, external)
     if found is not None:
         stderr.print(f"using external data {safe(found)} (found beside {safe(file)})")
     return external
@@ -116,7 +121,7 @@ def inspect(
     """Show what is inside a .pte: segments, delegate, VkGraph, constants, load-memory estimates."""
     from vkx.format.describe import describe
 
-    d = describe(file, _inputs(file, external_data))
+    d = describe(file, _inputs(file, external_data, complete=False))
     if json:
         print(jsonlib.dumps(d, indent=1))
     else:
@@ -130,18 +135,10 @@ def validate(
     json: bool = typer.Option(False, "--json", help="Print one JSON object (schema vkx.validate/1), also on failure."),
 ) -> None:
     """Check a .pte (and its external data) against every rule of docs/format.md; exit 2 on the first problem."""
-    from vkx.format.describe import missing_hint
     from vkx.format.validate import validate as run
 
     try:
-        external = _inputs(file, external_data)
-        try:
-            r = run(file, external)
-        except MissingKeyError as error:
-            if external:
-                raise
-            with_hint = VkxError(missing_hint(file, _count_missing(file)))
-            raise with_hint from error
+        r = run(file, _inputs(file, external_data, complete=True))
     except VkxError as error:
         if json:
             print(jsonlib.dumps({"schema": VALIDATE_SCHEMA, "ok": False, "path": str(file), "error": str(error)}))
@@ -157,10 +154,3 @@ def validate(
     for w in r.warnings:
         console.print(f"[yellow]warning:[/] {safe(w)}")
 
-
-def _count_missing(file: Path) -> int:
-    from vkx.format import ProgramFile
-    from vkx.format.describe import missing_keys
-
-    with ProgramFile.open(file) as pf:
-        return len(missing_keys(pf))

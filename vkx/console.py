@@ -26,6 +26,11 @@ def plain(text: object) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
 
 
+def plain_lines(text: str) -> str:
+    """`plain()` for each line: the line breaks stay, every other control character is escaped."""
+    return "\n".join(plain(line) for line in text.split("\n"))
+
+
 def safe(text: object) -> str:
     """A string from a file or a user, ready for rich: control characters and markup escaped."""
     return escape(plain(text))
@@ -37,8 +42,7 @@ def fail(message: str) -> NoReturn:
     Control characters are escaped line by line: a message that lists problems
     (the unsupported ops) keeps its lines, nothing else reaches the terminal raw.
     """
-    text = "\n".join(plain(line) for line in message.split("\n"))
-    print(f"vkx: error: {text}", file=sys.stderr)
+    print(f"vkx: error: {plain_lines(message)}", file=sys.stderr)
     raise typer.Exit(2)
 
 

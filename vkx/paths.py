@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from vkx.format.describe import EXTERNAL_SUFFIXES, find_external
+from vkx.format.describe import EXTERNAL_SUFFIXES, find_external, missing_keys
 from vkx.format.errors import VkxError
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors")
@@ -69,6 +69,19 @@ def with_external(program: Path, external: list[Path]) -> tuple[list[Path], Path
     return ([found], found) if found is not None else (external, None)
 
 
+def require_external(program: Path, external: list[Path]) -> None:
+    """With no external data to use, fail with what to do when the .pte's named constants are not all in it."""
+    if external:
+        return
+    from vkx.format import ProgramFile
+
+    with ProgramFile.open(program) as pf:
+        missing = missing_keys(pf)
+    if missing:
+        raise UsageError(f"{program}: its constants are in external data ({len(missing)} named key(s) "
+                         "not in the file, none beside it): pass --external-data FILE")
+
+
 def is_same_file(a: Path, b: Path) -> bool:
     """Whether two paths name one file (same inode, or the same resolved path for one not yet made)."""
     try:
@@ -92,4 +105,5 @@ def output_file(path: Path, option: str, suffixes: tuple[str, ...], inputs: Iter
     return path
 
 
-__all__ = ["UsageError", "model_file", "program_file", "external_files", "with_external", "output_file"]
+__all__ = ["UsageError", "model_file", "program_file", "external_files", "with_external", "require_external",
+           "output_file"]
