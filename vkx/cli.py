@@ -22,11 +22,11 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
     help="Ship PyTorch models to Vulkan GPUs with the least memory at load time.",
 )
-app.command("export")(cmd_export.export)
-app.command("inspect")(cmd_inspect.inspect)
-app.command("validate")(cmd_inspect.validate)
-app.command("run")(cmd_run.run)
-app.command("devices")(cmd_devices.devices)
+app.command("export", short_help="Export a model file to a Vulkan .pte.")(cmd_export.export)
+app.command("inspect", short_help="Show what is inside a .pte (no torch, no Vulkan).")(cmd_inspect.inspect)
+app.command("validate", short_help="Check a .pte and its external data (no torch, no Vulkan).")(cmd_inspect.validate)
+app.command("run", short_help="Load a .pte onto a Vulkan device and run it.")(cmd_run.run)
+app.command("devices", short_help="List the Vulkan devices.")(cmd_devices.devices)
 
 
 def _version(value: bool) -> None:

@@ -124,8 +124,7 @@ def _check_paths(model: Path, output: Optional[Path], external_data: Optional[Pa
 
 @user_errors
 def export(
-    model: Path = typer.Argument(..., metavar="MODEL.py",
-                                 help="Python file whose get_model() returns (module, example_inputs)."),
+    model: Path = typer.Argument(..., metavar="MODEL.py", hidden=True),  # the docstring says what it is
     output: Optional[Path] = typer.Option(None, "-o", "--output", metavar="FILE.pte",
                                           help="The .pte to write [default: MODEL.pte beside the model]."),
     layout: Layout = typer.Option(Layout.named, help="Where constants go: named data, or inside the delegate blob."),
@@ -141,7 +140,8 @@ def export(
     verbose: bool = typer.Option(False, "--verbose", "-v",
                                  help="On failure, show the model code's traceback and torch's own messages."),
 ) -> None:
-    """Export a PyTorch model to a Vulkan .pte (ExecuTorch 1.5.1 compatible)."""
+    """Export MODEL.py, a Python file whose get_model() returns (module, example_inputs), to a Vulkan .pte
+    (ExecuTorch 1.5.1 compatible)."""
     output = _check_paths(model, output, external_data, weights, layout, alignment)
     replaced = [str(p) for p in (output, external_data) if p is not None and p.exists()]
     from vkx.export import export_model, load_model_file, load_weights

@@ -18,7 +18,7 @@ from vkx.console import console, fail, safe, size, stderr, user_errors
 from vkx.format.errors import VkxError
 
 VALIDATE_SCHEMA = "vkx.validate/1"
-FILE = typer.Argument(..., help="The .pte file.", metavar="FILE")
+FILE = typer.Argument(..., metavar="FILE", hidden=True)  # each command's docstring says what it is
 EXTERNAL = typer.Option([], "--external-data", metavar="FILE",
                         help="A .ptd or .safetensors file with named data (repeatable) "
                              "[default: FILE's same-stem .ptd/.safetensors when FILE needs one].")
@@ -118,7 +118,7 @@ def inspect(
     json: bool = typer.Option(False, "--json", help="Print the describe() report as JSON (schema vkx.describe/1)."),
     tensors: bool = typer.Option(False, "--tensors", help="Also list every constant tensor."),
 ) -> None:
-    """Show what is inside a .pte: segments, delegate, VkGraph, constants, load-memory estimates."""
+    """Show what is inside the .pte FILE: segments, delegate, VkGraph, constants, load-memory estimates."""
     from vkx.format.describe import describe
 
     d = describe(file, _inputs(file, external_data, complete=False))
@@ -134,7 +134,8 @@ def validate(
     external_data: List[Path] = EXTERNAL,
     json: bool = typer.Option(False, "--json", help="Print one JSON object (schema vkx.validate/1), also on failure."),
 ) -> None:
-    """Check a .pte (and its external data) against every rule of docs/format.md; exit 2 on the first problem."""
+    """Check the .pte FILE (and its external data) against every rule of docs/format.md; exit 2 on the first
+    problem."""
     from vkx.format.validate import validate as run
 
     try:

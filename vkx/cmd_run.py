@@ -17,7 +17,7 @@ from vkx import paths
 from vkx.console import MiB, console, fail, safe, size, stderr, user_errors
 
 SCHEMA = "vkx.run/1"
-FILE = typer.Argument(..., help="The .pte file.", metavar="FILE")
+FILE = typer.Argument(..., metavar="FILE", hidden=True)  # each command's docstring says what it is
 EXTERNAL = typer.Option([], "--external-data", metavar="FILE",
                         help="A .ptd or .safetensors file with named data (repeatable) "
                              "[default: FILE's same-stem .ptd/.safetensors when FILE needs one].")
@@ -136,13 +136,13 @@ def run(
     repeat: int = typer.Option(10, "--repeat", min=0, metavar="N",
                                help="Run N times (0: load only); the first run is timed on its own."),
     json: bool = typer.Option(False, "--json", help="One JSON object on stdout (schema vkx.run/1) instead of tables."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
+    seed: int = typer.Option(0, "--seed", metavar="N", help="Seed of the random inputs."),
     device: Optional[str] = typer.Option(None, "--device", metavar="INDEX|NAME",
                                          help="Device index or name substring, as vkx devices lists them "
                                               "[default: VKX_DEVICE, else the first GPU]."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No loading line or upload bar on stderr."),
 ) -> None:
-    """Load FILE on the Vulkan device and run it."""
+    """Load the .pte FILE onto the Vulkan device and run it."""
     paths.program_file(model)
     external, beside = paths.with_external(model, paths.external_files(external_data))
     paths.require_external(model, external)

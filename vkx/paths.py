@@ -92,11 +92,11 @@ def is_same_file(a: Path, b: Path) -> bool:
 
 def output_file(path: Path, option: str, suffixes: tuple[str, ...], inputs: Iterable[Path]) -> Path:
     """A file a command writes: right suffix, in an existing folder, not a directory, none of its inputs."""
+    if path.is_dir():
+        raise UsageError(f"{option} {path} is a directory")
     if path.suffix.lower() not in suffixes:
         raise UsageError(f"{option} {path}: vkx writes a {' or '.join(suffixes)} file here, "
                          f"name it so (for example {path.with_suffix(suffixes[0]).name})")
-    if path.is_dir():
-        raise UsageError(f"{option} {path} is a directory")
     if not path.parent.is_dir():
         raise UsageError(f"{option} {path}: folder {path.parent} does not exist")
     for source in inputs:
