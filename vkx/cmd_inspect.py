@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 
 from vkx import paths
-from vkx.console import console, fail, safe, size, stderr, user_errors
+from vkx.console import console, fail, note, safe, size, user_errors
 from vkx.format.errors import VkxError
 
 VALIDATE_SCHEMA = "vkx.validate/1"
@@ -107,7 +107,7 @@ def _inputs(file: Path, external: list[Path], complete: bool) -> list[Path]:
     if complete:
         paths.require_external(file, external)
     if found is not None:
-        stderr.print(f"using external data {safe(found)} (found beside {safe(file)})")
+        note(f"using external data {found} (found beside {file})")
     return external
 
 

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from vkx import paths
-from vkx.console import MiB, console, fail, safe, size, stderr, user_errors
+from vkx.console import MiB, console, fail, note, safe, size, stderr, user_errors
 
 SCHEMA = "vkx.run/1"
 FILE = typer.Argument(..., metavar="FILE", hidden=True)  # each command's docstring says what it is
@@ -153,7 +153,7 @@ def run(
             raise paths.UsageError("--output needs a run: --repeat 0 only loads")
         paths.output_file(output, "--output", (".safetensors",), [model, *external, *([inputs] if inputs else [])])
     if beside is not None:
-        stderr.print(f"using external data {safe(beside)} (found beside {safe(model)})")
+        note(f"using external data {beside} (found beside {model})")
     import numpy as np
 
     from vkx.loader import load

@@ -36,6 +36,11 @@ def safe(text: object) -> str:
     return escape(plain(text))
 
 
+def note(message: str) -> None:
+    """Tell the user something on stderr, as one unwrapped `vkx: message` line (control characters escaped)."""
+    print(f"vkx: {plain(message)}", file=sys.stderr)
+
+
 def fail(message: str) -> NoReturn:
     """Print `vkx: error: message` on stderr and exit with code 2.
 

@@ -135,7 +135,7 @@ def test_run_output_that_is_its_inputs_is_refused(exported, tmp_path):
     import numpy as np
     from safetensors.numpy import save_file
 
-    save_file({"input_0": np.ones((4, 16), np.float32)}, str(tmp_path / "io.safetensors"))
+    save_file({"input_0": np.ones((4, 64), np.float32)}, str(tmp_path / "io.safetensors"))
     before = (tmp_path / "io.safetensors").read_bytes()
     line = one_error_line(vkx("run", exported / "mlp.pte", "--inputs", tmp_path / "io.safetensors",
                               "--output", tmp_path / "io.safetensors"))
