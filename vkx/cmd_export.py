@@ -108,13 +108,15 @@ def _check_paths(model: Path, output: Optional[Path], external_data: Optional[Pa
     inputs = [model]
     if weights is not None:
         if weights.is_dir() or not weights.exists():
-            raise paths.UsageError(f"--weights {weights}: no such file (a .safetensors state dict)")
+            raise paths.UsageError(f"--weights {weights}: weights file not found (a .safetensors state dict)")
         inputs.append(weights)
-    output = paths.output_file(output or model.with_suffix(".pte"), "-o", (".pte",), inputs)
+    output = paths.output_file(output or model.with_suffix(".pte"), "-o", "the output (a program)", (".pte",),
+                               inputs)
     if external_data is not None:
         if layout == Layout.legacy:
-            raise paths.UsageError("--external-data needs --layout named (legacy keeps weights in the delegate blob)")
-        paths.output_file(external_data, "--external-data", EXTERNAL_SUFFIXES, inputs)
+            raise paths.UsageError("--external-data: external data needs the named layout "
+                                   "(--layout legacy keeps weights in the delegate blob)")
+        paths.output_file(external_data, "--external-data", "external data", EXTERNAL_SUFFIXES, inputs)
         if paths.is_same_file(external_data, output):
             raise paths.UsageError(f"--external-data {external_data} is the output .pte")
     if alignment is not None and (alignment <= 0 or alignment & (alignment - 1)):
@@ -129,7 +131,8 @@ def export(
                                           help="The .pte to write [default: MODEL.pte beside the model]."),
     layout: Layout = typer.Option(Layout.named, help="Where constants go: named data, or inside the delegate blob."),
     external_data: Optional[Path] = typer.Option(
-        None, "--external-data", metavar="FILE", help="Write the weights to this .ptd or .safetensors instead of the .pte."),
+        None, "--external-data", metavar="FILE",
+        help="Write the weights to this .ptd or .safetensors instead of the .pte."),
     dtype: Dtype = typer.Option(Dtype.fp32, help="Store floating constants as fp32 or fp16."),
     weights: Optional[Path] = typer.Option(None, metavar="FILE.safetensors",
                                            help="Load this safetensors state dict into the model first."),
@@ -172,7 +175,8 @@ def export(
 def as_json(report: ExportReport, seconds: float, replaced: list[str]) -> dict:
     """The report for scripts (schema vkx.export/1): sizes in bytes, times in seconds."""
     memory = report.memory
-    return {"schema": SCHEMA, "path": report.path, "replaced": replaced, "external_path": report.external_path, "file_bytes": report.file_bytes,
+    return {"schema": SCHEMA, "path": report.path, "replaced": replaced,
+            "external_path": report.external_path, "file_bytes": report.file_bytes,
             "external_bytes": report.external_bytes, "constant_bytes": report.constant_bytes,
             "constants": report.constants, "distinct_constants": report.distinct_constants,
             "operators": report.operators,

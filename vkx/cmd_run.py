@@ -151,7 +151,8 @@ def run(
     if output is not None:
         if repeat == 0:
             raise paths.UsageError("--output needs a run: --repeat 0 only loads")
-        paths.output_file(output, "--output", (".safetensors",), [model, *external, *([inputs] if inputs else [])])
+        paths.output_file(output, "--output", "the outputs file", (".safetensors",),
+                          [model, *external, *([inputs] if inputs else [])])
     if beside is not None:
         note(f"using external data {beside} (found beside {model})")
     import numpy as np

@@ -90,15 +90,16 @@ def is_same_file(a: Path, b: Path) -> bool:
         return a.resolve() == b.resolve()
 
 
-def output_file(path: Path, option: str, suffixes: tuple[str, ...], inputs: Iterable[Path]) -> Path:
-    """A file a command writes: right suffix, in an existing folder, not a directory, none of its inputs."""
+def output_file(path: Path, option: str, what: str, suffixes: tuple[str, ...], inputs: Iterable[Path]) -> Path:
+    """A file a command writes (`what` names it in messages): right suffix, in an existing folder,
+    not a directory, none of the command's inputs."""
     if path.is_dir():
-        raise UsageError(f"{option} {path} is a directory")
+        raise UsageError(f"{option} {path}: output is a directory")
     if path.suffix.lower() not in suffixes:
-        raise UsageError(f"{option} {path}: vkx writes a {' or '.join(suffixes)} file here, "
-                         f"name it so (for example {path.with_suffix(suffixes[0]).name})")
+        raise UsageError(f"{option} {path}: {what} must be a {' or '.join(suffixes)} file, "
+                         f"for example {path.with_suffix(suffixes[0]).name}")
     if not path.parent.is_dir():
-        raise UsageError(f"{option} {path}: folder {path.parent} does not exist")
+        raise UsageError(f"{option} {path}: output directory does not exist: {path.parent}")
     for source in inputs:
         if is_same_file(path, source):
             raise UsageError(f"{option} {path} is {source}, an input of this command: it would be overwritten")

@@ -1,4 +1,5 @@
-"""`vkx inspect` / `vkx validate`: strings from files reach the terminal escaped; external data is found or asked for."""
+"""`vkx inspect` / `vkx validate`: strings from files reach the terminal escaped; external data is found
+or asked for."""
 from __future__ import annotations
 
 import dataclasses

@@ -61,7 +61,8 @@ def test_run_names_the_backend_of_another_backends_pte(exported, tmp_path):
 
 def test_output_must_be_a_pte(exported):
     line = one_error_line(vkx("export", exported / "mlp.py", "-o", exported / "model.onnx"))
-    assert "writes a .pte" in line and not (exported / "model.onnx").exists()
+    assert "the output (a program) must be a .pte file, for example model.pte" in line
+    assert not (exported / "model.onnx").exists()
 
 
 def test_output_that_is_the_model_is_refused(tmp_path):
@@ -120,9 +121,9 @@ def test_export_checks_paths_and_options_before_importing_torch(tmp_path, args):
 @pytest.mark.parametrize("setup, args, says", [
     (lambda t: (t / "in.txt").write_text("not tensors"), ["--inputs", "{tmp}/in.txt"], "not a safetensors file"),
     (lambda t: None, ["--inputs", "{tmp}/absent.safetensors"], "no such file"),
-    (lambda t: None, ["--output", "{tmp}"], "is a directory"),
+    (lambda t: None, ["--output", "{tmp}"], "output is a directory"),
     (lambda t: None, ["--output", "{tmp}/nofolder/x.safetensors"], "does not exist"),
-    (lambda t: None, ["--output", "{tmp}/x.npy"], "writes a .safetensors"),
+    (lambda t: None, ["--output", "{tmp}/x.npy"], "must be a .safetensors file"),
     (lambda t: None, ["--output", "{tmp}/x.safetensors", "--repeat", "0"], "--repeat 0 only loads"),
 ])
 def test_run_checks_inputs_and_output_first(exported, tmp_path, setup, args, says):
