@@ -160,9 +160,8 @@ def run(
     from vkx.loader import load
     from vkx.loader.device import Device, default_device
     dev = Device(device) if device is not None else default_device()
-    talk = not quiet and stderr.is_terminal
     try:
-        if talk:
+        if not quiet and stderr.is_terminal:
             stderr.print(f"loading {safe(model)} on {safe(dev.name)} ({schedule.value} schedule)")
         bars = _upload_bar(quiet)
         task = bars.add_task("weights", total=None)
