@@ -140,7 +140,6 @@ def _describe(pf: ProgramFile, exts: list[ExternalData]) -> dict[str, Any]:
     A, A_live = activation_totals(v.graph) if v is not None else (0, 0)
     return {
         "schema": SCHEMA,
-        "missing_keys": missing_keys(pf, exts),
         "file": {"path": pf.path, "bytes": pf.size},
         "header": None if h is None else {"length": h.length, "program_size": h.program_size,
                                           "segment_base_offset": h.segment_base_offset,

@@ -60,10 +60,11 @@ def _print(d: dict[str, Any], tensors: bool) -> None:
     console.print(seg)
     for e in d["external"]:
         console.print(f"external {e['kind']}: {safe(e['path'])}  {_size(e['bytes'])}, {e['entries']} entries")
-    if d["missing_keys"]:
-        console.print(f"[red]needs external data:[/] {len(d['missing_keys'])} named key(s) are in no file given "
-                      "(pass --external-data FILE)")
     v = d["vulkan"]
+    missing = {c["key"] for c in v["graph"]["constants"] if c["location"] == "missing"} if v else set()
+    if missing:
+        console.print(f"[red]needs external data:[/] {len(missing)} named key(s) are in no file given "
+                      "(pass --external-data FILE)")
     if v is None:
         found = ", ".join(safe(x["id"]) for x in d["delegates"]) or "none"
         console.print(f"[red]no VulkanBackend delegate[/] (delegates: {found})")
