@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from pathlib import Path
 from typing import Any, Sequence
 
 from . import vkgraph as vk
@@ -16,6 +17,37 @@ from .program import SEGMENT
 from .pte import ProgramFile, VulkanDelegate
 
 SCHEMA = "vkx.describe/1"
+EXTERNAL_SUFFIXES = (".ptd", ".safetensors")
+
+
+def missing_keys(pf: ProgramFile, exts: Sequence[ExternalData] = ()) -> list[str]:
+    """Named keys the VkGraph's constants use that neither the .pte nor `exts` hold (each once, in order)."""
+    if pf.vulkan is None:
+        return []
+    held = [pf.named_data, *(e.named_data for e in exts)]
+    keys = dict.fromkeys(c.named_key for c in pf.vulkan.graph.constants if c.is_named)
+    return [k for k in keys if not any(k in h for h in held)]
+
+
+def external_beside(path: str | os.PathLike) -> Path | None:
+    """The same-stem .ptd (else .safetensors) file beside a .pte, where one exists."""
+    for suffix in EXTERNAL_SUFFIXES:
+        candidate = Path(path).with_suffix(suffix)
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def find_external(path: str | os.PathLike, external: Sequence[str | os.PathLike] = ()) -> Path | None:
+    """The external data file to add for a .pte given with none: its same-stem
+    .ptd/.safetensors, when the .pte lacks named keys its constants use."""
+    if external:
+        return None
+    beside = external_beside(path)
+    if beside is None:
+        return None
+    with ProgramFile.open(path) as pf:
+        return beside if missing_keys(pf) else None
 
 
 def _alignment(offset: int) -> int:

@@ -41,8 +41,8 @@ class BadProgramError(LoadError):
     """The program file or graph is malformed for the loader."""
 
 
-class FileError(LoadError):
-    """A file could not be opened or read."""
+class FileError(LoadError, OSError):
+    """A file could not be opened or read (also an `OSError`, as file problems are in Python)."""
 
 
 class ProgramFormatError(BadProgramError, FormatError):

@@ -5,14 +5,19 @@ searched first, then the .pte's named data, as `resolve_constants` does).
 Legacy-layout constants are views into the delegate blob: the blob's pages
 are released only when prepacking ends. Every file is closed once prepacking
 is over, so no file page stays mapped for the program's lifetime.
+
+With no external data given, a .pte whose named constants are not all inside
+it gets the same-stem .ptd / .safetensors beside it, with a warning that says so.
 """
 from __future__ import annotations
 
 import os
-from typing import Sequence
+import warnings
+from typing import Callable, Sequence
 
 from vkx.format import ExternalData, FileRange, FormatError, ProgramFile, resolve_constants
-from vkx.loader.errors import BadProgramError, FileError, LoadError, as_load_error
+from vkx.format.describe import external_beside, missing_keys
+from vkx.loader.errors import BadProgramError, FileError, LoadError, MissingDataError, as_load_error
 from vkx.loader.named_data import FreeableBuffer
 from vkx.loader.program import load_source
 from vkx.loader.runner import Program
@@ -53,12 +58,14 @@ class FileConstants:
 
 
 def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None, upload: str = "auto",
-         **options) -> Program:
+         progress: Callable[[int, int], None] | None = None, **options) -> Program:
     """Load the Vulkan delegate of the .pte at `path` and return a callable `Program`.
 
     `external_data`: .ptd / .safetensors files searched (in order) before the
-    .pte's own named data. `schedule`: "lazy" (default) or "eager" (the old
-    order, for comparison). `upload`: "auto", "staging" or "direct".
+    .pte's own named data; none given and the .pte needs some: its same-stem
+    file beside it (a warning says so). `schedule`: "lazy" (default) or "eager"
+    (the old order, for comparison). `upload`: "auto", "staging" or "direct".
+    `progress(done_bytes, total_bytes)` is called after each weight's upload.
     Options: staging_chunks, staging_chunk_bytes, memory_budget (bytes).
     """
     from vkx.loader.program import _device
@@ -71,10 +78,21 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
     try:
         pf = ProgramFile.open(path)
         opened.append(pf)
+        if pf.vulkan is None:
+            found = ", ".join(d.id for plan in pf.program.execution_plan for d in plan.delegates)
+            raise BadProgramError(f"{os.fspath(path)}: no VulkanBackend delegate (found {found or 'no delegate'}): "
+                                  "vkx runs programs that vkx export wrote for Vulkan")
+        missing = [] if external_data else missing_keys(pf)
+        if missing:
+            beside = external_beside(path)
+            if beside is None:
+                raise MissingDataError("named_data", f"its constants are in external data ({len(missing)} "
+                                       "named key(s) not in the file, none beside it): pass external_data=FILE",
+                                       pf.path)
+            warnings.warn(f"using external data {beside} (found beside {os.fspath(path)})", stacklevel=2)
+            external_data = [beside]
         for p in external_data:
             opened.append(ExternalData.open(p))
-        if pf.vulkan is None:
-            raise BadProgramError(f"{os.fspath(path)}: no VulkanBackend delegate")
         graph = pf.vulkan.graph
         source = FileConstants(pf, opened[1:])
     except BaseException as error:
@@ -88,7 +106,7 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
         raise
     if own:
         options["on_close"] = _chain(options.get("on_close"), device.close)
-    return load_source(graph, source, schedule, device, upload, timeline=timeline, **options)
+    return load_source(graph, source, schedule, device, upload, timeline=timeline, progress=progress, **options)
 
 
 def _chain(first, second):

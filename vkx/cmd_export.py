@@ -1,21 +1,31 @@
 """`vkx export model.py`: lower a model file to a Vulkan-delegated `.pte`."""
 from __future__ import annotations
 
+import io
 import json
+import logging
+import sys
 import time
+import traceback
+import warnings
+from contextlib import contextmanager, redirect_stderr
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import typer
-from rich.filesize import decimal
 from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from vkx.console import console, user_errors
+from vkx import paths
+from vkx.console import console, fail, plain, plain_lines, size, user_errors
+from vkx.format.describe import EXTERNAL_SUFFIXES
+from vkx.format.errors import VkxError
 
 if TYPE_CHECKING:
     from vkx.export import ExportReport
+
+SCHEMA = "vkx.export/1"
 
 
 class Layout(str, Enum):
@@ -34,7 +44,7 @@ class _Bytes(ProgressColumn):
     def render(self, task) -> Text:
         if not task.total or task.total <= 1:
             return Text("")
-        return Text(f"{decimal(int(task.completed))} / {decimal(int(task.total))}")
+        return Text(f"{size(int(task.completed))} / {size(int(task.total))}")
 
 
 class _Display:
@@ -60,49 +70,113 @@ class _Display:
             self.task = None
 
 
+@contextmanager
+def _quiet_torch(verbose: bool) -> Iterator[None]:
+    """Hold back what torch.export writes on its own: log records, warnings, and the graph it
+    prints to stderr when it fails (20+ lines); vkx's one error line says what failed."""
+    if verbose:
+        yield
+        return
+    previous = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings(), redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(previous)
+
+
+def _print_user_traceback(error: BaseException, model: Path) -> None:
+    """The traceback of an error raised by the model file's own code, from its first frame in that file."""
+    cause = error.__cause__
+    if cause is None:
+        return
+    frames = traceback.extract_tb(cause.__traceback__)
+    mine = [i for i, f in enumerate(frames) if paths.is_same_file(Path(f.filename), model)]
+    if not mine:
+        return
+    lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames[mine[0]:]),
+             *traceback.format_exception_only(cause)]
+    print(plain_lines("".join(lines)), end="", file=sys.stderr)
+
+
+def _check_paths(model: Path, output: Optional[Path], external_data: Optional[Path], weights: Optional[Path],
+                 layout: Layout, alignment: Optional[int]) -> Path:
+    """Every path and option checked before torch is imported; the .pte path to write."""
+    paths.model_file(model)
+    inputs = [model]
+    if weights is not None:
+        if weights.is_dir() or not weights.exists():
+            raise paths.UsageError(f"--weights {weights}: weights file not found (a .safetensors state dict)")
+        inputs.append(weights)
+    output = paths.output_file(output or model.with_suffix(".pte"), "-o", "the output (a program)", (".pte",),
+                               inputs)
+    if external_data is not None:
+        if layout == Layout.legacy:
+            raise paths.UsageError("--external-data: external data needs the named layout "
+                                   "(--layout legacy keeps weights in the delegate blob)")
+        paths.output_file(external_data, "--external-data", "external data", EXTERNAL_SUFFIXES, inputs)
+        if paths.is_same_file(external_data, output):
+            raise paths.UsageError(f"--external-data {external_data} is the output .pte")
+    if alignment is not None and (alignment <= 0 or alignment & (alignment - 1)):
+        raise paths.UsageError(f"--alignment must be a positive power of two, not {alignment}")
+    return output
+
+
 @user_errors
 def export(
-    model: Path = typer.Argument(..., help="Python file whose get_model() returns (module, example_inputs)."),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="The .pte to write [default: beside model]."),
+    model: Path = typer.Argument(..., metavar="MODEL.py", hidden=True),  # the docstring says what it is
+    output: Optional[Path] = typer.Option(None, "-o", "--output", metavar="FILE.pte",
+                                          help="The .pte to write [default: MODEL.pte beside the model]."),
     layout: Layout = typer.Option(Layout.named, help="Where constants go: named data, or inside the delegate blob."),
     external_data: Optional[Path] = typer.Option(
-        None, "--external-data", help="Write the weights to this .ptd or .safetensors instead of the .pte."),
+        None, "--external-data", metavar="FILE",
+        help="Write the weights to this .ptd or .safetensors instead of the .pte."),
     dtype: Dtype = typer.Option(Dtype.fp32, help="Store floating constants as fp32 or fp16."),
-    weights: Optional[Path] = typer.Option(None, help="Load this safetensors state dict into the model first."),
-    alignment: Optional[int] = typer.Option(None, help="Alignment of each constant's bytes in the file."),
+    weights: Optional[Path] = typer.Option(None, metavar="FILE.safetensors",
+                                           help="Load this safetensors state dict into the model first."),
+    alignment: Optional[int] = typer.Option(None, metavar="BYTES",
+                                            help="Alignment of each constant's bytes in the file (a power of two)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print one line instead of the progress display."),
-    json_out: bool = typer.Option(False, "--json", help="Print the report as one JSON object instead."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as one JSON object (schema vkx.export/1)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v",
+                                 help="On failure, show the model code's traceback and torch's own messages."),
 ) -> None:
-    """Export a PyTorch model to a Vulkan .pte (ExecuTorch 1.5.1 compatible)."""
-    from vkx.export import ExportError, export_model, load_model_file, load_weights
-    from vkx.export.api import check_options
+    """Export MODEL.py, a Python file whose get_model() returns (module, example_inputs), to a Vulkan .pte
+    (ExecuTorch 1.5.1 compatible)."""
+    output = _check_paths(model, output, external_data, weights, layout, alignment)
+    replaced = [str(p) for p in (output, external_data) if p is not None and p.exists()]
+    from vkx.export import export_model, load_model_file, load_weights
 
-    if not model.is_file():
-        raise ExportError(f"model file not found: {model}")
-    if weights is not None and not weights.is_file():
-        raise ExportError(f"weights file not found: {weights}")
-    output = output or model.with_suffix(".pte")
-    check_options(output, layout=layout.value, external_data=external_data, dtype=dtype.value, alignment=alignment)
     bars = Progress(SpinnerColumn(), TextColumn("{task.description:<13}"), BarColumn(), _Bytes(),
                     TimeElapsedColumn(), console=console, disable=quiet or json_out)
     started = time.perf_counter()
-    with bars:
-        display = _Display(bars)
-        display.stage("load")
-        module, example_inputs = load_model_file(model)
-        if weights is not None:
-            load_weights(module, weights)
-        report = export_model(module, example_inputs, output, layout=layout.value, external_data=external_data,
-                              dtype=dtype.value, alignment=alignment, progress=display)
-        display.done()
+    try:
+        with bars:
+            display = _Display(bars)
+            display.stage("load")
+            module, example_inputs = load_model_file(model)
+            if weights is not None:
+                load_weights(module, weights)
+            with _quiet_torch(verbose):
+                report = export_model(module, example_inputs, output, layout=layout.value,
+                                      external_data=external_data, dtype=dtype.value, alignment=alignment,
+                                      progress=display)
+            display.done()
+    except VkxError as error:
+        if verbose:
+            _print_user_traceback(error, model)
+        fail(str(error))
     seconds = time.perf_counter() - started
-    print(json.dumps(as_json(report, seconds)) if json_out else summary(report, seconds))
+    print(json.dumps(as_json(report, seconds, replaced)) if json_out else summary(report, seconds, replaced))
 
 
-def as_json(report: ExportReport, seconds: float) -> dict:
-    """The report for scripts: sizes in bytes, times in seconds."""
+def as_json(report: ExportReport, seconds: float, replaced: list[str]) -> dict:
+    """The report for scripts (schema vkx.export/1): sizes in bytes, times in seconds."""
     memory = report.memory
-    return {"path": report.path, "external_path": report.external_path, "file_bytes": report.file_bytes,
+    return {"schema": SCHEMA, "path": report.path, "replaced": replaced,
+            "external_path": report.external_path, "file_bytes": report.file_bytes,
             "external_bytes": report.external_bytes, "constant_bytes": report.constant_bytes,
             "constants": report.constants, "distinct_constants": report.distinct_constants,
             "operators": report.operators,
@@ -111,12 +185,16 @@ def as_json(report: ExportReport, seconds: float) -> dict:
             "stage_seconds": report.seconds, "seconds": seconds}
 
 
-def summary(report: ExportReport, seconds: float) -> str:
-    """One line: what was written, how big, and the activation plan."""
-    where = report.path + (f" + {report.external_path} ({decimal(report.external_bytes)})"
-                           if report.external_path else "")
+def summary(report: ExportReport, seconds: float, replaced: list[str]) -> str:
+    """One line: what was written (and which existing files that replaced), how big, the activation plan."""
+    def named(path: str) -> str:
+        return path + (" (replaced the existing file)" if path in replaced else "")
+
+    where = named(report.path) + (f" + {named(report.external_path)} ({size(report.external_bytes)})"
+                                  if report.external_path else "")
     memory = report.memory
-    return (f"wrote {where}: {decimal(report.file_bytes)}, {report.operators} ops, "
-            f"{report.distinct_constants} constants ({decimal(report.constant_bytes)}), "
-            f"activations {decimal(memory.total_nbytes)} in {len(memory.object_nbytes)} objects "
-            f"(peak live {decimal(memory.peak_live_nbytes)}), {seconds:.2f} s")
+    line = (f"wrote {where}: {size(report.file_bytes)}, {report.operators} ops, "
+            f"{report.distinct_constants} constants ({size(report.constant_bytes)}), "
+            f"activations {size(memory.total_nbytes)} in {len(memory.object_nbytes)} objects "
+            f"(peak live {size(memory.peak_live_nbytes)}), {seconds:.2f} s")
+    return plain(line)

@@ -1,4 +1,9 @@
-"""`vkx inspect` and `vkx validate`: look inside a .pte without torch or Vulkan."""
+"""`vkx inspect` and `vkx validate`: look inside a .pte without torch or Vulkan.
+
+Every string that comes from the file (keys, op names, backend ids, paths) goes
+through `safe()`: a crafted file cannot reach the terminal with escape sequences
+or rich markup.
+"""
 from __future__ import annotations
 
 import json as jsonlib
@@ -6,17 +11,21 @@ from pathlib import Path
 from typing import Any, List
 
 import typer
-from rich.filesize import decimal
 from rich.table import Table
 
-from vkx.console import console, user_errors
+from vkx import paths
+from vkx.console import console, fail, note, safe, size, user_errors
+from vkx.format.errors import VkxError
 
-FILE = typer.Argument(..., help="The .pte file.", exists=False, dir_okay=False)
-EXTERNAL = typer.Option([], "--external-data", help="A .ptd or .safetensors file with named data (repeatable).")
+VALIDATE_SCHEMA = "vkx.validate/1"
+FILE = typer.Argument(..., metavar="FILE", hidden=True)  # each command's docstring says what it is
+EXTERNAL = typer.Option([], "--external-data", metavar="FILE",
+                        help="A .ptd or .safetensors file with named data (repeatable) "
+                             "[default: FILE's same-stem .ptd/.safetensors when FILE needs one].")
 
 
 def _size(n: int) -> str:
-    return f"{decimal(n)} ({n:,} B)" if n >= 1000 else f"{n} B"
+    return f"{size(n)} ({n:,} B)" if n >= 1024 else f"{n} B"
 
 
 def _table(title: str, *columns: str) -> Table:
@@ -29,16 +38,16 @@ def _table(title: str, *columns: str) -> Table:
 def _short(key: str | None, n: int = 16) -> str:
     if key is None:
         return "-"
-    return key if len(key) <= n + 1 else key[:n] + "…"
+    return safe(key if len(key) <= n + 1 else key[:n] + "…")
 
 
 def _used(user: str) -> str:
-    return "named " + _short(user.removeprefix("named_data ")) if user.startswith("named_data ") else user
+    return "named " + _short(user.removeprefix("named_data ")) if user.startswith("named_data ") else safe(user)
 
 
 def _print(d: dict[str, Any], tensors: bool) -> None:
     f, h = d["file"], d["header"]
-    console.print(f"[bold]{f['path']}[/]  {_size(f['bytes'])}")
+    console.print(f"[bold]{safe(f['path'])}[/]  {_size(f['bytes'])}")
     if h:
         console.print(f"program {_size(h['program_size'])}, segments at {h['segment_base_offset']} "
                       f"({_size(h['segment_data_size'])})")
@@ -50,36 +59,57 @@ def _print(d: dict[str, Any], tensors: bool) -> None:
                     ", ".join(_used(u) for u in s["used_by"]) or "[red]unused[/]")
     console.print(seg)
     for e in d["external"]:
-        console.print(f"external {e['kind']}: {e['path']}  {_size(e['bytes'])}, {e['entries']} entries")
+        console.print(f"external {e['kind']}: {safe(e['path'])}  {_size(e['bytes'])}, {e['entries']} entries")
     v = d["vulkan"]
+    missing = {c["key"] for c in v["graph"]["constants"] if c["location"] == "missing"} if v else set()
+    if missing:
+        console.print(f"[red]needs external data:[/] {len(missing)} named key(s) are in no file given "
+                      "(pass --external-data FILE)")
     if v is None:
-        console.print("[red]no VulkanBackend delegate[/]")
+        found = ", ".join(safe(x["id"]) for x in d["delegates"]) or "none"
+        console.print(f"[red]no VulkanBackend delegate[/] (delegates: {found})")
         return
     g = v["graph"]
     console.print(f"\n[bold]VulkanBackend[/] blob {_size(v['blob']['size'])} at {v['blob']['offset']}, "
                   f"VkGraph {_size(v['vh00']['flatbuffer_size'])}, legacy section {_size(v['legacy_section']['size'])}")
-    console.print(f"{g['values']} values, {g['chain_length']} ops, {len(g['constants'])} constants ({g['constant_layout']})")
+    console.print(f"{g['values']} values, {g['chain_length']} ops, {len(g['constants'])} constants "
+                  f"({safe(g['constant_layout'])})")
     ops = _table("Ops", "op", "count")
     for name, n in g["ops"].items():
-        ops.add_row(name, str(n))
+        ops.add_row(safe(name), str(n))
     console.print(ops)
     io = _table("Inputs / outputs", "", "id", "dtype", "dims")
     for kind in ("inputs", "outputs"):
         for t in g[kind]:
-            io.add_row(kind[:-1], str(t["id"]), t.get("dtype", t.get("kind", "")), str(t.get("dims", "")))
+            io.add_row(kind[:-1], str(t["id"]), safe(t.get("dtype", t.get("kind", ""))), str(t.get("dims", "")))
     console.print(io)
     if tensors:
         ct = _table("Constants", "id", "dtype", "dims", "bytes", "key", "where")
         for c in g["constants"]:
-            ct.add_row(str(c["id"]), str(c["dtype"]), str(c["dims"]), _size(c["bytes"]), _short(c["key"]), c["location"])
+            ct.add_row(str(c["id"]), safe(c["dtype"]), str(c["dims"]), _size(c["bytes"]), _short(c["key"]),
+                       "[red]missing[/]" if c["location"] == "missing" else safe(c["location"]))
         console.print(ct)
     t = d["totals"]
-    tot = _table("Load memory (bytes)", "", "bytes", "meaning")
+    tot = _table("Load memory", "", "bytes", "meaning")
     for name, meaning in (("W", "constant bytes"), ("w", "largest constant"),
                           ("A", "activations (shared objects, 4 B/elem)"), ("A_live", "peak live activations"),
                           ("peak_old", "2W + A + w (eager load)"), ("peak_lazy", "W + max(A, 2w) (lazy load)")):
         tot.add_row(name, _size(t[name]), meaning)
     console.print(tot)
+
+
+def _inputs(file: Path, external: list[Path], complete: bool) -> list[Path]:
+    """Check the paths; add the same-stem external data beside FILE when it needs it (and say so on stderr).
+
+    `complete`: fail, saying what to do, when FILE's constants are in external data that is not there.
+    """
+    paths.program_file(file)
+    external, found = paths.with_external(file, paths.external_files(external))
+    if complete:
+        paths.require_external(file, external)
+    if found is not None:
+        note(f"using external data {found} (found beside {file})")
+    return external
 
 
 @user_errors
@@ -89,10 +119,10 @@ def inspect(
     json: bool = typer.Option(False, "--json", help="Print the describe() report as JSON (schema vkx.describe/1)."),
     tensors: bool = typer.Option(False, "--tensors", help="Also list every constant tensor."),
 ) -> None:
-    """Show what is inside a .pte: segments, delegate, VkGraph, constants, load-memory estimates."""
+    """Show what is inside the .pte FILE: segments, delegate, VkGraph, constants, load-memory estimates."""
     from vkx.format.describe import describe
 
-    d = describe(file, external_data)
+    d = describe(file, _inputs(file, external_data, complete=False))
     if json:
         print(jsonlib.dumps(d, indent=1))
     else:
@@ -100,12 +130,29 @@ def inspect(
 
 
 @user_errors
-def validate(file: Path = FILE, external_data: List[Path] = EXTERNAL) -> None:
-    """Check a .pte (and its external data) against every rule of docs/format.md; exit 2 on the first problem."""
+def validate(
+    file: Path = FILE,
+    external_data: List[Path] = EXTERNAL,
+    json: bool = typer.Option(False, "--json", help="Print one JSON object (schema vkx.validate/1), also on failure."),
+) -> None:
+    """Check the .pte FILE (and its external data) against every rule of docs/format.md; exit 2 on the first
+    problem."""
     from vkx.format.validate import validate as run
 
-    r = run(file, external_data)
-    console.print(f"[green]ok[/] {r.path}: {r.segments} segments, {r.constants} constants "
-                  f"({_size(r.constant_bytes)}, {r.layout})")
+    try:
+        r = run(file, _inputs(file, external_data, complete=True))
+    except VkxError as error:
+        if json:
+            print(jsonlib.dumps({"schema": VALIDATE_SCHEMA, "ok": False, "path": str(file), "error": str(error)}))
+        fail(str(error))
+    if json:
+        print(jsonlib.dumps({"schema": VALIDATE_SCHEMA, "ok": True, "path": r.path, "external": r.external,
+                             "segments": r.segments, "named_data": r.named_data, "constants": r.constants,
+                             "constant_bytes": r.constant_bytes, "layout": r.layout, "warnings": r.warnings},
+                            indent=1))
+        return
+    console.print(f"[green]ok[/] {safe(r.path)}: {r.segments} segments, {r.constants} constants "
+                  f"({_size(r.constant_bytes)}, {safe(r.layout)})")
     for w in r.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
+        console.print(f"[yellow]warning:[/] {safe(w)}")
+

@@ -4,17 +4,37 @@ from __future__ import annotations
 import json as jsonlib
 import statistics
 import time
+from enum import Enum
 from pathlib import Path
 from typing import List, Optional
 
 import typer
+from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn
 from rich.table import Table
+from rich.text import Text
 
-from vkx.console import console, fail, user_errors
+from vkx import paths
+from vkx.console import MiB, console, fail, note, safe, size, stderr, user_errors
 
-MiB = 1 << 20
-FILE = typer.Argument(..., help="The .pte file.", dir_okay=False)
-EXTERNAL = typer.Option([], "--external-data", help="A .ptd or .safetensors file with named data (repeatable).")
+SCHEMA = "vkx.run/1"
+FILE = typer.Argument(..., metavar="FILE", hidden=True)  # each command's docstring says what it is
+EXTERNAL = typer.Option([], "--external-data", metavar="FILE",
+                        help="A .ptd or .safetensors file with named data (repeatable) "
+                             "[default: FILE's same-stem .ptd/.safetensors when FILE needs one].")
+# Why a small model shows whole MiB of device memory (loader/memory.py allocates this way).
+BLOCKS = ("device columns count allocated memory: buffers under 4 MiB share blocks of 4 MiB "
+          "(doubling up to 64 MiB), so a small model's weights show as 4.0 MiB")
+
+
+class Schedule(str, Enum):
+    lazy = "lazy"
+    eager = "eager"
+
+
+class Upload(str, Enum):
+    auto = "auto"
+    staging = "staging"
+    direct = "direct"
 
 
 def _mib(n: int) -> str:
@@ -36,9 +56,28 @@ def _random_inputs(specs, seed: int):
     return out
 
 
+def _check_inputs_file(path: Path) -> None:
+    """--inputs must be a readable safetensors file (checked before the device is touched)."""
+    from vkx.format import ExternalData, FormatError
+
+    if path.is_dir() or not path.exists():
+        raise paths.UsageError(f"--inputs {path}: no such file (a .safetensors with input_0, input_1, ...)")
+    try:
+        with ExternalData.open(path) as f:
+            kind = f.kind
+    except FormatError as error:
+        raise paths.UsageError(f"--inputs {path} is not a safetensors file ({error.detail})") from error
+    if kind != "safetensors":
+        raise paths.UsageError(f"--inputs {path} is a .{kind}, not a safetensors file")
+
+
 def _read_inputs(path: Path, specs):
+    from safetensors import SafetensorError
     from safetensors.numpy import load_file
-    tensors = load_file(str(path))
+    try:
+        tensors = load_file(str(path))
+    except SafetensorError as error:
+        fail(f"--inputs {path}: {error}")
     names = [f"input_{i}" for i in range(len(specs))]
     if all(n in tensors for n in names):
         return [tensors[n] for n in names]
@@ -48,59 +87,102 @@ def _read_inputs(path: Path, specs):
          f"found {sorted(tensors)}")
 
 
-def _phase_table(memory: dict) -> Table:
-    t = Table(title="Memory by phase (MiB; peak = VmHWM since the previous phase)", title_justify="left",
-              show_edge=False, header_style="bold")
-    t.add_column("phase", no_wrap=True)
-    for c in ("t (s)", "VmRSS", "peak", "RssAnon", "RssFile", "weights", "activ.", "staging", "io"):
-        t.add_column(c, justify="right", no_wrap=True)
+def _phase_tables(memory: dict) -> tuple[Table, Table]:
+    """Host and device memory per phase, two tables that each fit 80 columns."""
+    host = Table(title="Host memory by phase (MiB; peak = VmHWM since the previous phase)", title_justify="left",
+                 show_edge=False, header_style="bold")
+    device = Table(title="Device memory by phase (MiB allocated)", title_justify="left",
+                   show_edge=False, header_style="bold")
+    for t in (host, device):
+        t.add_column("phase", no_wrap=True)
+    for c in ("t (s)", "VmRSS", "peak", "RssAnon", "RssFile"):
+        host.add_column(c, justify="right", no_wrap=True)
+    for c in ("weights", "activations", "staging", "io"):
+        device.add_column(c, justify="right", no_wrap=True)
     for p in memory["phases"]:
         d = p["device"]
-        t.add_row(p["name"], f"{p['seconds']:.3f}", _mib(p["rss"]), _mib(p["peak_rss"]), _mib(p["rss_anon"]),
-                  _mib(p["rss_file"]), *(_mib(d.get(k, 0)) for k in ("weights", "activations", "staging", "io")))
-    return t
+        host.add_row(safe(p["name"]), f"{p['seconds']:.3f}", _mib(p["rss"]), _mib(p["peak_rss"]),
+                     _mib(p["rss_anon"]), _mib(p["rss_file"]))
+        device.add_row(safe(p["name"]), *(_mib(d.get(k, 0)) for k in ("weights", "activations", "staging", "io")))
+    return host, device
+
+
+class _Bytes(ProgressColumn):
+    def render(self, task) -> Text:
+        return Text(f"{size(int(task.completed))} / {size(int(task.total or 0))}")
+
+
+def _upload_bar(quiet: bool) -> Progress:
+    """The weight-upload bar on stderr; disabled with --quiet and when stderr is not a terminal."""
+    return Progress(TextColumn("weights"), BarColumn(), _Bytes(), console=stderr, transient=True,
+                    disable=quiet or not stderr.is_terminal)
 
 
 @user_errors
 def run(
     model: Path = FILE,
     external_data: List[Path] = EXTERNAL,
-    inputs: Optional[Path] = typer.Option(None, "--inputs", help="safetensors with input_0, input_1, ... "
-                                          "(default: random inputs of the right shapes)."),
-    output: Optional[Path] = typer.Option(None, "--output", help="Write outputs here (output_0, ...)."),
-    schedule: str = typer.Option("lazy", "--schedule", help="lazy (the new order) or eager (the old one)."),
-    upload: str = typer.Option("auto", "--upload", help="auto, staging (ring) or direct (mapped device memory)."),
+    inputs: Optional[Path] = typer.Option(None, "--inputs", metavar="FILE.safetensors",
+                                          help="Inputs input_0, input_1, ... "
+                                               "[default: random inputs of the right shapes]."),
+    output: Optional[Path] = typer.Option(None, "--output", metavar="FILE.safetensors",
+                                          help="Write the first run's outputs here (output_0, ...)."),
+    schedule: Schedule = typer.Option(Schedule.lazy, "--schedule",
+                                      help="lazy: the new load order; eager: the old one, for comparison."),
+    upload: Upload = typer.Option(Upload.auto, "--upload",
+                                  help="staging: through a ring of host buffers; direct: into mapped device "
+                                       "memory; auto: direct where the device has it."),
     trace_memory: bool = typer.Option(False, "--trace-memory", help="Print host RSS and device bytes per phase."),
-    repeat: int = typer.Option(10, "--repeat", min=1, help="Steady-state runs after the first."),
-    json: bool = typer.Option(False, "--json", help="One JSON object on stdout instead of tables."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
-    device: Optional[str] = typer.Option(None, "--device", help="Device index or name substring (else VKX_DEVICE)."),
+    repeat: int = typer.Option(10, "--repeat", min=0, metavar="N",
+                               help="Run N times (0: load only); the first run is timed on its own."),
+    json: bool = typer.Option(False, "--json", help="One JSON object on stdout (schema vkx.run/1) instead of tables."),
+    seed: int = typer.Option(0, "--seed", metavar="N", help="Seed of the random inputs."),
+    device: Optional[str] = typer.Option(None, "--device", metavar="INDEX|NAME",
+                                         help="Device index or name substring, as vkx devices lists them "
+                                              "[default: VKX_DEVICE, else the first GPU]."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No loading line or upload bar on stderr."),
 ) -> None:
-    """Load MODEL on the Vulkan device and run it."""
-    if schedule not in ("lazy", "eager"):
-        fail(f"--schedule must be lazy or eager, not {schedule!r}")
-    if upload not in ("auto", "staging", "direct"):
-        fail(f"--upload must be auto, staging or direct, not {upload!r}")
+    """Load the .pte FILE onto the Vulkan device and run it."""
+    paths.program_file(model)
+    external, beside = paths.with_external(model, paths.external_files(external_data))
+    paths.require_external(model, external)
+    if inputs is not None:
+        _check_inputs_file(inputs)
+    if output is not None:
+        if repeat == 0:
+            raise paths.UsageError("--output needs a run: --repeat 0 only loads")
+        paths.output_file(output, "--output", "the outputs file", (".safetensors",),
+                          [model, *external, *([inputs] if inputs else [])])
+    if beside is not None:
+        note(f"using external data {beside} (found beside {model})")
     import numpy as np
 
     from vkx.loader import load
     from vkx.loader.device import Device, default_device
     dev = Device(device) if device is not None else default_device()
     try:
+        if not quiet and stderr.is_terminal:
+            stderr.print(f"loading {safe(model)} on {safe(dev.name)} ({schedule.value} schedule)")
+        bars = _upload_bar(quiet)
+        task = bars.add_task("weights", total=None)
         t0 = time.perf_counter()
-        program = load(model, [str(p) for p in external_data], schedule=schedule, device=dev, upload=upload)
+        with bars:
+            program = load(model, [str(p) for p in external], schedule=schedule.value, device=dev,
+                           upload=upload.value, progress=lambda done, total: bars.update(task, completed=done,
+                                                                                          total=total))
         load_s = time.perf_counter() - t0
+        outs, first_s, times = [], None, []
         with program:
-            specs = program.input_specs
-            xs = _read_inputs(inputs, specs) if inputs else _random_inputs(specs, seed)
-            t1 = time.perf_counter()
-            outs = program.run_numpy(*xs)
-            first_s = time.perf_counter() - t1
-            times = []
-            for _ in range(repeat):
+            if repeat:
+                specs = program.input_specs
+                xs = _read_inputs(inputs, specs) if inputs else _random_inputs(specs, seed)
                 t1 = time.perf_counter()
-                program.run_numpy(*xs)
-                times.append(time.perf_counter() - t1)
+                outs = program.run_numpy(*xs)
+                first_s = time.perf_counter() - t1
+                for _ in range(repeat - 1):
+                    t1 = time.perf_counter()
+                    program.run_numpy(*xs)
+                    times.append(time.perf_counter() - t1)
             memory = program.memory
         if output:
             from safetensors.numpy import save_file
@@ -108,13 +190,24 @@ def run(
     finally:
         if device is not None:
             dev.close()
+    report = _report(model, schedule.value, memory, load_s, first_s, times, outs, trace_memory)
+    if json:
+        print(jsonlib.dumps(report, indent=1))
+        return
+    _print(report, model, memory, trace_memory, output)
+
+
+def _report(model: Path, schedule: str, memory: dict, load_s: float, first_s: float | None, times: list[float],
+            outs: list, trace_memory: bool) -> dict:
+    """The run for scripts (schema vkx.run/1): bytes exact, times in seconds."""
     phases = memory["phases"]
     base = phases[0]["rss"]
     report = {
-        "model": str(model), "device": memory["device"], "schedule": schedule, "upload": memory["upload"],
-        "load_seconds": load_s, "first_run_seconds": first_s,
-        "steady_run_seconds": {"median": statistics.median(times), "mean": statistics.fmean(times),
-                               "min": min(times), "runs": len(times)},
+        "schema": SCHEMA, "model": str(model), "device": memory["device"], "schedule": schedule,
+        "upload": memory["upload"], "load_seconds": load_s, "first_run_seconds": first_s,
+        "steady_run_seconds": None if not times else {
+            "median": statistics.median(times), "mean": statistics.fmean(times), "min": min(times),
+            "runs": len(times)},
         "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype)} for o in outs],
         "weight_bytes": memory["weight_bytes"], "copies_per_weight_byte": memory["copies_per_weight_byte"],
         "load_peak_rss_over_baseline": max([p["peak_rss"] for p in phases[1:] if p["name"] != "after execute"],
@@ -124,27 +217,34 @@ def run(
     }
     if trace_memory:
         report["phases"] = phases
-    if json:
-        print(jsonlib.dumps(report, indent=1))
-        return
-    console.print(f"[bold]{model}[/] on {report['device']}  schedule={schedule} upload={report['upload']}")
+    return report
+
+
+def _print(report: dict, model: Path, memory: dict, trace_memory: bool, output: Optional[Path]) -> None:
+    console.print(f"[bold]{safe(model)}[/] on {safe(report['device'])}  schedule={report['schedule']} "
+                  f"upload={safe(report['upload'])}")
+    timing = f"load {report['load_seconds'] * 1e3:,.1f} ms"
+    if report["first_run_seconds"] is not None:
+        timing += f"   first run {report['first_run_seconds'] * 1e3:,.2f} ms"
     st = report["steady_run_seconds"]
-    console.print(f"load {load_s * 1e3:,.1f} ms   first run {first_s * 1e3:,.2f} ms   "
-                  f"steady {st['median'] * 1e3:,.2f} ms (median of {st['runs']})")
-    t = Table(show_edge=False, header_style="bold")
-    for c in ("output", "shape", "dtype"):
-        t.add_column(c)
-    for i, o in enumerate(report["outputs"]):
-        t.add_row(str(i), "×".join(map(str, o["shape"])) or "scalar", o["dtype"])
-    console.print(t)
+    if st is not None:
+        timing += f"   steady {st['median'] * 1e3:,.2f} ms (median of {st['runs']})"
+    console.print(timing)
+    if report["outputs"]:
+        t = Table(show_edge=False, header_style="bold")
+        for c in ("output", "shape", "dtype"):
+            t.add_column(c)
+        for i, o in enumerate(report["outputs"]):
+            t.add_row(str(i), "×".join(map(str, o["shape"])) or "scalar", o["dtype"])
+        console.print(t)
     if trace_memory:
-        from rich.console import Console
-        Console(highlight=False, width=max(console.width, 120)).print(_phase_table(memory))
+        for table in _phase_tables(memory):
+            console.print(table)
+        console.print(BLOCKS)
         peaks = report["device_peak_bytes"]
-        console.print(f"peak RSS over baseline: load {_mib(report['load_peak_rss_over_baseline'])} MiB, "
-                      f"with the first run {_mib(report['peak_rss_over_baseline'])} MiB; "
-                      f"weights {_mib(report['weight_bytes'])} MiB copied "
-                      f"{report['copies_per_weight_byte']:.1f}x; device peak "
-                      + ", ".join(f"{k} {_mib(v)}" for k, v in peaks.items() if v) + " MiB")
+        console.print(f"peak RSS over baseline: load {size(report['load_peak_rss_over_baseline'])}, "
+                      f"with the first run {size(report['peak_rss_over_baseline'])}; "
+                      f"weights {size(report['weight_bytes'])} copied {report['copies_per_weight_byte']:.1f}x; "
+                      "device peak " + ", ".join(f"{k} {size(v)}" for k, v in peaks.items() if v))
     if output:
-        console.print(f"wrote {output}")
+        console.print(f"wrote {safe(output)}")

@@ -45,13 +45,14 @@ def test_inspect_tables_with_external_data():
     assert "Segments" in out and "aten.linear.default" in out and "Constants" in out and "peak_lazy" in out
 
 
-def test_validate_ok_and_missing_data():
+def test_validate_ok_and_missing_data(tmp_path):
     code, out, err = run("validate", DATA / "et_mlp_ext.pte", "--external-data", DATA / "et_mlp_ext.ptd")
     assert code == 0 and "ok" in out, err
-    code, out, err = run("validate", DATA / "et_mlp_ext.pte")
+    (tmp_path / "alone.pte").write_bytes((DATA / "et_mlp_ext.pte").read_bytes())  # no .ptd beside it
+    code, out, err = run("validate", tmp_path / "alone.pte")
     assert code == 2
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("vkx: error: ") and "not found in" in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("vkx: error: ") and "pass --external-data FILE" in lines[0]
 
 
 @pytest.mark.parametrize("command", ["inspect", "validate"])

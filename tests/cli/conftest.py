@@ -1,0 +1,41 @@
+"""CLI tests run the real console script, `vkx` beside the test interpreter, in a subprocess."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+VKX = Path(sys.executable).parent / "vkx"
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+
+
+def vkx(*args, cwd: Path | None = None, timeout: int = 300, **env: str) -> subprocess.CompletedProcess:
+    """Run `vkx args...`; text output, never raises on a non-zero exit."""
+    environment = {**os.environ, "VKX_VALIDATION": "1", **env}
+    return subprocess.run([str(VKX), *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                          cwd=cwd, env=environment)
+
+
+def one_error_line(done: subprocess.CompletedProcess) -> str:
+    """The stderr of a failed command, checked to be one `vkx: error:` line with exit code 2."""
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vkx: error: "), done.stderr
+    assert done.stdout == "", done.stdout
+    return lines[0]
+
+
+@pytest.fixture(scope="session")
+def exported(tmp_path_factory) -> Path:
+    """A folder with mlp.py, mlp.pte (self-contained) and ext.pte + ext.ptd (weights outside), exported once."""
+    folder = tmp_path_factory.mktemp("exported")
+    (folder / "mlp.py").write_bytes((EXAMPLES / "mlp.py").read_bytes())
+    for args in ([folder / "mlp.py", "-q"],
+                 [folder / "mlp.py", "-q", "-o", folder / "ext.pte", "--external-data", folder / "ext.ptd"]):
+        done = vkx("export", *args)
+        assert done.returncode == 0, done.stderr
+    return folder

@@ -1,0 +1,37 @@
+"""Every ```sh block of README.md runs as written, in order, in a copy of examples/ (`vkx` = the venv's script)."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+
+from .conftest import EXAMPLES, ROOT, VKX
+
+# The set-up block installs Debian packages and runs the whole suite: not something a test can run.
+SETUP = ["make demo   # exports examples/transformer.py, inspects it, runs it with --trace-memory",
+         "make test   # the whole test suite, with Vulkan validation on"]
+
+
+def sh_blocks(text: str) -> list[str]:
+    return re.findall(r"^```sh\n(.*?)^```$", text, flags=re.S | re.M)
+
+
+def test_readme_commands_run_in_order(tmp_path):
+    blocks = sh_blocks((ROOT / "README.md").read_text())
+    assert blocks[0].splitlines() == SETUP
+    shutil.copytree(EXAMPLES, tmp_path / "examples", ignore=shutil.ignore_patterns("*.pte", "*.ptd", "__pycache__"))
+    env = {**os.environ, "VKX_VALIDATION": "1", "PATH": f"{VKX.parent}{os.pathsep}{os.environ['PATH']}"}
+    ran = 0
+    for block in blocks[1:]:
+        for line in block.splitlines():
+            command = line.split("#")[0].strip()
+            if not command:
+                continue
+            done = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True,
+                                  timeout=300)
+            assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
+            assert "vkx: error" not in done.stderr, f"{command}\n{done.stderr}"
+            ran += 1
+    assert ran >= 10
+    assert (tmp_path / "examples" / "mlp.ptd").is_file() and (tmp_path / "mlp-legacy.pte").is_file()

@@ -1,0 +1,124 @@
+"""`vkx run` and `vkx.load`: JSON schema, load only, readable tables, upload progress, external data beside the .pte."""
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import shutil
+import subprocess
+import warnings
+
+import pytest
+
+import vkx as api
+from vkx.format.errors import VkxError
+
+from .conftest import VKX, vkx
+
+TABLE = re.compile(r"[┃│━╇]")
+
+
+def test_run_json_has_a_schema_and_exact_bytes(exported):
+    done = vkx("run", exported / "mlp.pte", "--json", "--repeat", "3")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["schema"] == "vkx.run/1" and report["steady_run_seconds"]["runs"] == 2
+    assert report["weight_bytes"] == 340008 and isinstance(report["device_peak_total"], int)
+
+
+def test_repeat_zero_only_loads(exported):
+    done = vkx("run", exported / "mlp.pte", "--json", "--repeat", "0")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["first_run_seconds"] is None and report["steady_run_seconds"] is None
+    assert report["outputs"] == [] and report["load_seconds"] > 0
+    human = vkx("run", exported / "mlp.pte", "--repeat", "0")
+    assert human.returncode == 0 and "first run" not in human.stdout and "load " in human.stdout
+
+
+def test_trace_memory_tables_fit_80_columns_in_binary_units(exported):
+    done = vkx("run", exported / "mlp.pte", "--trace-memory", "--repeat", "2", COLUMNS="200")
+    assert done.returncode == 0, done.stderr
+    tables = [line for line in done.stdout.splitlines() if TABLE.search(line) or "by phase" in line]
+    assert len(tables) >= 2 * 8 and max(map(len, tables)) <= 80, max(tables, key=len)
+    assert "Host memory by phase (MiB" in done.stdout and "Device memory by phase (MiB" in done.stdout
+    assert "share blocks of 4 MiB" in done.stdout  # why a small model shows whole MiB of device memory
+    assert not re.search(r"\d (kB|MB|GB)\b", done.stdout)
+    assert "weights 332.0 KiB copied" in " ".join(done.stdout.split())
+
+
+def _on_a_terminal(*args: str) -> str:
+    """stderr of `vkx args` written to a pseudo-terminal (stdout to a pipe)."""
+    leader, follower = pty.openpty()
+    env = {**os.environ, "VKX_VALIDATION": "1", "COLUMNS": "100"}
+    proc = subprocess.Popen([str(VKX), *args], stdout=subprocess.PIPE, stderr=follower, env=env)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the other side is closed
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    proc.communicate(timeout=120)
+    os.close(leader)
+    assert proc.returncode == 0
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_loading_line_and_upload_bar_on_a_terminal_only(exported):
+    shown = _on_a_terminal("run", str(exported / "mlp.pte"), "--repeat", "1")
+    assert f"loading {exported / 'mlp.pte'} on " in shown and "weights" in shown and "332.0 KiB" in shown
+    assert _on_a_terminal("run", str(exported / "mlp.pte"), "--repeat", "1", "--quiet") == ""
+    piped = vkx("run", exported / "mlp.pte", "--repeat", "1")
+    assert piped.returncode == 0 and piped.stderr == ""
+
+
+def test_run_finds_external_data_beside_the_pte(exported, tmp_path):
+    for name in ("ext.pte", "ext.ptd"):
+        shutil.copy(exported / name, tmp_path / name)
+    done = vkx("run", tmp_path / "ext.pte", "--repeat", "1")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == f"vkx: using external data {tmp_path / 'ext.ptd'} (found beside {tmp_path / 'ext.pte'})\n"
+    (tmp_path / "ext.ptd").unlink()
+    done = vkx("run", tmp_path / "ext.pte")
+    assert done.returncode == 2 and "pass --external-data FILE" in done.stderr
+
+
+def test_load_reports_upload_progress(exported):
+    calls = []
+    with api.load(exported / "mlp.pte", progress=lambda done, total: calls.append((done, total))) as program:
+        assert program.input_specs
+    totals = {total for _, total in calls}
+    assert len(calls) == 6 and len(totals) == 1
+    assert [done for done, _ in calls] == sorted(done for done, _ in calls) and calls[-1][0] == calls[-1][1] > 0
+
+
+def test_load_progress_in_the_eager_order(exported):
+    calls = []
+    api.load(exported / "mlp.pte", schedule="eager", progress=lambda d, t: calls.append((d, t))).close()
+    assert len(calls) == 6 and calls[-1][0] == calls[-1][1]
+
+
+def test_load_uses_and_announces_external_data_beside(exported, tmp_path):
+    for name in ("ext.pte", "ext.ptd"):
+        shutil.copy(exported / name, tmp_path / name)
+    with pytest.warns(UserWarning, match="using external data .*ext.ptd"):
+        api.load(tmp_path / "ext.pte").close()
+    (tmp_path / "ext.ptd").unlink()
+    with pytest.raises(VkxError, match="pass external_data=FILE"):
+        api.load(tmp_path / "ext.pte")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a self-contained .pte needs nothing beside it
+        api.load(exported / "mlp.pte").close()
+
+
+def test_missing_file_is_a_file_error_and_an_os_error(tmp_path):
+    from vkx.loader.errors import FileError
+
+    with pytest.raises(FileError) as caught:
+        api.load(tmp_path / "absent.pte")
+    assert isinstance(caught.value, OSError) and isinstance(caught.value, VkxError)

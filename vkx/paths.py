@@ -1,0 +1,110 @@
+"""Checks on the files a command is given, made before torch or Vulkan is imported.
+
+Each failure is a `UsageError` (a `VkxError`): the CLI prints one line and exits 2.
+The messages name the kind of file given when it is the wrong kind.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable
+
+from vkx.format.describe import EXTERNAL_SUFFIXES, find_external, missing_keys
+from vkx.format.errors import VkxError
+
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors")
+
+
+class UsageError(VkxError):
+    """A command was given a path or option value it cannot use."""
+
+
+def _exists(path: Path, what: str) -> None:
+    if not path.exists():
+        raise UsageError(f"{what} not found: {path}")
+
+
+def model_file(path: Path) -> Path:
+    """The .py file `vkx export` runs."""
+    if path.is_dir() or path.suffix.lower() in CHECKPOINT_SUFFIXES:
+        kind = "a folder" if path.is_dir() else f"a {path.suffix} file"
+        raise UsageError(f"{path} is {kind}: vkx export takes a .py file defining get_model(); "
+                         "for a checkpoint use --weights")
+    _exists(path, "model file")
+    if path.suffix.lower() == ".pte":
+        raise UsageError(f"{path} is already a .pte program: vkx inspect or vkx run it")
+    return path
+
+
+def program_file(path: Path) -> Path:
+    """The .pte that `inspect`, `validate` and `run` read."""
+    _exists(path, "file")
+    suffix = path.suffix.lower()
+    if path.is_dir():
+        raise UsageError(f"{path} is a directory, not a .pte file")
+    if suffix == ".py":
+        raise UsageError(f"{path} is a model file: run vkx export first")
+    if suffix in EXTERNAL_SUFFIXES:
+        raise UsageError(f"{path} is a {suffix} (external data), not a program: pass it with --external-data")
+    return path
+
+
+def external_files(paths: Iterable[Path]) -> list[Path]:
+    """The --external-data files: each an existing .ptd or .safetensors file."""
+    out = []
+    for p in paths:
+        _exists(p, "external data file")
+        if p.is_dir():
+            raise UsageError(f"--external-data {p} is a directory, not a .ptd or .safetensors file")
+        out.append(p)
+    return out
+
+
+def with_external(program: Path, external: list[Path]) -> tuple[list[Path], Path | None]:
+    """The external data to use: those given, or the same-stem file beside the .pte when it needs one.
+
+    The second item is the file found beside it (the caller says so), else None.
+    """
+    found = find_external(program, external)
+    return ([found], found) if found is not None else (external, None)
+
+
+def require_external(program: Path, external: list[Path]) -> None:
+    """With no external data to use, fail with what to do when the .pte's named constants are not all in it."""
+    if external:
+        return
+    from vkx.format import ProgramFile
+
+    with ProgramFile.open(program) as pf:
+        missing = missing_keys(pf)
+    if missing:
+        raise UsageError(f"{program}: its constants are in external data ({len(missing)} named key(s) "
+                         "not in the file, none beside it): pass --external-data FILE")
+
+
+def is_same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file (same inode, or the same resolved path for one not yet made)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return a.resolve() == b.resolve()
+
+
+def output_file(path: Path, option: str, what: str, suffixes: tuple[str, ...], inputs: Iterable[Path]) -> Path:
+    """A file a command writes (`what` names it in messages): right suffix, in an existing folder,
+    not a directory, none of the command's inputs."""
+    if path.is_dir():
+        raise UsageError(f"{option} {path}: output is a directory")
+    if path.suffix.lower() not in suffixes:
+        raise UsageError(f"{option} {path}: {what} must be a {' or '.join(suffixes)} file, "
+                         f"for example {path.with_suffix(suffixes[0]).name}")
+    if not path.parent.is_dir():
+        raise UsageError(f"{option} {path}: output directory does not exist: {path.parent}")
+    for source in inputs:
+        if is_same_file(path, source):
+            raise UsageError(f"{option} {path} is {source}, an input of this command: it would be overwritten")
+    return path
+
+
+__all__ = ["UsageError", "model_file", "program_file", "external_files", "with_external", "require_external",
+           "output_file"]
