@@ -53,17 +53,20 @@ class FileConstants:
 
 
 def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None, upload: str = "auto",
-         **options) -> Program:
+         trace_memory: bool = False, **options) -> Program:
     """Load the Vulkan delegate of the .pte at `path` and return a callable `Program`.
 
     `external_data`: .ptd / .safetensors files searched (in order) before the
     .pte's own named data. `schedule`: "lazy" (default) or "eager" (the old
     order, for comparison). `upload`: "auto", "staging" or "direct".
+    `trace_memory`: reset the process's VmHWM at each phase so that
+    `Program.memory["phases"]` has the RSS peak of each (only then is the
+    process-wide counter touched).
     Options: staging_chunks, staging_chunk_bytes, memory_budget (bytes).
     """
     from vkx.loader.program import _device
     device, own = _device(device)  # the device exists before the baseline is taken
-    timeline = Timeline()
+    timeline = Timeline(trace=trace_memory)
     timeline.mark("before load")
     if isinstance(external_data, (str, os.PathLike)):
         external_data = [external_data]

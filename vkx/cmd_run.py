@@ -88,7 +88,8 @@ def run(
     dev = Device(device) if device is not None else default_device()
     try:
         t0 = time.perf_counter()
-        program = load(model, [str(p) for p in external_data], schedule=schedule, device=dev, upload=upload)
+        program = load(model, [str(p) for p in external_data], schedule=schedule, device=dev, upload=upload,
+                       trace_memory=trace_memory)
         load_s = time.perf_counter() - t0
         with program:
             specs = program.input_specs

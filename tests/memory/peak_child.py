@@ -21,7 +21,7 @@ from vkx.loader.device import default_device
 def main() -> None:
     path, schedule, *external = sys.argv[1:]
     device = default_device()
-    with load(path, external, schedule=schedule) as program:
+    with load(path, external, schedule=schedule, trace_memory=True) as program:
         inputs = [np.ones(shape, dtype) for shape, dtype in program.input_specs]
         program(*inputs)
         report = program.memory
