@@ -61,6 +61,14 @@ class DuplicateKeyError(FormatError):
     """A named-data key appears twice."""
 
 
+class NotRegularFileError(FormatError):
+    """The path names a FIFO, directory, device or socket: vkx reads regular files only."""
+
+
+class FileChangedError(FormatError):
+    """The file was truncated or rewritten while vkx read it."""
+
+
 class WriteError(VkxError, OSError):
     """Writing an output file failed (disk full, no permission, ...); names the target file,
     never the hidden temp file it was written to. Also an `OSError` (same errno)."""

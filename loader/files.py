@@ -1,10 +1,10 @@
 """`load(path)`: a .pte (and its .ptd / .safetensors external data) onto the device.
 
-Constants are freeable buffers over the files' own mmaps (external files are
-searched first, then the .pte's named data, as `resolve_constants` does).
-Legacy-layout constants are views into the delegate blob: the blob's pages
-are released only when prepacking ends. Every file is closed once prepacking
-is over, so no file page stays mapped for the program's lifetime.
+Constants are freeable buffers over byte ranges of the files (external files
+are searched first, then the .pte's named data, as `resolve_constants` does),
+read with pread into their destination; nothing is memory-mapped. When
+prepacking ends, every file is checked to be as it was when opened (size and
+mtime: a file rewritten meanwhile is a `BadFileError`) and closed.
 """
 from __future__ import annotations
 
@@ -26,24 +26,23 @@ class FileConstants:
         self.pf, self.externals = pf, externals
         self.ranges: list[FileRange] = resolve_constants(pf, externals)
         self._files = {f.path: f for f in [pf, *externals]}
-        self.legacy_used = False
 
     def get(self, cid: int) -> FreeableBuffer:
         try:
             r = self.ranges[cid]
         except IndexError:
             raise BadProgramError(f"constant {cid} does not exist ({len(self.ranges)} constants)") from None
-        f = self._files[r.path]
-        if not self.pf.vulkan.graph.constants[cid].is_named:
-            self.legacy_used = True
-            return FreeableBuffer.borrowed(f, r.offset, r.size)
-        return FreeableBuffer(f, r.offset, r.size)
+        return FreeableBuffer(self._files[r.path], r.offset, r.size)
 
     def finish_prepack(self) -> None:
-        """Prepacking is over: release the legacy blob and unmap every file."""
-        if self.legacy_used:
-            self.pf.release(self.pf.vulkan.blob)
-        self.close()
+        """Prepacking is over: check that no file changed while it was read, and close them all."""
+        try:
+            for f in self._files.values():
+                f.check_unchanged()
+        except FormatError as error:
+            raise as_load_error(error) from error
+        finally:
+            self.close()
 
     def close(self) -> None:
         self._files = {}
