@@ -36,12 +36,14 @@ class FreeableBuffer:
     def nbytes(self) -> int:
         return self._length
 
-    def hold(self) -> None:
-        """Keep a private host copy from now until `free()` (read from the file once)."""
-        if self._obj is None and not self.freed:
-            data = np.empty(self._length, np.uint8)
-            self.read_into(0, data)
-            self._obj = memoryview(data)
+    def hold(self) -> bool:
+        """Keep a private host copy from now until `free()`; True when that took a read of the file."""
+        if self._obj is not None or self.freed:
+            return False
+        data = np.empty(self._length, np.uint8)
+        self.read_into(0, data)
+        self._obj = memoryview(data)
+        return True
 
     def read_into(self, lo: int, dst) -> None:
         """Copy bytes [lo, lo + len(dst)) of the constant into the writable buffer `dst`."""

@@ -24,7 +24,6 @@ from vkx.loader.staging import StagingRing, submit_copies, wait_and_reset
 lib = vk._vulkan.lib
 
 
-
 def check_size(t: RTensor, host: FreeableBuffer) -> int:
     """The constant's byte count, checked against its tensor's dims and dtype."""
     need = t.nbytes
@@ -57,8 +56,7 @@ class Uploader:
         without, its host copy is kept until `host.free()` (the old runtime's order)."""
         n = check_size(t, host)
         self.weight_bytes += n
-        if not release:
-            host.hold()
+        if not release and host.hold():
             self.host_copy_bytes += n
         if self.mode == "direct":
             host.read_into(0, dst.mapped()[:n])
