@@ -43,7 +43,8 @@ def submit_copies(device: Device, cmd, src: Buffer, regions: list[tuple], fence)
         region[0].srcOffset, region[0].dstOffset, region[0].size = src_off, dst_off, size
         lib.vkCmdCopyBuffer(cmd, src.handle, dst, 1, region)
     vk.vkEndCommandBuffer(cmd)
-    vk.vkQueueSubmit(device.queue, 1, [vk.VkSubmitInfo(pCommandBuffers=[cmd])], fence)
+    with device.submit_lock:
+        vk.vkQueueSubmit(device.queue, 1, [vk.VkSubmitInfo(pCommandBuffers=[cmd])], fence)
 
 
 def wait_and_reset(device: Device, fence) -> None:

@@ -25,7 +25,7 @@ path, n, threads, calls = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(s
 w = torch.from_numpy(weights(n))
 wrong, errors, done = [], [], []
 
-def worker(k, until_closed):
+def worker(program, k, until_closed):
     rng = np.random.default_rng(k)
     i = 0
     while until_closed or i < calls:
@@ -45,25 +45,34 @@ def worker(k, until_closed):
         done.append(1)
         i += 1
 
-def run(until_closed):
-    ts = [threading.Thread(target=worker, args=(k, until_closed)) for k in range(threads)]
+def run(programs, until_closed=False):
+    ts = [threading.Thread(target=worker, args=(programs[k % len(programs)], k, until_closed))
+          for k in range(threads)]
     for t in ts:
         t.start()
     if until_closed:
         while len(done) < 2 * threads and not errors:  # close while calls are in flight
             pass
-        program.close()
+        programs[0].close()
     for t in ts:
         t.join()
 
-program = load(path)
-run(False)
-calls_done = len(done)
-program.close()
-program = load(path)
-run(True)
+calls_done = {}
+p = load(path)
+run([p])                      # 8 threads, one Program
+calls_done["one"] = len(done)
+p.close()
+p = load(path)
+run([p], until_closed=True)   # close() while calls are in flight
+closed = p.closed
+done.clear()
+a, b = load(path), load(path)
+run([a, b])                   # two Programs on one device (one queue), from different threads
+calls_done["two"] = len(done)
+a.close()
+b.close()
 print(json.dumps({"calls": calls_done, "wrong": wrong[:5], "n_wrong": len(wrong), "errors": errors[:5],
-                  "closed": program.closed}))
+                  "closed": closed}))
 """
 
 
@@ -75,5 +84,5 @@ def test_program_is_thread_safe(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     r = json.loads(proc.stdout.splitlines()[-1])
     assert r["errors"] == [] and r["n_wrong"] == 0, r
-    assert r["calls"] == 8 * 50
+    assert r["calls"] == {"one": 8 * 50, "two": 8 * 50}
     assert r["closed"]
