@@ -115,7 +115,8 @@ def child(path: str, external: str | None, schedule: str, upload: str, nbytes: i
     sampler = MemorySampler(device)
     sampler.start()
     start = time.perf_counter()
-    with load(path, [external] if external else [], schedule=schedule, upload=upload) as program:
+    with load(path, [external] if external else [], schedule=schedule, upload=upload,
+              trace_memory=True) as program:
         seconds = time.perf_counter() - start
         sampler.done.set()
         sampler.join()

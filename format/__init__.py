@@ -6,7 +6,8 @@ from typing import Any
 
 from .common import FileRange, ScalarType
 from .errors import (BadMagicError, DuplicateKeyError, FormatError, InvalidValueError, MissingKeyError,
-                     OutOfBoundsError, OverlapError, TruncatedError)
+                     FileChangedError, NotRegularFileError, OutOfBoundsError, OverlapError, TruncatedError,
+                     WriteError)
 from .external import ExternalData, resolve_constants
 from .pte import ProgramFile, VulkanDelegate
 from .describe import describe
@@ -14,7 +15,8 @@ from .validate import ValidationReport, validate
 
 __all__ = [
     "FormatError", "TruncatedError", "BadMagicError", "OutOfBoundsError", "OverlapError", "InvalidValueError",
-    "MissingKeyError", "DuplicateKeyError", "ScalarType", "FileRange", "ProgramFile", "VulkanDelegate",
+    "MissingKeyError", "DuplicateKeyError", "NotRegularFileError", "FileChangedError", "WriteError",
+    "ScalarType", "FileRange", "ProgramFile", "VulkanDelegate",
     "ExternalData", "resolve_constants", "ConstantPayload", "IOSpec", "write_program", "WriteReport",
     "validate", "ValidationReport", "describe",
 ]

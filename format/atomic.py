@@ -1,10 +1,66 @@
-"""Write a file atomically: a temp file in the same folder, fsync, rename."""
+"""Write a file atomically: a temp file in the target's folder, fsync, rename over the target.
+
+Where the filesystem allows it (Linux `O_TMPFILE`), the temp file has no name while it is
+written, so a writer that dies mid-write, even by SIGKILL, leaves nothing behind; it is linked
+as `.NAME.<hex>.tmp` only for the instant before the rename. Elsewhere it is written under
+that name. Either way its writer holds an `flock` on it, and every new write of the same
+target first removes the `.NAME.<hex>.tmp` files whose lock is free (their writer is gone).
+
+Errors are `WriteError`s naming the target, never the hidden temp file.
+"""
 from __future__ import annotations
 
+import errno
 import os
+import re
 import secrets
 from pathlib import Path
 from typing import Callable
+
+from .errors import WriteError
+
+try:
+    import fcntl
+except ImportError:  # no flock (Windows): temp files of dead writers cannot be told apart
+    fcntl = None  # type: ignore[assignment]
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+# what open(O_TMPFILE) gives where the filesystem or kernel does not support it
+_NO_TMPFILE = (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL)
+
+
+def temp_name(path: Path) -> Path:
+    """A fresh `.NAME.<hex>.tmp` beside `path`."""
+    return path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+
+
+def remove_stale(path: Path) -> list[str]:
+    """Remove the temp files of `path` left by writers that died (lock free); returns their names."""
+    if fcntl is None:
+        return []
+    pattern = re.compile(re.escape(f".{path.name}.") + r"[0-9a-f]{8}\.tmp")
+    removed = []
+    try:
+        entries = list(os.scandir(path.parent))
+    except OSError:
+        return []
+    for entry in entries:
+        if not pattern.fullmatch(entry.name) or not entry.is_file(follow_symlinks=False):
+            continue
+        try:
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held by a live writer: BlockingIOError
+            if os.path.samestat(os.fstat(fd), os.lstat(entry.path)):
+                os.unlink(entry.path)
+                removed.append(entry.name)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return removed
 
 
 class AtomicFile:
@@ -15,15 +71,39 @@ class AtomicFile:
         self.on_bytes = on_bytes
         self.pos = 0
         self._committed = False
-        self.tmp = str(self.path.parent / f".{self.path.name}.{secrets.token_hex(4)}.tmp")
-        # os.open (not mkstemp) so the file gets the usual umask-based mode, not 0600
-        self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+        self._old: Path | None = None  # a link to the file commit(keep_old=True) replaced
+        self.tmp = temp_name(self.path)
+        remove_stale(self.path)
+        try:
+            self.fd, self._named = self._create()
+        except OSError as error:
+            raise WriteError(self.path, error) from error
+
+    def _create(self) -> tuple[int, bool]:
+        """(fd, whether the temp file has a name); the file is locked against remove_stale."""
+        flags = os.O_WRONLY | _CLOEXEC
+        fd, named = -1, True
+        if hasattr(os, "O_TMPFILE") and os.path.isdir("/proc/self/fd"):
+            try:
+                # the mode is 0o666 less the umask, as for any new file (mkstemp would give 0o600)
+                fd, named = os.open(self.path.parent, flags | os.O_TMPFILE, 0o666), False
+            except OSError as error:
+                if error.errno not in _NO_TMPFILE:
+                    raise
+        if fd < 0:
+            fd = os.open(self.tmp, flags | os.O_CREAT | os.O_EXCL, 0o666)
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        return fd, named
 
     def write(self, data) -> None:
         mv = memoryview(data).cast("B")
         done = 0
-        while done < mv.nbytes:
-            done += os.write(self.fd, mv[done:])
+        try:
+            while done < mv.nbytes:
+                done += os.write(self.fd, mv[done:])
+        except OSError as error:
+            raise WriteError(self.path, error) from error
         self.pos += mv.nbytes
         if self.on_bytes is not None and mv.nbytes:
             self.on_bytes(mv.nbytes)
@@ -34,29 +114,63 @@ class AtomicFile:
         if offset > self.pos:
             self.write(bytes(offset - self.pos))
 
-    def commit(self) -> None:
-        """fsync and rename into place."""
-        os.fsync(self.fd)
+    def commit(self, keep_old: bool = False) -> None:
+        """fsync and rename into place; with `keep_old`, uncommit() can bring back the file replaced."""
+        try:
+            os.fsync(self.fd)
+            if not self._named:
+                # linkat(AT_SYMLINK_FOLLOW) through /proc names an O_TMPFILE inode (src_dir_fd makes
+                # os.link use linkat; the path is absolute, so the fd itself is not used)
+                dfd = os.open(self.path.parent, os.O_RDONLY | _CLOEXEC)
+                try:
+                    os.link(f"/proc/self/fd/{self.fd}", self.tmp, src_dir_fd=dfd, follow_symlinks=True)
+                finally:
+                    os.close(dfd)
+                self._named = True
+            if keep_old and self.path.is_file():
+                self._old = self._keep_old()
+            os.replace(self.tmp, self.path)
+        except OSError as error:
+            self._drop_old()
+            raise WriteError(self.path, error) from error
+        self._committed = True
         os.close(self.fd)
         self.fd = -1
-        os.replace(self.tmp, self.path)
-        self._committed = True
+        _fsync_folder(self.path.parent)
+
+    def _keep_old(self) -> Path:
+        """A second name for the file at `path`, so that it survives the rename over it."""
+        old = self.path.parent / f".{self.path.name}.{secrets.token_hex(4)}.old"
         try:
-            dfd = os.open(self.path.parent, os.O_RDONLY)
-        except OSError:
+            os.link(self.path, old)
+        except OSError:  # no hard links on this filesystem: move it (the path is briefly absent)
+            os.rename(self.path, old)
+        return old
+
+    def _drop_old(self) -> None:
+        """The rename did not happen: the old file keeps (or gets back) its name alone."""
+        if self._old is None:
             return
-        try:
-            os.fsync(dfd)
-        except OSError:
-            pass
-        finally:
-            os.close(dfd)
+        if self.path.exists():
+            self._old.unlink(missing_ok=True)
+        else:
+            os.replace(self._old, self.path)
+        self._old = None
 
     def uncommit(self) -> None:
-        """Remove a committed file again (a later step of the same write failed)."""
-        if self._committed:
-            self.path.unlink(missing_ok=True)
-            self._committed = False
+        """Undo commit() (a later step of the same write failed): bring back the old file, or remove."""
+        if not self._committed:
+            return
+        self._committed = False
+        try:
+            if self._old is not None:
+                os.replace(self._old, self.path)
+                self._old = None
+            else:
+                self.path.unlink(missing_ok=True)
+        except OSError as error:
+            raise WriteError(self.path, error) from error
+        _fsync_folder(self.path.parent)
 
     def __enter__(self) -> AtomicFile:
         return self
@@ -65,8 +179,22 @@ class AtomicFile:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-        if not self._committed:
-            try:
-                os.unlink(self.tmp)
-            except FileNotFoundError:
-                pass
+        if self._named and not self._committed:
+            self.tmp.unlink(missing_ok=True)
+        if self._old is not None and self._committed:
+            self._old.unlink(missing_ok=True)
+            self._old = None
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a rename durable (best effort: some filesystems cannot fsync a folder)."""
+    try:
+        dfd = os.open(folder, os.O_RDONLY | _CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)

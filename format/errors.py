@@ -5,6 +5,8 @@ all derive from it without importing upward (docs/architecture.md).
 """
 from __future__ import annotations
 
+import os
+
 
 class VkxError(Exception):
     """A problem with the user's input (file, model, option, device).
@@ -57,3 +59,22 @@ class MissingKeyError(FormatError):
 
 class DuplicateKeyError(FormatError):
     """A named-data key appears twice."""
+
+
+class NotRegularFileError(FormatError):
+    """The path names a FIFO, directory, device or socket: vkx reads regular files only."""
+
+
+class FileChangedError(FormatError):
+    """The file was truncated or rewritten while vkx read it."""
+
+
+class WriteError(VkxError, OSError):
+    """Writing an output file failed (disk full, no permission, ...); names the target file,
+    never the hidden temp file it was written to. Also an `OSError` (same errno)."""
+
+    def __init__(self, path: str | os.PathLike, error: OSError):
+        OSError.__init__(self, error.errno, error.strerror or str(error), os.fspath(path))
+
+    def __str__(self) -> str:
+        return f"{self.filename}: cannot write: {self.strerror}"

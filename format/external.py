@@ -11,7 +11,7 @@ from .common import FileRange
 from .errors import (BadMagicError, DuplicateKeyError, FormatError, InvalidValueError, MissingKeyError,
                      OutOfBoundsError, TruncatedError)
 from .flatbuf import Reader
-from .mapped import MappedFile
+from .infile import InputFile
 from .pte import VULKAN_BACKEND, ProgramFile
 
 FT_HEADER_LENGTH = 40
@@ -28,7 +28,7 @@ class FlatTensorHeader:
     segment_data_size: int
 
 
-class ExternalData(MappedFile):
+class ExternalData(InputFile):
     """Named data kept outside the .pte: a .ptd (FlatTensor) or a .safetensors file."""
 
     kind: str
@@ -40,24 +40,34 @@ class ExternalData(MappedFile):
 
     def _load(self) -> None:
         """A .ptd or a .safetensors file, chosen by content."""
-        buf = self.buf
+        buf = self.read(0, min(self.size, 8 + FT_HEADER_LENGTH))
         self.named_data, self.dtypes, self.header = {}, {}, None
         if self.size >= 8 and bytes(buf[4:8]) == b"FT01":
             self.kind = "ptd"
-            self._load_ptd()
+            self._load_ptd(buf)
         elif self.path.endswith(".ptd"):
             raise BadMagicError("header", f"file identifier {bytes(buf[4:8])!r}, expected b'FT01'", self.path)
         else:
             self.kind = "safetensors"
             self._load_safetensors()
 
+    def _unique_pairs(self, pairs: list[tuple[str, object]]) -> dict:
+        """A JSON object whose keys are unique (json.loads would keep the last of a repeated key)."""
+        out: dict = {}
+        for key, value in pairs:
+            if key in out:
+                raise DuplicateKeyError("header", f"key {key!r} appears twice in the JSON header", self.path)
+            out[key] = value
+        return out
+
     def _add(self, key: str, r: FileRange, where: str) -> None:
         if key in self.named_data:
             raise DuplicateKeyError(where, f"key {key!r} appears twice", self.path)
         self.named_data[key] = r
 
-    def _load_ptd(self) -> None:
-        buf, path = self.buf, self.path
+    def _load_ptd(self, buf: bytearray) -> None:
+        """`buf`: the file's first bytes, up to the end of the header."""
+        path = self.path
         if self.size >= 12 and bytes(buf[8:12]) != b"FH01":
             raise BadMagicError("header", f"header magic {bytes(buf[8:12])!r}, expected b'FH01'", path)
         if self.size < 8 + FT_HEADER_LENGTH:
@@ -69,7 +79,8 @@ class ExternalData(MappedFile):
             raise TruncatedError("header.flatbuffer_size", f"flatbuffer [0, {h.flatbuffer_offset + h.flatbuffer_size}) runs past the end of the file ({self.size} bytes)", path)
         if h.segment_base_offset + h.segment_data_size > self.size:
             raise TruncatedError("header.segment_data_size", f"segment data [{h.segment_base_offset}, +{h.segment_data_size}) runs past the end of the file ({self.size} bytes)", path)
-        root = Reader(buf, 0, h.flatbuffer_offset + h.flatbuffer_size, path).root(b"FT01", "flat_tensor")
+        fb_end = h.flatbuffer_offset + h.flatbuffer_size
+        root = Reader(self.read(0, fb_end), 0, fb_end, path).root(b"FT01", "flat_tensor")
         version = root.scalar(0, "I", "version")
         if version > 0:
             raise InvalidValueError("version", f"{version} is newer than supported (0)", path)
@@ -90,14 +101,14 @@ class ExternalData(MappedFile):
             self._add(key, ranges[idx], f"named_data[{i}].key")
 
     def _load_safetensors(self) -> None:
-        buf, path = self.buf, self.path
+        path = self.path
         if self.size < 8:
             raise TruncatedError("header", "safetensors length prefix cut short", path)
-        n = struct.unpack_from("<Q", buf, 0)[0]
+        n = struct.unpack_from("<Q", self.read(0, 8), 0)[0]
         if n > SAFETENSORS_MAX_HEADER or 8 + n > self.size:
             raise TruncatedError("header", f"JSON header of {n} bytes does not fit in the file ({self.size} bytes)", path)
         try:
-            meta = json.loads(bytes(buf[8:8 + n]).decode("utf-8"))
+            meta = json.loads(self.read(8, n).decode("utf-8"), object_pairs_hook=self._unique_pairs)
         except (UnicodeDecodeError, ValueError, RecursionError) as e:
             raise InvalidValueError("header", f"JSON header is unreadable ({type(e).__name__})", path) from None
         if not isinstance(meta, dict):

@@ -9,7 +9,7 @@ from . import vkgraph as vk
 from .common import FileRange
 from .errors import BadMagicError, DuplicateKeyError, InvalidValueError, OutOfBoundsError, TruncatedError
 from .flatbuf import Reader
-from .mapped import MappedFile
+from .infile import InputFile
 from .program import INLINE, Program, decode_program
 from .vkgraph_decode import decode_vkgraph
 
@@ -78,8 +78,8 @@ def parse_vh00(buf, blob: FileRange, where: str) -> tuple[int, int, int, int, in
     return hlen, fbo, fbs, bo, bs
 
 
-class ProgramFile(MappedFile):
-    """A .pte opened lazily from an mmap: metadata is decoded, segment bytes are not read."""
+class ProgramFile(InputFile):
+    """A .pte opened lazily: its metadata is read and decoded, segment bytes are not read."""
 
     header: ExtendedHeader | None
     program: Program
@@ -87,12 +87,13 @@ class ProgramFile(MappedFile):
     named_data: dict[str, FileRange]
 
     def _load(self) -> None:
-        buf, path = self.buf, self.path
-        self.header = h = parse_extended_header(buf, path)
+        path = self.path
+        self.header = h = parse_extended_header(self.read(0, min(self.size, 40)), path)
         program_size = self.size if h is None else h.program_size
         if program_size > self.size or program_size < 8:
             raise TruncatedError("header.program_size", f"{program_size} but the file has {self.size} bytes", path)
-        self._program_reader = Reader(buf, 0, program_size, path)
+        # the program flatbuffer (all of a file without extended header) in private memory
+        self._program_reader = Reader(self.read(0, program_size), 0, program_size, path)
         self.program = p = decode_program(self._program_reader)
         sbo = 0 if h is None else h.segment_base_offset
         segs = p.segments or ()
@@ -142,8 +143,9 @@ class ProgramFile(MappedFile):
         blob = self.delegate_blob(pi, di)
         where = f"execution_plan[{pi}].delegates[{di}].processed"
         with self.metadata_reads():
-            hlen, fbo, fbs, bo, bs = parse_vh00(self.buf, blob, where)
-            graph = decode_vkgraph(Reader(self.buf, blob.offset + fbo, fbs, self.path))
+            head = self.read(blob.offset, min(blob.size, 32))
+            hlen, fbo, fbs, bo, bs = parse_vh00(head, FileRange(blob.path, 0, blob.size), where)
+            graph = decode_vkgraph(Reader(self.read(blob.offset + fbo, fbs), 0, fbs, self.path))
         section = bs if bs else blob.size - bo
         return VulkanDelegate(
             graph=graph, blob=blob, legacy_section=FileRange(self.path, blob.offset + bo, section),

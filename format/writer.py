@@ -185,7 +185,7 @@ def write_program(path: str | os.PathLike, graph: vk.VkGraph, payloads: Sequence
                 else:
                     _write_ptd(ext, named, alignment)
                 ext_bytes = ext.pos
-                ext.commit()
+                ext.commit(keep_old=True)  # a failure to commit the .pte brings back the old one
                 try:
                     out.commit()
                 except BaseException:

@@ -1,8 +1,8 @@
 """The Vulkan loader: `load(path)` / `load_graph(graph, constants)` -> `Program`.
 
 Modules: device (instance, device, queue, validation), memory (allocator +
-ledger), staging (upload ring), named_data (freeable buffers over mmap'd
-files), shaders (glslc + pipeline cache), graph (OpBuilder, dispatch list),
+ledger), staging (upload ring), named_data (freeable buffers read from
+the files with pread), shaders (glslc + pipeline cache), graph (OpBuilder, dispatch list),
 prepack (constant upload), record (execute command buffer), runner (Program),
 trace (memory timeline), program (load orders).
 """

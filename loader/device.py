@@ -192,6 +192,9 @@ class Device:
         dci = vk.VkDeviceCreateInfo(pNext=enabled, pQueueCreateInfos=[qci], ppEnabledExtensionNames=exts)
         self.device = vk.vkCreateDevice(self.physical, dci, None)
         self.queue = vk.vkGetDeviceQueue(self.device, self.queue_family, 0)
+        # vkQueueSubmit needs the queue externally synchronised: Programs on one device may be
+        # called from different threads (each Program serialises its own calls)
+        self.submit_lock = threading.Lock()
         self.command_pool = vk.vkCreateCommandPool(self.device, vk.VkCommandPoolCreateInfo(
             flags=vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT, queueFamilyIndex=self.queue_family), None)
 

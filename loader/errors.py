@@ -3,7 +3,7 @@ program is a `LoadError` (a `VkxError`: the CLI prints one line, exit 2)."""
 from __future__ import annotations
 
 from vkx.format.errors import VkxError
-from vkx.format.errors import FormatError, MissingKeyError
+from vkx.format.errors import FileChangedError, FormatError, MissingKeyError, NotRegularFileError
 from vkx.loader.ops import UnsupportedOpError as _OpsUnsupported
 
 
@@ -53,8 +53,14 @@ class MissingDataError(ProgramFormatError, MissingKeyError):
     """A constant's named key is not in any of the files given."""
 
 
-def as_load_error(error: FormatError) -> ProgramFormatError:
-    """The loader's typed twin of a format error (same where/detail/path)."""
+class BadFileError(FileError, FormatError):
+    """A file is not a regular file, or was truncated or rewritten while it was loaded."""
+
+
+def as_load_error(error: FormatError) -> FormatError:
+    """The loader's typed twin of a format error (same where/detail/path): a LoadError too."""
+    if isinstance(error, (NotRegularFileError, FileChangedError)):
+        return BadFileError(error.where, error.detail, error.path)
     cls = MissingDataError if isinstance(error, MissingKeyError) else ProgramFormatError
     return cls(error.where, error.detail, error.path)
 

@@ -1,10 +1,10 @@
 """`load(path)`: a .pte (and its .ptd / .safetensors external data) onto the device.
 
-Constants are freeable buffers over the files' own mmaps (external files are
-searched first, then the .pte's named data, as `resolve_constants` does).
-Legacy-layout constants are views into the delegate blob: the blob's pages
-are released only when prepacking ends. Every file is closed once prepacking
-is over, so no file page stays mapped for the program's lifetime.
+Constants are freeable buffers over byte ranges of the files (external files
+are searched first, then the .pte's named data, as `resolve_constants` does),
+read with pread into their destination; nothing is memory-mapped. When
+prepacking ends, every file is checked to be as it was when opened (size and
+mtime: a file rewritten meanwhile is a `BadFileError`) and closed.
 
 With no external data given, a .pte whose named constants are not all inside
 it gets the same-stem .ptd / .safetensors beside it, with a warning that says so.
@@ -31,24 +31,23 @@ class FileConstants:
         self.pf, self.externals = pf, externals
         self.ranges: list[FileRange] = resolve_constants(pf, externals)
         self._files = {f.path: f for f in [pf, *externals]}
-        self.legacy_used = False
 
     def get(self, cid: int) -> FreeableBuffer:
         try:
             r = self.ranges[cid]
         except IndexError:
             raise BadProgramError(f"constant {cid} does not exist ({len(self.ranges)} constants)") from None
-        f = self._files[r.path]
-        if not self.pf.vulkan.graph.constants[cid].is_named:
-            self.legacy_used = True
-            return FreeableBuffer.borrowed(f, r.offset, r.size)
-        return FreeableBuffer(f, r.offset, r.size)
+        return FreeableBuffer(self._files[r.path], r.offset, r.size)
 
     def finish_prepack(self) -> None:
-        """Prepacking is over: release the legacy blob and unmap every file."""
-        if self.legacy_used:
-            self.pf.release(self.pf.vulkan.blob)
-        self.close()
+        """Prepacking is over: check that no file changed while it was read, and close them all."""
+        try:
+            for f in self._files.values():
+                f.check_unchanged()
+        except FormatError as error:
+            raise as_load_error(error) from error
+        finally:
+            self.close()
 
     def close(self) -> None:
         self._files = {}
@@ -58,7 +57,8 @@ class FileConstants:
 
 
 def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None, upload: str = "auto",
-         progress: Callable[[int, int], None] | None = None, **options) -> Program:
+         progress: Callable[[int, int], None] | None = None, trace_memory: bool = False,
+         **options) -> Program:
     """Load the Vulkan delegate of the .pte at `path` and return a callable `Program`.
 
     `external_data`: .ptd / .safetensors files searched (in order) before the
@@ -66,11 +66,14 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
     file beside it (a warning says so). `schedule`: "lazy" (default) or "eager"
     (the old order, for comparison). `upload`: "auto", "staging" or "direct".
     `progress(done_bytes, total_bytes)` is called after each weight's upload.
+    `trace_memory`: reset the process's VmHWM at each phase so that
+    `Program.memory["phases"]` has the RSS peak of each (only then is the
+    process-wide counter touched).
     Options: staging_chunks, staging_chunk_bytes, memory_budget (bytes).
     """
     from vkx.loader.program import _device
     device, own = _device(device)  # the device exists before the baseline is taken
-    timeline = Timeline()
+    timeline = Timeline(trace=trace_memory)
     timeline.mark("before load")
     if isinstance(external_data, (str, os.PathLike)):
         external_data = [external_data]

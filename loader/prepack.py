@@ -2,41 +2,35 @@
 
 A device tensor has its constant's dtype, so an upload is a byte copy and the
 device bytes of a weight equal its bytes in the file. Three ways, one per load mode:
-- "direct": the destination is DEVICE_LOCAL|HOST_VISIBLE; numpy copies
-  straight from the mmap'd file into it (one copy of every byte), releasing
-  the file pages chunk by chunk.
-- "ring": the destination is device memory; bytes go through the fixed
-  `StagingRing` (host copy into a chunk, then vkCmdCopyBuffer).
-- "eager" (the old order): a full-size staging buffer per tensor, copied with
-  vkCmdCopyBuffer, waited for, then freed; host copies are kept.
+- "direct": the destination is DEVICE_LOCAL|HOST_VISIBLE; the file's bytes
+  are read (pread) straight into it: one copy of every byte, no host copy.
+- "ring": the destination is device memory; bytes are read into the fixed
+  `StagingRing`'s chunks, then copied with vkCmdCopyBuffer.
+- "eager" (the old order): host copies are read and kept until the end of the
+  load; a full-size staging buffer per tensor, copied with vkCmdCopyBuffer,
+  waited for, then freed.
 """
 from __future__ import annotations
 
-import numpy as np
 import vulkan as vk
 
-from vkx.format import vkgraph as g
-from vkx.loader.copy import copy_cast
 from vkx.loader.device import Device
 from vkx.loader.errors import BadProgramError
 from vkx.loader.graph import RTensor
-from vkx.loader.memory import Allocator, Buffer, MiB
+from vkx.loader.memory import Allocator, Buffer
 from vkx.loader.named_data import FreeableBuffer
 from vkx.loader.staging import StagingRing, submit_copies, wait_and_reset
 
 lib = vk._vulkan.lib
 
-CHUNK = 4 * MiB  # file pages in flight per constant on the direct path
-BYTES = np.dtype(np.uint8)
 
-
-def source_bytes(t: RTensor, host: FreeableBuffer) -> np.ndarray:
-    """The constant's bytes as a 1-D uint8 view (checked against its dims and dtype)."""
+def check_size(t: RTensor, host: FreeableBuffer) -> int:
+    """The constant's byte count, checked against its tensor's dims and dtype."""
     need = t.nbytes
     if host.nbytes != need:
         raise BadProgramError(f"constant value {t.vid} (constant {t.constant_id}): {host.nbytes} bytes, "
                               f"but dims {t.arg.shape} of {t.arg.dtype} need {need}")
-    return host.array(BYTES)
+    return need
 
 
 class Uploader:
@@ -58,34 +52,30 @@ class Uploader:
         return self.allocator.buffer(t.nbytes, "weights", self.want)
 
     def upload(self, t: RTensor, host: FreeableBuffer, dst: Buffer, release: bool) -> None:
-        """Copy one constant into `dst`; with `release`, free host pages as soon as they are staged."""
-        src = source_bytes(t, host)
-        n = src.size
+        """Copy one constant into `dst`; with `release` the host keeps nothing of it afterwards,
+        without, its host copy is kept until `host.free()` (the old runtime's order)."""
+        n = check_size(t, host)
         self.weight_bytes += n
-        on_chunk = host.free_range if release else None
+        if not release and host.hold():
+            self.host_copy_bytes += n
         if self.mode == "direct":
-            view = np.frombuffer(dst.mapped(), BYTES, count=n)
-            for lo in range(0, n, CHUNK):
-                hi = min(n, lo + CHUNK)
-                copy_cast(view[lo:hi], src[lo:hi])
-                if on_chunk:
-                    on_chunk(lo, hi)
+            host.read_into(0, dst.mapped()[:n])
             self.host_copy_bytes += n
         elif self.mode == "ring":
-            self.ring.upload(src, dst, BYTES, on_chunk=on_chunk)
+            self.ring.upload(host, dst)
             self.host_copy_bytes += n
             self.device_copy_bytes += n
         else:
-            self._eager(src, dst, n)
+            self._eager(host, dst, n)
         if release:
             host.free()
 
-    def _eager(self, src: np.ndarray, dst: Buffer, n: int) -> None:
+    def _eager(self, host: FreeableBuffer, dst: Buffer, n: int) -> None:
         if n == 0:
             return
         staging = self.allocator.buffer(n, "staging", "host")
         try:
-            copy_cast(np.frombuffer(staging.mapped(), BYTES, count=n), src)
+            host.read_into(0, staging.mapped()[:n])
             self.host_copy_bytes += n
             if self._cmd is None:
                 self._cmd = self.device.command_buffer()

@@ -122,7 +122,8 @@ class Executor:
 
     def run(self) -> None:
         d = self.device
-        r = lib.vkQueueSubmit(d.queue, 1, self._submit, self.fence)
+        with d.submit_lock:
+            r = lib.vkQueueSubmit(d.queue, 1, self._submit, self.fence)
         if r != vk.VK_SUCCESS:
             raise DeviceError(f"vkQueueSubmit failed ({r})")
         r = lib.vkWaitForFences(d.device, 1, self._fences, vk.VK_TRUE, UINT64_MAX)

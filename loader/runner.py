@@ -11,6 +11,8 @@ bfloat16 inputs and outputs (rounded to bfloat16 on the way in, as torch rounds)
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from vkx.format import dtypes, vkgraph as g
@@ -86,7 +88,10 @@ class _Port:
 
 
 class Program:
-    """A loaded graph: call it with tensors; `close()` (or `with`) releases its device memory."""
+    """A loaded graph: call it with tensors; `close()` (or `with`) releases its device memory.
+
+    Safe to call from several threads: calls run one at a time.
+    """
 
     def __init__(self, resources, graph: g.VkGraph, executor, io_in, io_out, schedule: str, upload: str):
         self._resources = resources
@@ -107,6 +112,9 @@ class Program:
         self._out = [_Port(t, io) for t, io in io_out]
         self.closed = False
         self._executed = False
+        # One recorded command buffer, one fence and one set of io buffers serve every call, so a
+        # call (write inputs, submit, wait, read outputs) must not overlap another call or close().
+        self._lock = threading.Lock()
 
     # -- signatures --------------------------------------------------------------
     @property
@@ -121,8 +129,6 @@ class Program:
 
     # -- calling -------------------------------------------------------------------
     def _run(self, arrays, torch_out: bool) -> list[np.ndarray]:
-        if self.closed:
-            raise LoadError("program is closed")
         if len(arrays) != len(self._in):
             raise InputError(f"expected {len(self._in)} input(s), got {len(arrays)}")
         given = []
@@ -133,13 +139,16 @@ class Program:
             if name not in p.accepts:
                 raise InputError(f"input {i}: dtype {name}, expected {p.dtype}")
             given.append((p, a, name))
-        for p, a, name in given:
-            p.write(a, name)
-        self._executor.run()
-        if not self._executed:
-            self._executed = True
-            self.timeline.mark("after execute")
-        return [p.read(torch_out) for p in self._out]
+        with self._lock:
+            if self.closed:
+                raise LoadError("program is closed")
+            for p, a, name in given:
+                p.write(a, name)
+            self._executor.run()
+            if not self._executed:
+                self._executed = True
+                self.timeline.mark("after execute")
+            return [p.read(torch_out) for p in self._out]
 
     def run_numpy(self, *arrays) -> list[np.ndarray]:
         """Run on numpy arrays (or anything numpy takes); returns one array per output."""
@@ -166,11 +175,14 @@ class Program:
 
     # -- lifetime -----------------------------------------------------------------------
     def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        self._in = self._out = []  # drop views before the memory goes
-        self._resources.close()
+        """Release the program's device memory; waits for a call in progress."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            for port in self._in + self._out:
+                port.view = None  # drop views of the io buffers before their memory goes
+            self._resources.close()
         self.device.check()
 
     def __enter__(self) -> "Program":

@@ -1,7 +1,7 @@
 """A fixed ring of host-visible staging chunks for uploads to device-only memory.
 
-Default 4 chunks x 16 MiB. Source bytes are cast-copied (numpy) into the next
-free chunk, a vkCmdCopyBuffer to the destination is recorded, and the chunk is
+Default 4 chunks x 16 MiB. Source bytes are read (from the file, or copied
+from memory) into the next free chunk, a vkCmdCopyBuffer to the destination is recorded, and the chunk is
 submitted with its own fence once it is full (several small tensors share a
 chunk); a chunk is reused after its fence signals. Staging memory never grows
 with the largest tensor: a big tensor simply takes many chunks.
@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import vulkan as vk
 
-from vkx.loader.copy import copy_cast
 from vkx.loader.device import UINT64_MAX, Device
 from vkx.loader.memory import Allocator, Buffer, MiB
+from vkx.loader.named_data import FreeableBuffer
 
 ffi = vk.ffi
 lib = vk._vulkan.lib
@@ -43,7 +43,8 @@ def submit_copies(device: Device, cmd, src: Buffer, regions: list[tuple], fence)
         region[0].srcOffset, region[0].dstOffset, region[0].size = src_off, dst_off, size
         lib.vkCmdCopyBuffer(cmd, src.handle, dst, 1, region)
     vk.vkEndCommandBuffer(cmd)
-    vk.vkQueueSubmit(device.queue, 1, [vk.VkSubmitInfo(pCommandBuffers=[cmd])], fence)
+    with device.submit_lock:
+        vk.vkQueueSubmit(device.queue, 1, [vk.VkSubmitInfo(pCommandBuffers=[cmd])], fence)
 
 
 def wait_and_reset(device: Device, fence) -> None:
@@ -87,29 +88,21 @@ class StagingRing:
         self.submits += 1
         self._current = (self._current + 1) % self.nchunks
 
-    def upload(self, src: np.ndarray, dst: Buffer, dst_dtype, on_chunk=None, dst_offset: int = 0) -> None:
-        """Copy the 1-D array `src`, cast to `dst_dtype`, into `dst` at byte `dst_offset`.
-
-        `on_chunk(lo, hi)` is called once elements [lo, hi) are in staging memory
-        (the caller may release their host pages then)."""
-        dst_dtype = np.dtype(dst_dtype)
-        item = dst_dtype.itemsize
-        n = int(src.size)
+    def upload(self, src: FreeableBuffer, dst: Buffer) -> None:
+        """Copy the bytes of `src` into `dst`, chunk by chunk."""
+        n = src.nbytes
         done = 0
         while done < n:
             c = self._chunk()
-            room = (self.chunk_bytes - c.fill) // item
-            if room == 0 or (room < n - done and c.fill and room * item < self.chunk_bytes // 4):
+            room = self.chunk_bytes - c.fill
+            if room == 0 or (room < n - done and c.fill and room < self.chunk_bytes // 4):
                 self._submit(c)  # nearly full: start a fresh chunk rather than split finely
                 continue
             take = min(room, n - done)
-            out = c.view[c.fill:c.fill + take * item].view(dst_dtype)
-            copy_cast(out, src[done:done + take])
-            c.regions.append((dst.handle, c.fill, dst_offset + done * item, take * item))
-            c.fill = -(-(c.fill + take * item) // _ALIGN) * _ALIGN
-            self.bytes_staged += take * item
-            if on_chunk is not None:
-                on_chunk(done, done + take)
+            src.read_into(done, c.view[c.fill:c.fill + take])
+            c.regions.append((dst.handle, c.fill, done, take))
+            c.fill = -(-(c.fill + take) // _ALIGN) * _ALIGN
+            self.bytes_staged += take
             done += take
             if c.fill >= self.chunk_bytes:
                 self._submit(c)

@@ -1,6 +1,12 @@
 """The memory timeline of a load: host RSS (from /proc/self/status) and device
-bytes (from the ledger) at each phase, with the RSS peak since the previous
-phase (VmHWM, reset by writing "5" to /proc/self/clear_refs)."""
+bytes (from the ledger) at each phase.
+
+Only a traced timeline (`trace=True`, what `load(..., trace_memory=True)` asks
+for) touches process-wide counters: it resets VmHWM (writing "5" to
+/proc/self/clear_refs) at the start and after every phase, so that each
+phase's `peak_rss` is the peak since the previous one. An untraced timeline
+only reads; its `peak_rss` is the process's peak so far, since the host
+application may rely on VmHWM itself."""
 from __future__ import annotations
 
 import time
@@ -49,11 +55,14 @@ class Phase:
 
 
 class Timeline:
-    def __init__(self, ledger=None):
+    """Memory and time at each named phase of a load; `trace` resets VmHWM between phases."""
+
+    def __init__(self, ledger=None, trace: bool = False):
         self.ledger = ledger
+        self.trace = trace
         self.t0 = time.perf_counter()
         self.phases: list[Phase] = []
-        self.peak_resets = reset_peak()
+        self.peak_resets = trace and reset_peak()
 
     def mark(self, name: str) -> Phase:
         s = read_status()
@@ -62,7 +71,8 @@ class Timeline:
         phase = Phase(name, time.perf_counter() - self.t0, s["VmRSS"], max(s["VmHWM"], s["VmRSS"]),
                       s["RssAnon"], s["RssFile"], device)
         self.phases.append(phase)
-        reset_peak()
+        if self.peak_resets:
+            reset_peak()
         return phase
 
     def as_list(self) -> list[dict]:

@@ -168,8 +168,8 @@ def run(
         t0 = time.perf_counter()
         with bars:
             program = load(model, [str(p) for p in external], schedule=schedule.value, device=dev,
-                           upload=upload.value, progress=lambda done, total: bars.update(task, completed=done,
-                                                                                          total=total))
+                           upload=upload.value, trace_memory=trace_memory,
+                           progress=lambda done, total: bars.update(task, completed=done, total=total))
         load_s = time.perf_counter() - t0
         outs, first_s, times = [], None, []
         with program:

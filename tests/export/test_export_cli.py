@@ -62,7 +62,7 @@ def test_weights_are_loaded_before_export(tmp_path):
     run(EXAMPLES / "mlp.py", "-o", tmp_path / "mlp.pte", "--weights", tmp_path / "ckpt.safetensors", "-q")
     with ProgramFile.open(tmp_path / "mlp.pte") as program:
         for where in resolve_constants(program):
-            values = np.frombuffer(program.buf[where.offset:where.offset + where.size], dtype=np.float32)
+            values = np.frombuffer(program.read_range(where), dtype=np.float32)
             assert (values == 0.25).all()
 
 

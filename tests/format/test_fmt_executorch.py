@@ -56,7 +56,7 @@ def test_vkx_reads_executorch_files_like_executorch(et, name):
             assert (t.memory_id, t.memory_offset) == (tt.allocation_info.memory_id, tt.allocation_info.memory_offset_low)
         assert [d.id for d in plan.delegates] == [d.id for d in tplan.delegates]
     v = ours.vulkan
-    blob = bytes(ours.view(v.blob))
+    blob = bytes(ours.read_range(v.blob))
     g = et.vk_graph(blob[v.flatbuffer_offset:v.flatbuffer_offset + v.flatbuffer_size])
     assert v.graph.values == [_et_value(x) for x in g.values]
     assert v.graph.chain == [vk.OperatorCall(c.node_id, c.name, tuple(c.args)) for c in g.chain]
@@ -70,7 +70,7 @@ def test_constant_bytes_match_between_pte_and_ptd():
     with ProgramFile.open(DATA / "et_mlp.pte") as a, ProgramFile.open(DATA / "et_mlp_ext.pte") as b, \
             ExternalData.open(DATA / "et_mlp_ext.ptd") as ext:
         ra, rb = resolve_constants(a), resolve_constants(b, [ext])
-        assert [bytes(a.view(r)) for r in ra] == [bytes(ext.view(r)) for r in rb]
+        assert [a.read_range(r) for r in ra] == [ext.read_range(r) for r in rb]
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"layout": "legacy"}, {"ext": "ptd"}, {"ext": "safetensors"}, {"alignment": 4096}],

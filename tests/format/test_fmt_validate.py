@@ -179,6 +179,21 @@ def test_external_size_mismatch(tmp_path):
         validate(GOLDEN / "tiny_st.pte", [tmp_path / "w.safetensors"])
 
 
+def test_duplicate_safetensors_key(tmp_path):
+    """JSON keeps the last of a repeated key; a safetensors header that repeats one is refused."""
+    src = (GOLDEN / "tiny_st.safetensors").read_bytes()
+    n = struct.unpack_from("<Q", src)[0]
+    meta = json.loads(src[8:8 + n])
+    key = next(k for k in meta if k != "__metadata__")
+    entry = json.dumps({key: meta[key]})[1:-1]
+    text = ("{" + entry + "," + json.dumps(meta)[1:]).encode()  # the first entry twice
+    (tmp_path / "w.safetensors").write_bytes(struct.pack("<Q", len(text)) + text + src[8 + n:])
+    with pytest.raises(DuplicateKeyError, match=f"key '{key}' appears twice"):
+        ExternalData.open(tmp_path / "w.safetensors")
+    with pytest.raises(DuplicateKeyError):
+        validate(GOLDEN / "tiny_st.pte", [tmp_path / "w.safetensors"])
+
+
 def test_external_files_are_searched_first():
     with ExternalData.open(GOLDEN / "tiny_ext.ptd") as e:
         assert e.kind == "ptd" and len(e.named_data) == 2

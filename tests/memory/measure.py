@@ -17,7 +17,7 @@ def main() -> None:
     path, schedule, upload = sys.argv[1:4]
     ext = sys.argv[4:5]
     dev = default_device()
-    with load(path, ext, schedule=schedule, upload=upload) as p:
+    with load(path, ext, schedule=schedule, upload=upload, trace_memory=True) as p:
         shape, _ = p.input_specs[0]
         p(np.ones(shape, np.float32))
         report = p.memory

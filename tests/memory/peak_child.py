@@ -21,7 +21,7 @@ from vkx.loader.device import default_device
 def main() -> None:
     path, schedule, *external = sys.argv[1:]
     device = default_device()
-    with load(path, external, schedule=schedule) as program:
+    with load(path, external, schedule=schedule, trace_memory=True) as program:
         # numpy has no bfloat16: run_numpy takes float32 for bfloat16 inputs.
         inputs = [np.ones(shape, "float32" if dtype == "bfloat16" else dtype) for shape, dtype in program.input_specs]
         program.run_numpy(*inputs)
