@@ -45,7 +45,7 @@ def corpus(tmp_path_factory):
         vkx.export_model(module, inputs, str(path))
         with ProgramFile.open(path) as pf:
             ranges = resolve_constants(pf, [])
-            data = [bytes(pf.view(r)) for r in ranges]
+            data = [bytes(pf.read_range(r)) for r in ranges]
             out.append((name, pf.vulkan.graph, data))
     return out
 
