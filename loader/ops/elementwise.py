@@ -49,9 +49,8 @@ def binary(builder: OpBuilder, call: Call) -> None:
     imm = next((x for x in (a, b) if not isinstance(x, TensorArg)), 0)
     ma, mb = _mode(a, n), _mode(b, n)
     int_math = not out.dtype.is_float
-    tensor = a if isinstance(a, TensorArg) else b  # an immediate's placeholder binding
-    ta = a if isinstance(a, TensorArg) else tensor
-    tb = b if isinstance(b, TensorArg) else tensor
+    ta = a if isinstance(a, TensorArg) else b  # an immediate binds the other operand (never read)
+    tb = b if isinstance(b, TensorArg) else a
     vec4 = n % 4 == 0 and all(x.dtype is dtypes.FLOAT32 for x in (ta, tb, out))
     defines: Defines = {"OP(x,y)": call.decl.glsl, "A_MODE": ma, "B_MODE": mb}
     if int_math:

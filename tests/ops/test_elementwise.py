@@ -90,13 +90,11 @@ def test_alpha(op, alpha, dtype):
 
 
 @pytest.mark.parametrize("dtype", [*FLOAT_DTYPES, torch.int32, torch.int8])
-@pytest.mark.parametrize("op", list(BINARY))
-@pytest.mark.parametrize("scalar", [2.5, -3, True], ids=["double", "int", "bool"])
+@pytest.mark.parametrize("op,scalar", [(op, s) for op in BINARY for s in (2.5, -3, True)
+                                       if (op, s) != ("sub", True)])  # torch refuses bool subtraction
 @pytest.mark.parametrize("first", [False, True], ids=["other", "self"])
 def test_immediate_operand(op, scalar, first, dtype):
     """An Int/Double/Bool value as either operand (`x * 0.5`, `2 - x`), no constant tensor."""
-    if scalar is True and op == "sub":
-        pytest.skip("torch refuses bool subtraction")
     x = _operand((4, 9), 7, positive=op == "div" and first)
     x = x.to(dtype) if dtype.is_floating_point else (x * 10).to(dtype)
     if op == "div" and first and not dtype.is_floating_point:
