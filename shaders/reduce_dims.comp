@@ -40,7 +40,7 @@ void main() {
     uint last = p.nr - 1u;
     uint len = p.rsize[last];
     uint st = p.rstride[last];
-    uint outer = p.count / len;
+    uint outer = p.count / len;  // 0 for an empty reduction: the sum is 0, the mean NaN (as torch)
 
     precise float sum = 0.0;
     precise float comp = 0.0;
@@ -67,7 +67,7 @@ void main() {
         sum = plain;
     }
 #ifdef MEAN
-    STORE_Y(gid, sum / float(p.count));
+    STORE_Y(gid, p.count == 0u ? uintBitsToFloat(0x7FC00000u) : sum / float(p.count));
 #else
     STORE_Y(gid, sum);
 #endif

@@ -139,12 +139,10 @@ def reduce_dims(builder: OpBuilder, call: Call) -> None:
             group.append([size, strides[d]])
         last_kind = kind
     count = prod(s for s, _ in red)
-    if not red:
+    if not red or count == 0:  # nothing reduced, or nothing to read: the shader reads no element
         red = [[1, 0]]
     if len(kept) > MAX_DIMS or len(red) > MAX_DIMS:
         raise UnsupportedOpError(f"reduction over {shape} by {sorted(reduced)}: too many dims")
-    if count == 0:
-        raise UnsupportedOpError("reduction over an empty dim")
     for t in (src, out):
         if t.nbytes > builder.max_binding_bytes:
             raise UnsupportedOpError(f"reduction of a tensor {t.shape} larger than one storage binding")

@@ -194,6 +194,14 @@ def test_sum_specials(name, dtype):
     assert_close_in(run_graph(name, [x, [1], False, None], ((5,), dtype)), want, dtype, terms=4, each=True)
 
 
+@pytest.mark.parametrize("shape,dims,out", [((0, 5), [0], (5,)), ((3, 0), [1], (3,)), ((3, 0, 2), [1, 2], (3,))])
+def test_empty_reduction(shape, dims, out):
+    """Summing no elements gives 0 and their mean NaN, as in torch; nothing is read."""
+    x = torch.empty(shape)
+    assert_close(run_graph("aten.sum.dim_IntList", [x, dims, False, None], out), x.sum(dims))
+    assert_close(run_graph("aten.mean.dim", [x, dims, False, None], out), x.mean(dims))
+
+
 def test_sum_dtype_argument():
     """sum(x, dtype=float32) of an fp16 tensor: the output's dtype."""
     x = rand(3, 40, seed=14, scale=2.0).half()
