@@ -11,8 +11,10 @@ Two ways to run an op on the Vulkan device and compare with torch:
   ValueList of tensors. `out` is a shape, a `(shape, torch.dtype)` pair, or a
   list of those for a multi-output op (a ValueList output).
 
-`assert_close(vkx_out, torch_out, rtol=1e-4, atol=1e-5)` compares and reports the
-max error. Every test using the device is marked `vulkan` (`pytestmark =
+`assert_close(vkx_out, torch_out, rtol=1e-4, atol=1e-5)` compares element by element
+and reports the max error; `assert_close_in(got, want, dtype, terms)` compares with
+torch computing in the same dtype (`each=True`: element by element, NaN and inf included),
+and the summary prints the largest error per test file and dtype. Every test using the device is marked `vulkan` (`pytestmark =
 pytest.mark.vulkan`, or the `requires_vulkan` marker) and skips cleanly when
 no Vulkan device exists; any validation message fails the test.
 
