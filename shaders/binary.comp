@@ -5,9 +5,10 @@
 //   OP(x, y)  the operation: a GLSL expression of x, y (the op's `glsl` in vkx.format.contract);
 //             ALPHA is add/sub's alpha
 //   INT_MATH  compute in int (an integer output), else in float
-//   VEC4      a, b and out fp32; mode-0 operands and out are vec4 arrays, n counts vec4s,
-//             no index math
-//   else      elem_defines for A, B and O: any element types, converted on load and store
+//   A_T, LOAD_A, LOADI_A, B_T, ..., O_T, STORE_O  element types (elem_defines): any types,
+//             converted on load and store
+//   VEC4      float operands, flat: mode-0 operands and out are arrays of 4-element vectors
+//             (vec4_defines), n counts vec4s, no index math
 //   A_MODE, B_MODE  0 indexed (strided in the general path, same-shape in VEC4),
 //                   1 scalar tensor (element 0), 2 immediate (push constant; the binding
 //                   is a placeholder)
@@ -17,19 +18,8 @@ layout(local_size_x = 64) in;
 
 #ifdef VEC4
 #define C_T vec4
-#if A_MODE == 0
-#define A_T vec4
-#else
-#define A_T float
-#endif
-#if B_MODE == 0
-#define B_T vec4
-#else
-#define B_T float
-#endif
-#define O_T vec4
-#define GET_A(i) C_T(a[i])
-#define GET_B(i) C_T(b[i])
+#define GET_A(i) C_T(LOAD_A(i))
+#define GET_B(i) C_T(LOAD_B(i))
 #elif defined(INT_MATH)
 #define C_T int
 #define GET_A(i) LOADI_A(i)
@@ -101,9 +91,6 @@ void main() {
 #else
     C_T y = C_T(IMM);
 #endif
-#ifdef VEC4
-    o[gid] = OP(x, y);
-#else
-    STORE_O(gid, OP(x, y));
-#endif
+    C_T z = OP(x, y);
+    STORE_O(gid, z);
 }

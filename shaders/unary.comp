@@ -4,16 +4,15 @@
 // Defines:
 //   OP(x)  the operation: a GLSL expression of x (the op's `glsl` in vkx.format.contract),
 //          valid for a float and for a vec4; the helpers below are its vocabulary
-//   VEC4   both buffers fp32 vec4 arrays and n counts vec4s
-//   else   elem_defines for X (in) and Y (out): any float types, math in fp32
+//   X_T, LOAD_X, Y_T, STORE_Y  element types of in and out (elem_defines, or with VEC4
+//          vec4_defines: arrays of 4-element vectors of any float type); math in fp32
+//   VEC4   x is a vec4 and n counts vec4s
 // One invocation per element (or per vec4). Groups fold into y.
 layout(local_size_x = 64) in;
 #include "dtype.glslh"
 
 #ifdef VEC4
 #define T vec4
-#define X_T vec4
-#define Y_T vec4
 #define GE(a, b) greaterThanEqual(a, b)
 #define LT(a, b) lessThan(a, b)
 #define EQ(a, b) equal(a, b)
@@ -80,11 +79,7 @@ void main() {
     if (gid >= p.n) {
         return;
     }
-#ifdef VEC4
-    vec4 x = x_in[gid];
-    x_out[gid] = OP(x);
-#else
-    float x = LOAD_X(gid);
-    STORE_Y(gid, OP(x));
-#endif
+    T x = LOAD_X(gid);
+    T y = OP(x);
+    STORE_Y(gid, y);
 }

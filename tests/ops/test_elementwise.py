@@ -66,6 +66,7 @@ SHAPES = [
     ((7,), (7,)),                 # same shape, odd (scalar path)
     ((3, 8), (3, 8)),             # same shape, vec4 path for fp32
     ((1,), (17,)),                # numel-1 tensor operand
+    ((1,), (4, 4)),               # numel-1 tensor operand, vec4 path
     ((33,), ()),                  # 0-dim operand
     ((3, 17), (17,)),             # row broadcast
     ((3, 1), (1, 7)),             # outer product broadcast
@@ -225,11 +226,14 @@ def test_sin_cos_wide_range(op):
     assert_close(got, UNARY[op](x), rtol=1e-4, atol=2e-7)
 
 
-def test_unary_in_other_dtype():
-    """An fp16 input with an fp32 output converts on load and store."""
-    x = _unary_input("silu", (3, 5), torch.float16)
-    got = run_graph("aten.silu.default", [x], ((3, 5), torch.float32))
-    assert_close(got, F.silu(x.float()))
+@pytest.mark.parametrize("src,dst", [(torch.float16, torch.float32), (torch.float32, torch.bfloat16),
+                                     (torch.bfloat16, torch.float16)], ids=str)
+@pytest.mark.parametrize("shape", [(3, 5), (4, 4)], ids=["scalar", "vec4"])
+def test_unary_in_other_dtype(src, dst, shape):
+    """An input of one float type and an output of another convert on load and store."""
+    x = _unary_input("silu", shape, src)
+    got = run_graph("aten.silu.default", [x], (shape, dst))
+    assert_close_in(got, F.silu(x.float()).to(dst), dst, each=True)
 
 
 def test_declaring_an_op_is_enough():
