@@ -318,9 +318,22 @@ def _same_numel(call: Call, name: str = "self") -> None:
 
 # --------------------------------------------------------------------------- rules
 
+def _floats(call: Call, *names: str) -> None:
+    """The named tensor arguments (None: left out) and every output are floating."""
+    tensors = [call[n] for n in names if call[n] is not None] + list(call.outputs)
+    bad = [str(t.dtype) for t in tensors if not t.dtype.is_float]
+    call.require(not bad, f"{', '.join(bad)} tensors: the op computes on floats")
+
+
 def _binary(call: Call) -> None:
     shapes = [call[n].shape for n in ("self", "other") if call.is_tensor(n)]
     call.require(bool(shapes), "two scalar operands")
+    if not call.out.dtype.is_float:  # integer math: every number must be an int32
+        for name in ("self", "other", "alpha"):
+            v = call[name] if any(a.name == name for a in call.decl.args) else None
+            if isinstance(v, (int, float)) and not call.is_tensor(name):
+                call.require(float(v).is_integer() and -2**31 <= v < 2**31,
+                             f"{name} = {v!r} for a {call.out.dtype} output")
     want = broadcast(*shapes)
     call.require(want is not None, f"operands {[list(s) for s in shapes]} do not broadcast")
     call.expect_shape("the output", call.out.shape, want)
@@ -382,6 +395,7 @@ def _matmul(call: Call) -> None:
 
 
 def _softmax(call: Call) -> None:
+    _floats(call, "self")
     _dim(call, call["dim"], len(call.tensor("self").shape))
     _same_shape(call)
 
@@ -397,6 +411,7 @@ def _normalized(call: Call, x: TensorLike, shape: Sequence[int]) -> int:
 
 
 def _layer_norm(call: Call) -> None:
+    _floats(call, "input", "weight", "bias")
     x = call.tensor("input")
     k = _normalized(call, x, call["normalized_shape"])
     out, mean, rstd = call.outputs
@@ -407,12 +422,14 @@ def _layer_norm(call: Call) -> None:
 
 
 def _rms_norm(call: Call) -> None:
+    _floats(call, "input", "weight")
     x = call.tensor("input")
     _normalized(call, x, call["normalized_shape"])
     call.expect_shape("the output", call.out.shape, x.shape)
 
 
 def _batch_norm(call: Call) -> None:
+    _floats(call, "input", "weight", "bias", "running_mean", "running_var")
     x = call.tensor("input")
     call.require(len(x.shape) >= 2, f"input {list(x.shape)} has no channel dim")
     c = x.shape[1]
@@ -477,6 +494,7 @@ def _pool(call: Call) -> None:
 
 
 def _reduce(call: Call) -> None:
+    _floats(call, "self")
     x = call.tensor("self")
     rank = len(x.shape)
     dims = call["dim"]
@@ -519,6 +537,7 @@ def slice_length(size: int, start: int | None, end: int | None, step: int) -> tu
 
 def _slice(call: Call) -> None:
     src = call.tensor("self")
+    call.require(len(src.shape) > 0, "slice of a 0-dim tensor")
     dim = _dim(call, call["dim"], len(src.shape))
     step = call["step"]
     call.require(step > 0, f"step {step} must be positive")
@@ -579,12 +598,28 @@ def _opt(name: str, kind: Kind, default: Any = ..., saturates: bool = False) -> 
 
 
 UNARY: dict[str, str] = {
-    "relu": "(isnan(x) ? x : max(x, 0.0))",
+    "relu": "mix(max(x, 0.0), x, isnan(x))",
     "sigmoid": "sigmoid_(x)",
     "tanh": "tanh_(x)",
     "silu": "(x * sigmoid_(x))",
+    "neg": "(-x)",
+    "abs": "abs(x)",
+    "exp": "exp(x)",
+    "rsqrt": "rsqrt_(x)",
+    "sin": "sin(x)",
+    "cos": "cos(x)",
+    "hardswish": "(x * clamp(x + 3.0, 0.0, 6.0) / 6.0)",
+    "hardsigmoid": "mix(clamp(x + 3.0, 0.0, 6.0) / 6.0, x, isnan(x))",
 }
-"""Unary float ops `aten.<name>.default(self)`: the GLSL expression of x (helpers in shaders/unary.comp)."""
+"""Unary float ops `aten.<name>.default(self)`: the GLSL expression of x, a float or a vec4
+(helpers in shaders/unary.comp). NaN stays NaN, as in torch (GLSL's max/clamp leave NaN undefined)."""
+
+GELU: dict[str, str] = {
+    "none": "(x * normal_cdf(x))",
+    "tanh": "(x * sigmoid_(2.0 * (0.79788456080286536 * (x + 0.044715 * x * x * x))))",
+}
+"""aten.gelu.default by `approximate`, as UNARY expressions (0.5 * (1 + tanh(u)) == sigmoid(2u):
+no cancellation in the negative tail)."""
 
 BINARY: dict[str, str] = {
     "add": "(x + y * ALPHA)",
@@ -592,18 +627,29 @@ BINARY: dict[str, str] = {
     "mul": "(x * y)",
     "div": "(x / y)",
 }
-"""Binary ops `aten.<name>.Tensor(self, other[, alpha])`: the GLSL expression of x, y."""
+"""Binary ops `aten.<name>.Tensor(self, other[, alpha])`: the GLSL expression of x, y (both float,
+or both int for an integer output; vec4 on the fp32 fast path)."""
+
+
+def _float_unary(call: Call) -> None:
+    _floats(call, "self")
+    _same_shape(call)
+
+
+def _gelu(call: Call) -> None:
+    call.require(call["approximate"] in GELU, f"approximate={call['approximate']!r}")
+    _float_unary(call)
+
 
 for _name, _expr in UNARY.items():
-    declare(OpDecl(f"aten.{_name}.default", (Arg("self", T),), rule=_same_shape, family="unary", glsl=_expr))
+    declare(OpDecl(f"aten.{_name}.default", (Arg("self", T),), rule=_float_unary, family="unary", glsl=_expr))
 for _name, _expr in BINARY.items():
     _args = (Arg("self", Kind.SCALAR_OR_TENSOR), Arg("other", Kind.SCALAR_OR_TENSOR))
     if "ALPHA" in _expr:
         _args += (_opt("alpha", N, 1),)
     declare(OpDecl(f"aten.{_name}.Tensor", _args, dtypes=ALL_TYPES, rule=_binary, family="binary", glsl=_expr))
 
-declare(OpDecl("aten.gelu.default", (Arg("self", T), Arg("approximate", S, default="none")),
-               rule=_same_shape, family="unary"))
+declare(OpDecl("aten.gelu.default", (Arg("self", T), Arg("approximate", S, default="none")), rule=_gelu))
 declare(OpDecl("aten.linear.default", (Arg("input", T), Arg("weight", T), _opt("bias", T, None)), rule=_linear))
 declare(OpDecl("aten.addmm.default", (Arg("self", T), Arg("mat1", T), Arg("mat2", T),
                                       Arg("beta", N, default=1), Arg("alpha", N, default=1)), rule=_addmm))

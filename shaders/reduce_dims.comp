@@ -5,11 +5,12 @@
 // (rsize/rstride), each merged where adjacent and contiguous, at most 6 of each.
 // One invocation per output element; it walks its reduced elements with the
 // innermost reduced dim as a plain strided loop. Compensated (Kahan) summation.
-// Define MEAN to divide by the number of reduced elements.
+// Define MEAN to divide by the number of reduced elements; elem_defines for X and Y.
 layout(local_size_x = 64) in;
+#include "dtype.glslh"
 
-layout(std430, set = 0, binding = 0) readonly buffer BufIn { float x[]; };
-layout(std430, set = 0, binding = 1) writeonly buffer BufOut { float y[]; };
+layout(std430, set = 0, binding = 0) readonly buffer BufIn { X_T x[]; };
+layout(std430, set = 0, binding = 1) writeonly buffer BufOut { Y_T y[]; };
 
 layout(push_constant) uniform Push {
     uint n_out;     // output elements
@@ -39,10 +40,11 @@ void main() {
     uint last = p.nr - 1u;
     uint len = p.rsize[last];
     uint st = p.rstride[last];
-    uint outer = p.count / len;
+    uint outer = p.count / len;  // 0 for an empty reduction: the sum is 0, the mean NaN (as torch)
 
     precise float sum = 0.0;
     precise float comp = 0.0;
+    float plain = 0.0;  // uncompensated: the result once an inf or NaN is summed (comp is NaN then)
     for (uint o = 0u; o < outer; ++o) {
         uint off = base;
         uint t = o;
@@ -53,15 +55,20 @@ void main() {
             t = q;
         }
         for (uint k = 0u; k < len; ++k) {
-            precise float v = x[off + k * st] - comp;
+            float e = LOAD_X(off + k * st);
+            plain += e;
+            precise float v = e - comp;
             precise float nsum = sum + v;
             comp = (nsum - sum) - v;
             sum = nsum;
         }
     }
+    if (isinf(plain) || isnan(plain)) {
+        sum = plain;
+    }
 #ifdef MEAN
-    y[gid] = sum / float(p.count);
+    STORE_Y(gid, p.count == 0u ? uintBitsToFloat(0x7FC00000u) : sum / float(p.count));
 #else
-    y[gid] = sum;
+    STORE_Y(gid, sum);
 #endif
 }

@@ -1,12 +1,14 @@
 #version 450
 // Softmax / log-softmax along one dim of a contiguous tensor viewed as [outer, D, inner].
-// Bindings: 0 = in, 1 = out. Define LOG for log-softmax.
+// Bindings: 0 = in, 1 = out. Defines: elem_defines for X and Y; LOG for log-softmax.
 // One invocation per (outer, inner) row; three passes over the row:
 // max, sum of exp(x - max), then the write (max-subtracted, numerically stable).
+// A NaN in the row makes the whole row NaN, as in torch.
 layout(local_size_x = 64) in;
+#include "dtype.glslh"
 
-layout(std430, set = 0, binding = 0) readonly buffer BufIn { float x[]; };
-layout(std430, set = 0, binding = 1) writeonly buffer BufOut { float y[]; };
+layout(std430, set = 0, binding = 0) readonly buffer BufIn { X_T x[]; };
+layout(std430, set = 0, binding = 1) writeonly buffer BufOut { Y_T y[]; };
 
 layout(push_constant) uniform Push {
     uint rows;   // outer * inner
@@ -25,23 +27,24 @@ void main() {
     uint base = o * p.d * p.inner + j;
     uint st = p.inner;
 
-    float m = x[base];
+    float m = LOAD_X(base);
     for (uint k = 1u; k < p.d; ++k) {
-        m = max(m, x[base + k * st]);
+        float v = LOAD_X(base + k * st);
+        m = (v > m || isnan(v)) && !isnan(m) ? v : m;  // GLSL's max leaves NaN undefined
     }
     float s = 0.0;
     for (uint k = 0u; k < p.d; ++k) {
-        s += exp(x[base + k * st] - m);
+        s += exp(LOAD_X(base + k * st) - m);
     }
 #ifdef LOG
     float shift = m + log(s);
     for (uint k = 0u; k < p.d; ++k) {
-        y[base + k * st] = x[base + k * st] - shift;
+        STORE_Y(base + k * st, LOAD_X(base + k * st) - shift);
     }
 #else
     float inv = 1.0 / s;
     for (uint k = 0u; k < p.d; ++k) {
-        y[base + k * st] = exp(x[base + k * st] - m) * inv;
+        STORE_Y(base + k * st, exp(LOAD_X(base + k * st) - m) * inv);
     }
 #endif
 }

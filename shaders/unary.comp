@@ -1,28 +1,30 @@
 #version 450
-// Elementwise float unary op: out[i] = f(in[i]).
+// Elementwise float unary op: out[i] = OP(in[i]).
 // Bindings: 0 = in, 1 = out (same number of elements, contiguous).
 // Defines:
-//   OP    0 relu, 1 sigmoid, 2 tanh, 3 silu, 4 gelu (erf form), 5 gelu (tanh form), 6 identity
-//   VEC4  buffers are vec4 arrays and n counts vec4s
+//   OP(x)  the operation: a GLSL expression of x (the op's `glsl` in vkx.format.contract),
+//          valid for a float and for a vec4; the helpers below are its vocabulary
+//   X_T, LOAD_X, Y_T, STORE_Y  element types of in and out (elem_defines, or with VEC4
+//          vec4_defines: arrays of 4-element vectors of any float type); math in fp32
+//   VEC4   x is a vec4 and n counts vec4s
 // One invocation per element (or per vec4). Groups fold into y.
 layout(local_size_x = 64) in;
-
-#ifndef OP
-#define OP 0
-#endif
+#include "dtype.glslh"
 
 #ifdef VEC4
 #define T vec4
 #define GE(a, b) greaterThanEqual(a, b)
 #define LT(a, b) lessThan(a, b)
+#define EQ(a, b) equal(a, b)
 #else
 #define T float
 #define GE(a, b) ((a) >= (b))
 #define LT(a, b) ((a) < (b))
+#define EQ(a, b) ((a) == (b))
 #endif
 
-layout(std430, set = 0, binding = 0) readonly buffer BufIn { T x_in[]; };
-layout(std430, set = 0, binding = 1) writeonly buffer BufOut { T x_out[]; };
+layout(std430, set = 0, binding = 0) readonly buffer BufIn { X_T x_in[]; };
+layout(std430, set = 0, binding = 1) writeonly buffer BufOut { Y_T x_out[]; };
 
 layout(push_constant) uniform Push {
     uint n;
@@ -46,6 +48,14 @@ T tanh_(T x) {
     return sign(x) * r;
 }
 
+// 1/sqrt(x) with IEEE edge cases (GLSL leaves inversesqrt undefined for x <= 0):
+// +0 -> inf, -0 -> -inf, negative -> NaN.
+T rsqrt_(T x) {
+    T r = 1.0 / sqrt(abs(x));
+    r = mix(r, T(uintBitsToFloat(0x7FC00000u)), LT(x, T(0.0)));
+    return mix(r, 1.0 / x, EQ(x, T(0.0)));
+}
+
 // erfc(z) for z >= 0 with fractional error < 1.2e-7 everywhere
 // (Chebyshev-fitted rational form, Numerical Recipes "erfcc").
 T erfc_pos(T z) {
@@ -63,31 +73,13 @@ T normal_cdf(T x) {
     return mix(h, 1.0 - h, GE(x, T(0.0)));
 }
 
-T f(T x) {
-#if OP == 0
-    return max(x, T(0.0));
-#elif OP == 1
-    return sigmoid_(x);
-#elif OP == 2
-    return tanh_(x);
-#elif OP == 3
-    return x * sigmoid_(x);
-#elif OP == 4
-    return x * normal_cdf(x);
-#elif OP == 5
-    // 0.5 * (1 + tanh(u)) == sigmoid(2u): no cancellation in the negative tail.
-    T inner = 0.79788456080286536 * (x + 0.044715 * x * x * x);
-    return x * sigmoid_(2.0 * inner);
-#else
-    return x;
-#endif
-}
-
 void main() {
     uint gid = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * gl_WorkGroupSize.x
                + gl_LocalInvocationID.x;
     if (gid >= p.n) {
         return;
     }
-    x_out[gid] = f(x_in[gid]);
+    T x = LOAD_X(gid);
+    T y = OP(x);
+    STORE_Y(gid, y);
 }

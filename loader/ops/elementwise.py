@@ -1,129 +1,132 @@
-"""Elementwise ops: binary arithmetic with broadcasting, activations, clone, prepack.
+"""Elementwise ops: binary arithmetic with broadcasting, unary activations, clone.
 
-Binary ops compute `out[i] = a[ia] OP b[ib]` where ia/ib come from the output
+Each op's operation is its declaration's `glsl` expression (vkx.format.contract's
+UNARY, BINARY and GELU tables), compiled into shaders/unary.comp or
+shaders/binary.comp as `OP`; adding an elementwise op is one declaration.
+
+Binary ops compute `out[i] = OP(a[ia], b[ib])` where ia/ib come from the output
 index through per-operand strides (0 on broadcast dims), after merging dims
-that are contiguous in all three tensors. Same-shape float operands take a
-vec4 path, and when any tensor is larger than one storage binding the flat
-range is split into aligned SubRange dispatches.
+that are contiguous in all three tensors. Operands of any dtype are converted
+on load, math is fp32 (int32 for an integer output), and the result converted
+on store. Same-shape float operands take a vec4 path (any float types: measured
+on lavapipe it cuts fp16/bf16 silu and mul time by a third to a half), and when any tensor is
+larger than one storage binding the flat range is split into aligned SubRange
+dispatches.
 """
 from __future__ import annotations
 
 import struct
 from typing import Union
 
-from vkx.format import dtypes
+from vkx.format import contract, dtypes
+from vkx.format.contract import Call
+from vkx.format.dtypes import DType
 
-from . import OpBuilder, OpFn, TensorArg, UnsupportedOpError, register
+from . import OpBuilder, TensorArg, UnsupportedOpError, builds, builds_family, elem_defines
 from .shape import (MAX_DIMS, bind_elems, broadcast_strides, chunk_elems, collapse_dims,
                     contiguous_strides, convert_copy, dispatch_groups, pad_dims)
 
 Operand = Union[TensorArg, int, float, bool]
+Defines = dict[str, Union[str, int]]
 
-_BINARY_OPS = {"add": 0, "sub": 1, "mul": 2, "div": 3}
-_UNARY_OPS = {"relu": 0, "sigmoid": 1, "tanh": 2, "silu": 3, "gelu": 4, "gelu_tanh": 5}
-
-
-def operand(builder: OpBuilder, vid: int) -> Operand:
-    """A tensor argument, or a Python number for an Int/Double/Bool value."""
-    try:
-        return builder.tensor(vid)
-    except Exception:  # not a Tensor value: a scalar operand
-        value = builder.scalar(vid)
-        if not isinstance(value, (int, float, bool)):
-            raise UnsupportedOpError(f"operand {vid} is neither a tensor nor a number: {value!r}")
-        return value
+INDEXED, SCALAR_TENSOR, IMMEDIATE = 0, 1, 2
+"""How binary.comp reads an operand (A_MODE / B_MODE)."""
 
 
-def binary(builder: OpBuilder, op: str, a_vid: int, b_vid: int, out_vid: int, alpha=1) -> None:
-    """Record `out = a OP b` (add/sub use `a ± alpha*b`) with numpy broadcasting."""
-    out = builder.tensor(out_vid)
-    a, b = operand(builder, a_vid), operand(builder, b_vid)
+def _mode(x: Operand, n: int) -> int:
+    if not isinstance(x, TensorArg):
+        return IMMEDIATE
+    return SCALAR_TENSOR if x.numel == 1 and n > 1 else INDEXED
+
+
+@builds_family("binary")
+def binary(builder: OpBuilder, call: Call) -> None:
+    """Record `out = OP(self, other)` with numpy broadcasting; either side may be a number."""
+    a, b, out = call["self"], call["other"], call.out
+    alpha = call["alpha"] if "ALPHA" in call.decl.glsl else None
+    alpha = 1 if alpha is None else alpha
     n = out.numel
     if n == 0:
         return
-    if not isinstance(a, TensorArg) and not isinstance(b, TensorArg):
-        raise UnsupportedOpError(f"{op} of two scalars")
-    out_int = not out.dtype.is_float
+    imm = next((x for x in (a, b) if not isinstance(x, TensorArg)), 0)
+    ma, mb = _mode(a, n), _mode(b, n)
+    int_math = not out.dtype.is_float
+    ta = a if isinstance(a, TensorArg) else b  # an immediate binds the other operand (never read)
+    tb = b if isinstance(b, TensorArg) else a
+    vec4 = n % 4 == 0 and all(x.dtype.is_float for x in (ta, tb, out))
+    defines: Defines = {"OP(x,y)": call.decl.glsl, "A_MODE": ma, "B_MODE": mb}
+    if int_math:
+        defines["INT_MATH"] = 1
+    push_alpha = (float(alpha), int(alpha) if int_math else 0)
+    push_imm = (float(imm), int(imm) if int_math else 0)
 
-    def mode(x: Operand) -> int:
-        if not isinstance(x, TensorArg):
-            return 2  # immediate
-        if x.numel == 1:
-            return 1  # scalar tensor, element 0
-        return 0
+    def push(count: int, sizes, sa, sb) -> bytes:
+        return struct.pack("<IIfifi18I", count, len(sizes), *push_alpha, *push_imm,
+                           *pad_dims(sizes), *pad_dims(sa), *pad_dims(sb))
 
-    ma, mb = mode(a), mode(b)
-    imm = a if ma == 2 else (b if mb == 2 else 0)
-    defines: dict[str, Union[str, int]] = {"OP": _BINARY_OPS[op], "A_MODE": ma, "B_MODE": mb}
-    same = all(not isinstance(x, TensorArg) or x.numel in (1, n) for x in (a, b))
-    all_float = (out.dtype is dtypes.FLOAT32
-                 and all(not isinstance(x, TensorArg) or x.dtype is dtypes.FLOAT32 for x in (a, b)))
-    if not all_float:
-        defines["A_T"] = a.dtype.glsl if isinstance(a, TensorArg) else "float"
-        defines["B_T"] = b.dtype.glsl if isinstance(b, TensorArg) else "float"
-        defines["OUT_T"] = out.dtype.glsl
-        if out_int:
-            defines["OUT_INT"] = 1
-            if (isinstance(imm, float) and not imm.is_integer()) or \
-                    (isinstance(alpha, float) and not float(alpha).is_integer()):
-                raise UnsupportedOpError(f"integer {op} with a fractional scalar")
-
-    def push(count: int, ndim: int, sizes, sa, sb) -> bytes:
-        return struct.pack("<IIfifi18I", count, ndim, float(alpha), int(alpha),
-                           float(imm), int(imm), *pad_dims(sizes), *pad_dims(sa), *pad_dims(sb))
-
-    if same:
-        # Flat path: every tensor operand has the output's element order.
-        vec4 = all_float and n % 4 == 0
+    flat = all(not isinstance(x, TensorArg) or x.numel in (1, n) for x in (a, b))
+    if flat:
+        # Every indexed operand has the output's element order.
         if vec4:
             defines["VEC4"] = 1
-        big = [x for x in (a, b, out) if isinstance(x, TensorArg) and x.numel == n]
+            # indexed operands are vec4 arrays, a scalar tensor a float array; an immediate's
+            # placeholder is declared like the operand whose binding it shares
+            vec_a = (mb if ma == IMMEDIATE else ma) == INDEXED
+            vec_b = (ma if mb == IMMEDIATE else mb) == INDEXED
+            defines.update({**(vec4_defines if vec_a else elem_defines)("A", "a", ta.dtype),
+                            **(vec4_defines if vec_b else elem_defines)("B", "b", tb.dtype),
+                            **vec4_defines("O", "o", out.dtype)})
+        else:
+            defines.update(_types(ta, tb, out))
+        big = [x for x, m in ((ta, ma), (tb, mb), (out, INDEXED)) if m == INDEXED]
         for start, count in chunk_elems(builder, n, big):
             ob, _ = bind_elems(builder, out, start, count)
-            binds = []
-            for x in (a, b):
-                if isinstance(x, TensorArg) and x.numel == n and n > 1:
-                    binds.append(bind_elems(builder, x, start, count)[0])
-                elif isinstance(x, TensorArg):
-                    binds.append(x)
-                else:
-                    binds.append(None)
-            # An immediate operand's binding is a placeholder: reuse the other operand's.
-            if binds[0] is None:
-                binds[0] = binds[1]
-            if binds[1] is None:
-                binds[1] = binds[0]
+            ab = bind_elems(builder, ta, start, count)[0] if ma == INDEXED else ta
+            bb = bind_elems(builder, tb, start, count)[0] if mb == INDEXED else tb
+            binds = [bb if ma == IMMEDIATE else ab, ab if mb == IMMEDIATE else bb]
             inv = count // 4 if vec4 else count
-            builder.dispatch("binary", [binds[0], binds[1], ob], push(inv, 1, [count], [1], [1]),
-                             dispatch_groups(inv), defines)
+            builder.dispatch("binary", [*binds, ob], push(inv, [count], [1], [1]), dispatch_groups(inv), defines)
         return
 
     shape = tuple(out.shape)
-    sa = broadcast_strides(a.shape, shape) if ma == 0 else [0] * len(shape)
-    sb = broadcast_strides(b.shape, shape) if mb == 0 else [0] * len(shape)
+    sa = broadcast_strides(ta.shape, shape) if ma == INDEXED else [0] * len(shape)
+    sb = broadcast_strides(tb.shape, shape) if mb == INDEXED else [0] * len(shape)
     sizes, (csa, csb, _) = collapse_dims(shape, sa, sb, contiguous_strides(shape))
     if len(sizes) > MAX_DIMS:
         raise UnsupportedOpError(f"broadcast over {len(sizes)} non-mergeable dims (max {MAX_DIMS})")
-    for x in (a, b, out):
-        if isinstance(x, TensorArg) and x.nbytes > builder.max_binding_bytes:
-            raise UnsupportedOpError(
-                f"broadcasting {op} on a tensor {x.shape} larger than one storage binding")
-    ta = a if isinstance(a, TensorArg) else b
-    tb = b if isinstance(b, TensorArg) else a
-    builder.dispatch("binary", [ta, tb, out], push(n, len(sizes), sizes, csa, csb),
-                     dispatch_groups(n), defines)
+    for x in (ta, tb, out):
+        if x.nbytes > builder.max_binding_bytes:
+            raise UnsupportedOpError(f"broadcasting on a tensor {x.shape} larger than one storage binding")
+    defines.update(_types(ta, tb, out))
+    builder.dispatch("binary", [ta, tb, out], push(n, sizes, csa, csb), dispatch_groups(n), defines)
 
 
-def unary(builder: OpBuilder, op: str, in_vid: int, out_vid: int) -> None:
-    """Record `out = f(in)` for a float activation, split over bindings if large."""
-    src, out = builder.tensor(in_vid), builder.tensor(out_vid)
-    if src.numel != out.numel:
-        raise UnsupportedOpError(f"{op}: input {src.shape} vs output {out.shape}")
-    if src.dtype is not dtypes.FLOAT32 or out.dtype is not dtypes.FLOAT32:
-        raise UnsupportedOpError(f"{op} on {src.dtype} tensors")
+def _types(a: TensorArg, b: TensorArg, out: TensorArg) -> Defines:
+    return {**elem_defines("A", "a", a.dtype), **elem_defines("B", "b", b.dtype), **elem_defines("O", "o", out.dtype)}
+
+
+def vec4_defines(prefix: str, buffer: str, dtype: DType) -> Defines:
+    """elem_defines for a float array read and written four elements at a time, as a vec4."""
+    element = f"{buffer}[(i)]"
+    if dtype is dtypes.FLOAT32:
+        return {f"{prefix}_T": "vec4", f"LOAD_{prefix}(i)": element, f"STORE_{prefix}(i,v)": f"{element} = (v)"}
+    if dtype is dtypes.FLOAT16:
+        return {f"{prefix}_T": "f16vec4", f"LOAD_{prefix}(i)": f"vec4({element})",
+                f"STORE_{prefix}(i,v)": f"{element} = f16vec4(v)"}
+    if dtype is dtypes.BFLOAT16:  # v must be a variable: it is read once per lane
+        return {f"{prefix}_T": "u16vec4", f"LOAD_{prefix}(i)": f"uintBitsToFloat(uvec4({element}) << 16)",
+                f"STORE_{prefix}(i,v)": f"{element} = u16vec4(uvec4(bf16_bits((v).x), bf16_bits((v).y), "
+                                        f"bf16_bits((v).z), bf16_bits((v).w)))"}
+    raise UnsupportedOpError(f"no vec4 path for {dtype}")
+
+
+def unary(builder: OpBuilder, call: Call, expr: str) -> None:
+    """Record `out = expr(self)` (a GLSL expression of x), split over bindings if large."""
+    src, out = call.tensor("self"), call.out
     n = src.numel
     vec4 = n % 4 == 0
-    defines: dict[str, Union[str, int]] = {"OP": _UNARY_OPS[op]}
+    types = vec4_defines if vec4 else elem_defines
+    defines: Defines = {"OP(x)": expr, **types("X", "x_in", src.dtype), **types("Y", "x_out", out.dtype)}
     if vec4:
         defines["VEC4"] = 1
     for start, count in chunk_elems(builder, n, [src, out]):
@@ -133,45 +136,16 @@ def unary(builder: OpBuilder, op: str, in_vid: int, out_vid: int) -> None:
         builder.dispatch("unary", [ib, ob], struct.pack("<I", inv), dispatch_groups(inv), defines)
 
 
-def _alpha(builder: OpBuilder, vid: int):
-    if builder.is_null(vid):
-        return 1
-    value = builder.scalar(vid)
-    return 1 if value is None else value
+@builds_family("unary")
+def unary_op(builder: OpBuilder, call: Call) -> None:
+    unary(builder, call, call.decl.glsl)
 
 
-def _binary_op(op: str) -> OpFn:
-    def run(builder: OpBuilder, args: tuple[int, ...]) -> None:
-        # self, other, [alpha,] out: only add and sub take an alpha
-        alpha = _alpha(builder, args[2]) if op in ("add", "sub") and len(args) > 3 else 1
-        binary(builder, op, args[0], args[1], args[-1], alpha)
-    return run
+@builds("aten.gelu.default")
+def gelu(builder: OpBuilder, call: Call) -> None:
+    unary(builder, call, contract.GELU[call["approximate"]])
 
 
-def _unary_op(op: str) -> OpFn:
-    def run(builder: OpBuilder, args: tuple[int, ...]) -> None:
-        unary(builder, op, args[0], args[-1])
-    return run
-
-
-for _op in ("add", "sub", "mul", "div"):
-    register(f"aten.{_op}.Tensor")(_binary_op(_op))
-for _op in ("relu", "sigmoid", "tanh", "silu"):
-    register(f"aten.{_op}.default")(_unary_op(_op))
-
-
-@register("aten.gelu.default")
-def gelu(builder: OpBuilder, args: tuple[int, ...]) -> None:
-    # self, approximate, out
-    approximate = "none"
-    if len(args) > 2 and not builder.is_null(args[1]):
-        approximate = str(builder.scalar(args[1]))
-    if approximate not in ("none", "tanh"):
-        raise UnsupportedOpError(f"gelu approximate={approximate!r}")
-    unary(builder, "gelu" if approximate == "none" else "gelu_tanh", args[0], args[-1])
-
-
-@register("aten.clone.default")
-def clone(builder: OpBuilder, args: tuple[int, ...]) -> None:
-    # self, memory_format, out
-    convert_copy(builder, builder.tensor(args[0]), builder.tensor(args[-1]))
+@builds("aten.clone.default")
+def clone(builder: OpBuilder, call: Call) -> None:
+    convert_copy(builder, call.tensor("self"), call.out)

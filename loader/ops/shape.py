@@ -1,6 +1,6 @@
 """Shape ops (view, permute, slice, cat, embedding) and the shared copy helpers.
 
-Every GPU tensor is a contiguous row-major buffer of 32-bit elements, so each
+Every GPU tensor is a contiguous row-major buffer of its dtype's elements, so each
 shape op is a strided copy: `strided_copy` walks an index space of up to six
 (collapsed) dims with arbitrary source and destination strides and offsets.
 The helpers at the top (`dispatch_groups`, `bind_elems`, `fits_binding`, `chunk_elems`,
@@ -13,7 +13,9 @@ import math
 import struct
 from typing import Iterator, Sequence
 
-from . import Binding, OpBuilder, SubRange, TensorArg, UnsupportedOpError, elem_defines, register
+from vkx.format.contract import Call, slice_length
+
+from . import Binding, OpBuilder, SubRange, TensorArg, UnsupportedOpError, builds, elem_defines
 
 WORKGROUP = 64
 """local_size_x of every shader in this family."""
@@ -290,92 +292,74 @@ def convert_copy(builder: OpBuilder, src: TensorArg, dst: TensorArg) -> None:
 
 # --------------------------------------------------------------------------- ops
 
-@register("aten.view_copy.default")
-def view_copy(builder: OpBuilder, args: tuple[int, ...]) -> None:
-    # self, size, out: the bytes are unchanged.
-    src, out = builder.tensor(args[0]), builder.tensor(args[-1])
-    convert_copy(builder, src, out)
+@builds("aten.view_copy.default")
+def view_copy(builder: OpBuilder, call: Call) -> None:
+    """The bytes are unchanged (converted when the output's dtype differs)."""
+    convert_copy(builder, call.tensor("self"), call.out)
 
 
-@register("aten.permute_copy.default")
-def permute_copy(builder: OpBuilder, args: tuple[int, ...]) -> None:
-    # self, dims, out
-    src, out = builder.tensor(args[0]), builder.tensor(args[-1])
-    ndim = len(src.shape)
-    dims = [normalize_dim(d, ndim) for d in builder.int_list(args[1])]
-    if sorted(dims) != list(range(ndim)):
-        raise UnsupportedOpError(f"permute dims {dims} are not a permutation of {ndim} dims")
-    in_strides = contiguous_strides(src.shape)
-    sizes = [src.shape[d] for d in dims]
-    if tuple(sizes) != tuple(out.shape):
-        raise UnsupportedOpError(f"permute of {src.shape} by {dims} is not {out.shape}")
-    strided_copy(builder, src, out, sizes, [in_strides[d] for d in dims])
+@builds("aten.permute_copy.default")
+def permute_copy(builder: OpBuilder, call: Call) -> None:
+    src = call.tensor("self")
+    dims = [normalize_dim(d, len(src.shape)) for d in call["dims"]]
+    strides = contiguous_strides(src.shape)
+    _copy_into(builder, src, call.out, [src.shape[d] for d in dims], [strides[d] for d in dims])
 
 
-@register("aten.slice_copy.Tensor")
-def slice_copy(builder: OpBuilder, args: tuple[int, ...]) -> None:
-    # self, dim, start|Null, end|Null, step, out
-    src, out = builder.tensor(args[0]), builder.tensor(args[-1])
-    ndim = len(src.shape)
-    dim = normalize_dim(int(builder.scalar(args[1])), ndim)
-    size = src.shape[dim]
-    start = 0 if builder.is_null(args[2]) else int(builder.scalar(args[2]))
-    end = size if builder.is_null(args[3]) else int(builder.scalar(args[3]))
-    step = 1 if builder.is_null(args[4]) else int(builder.scalar(args[4]))
-    if step <= 0:
-        raise UnsupportedOpError(f"slice step {step} must be positive")
-    if start < 0:
-        start += size
-    if end < 0:
-        end += size
-    start = min(max(start, 0), size)
-    end = min(max(end, start), size)
-    length = -(-(end - start) // step)
-    sizes = list(src.shape)
+@builds("aten.slice_copy.Tensor")
+def slice_copy(builder: OpBuilder, call: Call) -> None:
+    src = call.tensor("self")
+    dim = normalize_dim(call["dim"], len(src.shape))
+    step = call["step"]
+    start, length = slice_length(src.shape[dim], call["start"], call["end"], step)
+    sizes, strides = list(src.shape), list(contiguous_strides(src.shape))
     sizes[dim] = length
-    if tuple(sizes) != tuple(out.shape):
-        raise UnsupportedOpError(f"slice of {src.shape} along {dim} gives {sizes}, not {out.shape}")
-    strides = list(contiguous_strides(src.shape))
     offset = start * strides[dim]
     strides[dim] *= step
-    strided_copy(builder, src, out, sizes, strides, src_offset=offset)
+    _copy_into(builder, src, call.out, sizes, strides, src_offset=offset)
 
 
-@register("aten.cat.default")
-def cat(builder: OpBuilder, args: tuple[int, ...]) -> None:
-    # tensors ValueList, dim, out
-    out = builder.tensor(args[-1])
-    dim = normalize_dim(int(builder.scalar(args[1])), len(out.shape))
+@builds("aten.cat.default")
+def cat(builder: OpBuilder, call: Call) -> None:
+    out = call.out
+    dim = normalize_dim(call["dim"], len(out.shape))
     out_strides = contiguous_strides(out.shape)
     pos = 0
-    for vid in builder.value_list(args[0]):
-        t = builder.tensor(vid)
+    for t in call["tensors"]:
         if t.numel == 0:  # torch skips empty inputs (including legacy 1-D shape (0,))
             continue
-        if len(t.shape) != len(out.shape):
-            raise UnsupportedOpError(f"cat input {t.shape} vs output {out.shape}")
-        strided_copy(builder, t, out, t.shape, contiguous_strides(t.shape),
-                     dst_strides=out_strides, dst_offset=pos * out_strides[dim])
+        _copy_into(builder, t, out, t.shape, contiguous_strides(t.shape),
+                   dst_strides=out_strides, dst_offset=pos * out_strides[dim])
         pos += t.shape[dim]
-    if pos != out.shape[dim]:
-        raise UnsupportedOpError(f"cat inputs cover {pos} of {out.shape[dim]} along dim {dim}")
 
 
-@register("aten.embedding.default")
-def embedding(builder: OpBuilder, args: tuple[int, ...]) -> None:
-    # weight, indices, padding_idx, scale_grad_by_freq, sparse, out
-    weight, idx, out = builder.tensor(args[0]), builder.tensor(args[1]), builder.tensor(args[-1])
-    if len(weight.shape) != 2:
-        raise UnsupportedOpError(f"embedding weight must be 2-D, got {weight.shape}")
-    if idx.dtype.is_float or not weight.dtype.is_float:
-        raise UnsupportedOpError(f"embedding of {weight.dtype} by {idx.dtype} indices")
+def _copy_into(builder: OpBuilder, src: TensorArg, dst: TensorArg, sizes: Sequence[int],
+               src_strides: Sequence[int], **where) -> None:
+    """strided_copy, through a converted temporary when the dtypes differ (cat promotes)."""
+    if src.dtype != dst.dtype:
+        converted = builder.temp(src.shape, dst.dtype)
+        convert_copy(builder, src, converted)
+        src = converted
+    strided_copy(builder, src, dst, sizes, src_strides, **where)
+
+
+@builds("aten.embedding.default")
+def embedding(builder: OpBuilder, call: Call) -> None:
+    """out[i, :] = weight[indices[i], :]; an index outside the table gives a zero row."""
+    weight, idx, out = call.tensor("weight"), call.tensor("indices"), call.out
     vocab, dim = weight.shape
     n = idx.numel * dim
     if n == 0:
         return
     if out.nbytes > builder.max_binding_bytes or idx.nbytes > builder.max_binding_bytes:
         raise UnsupportedOpError("embedding output larger than one storage binding")
+    defines = {**elem_defines("W", "w", weight.dtype), **elem_defines("I", "idx", idx.dtype),
+               **elem_defines("Y", "y", out.dtype)}
+    if weight.dtype == out.dtype:
+        defines["SAME_TYPE"] = 1
+    elif not weight.dtype.is_float and not out.dtype.is_float:
+        defines["INT_PATH"] = 1
     groups = dispatch_groups(n)
     for r0, rc in row_chunks(builder, vocab, dim, [weight]):
-        push = struct.pack("<IIii", n, dim, r0, rc)
-        builder.dispatch("embedding", [rows_binding(weight, r0, rc, dim), idx, out], push, groups, {})
+        push = struct.pack("<IIiii", n, dim, r0, rc, vocab)
+        builder.dispatch("embedding", [rows_binding(weight, r0, rc, dim), idx, out], push, groups, defines)

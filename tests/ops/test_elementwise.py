@@ -1,39 +1,72 @@
-"""Elementwise ops against torch: binary with broadcasting, activations, clone, prepack."""
+"""Elementwise ops against torch in every dtype: binary with broadcasting and immediates,
+activations (NaN and inf as torch has them), clone, prepack."""
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from .conftest import Const, Fn, assert_close, rand, run_graph, run_vkx
+from vkx.format import contract
+from vkx.loader import ops
+
+from .conftest import (EXPORT_DTYPES, FLOAT_DTYPES, Const, Fn, assert_close, assert_close_in, rand, run_graph, run_vkx)
 
 pytestmark = pytest.mark.vulkan
 
 BINARY = {
-    "add": ("aten.add.Tensor", lambda a, b, alpha: torch.add(a, b, alpha=alpha)),
-    "sub": ("aten.sub.Tensor", lambda a, b, alpha: torch.sub(a, b, alpha=alpha)),
-    "mul": ("aten.mul.Tensor", lambda a, b, alpha: a * b),
-    "div": ("aten.div.Tensor", lambda a, b, alpha: a / b),
+    "add": lambda a, b, alpha: torch.add(a, b, alpha=alpha),
+    "sub": lambda a, b, alpha: torch.sub(a, b, alpha=alpha),
+    "mul": lambda a, b, alpha: torch.mul(a, b),
+    "div": lambda a, b, alpha: torch.div(a, b),
 }
+INT_DTYPES = (torch.int32, torch.int8, torch.uint8)
+SPECIALS = [float("nan"), float("inf"), float("-inf"), 0.0, -0.0, 1e-6, -1e-6, 1e-3, -1e-3, 0.03125,
+            1.0, -1.0, 9.0, -9.0, 30.0, -30.0, 100.0, -100.0, 60000.0, -60000.0]  # fp16 overflows past 65504
 
 
-def _binary(op, a, b, alpha=1, out_dtype=torch.float32):
-    name, fn = BINARY[op]
-    want = fn(a.tensor if isinstance(a, Const) else a, b.tensor if isinstance(b, Const) else b, alpha)
-    args = [a, b, alpha] if op in ("add", "sub") else [a, b]
-    got = run_graph(name, args, (tuple(want.shape), want.dtype))
+def _name(op: str) -> str:
+    return f"aten.{op}.Tensor"
+
+
+def _args(op, a, b, alpha):
+    return [a, b, alpha] if op in ("add", "sub") else [a, b]
+
+
+def _value(x):
+    return x.tensor if isinstance(x, Const) else x
+
+
+def _binary(op, a, b, alpha=1):
+    """(vkx, torch) for `op(a, b)`; a Python number operand is torch's 0-dim tensor (same promotion)."""
+    ta, tb = (torch.tensor(x) if isinstance(x, (int, float)) else _value(x) for x in (a, b))
+    want = BINARY[op](ta, tb, alpha)
+    if want.dtype == torch.int64:  # bool with an Int: vkx export narrows the int64 result to int32
+        want = want.int()
+    got = run_graph(_name(op), _args(op, a, b, alpha), (tuple(want.shape), want.dtype))
     return got, want
 
 
-def _operand(shape, seed, positive=False):
-    x = rand(*shape, seed=seed)
-    return x.abs() + 0.5 if positive else x
+def _check(got, want):
+    """Elementwise against torch in the output's dtype (exact for integers)."""
+    if want.is_floating_point():
+        assert_close_in(got, want, want.dtype, each=True)
+    else:
+        assert got.dtype == want.dtype
+        assert torch.equal(got, want), f"{got} != {want}"
+
+
+def _operand(shape, seed, dtype=torch.float32, positive=False):
+    x = rand(*shape, seed=seed, scale=3.0)
+    return (x.abs() + 0.5 if positive else x).to(dtype)
 
 
 SHAPES = [
     ((7,), (7,)),                 # same shape, odd (scalar path)
-    ((3, 8), (3, 8)),             # same shape, vec4 path
+    ((3, 8), (3, 8)),             # same shape, vec4 path for fp32
     ((1,), (17,)),                # numel-1 tensor operand
+    ((1,), (4, 4)),               # numel-1 tensor operand, vec4 path
     ((33,), ()),                  # 0-dim operand
     ((3, 17), (17,)),             # row broadcast
     ((3, 1), (1, 7)),             # outer product broadcast
@@ -42,107 +75,199 @@ SHAPES = [
 ]
 
 
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("op", list(BINARY))
 @pytest.mark.parametrize("shapes", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
-def test_binary_broadcast(op, shapes):
-    a = _operand(shapes[0], 1)
-    b = _operand(shapes[1], 2, positive=op == "div")
-    got, want = _binary(op, a, b)
-    assert_close(got, want)
+def test_binary_broadcast(op, shapes, dtype):
+    a = _operand(shapes[0], 1, dtype)
+    b = _operand(shapes[1], 2, dtype, positive=op == "div")
+    _check(*_binary(op, a, b))
+    _check(*_binary(op, b, a))  # the broadcast operand first
 
 
-@pytest.mark.parametrize("op", list(BINARY))
-def test_binary_scalar_first(op):
-    # the broadcast operand first
-    a = _operand((1, 5), 3, positive=True)
-    b = _operand((4, 5), 4, positive=True)
-    got, want = _binary(op, a, b)
-    assert_close(got, want)
-
-
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("op,alpha", [("add", 2.5), ("sub", -0.75), ("add", 3), ("sub", 1)])
-def test_alpha(op, alpha):
-    a, b = rand(3, 7, seed=5), rand(7, seed=6)
-    got, want = _binary(op, a, b, alpha)
-    assert_close(got, want)
-    got, want = _binary(op, rand(8, seed=5), rand(8, seed=6), alpha)  # vec4 path
-    assert_close(got, want)
+def test_alpha(op, alpha, dtype):
+    _check(*_binary(op, _operand((3, 7), 5, dtype), _operand((7,), 6, dtype), alpha))
+    _check(*_binary(op, _operand((8,), 5, dtype), _operand((8,), 6, dtype), alpha))  # vec4 path for fp32
 
 
-@pytest.mark.parametrize("op", list(BINARY))
-@pytest.mark.parametrize("scalar", [2.5, -3], ids=["double", "int"])
+@pytest.mark.parametrize("dtype", [*FLOAT_DTYPES, *INT_DTYPES])
+@pytest.mark.parametrize("op,scalar", [(op, s) for op in BINARY for s in (2.5, -3, True)
+                                       if (op, s) != ("sub", True)])  # torch refuses bool subtraction
 @pytest.mark.parametrize("first", [False, True], ids=["other", "self"])
-def test_python_scalar_operand(op, scalar, first):
-    """An Int/Double value as an operand (e.g. `x * 0.5`, `2 - x`)."""
-    x = rand(4, 9, seed=7)
-    if op == "div" and first:
-        x = x.abs() + 0.5
-    name, fn = BINARY[op]
-    a, b = (scalar, x) if first else (x, scalar)
-    ta = torch.tensor(a) if not isinstance(a, torch.Tensor) else a
-    tb = torch.tensor(b) if not isinstance(b, torch.Tensor) else b
-    want = fn(ta, tb, 1).float()
-    args = [a, b, 1] if op in ("add", "sub") else [a, b]
-    got = run_graph(name, args, tuple(want.shape))
-    assert_close(got, want)
+def test_immediate_operand(op, scalar, first, dtype):
+    """An Int/Double/Bool value as either operand (`x * 0.5`, `2 - x`), no constant tensor."""
+    x = _operand((4, 9), 7, positive=op == "div" and first)
+    x = x.to(dtype) if dtype.is_floating_point else (x * 10).to(dtype)
+    if op == "div" and first and not dtype.is_floating_point:
+        x = x.abs() + 1
+    for shape in ((4, 9), (7,)):  # vec4 and scalar paths
+        xs = x.flatten()[:7].clone() if shape == (7,) else x
+        _check(*_binary(op, scalar, xs) if first else _binary(op, xs, scalar))
 
 
-def test_constant_operands():
-    x = rand(5, 6, seed=8)
-    w = rand(6, seed=9)
-    got = run_graph("aten.mul.Tensor", [x, Const(w)], (5, 6))
-    assert_close(got, x * w)
-    c = torch.tensor(0.125)  # a lifted 0-dim constant
-    got = run_graph("aten.add.Tensor", [Const(c), x, 1], (5, 6))
-    assert_close(got, c + x)
+@pytest.mark.parametrize("op,scalar", [("mul", 2.5), ("add", True), ("mul", False), ("div", 2), ("add", -3)])
+def test_bool_tensor_immediate(op, scalar):
+    x = rand(5, 8, seed=7) > 0
+    _check(*_binary(op, x, scalar))
+    _check(*_binary(op, scalar, x))
 
 
-def test_fp16_constant():
-    x = rand(3, 10, seed=10)
-    w = rand(10, seed=11).half()
-    got = run_graph("aten.mul.Tensor", [x, Const(w)], (3, 10))
-    assert_close(got, x * w.float(), rtol=1e-2, atol=1e-2)
+def test_integer_output_refuses_fractional_immediate():
+    from vkx.loader.errors import BadProgramError
+    with pytest.raises(BadProgramError, match="int32 output"):
+        run_graph("aten.mul.Tensor", [torch.arange(4, dtype=torch.int32), 0.5], ((4,), torch.int32))
+
+
+MIXED = [
+    (torch.float32, torch.float16),   # an fp32 activation times an fp16 weight
+    (torch.float16, torch.bfloat16),  # promotes to fp32
+    (torch.bfloat16, torch.float32),
+    (torch.int32, torch.float16),
+    (torch.int32, torch.int8),
+    (torch.uint8, torch.int32),
+    (torch.bool, torch.float32),
+    (torch.bool, torch.bool),
+    (torch.int8, torch.int8),         # wraps around as torch does
+    (torch.uint8, torch.uint8),
+]
+
+
+def _typed(shape, seed, dtype):
+    x = rand(*shape, seed=seed, scale=3.0)
+    if dtype == torch.bool:
+        return x > 0
+    if dtype.is_floating_point:
+        return x.to(dtype)
+    return (x * 40).clamp(0 if dtype == torch.uint8 else -128, 127).to(dtype)
+
+
+@pytest.mark.parametrize("da,db", MIXED, ids=lambda d: str(d).removeprefix("torch."))
+@pytest.mark.parametrize("op", ["add", "mul"])
+@pytest.mark.parametrize("shapes", [((3, 8), (3, 8)), ((3, 5), (5,)), ((3, 5), (1,))], ids=str)
+def test_mixed_dtypes(op, da, db, shapes):
+    a, b = _typed(shapes[0], 8, da), _typed(shapes[1], 9, db)
+    _check(*_binary(op, a, Const(b)))
+    _check(*_binary(op, b, a))
 
 
 def test_int_tensors():
-    a = torch.arange(-6, 6, dtype=torch.int32).reshape(3, 4)
+    a = torch.arange(-6, 6, dtype=torch.int32).reshape(3, 4) * 1000003
     b = torch.tensor([3, -2, 1, 5], dtype=torch.int32)
     for op in ("add", "sub", "mul"):
-        got, want = _binary(op, a, b, alpha=2 if op != "mul" else 1, out_dtype=torch.int32)
-        assert_close(got, want)
-    got, want = _binary("div", a, b)  # true division: float out
-    assert_close(got, want)
+        _check(*_binary(op, a, b, alpha=2 if op != "mul" else 1))  # int32 wraps like torch
+    _check(*_binary("div", a, b))  # true division: float out
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("op", list(BINARY))
+def test_binary_specials(op, dtype):
+    """NaN, inf and signed zeros on both sides, as torch computes them."""
+    x = torch.tensor(SPECIALS, dtype=dtype)
+    a, b = x.reshape(-1, 1), x.reshape(1, -1)
+    _check(*_binary(op, a, b))
+    _check(*_binary(op, x, x.flip(0)))
 
 
 UNARY = {
-    "relu": ("aten.relu.default", torch.relu),
-    "sigmoid": ("aten.sigmoid.default", torch.sigmoid),
-    "tanh": ("aten.tanh.default", torch.tanh),
-    "silu": ("aten.silu.default", F.silu),
+    "relu": torch.relu,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+    "silu": F.silu,
+    "neg": torch.neg,
+    "abs": torch.abs,
+    "exp": torch.exp,
+    "rsqrt": torch.rsqrt,
+    "sin": torch.sin,
+    "cos": torch.cos,
+    "hardswish": F.hardswish,
+    "hardsigmoid": F.hardsigmoid,
 }
 
 
+def test_unary_table_is_tested():
+    assert set(UNARY) == set(contract.UNARY)
+
+
+def _unary_input(op, shape, dtype, seed=12):
+    x = rand(*shape, seed=seed, scale=4.0)
+    if op == "rsqrt":
+        x = x.abs() + 0.05
+    if op == "exp" and dtype == torch.float16:
+        x = x.clamp(max=10.0)  # exp(11) overflows fp16
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("op", list(UNARY))
 @pytest.mark.parametrize("shape", [(1,), (3,), (17,), (2, 33), (4, 8)])
-def test_unary(op, shape):
-    name, fn = UNARY[op]
-    x = rand(*shape, seed=12, scale=4.0)
-    assert_close(run_graph(name, [x], shape), fn(x))
+def test_unary(op, shape, dtype):
+    x = _unary_input(op, shape, dtype)
+    assert_close_in(run_graph(f"aten.{op}.default", [x], (shape, dtype)), UNARY[op](x), dtype, each=True)
 
 
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("op", list(UNARY))
-def test_unary_extremes(op):
-    name, fn = UNARY[op]
-    x = torch.tensor([-100.0, -30.0, -9.0, -1e-3, -1e-6, 0.0, 1e-6, 1e-3, 9.0, 30.0, 100.0, 0.03125])
-    assert_close(run_graph(name, [x], tuple(x.shape)), fn(x))
+def test_unary_specials(op, dtype):
+    """NaN stays NaN (relu(NaN) = NaN), infinities and zeros as torch has them."""
+    x = torch.tensor(SPECIALS, dtype=dtype)
+    for xs in (x, torch.cat([x, x[:1]])):  # 20 elements: vec4 for fp32; 21: the scalar path
+        got = run_graph(f"aten.{op}.default", [xs], (tuple(xs.shape), dtype))
+        assert_close_in(got, UNARY[op](xs), dtype, each=True)
+    assert run_graph(f"aten.{op}.default", [x[:1]], ((1,), dtype)).isnan().all()
 
 
+@pytest.mark.parametrize("op", ["sin", "cos"])
+def test_sin_cos_wide_range(op):
+    """Rotary embeddings take sin/cos of angles in the thousands."""
+    x = torch.linspace(-5000, 5000, 40001)
+    got = run_graph(f"aten.{op}.default", [x], (tuple(x.shape), torch.float32))
+    assert_close(got, UNARY[op](x), rtol=1e-4, atol=2e-7)
+
+
+@pytest.mark.parametrize("src,dst", [(torch.float16, torch.float32), (torch.float32, torch.bfloat16),
+                                     (torch.bfloat16, torch.float16)], ids=str)
+@pytest.mark.parametrize("shape", [(3, 5), (4, 4)], ids=["scalar", "vec4"])
+def test_unary_in_other_dtype(src, dst, shape):
+    """An input of one float type and an output of another convert on load and store."""
+    x = _unary_input("silu", shape, src)
+    got = run_graph("aten.silu.default", [x], (shape, dst))
+    assert_close_in(got, F.silu(x.float()).to(dst), dst, each=True)
+
+
+def test_declaring_an_op_is_enough():
+    """A unary op declared at test time (one OpDecl with a glsl expression) runs."""
+    name = "vkx_test.cube_minus_one.default"
+    decl = dataclasses.replace(contract.OPS["aten.relu.default"], name=name, glsl="(x * x * x - 1.0)")
+    contract.declare(decl)
+    try:
+        from vkx.loader.ops import elementwise
+        ops.builds(name)(elementwise.unary_op)
+        for dtype in FLOAT_DTYPES:
+            x = _unary_input("neg", (3, 7), dtype)
+            assert_close_in(run_graph(name, [x], ((3, 7), dtype)), x * x * x - 1, dtype, each=True)
+    finally:
+        contract.OPS.pop(name, None)
+        ops.BUILDERS.pop(name, None)
+
+
+def test_unary_refuses_integers():
+    from vkx.loader.errors import BadProgramError
+    with pytest.raises(BadProgramError, match="computes on floats"):
+        run_graph("aten.relu.default", [torch.arange(4, dtype=torch.int32)], ((4,), torch.int32))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
 @pytest.mark.parametrize("shape", [(7,), (3, 16)])
-def test_gelu(approximate, shape):
-    x = rand(*shape, seed=13, scale=3.0)
-    got = run_graph("aten.gelu.default", [x, approximate], shape)
-    assert_close(got, F.gelu(x, approximate=approximate))
+def test_gelu(approximate, shape, dtype):
+    x = rand(*shape, seed=13, scale=3.0).to(dtype)
+    got = run_graph("aten.gelu.default", [x, approximate], (shape, dtype))
+    assert_close_in(got, F.gelu(x, approximate=approximate), dtype, each=True)
+    x = torch.tensor(SPECIALS, dtype=dtype)
+    got = run_graph("aten.gelu.default", [x, approximate], (tuple(x.shape), dtype))
+    assert_close_in(got, F.gelu(x, approximate=approximate), dtype, each=True)
 
 
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
@@ -156,22 +281,22 @@ def test_gelu_erf_accuracy(approximate):
     assert float((err / want.abs().clamp_min(1e-3)).max()) < 1e-5
 
 
-@pytest.mark.parametrize("shape", [(5,), (2, 8), ()])
-def test_clone(shape):
-    x = rand(*shape, seed=14)
-    assert_close(run_graph("aten.clone.default", [x, None], shape), x.clone())
+ALL_DTYPES = (*FLOAT_DTYPES, *INT_DTYPES, torch.bool)
 
 
-def test_clone_int():
-    x = torch.arange(-7, 10, dtype=torch.int32)
-    assert_close(run_graph("aten.clone.default", [x, None], ((17,), torch.int32)), x)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("shape", [(5,), (2, 8), (), (3, 11)])
+def test_clone(shape, dtype):
+    x = _typed(shape, 14, dtype)
+    got = run_graph("aten.clone.default", [x, None], (shape, dtype))
+    assert got.dtype == dtype and torch.equal(got, x)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_prepack(dtype):
-    w = rand(3, 11, seed=15).to(dtype)
-    got = run_graph("et_vk.prepack.default", [Const(w)], (3, 11))
-    assert_close(got, w.float(), rtol=0, atol=0)
+    w = _typed((3, 11), 15, dtype)
+    got = run_graph("et_vk.prepack.default", [Const(w)], ((3, 11), dtype))
+    assert got.dtype == dtype and torch.equal(got, w)
 
 
 def test_relu_larger_than_one_binding():
@@ -185,17 +310,23 @@ def test_relu_larger_than_one_binding():
 SMALL_BINDING = 1024  # bytes: forces the split paths on tiny tensors
 
 
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("n", [1000, 1003])
-def test_split_dispatches_small_limit(n):
-    x, y = rand(n, seed=17, scale=3.0), rand(n, seed=18)
-    got = run_graph("aten.silu.default", [x], (n,), max_binding_bytes=SMALL_BINDING)
-    assert_close(got, F.silu(x))
-    got = run_graph("aten.sub.Tensor", [x, y, 0.5], (n,), max_binding_bytes=SMALL_BINDING)
-    assert_close(got, torch.sub(x, y, alpha=0.5))
-    got = run_graph("aten.mul.Tensor", [x, torch.tensor([2.0])], (n,), max_binding_bytes=SMALL_BINDING)
-    assert_close(got, x * 2)
-    got = run_graph("aten.div.Tensor", [x, 4.0], (n,), max_binding_bytes=SMALL_BINDING)
-    assert_close(got, x / 4)
+def test_split_dispatches_small_limit(n, dtype):
+    x, y = rand(n, seed=17, scale=3.0).to(dtype), rand(n, seed=18).to(dtype)
+    got = run_graph("aten.silu.default", [x], ((n,), dtype), max_binding_bytes=SMALL_BINDING)
+    assert_close_in(got, F.silu(x), dtype, each=True)
+    got = run_graph("aten.sub.Tensor", [x, y, 0.5], ((n,), dtype), max_binding_bytes=SMALL_BINDING)
+    assert_close_in(got, torch.sub(x, y, alpha=0.5), dtype, each=True)
+    got = run_graph("aten.mul.Tensor", [x, torch.tensor([2.0], dtype=dtype)], ((n,), dtype),
+                    max_binding_bytes=SMALL_BINDING)
+    assert_close_in(got, x * 2, dtype, each=True)
+    got = run_graph("aten.div.Tensor", [x, 4.0], ((n,), dtype), max_binding_bytes=SMALL_BINDING)
+    assert_close_in(got, x / 4, dtype, each=True)
+    # mixed item sizes: fp32 + 16-bit into fp32, pieces aligned in both
+    got = run_graph("aten.add.Tensor", [x.float(), Const(y), 1], ((n,), torch.float32),
+                    max_binding_bytes=SMALL_BINDING)
+    assert_close(got, x.float() + y.float())
 
 
 # --------------------------------------------------------------------------- through the exporter
@@ -220,12 +351,14 @@ MODULES = {
 }
 
 
+@pytest.mark.parametrize("dtype", EXPORT_DTYPES)
 @pytest.mark.parametrize("case", list(MODULES))
-def test_module(case):
+def test_module(case, dtype):
     fn, shapes, params = MODULES[case]
-    module = Fn(fn, **{k: rand(*s, seed=40 + i) for i, (k, s) in enumerate(params.items())})
-    inputs = [rand(*s, seed=50 + i, scale=2.0) for i, s in enumerate(shapes)]
-    assert_close(run_vkx(module, inputs), module(*inputs))
+    module = Fn(fn, **{k: rand(*s, seed=40 + i).to(dtype) for i, (k, s) in enumerate(params.items())})
+    inputs = [rand(*s, seed=50 + i, scale=2.0).to(dtype) for i, s in enumerate(shapes)]
+    terms = shapes[0][0] if case == "constant_out" else 1  # x.sum() * 0: a sum of 3
+    assert_close_in(run_vkx(module, inputs), module(*inputs), dtype, terms)
 
 
 def test_module_fp16_constants():

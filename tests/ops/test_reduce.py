@@ -1,31 +1,49 @@
-"""Reductions and normalisations against torch."""
+"""Reductions and normalisations against torch in every float dtype (NaN and inf as torch has them)."""
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from .conftest import Const, Fn, assert_close, rand, run_graph, run_vkx
+from .conftest import (EXPORT_DTYPES, FLOAT_DTYPES, Const, Fn, assert_close, assert_close_in, rand, run_graph,
+                       run_vkx)
 
 pytestmark = pytest.mark.vulkan
+
+by_dtype = pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+NAN, INF = float("nan"), float("inf")
 
 
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
 @pytest.mark.parametrize("shape,dim", [
     ((17,), 0), ((3, 33), -1), ((3, 33), 0), ((2, 7, 5), 1), ((2, 3, 4, 5), -3), ((1,), 0), ((4, 1), 1),
 ])
-def test_softmax(log, shape, dim):
-    x = rand(*shape, seed=1, scale=3.0)
+@by_dtype
+def test_softmax(log, shape, dim, dtype):
+    x = rand(*shape, seed=1, scale=3.0).to(dtype)
     name = "aten._log_softmax.default" if log else "aten._softmax.default"
     fn = torch.log_softmax if log else torch.softmax
-    assert_close(run_graph(name, [x, dim, False], shape), fn(x, dim))
+    assert_close_in(run_graph(name, [x, dim, False], (shape, dtype)), fn(x, dim), dtype, terms=shape[dim])
 
 
-def test_softmax_large_values():
-    """max-subtraction: no overflow for large logits."""
-    x = torch.tensor([[1000.0, 999.0, -1000.0, 998.5], [-500.0, -501.0, -499.0, -800.0]])
-    assert_close(run_graph("aten._softmax.default", [x, -1, False], (2, 4)), torch.softmax(x, -1))
-    assert_close(run_graph("aten._log_softmax.default", [x, -1, False], (2, 4)), torch.log_softmax(x, -1))
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+@by_dtype
+def test_softmax_specials(log, dtype):
+    """max-subtraction: no overflow for large logits; a NaN or +inf makes its row NaN and a
+    row of -inf (fully masked) is NaN, as in torch."""
+    x = torch.tensor([[1000.0, 999.0, -1000.0, 998.5], [-500.0, -501.0, -499.0, -800.0],
+                      [0.5, NAN, 1.0, 2.0], [NAN, 0.5, 1.0, 2.0], [-INF, -INF, -INF, -INF],
+                      [-INF, 1.0, -INF, 2.0], [1.0, INF, 0.0, -1.0]]).to(dtype)
+    name = "aten._log_softmax.default" if log else "aten._softmax.default"
+    fn = torch.log_softmax if log else torch.softmax
+    assert_close_in(run_graph(name, [x, -1, False], ((7, 4), dtype)), fn(x, -1), dtype, terms=4, each=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_softmax_half_to_float(dtype):
+    x = rand(3, 9, seed=1, scale=3.0).to(dtype)
+    got = run_graph("aten._softmax.default", [x, -1, True], ((3, 9), torch.float32))
+    assert_close(got, torch.softmax(x.float(), -1))
 
 
 def _layer_norm_outs(x, n_norm):
@@ -36,14 +54,38 @@ def _layer_norm_outs(x, n_norm):
 @pytest.mark.parametrize("shape,norm", [((3, 17), (17,)), ((2, 5, 8), (8,)), ((2, 3, 7), (3, 7)), ((1, 1), (1,)),
                                         ((33,), (33,))])
 @pytest.mark.parametrize("affine", [True, False])
-def test_layer_norm(shape, norm, affine):
-    x = rand(*shape, seed=2, scale=2.0) + 0.5
-    w = rand(*norm, seed=3) if affine else None
-    b = rand(*norm, seed=4) if affine else None
+@by_dtype
+def test_layer_norm(shape, norm, affine, dtype):
+    x = (rand(*shape, seed=2, scale=2.0) + 0.5).to(dtype)
+    w = rand(*norm, seed=3).to(dtype) if affine else None
+    b = rand(*norm, seed=4).to(dtype) if affine else None
     eps = 1e-5
     want = torch.native_layer_norm(x, list(norm), w, b, eps)
     args = [x, list(norm), Const(w) if affine else None, Const(b) if affine else None, eps]
-    got = run_graph("aten.native_layer_norm.default", args, _layer_norm_outs(x, len(norm)))
+    outs = [(s, dtype) for s in _layer_norm_outs(x, len(norm))]
+    got = run_graph("aten.native_layer_norm.default", args, outs)
+    n = x[0].numel() if len(norm) == x.dim() else torch.Size(norm).numel()
+    for g_, w_ in zip(got, want):
+        assert_close_in(g_, w_, dtype, terms=n, each=True)
+
+
+def test_layer_norm_mixed_dtypes():
+    """An fp16 activation with fp32 affine parameters (and fp32 statistics)."""
+    x = rand(4, 9, seed=5, scale=2.0).half()
+    w, b = rand(9, seed=6), rand(9, seed=7)
+    want = torch.native_layer_norm(x.float(), [9], w, b, 1e-5)
+    got = run_graph("aten.native_layer_norm.default", [x, [9], Const(w), Const(b), 1e-5],
+                    [((4, 9), torch.float16), ((4, 1), torch.float32), ((4, 1), torch.float32)])
+    assert_close_in(got[0], want[0].half(), torch.float16, each=True)
+    assert_close(got[1:], want[1:])
+
+
+def test_layer_norm_nan_row():
+    x = rand(3, 8, seed=5)
+    x[1, 3] = NAN
+    want = torch.native_layer_norm(x, [8], None, None, 1e-5)
+    got = run_graph("aten.native_layer_norm.default", [x, [8], None, None, 1e-5], _layer_norm_outs(x, 1))
+    assert got[0][1].isnan().all() and not got[0][0].isnan().any()
     assert_close(got, want)
 
 
@@ -58,12 +100,19 @@ def test_layer_norm_weight_only():
 @pytest.mark.parametrize("shape,norm", [((3, 17), (17,)), ((2, 4, 6), (4, 6)), ((7,), (7,))])
 @pytest.mark.parametrize("affine", [True, False])
 @pytest.mark.parametrize("eps", [None, 1e-6])
-def test_rms_norm(shape, norm, affine, eps):
-    x = rand(*shape, seed=7)
-    w = rand(*norm, seed=8) if affine else None
+@by_dtype
+def test_rms_norm(shape, norm, affine, eps, dtype):
+    x = rand(*shape, seed=7, scale=2.0).to(dtype)
+    w = rand(*norm, seed=8).to(dtype) if affine else None
     want = F.rms_norm(x, norm, w, eps)
-    got = run_graph("aten.rms_norm.default", [x, list(norm), Const(w) if affine else None, eps], shape)
-    assert_close(got, want)
+    got = run_graph("aten.rms_norm.default", [x, list(norm), Const(w) if affine else None, eps], (shape, dtype))
+    assert_close_in(got, want, dtype, terms=torch.Size(norm).numel(), each=True)
+
+
+def test_rms_norm_defaults_left_out():
+    """ExecuTorch may write rms_norm(input, normalized_shape) alone: weight None, eps None."""
+    x = rand(3, 5, seed=7)
+    assert_close(run_graph("aten.rms_norm.default", [x, [5]], (3, 5)), F.rms_norm(x, (5,)))
 
 
 def test_rms_norm_default_eps_matters():
@@ -76,18 +125,30 @@ def test_rms_norm_default_eps_matters():
 
 @pytest.mark.parametrize("shape", [(2, 3), (2, 3, 5), (1, 4, 3, 3), (2, 5, 1, 7)])
 @pytest.mark.parametrize("affine", [True, False])
-def test_batch_norm_eval(shape, affine):
+@by_dtype
+def test_batch_norm_eval(shape, affine, dtype):
     c = shape[1]
-    x = rand(*shape, seed=9)
-    mean, var = rand(c, seed=10), rand(c, seed=11).abs() + 0.2
-    w = rand(c, seed=12) if affine else None
-    b = rand(c, seed=13) if affine else None
+    x = rand(*shape, seed=9, scale=2.0).to(dtype)
+    mean, var = rand(c, seed=10).to(dtype), (rand(c, seed=11).abs() + 0.2).to(dtype)
+    w = rand(c, seed=12).to(dtype) if affine else None
+    b = rand(c, seed=13).to(dtype) if affine else None
     eps = 1e-5
     want = torch.ops.aten._native_batch_norm_legit_no_training.default(x, w, b, mean, var, 0.1, eps)
     args = [x, Const(w) if affine else None, Const(b) if affine else None, Const(mean), Const(var), 0.1, eps]
     got = run_graph("aten._native_batch_norm_legit_no_training.default", args,
-                    [tuple(shape), (0,), (0,)])
-    assert_close(got[0], want[0])
+                    [(tuple(shape), dtype), ((0,), dtype), ((0,), dtype)])
+    assert_close_in(got[0], want[0], dtype, each=True)
+
+
+def test_batch_norm_fp32_statistics():
+    """An fp16 activation normalised with fp32 running statistics."""
+    x = rand(2, 3, 5, seed=9).half()
+    mean, var, w = rand(3, seed=10), rand(3, seed=11).abs() + 0.2, rand(3, seed=12)
+    want = torch.ops.aten._native_batch_norm_legit_no_training.default(x.float(), w, None, mean, var, 0.1, 1e-5)
+    got = run_graph("aten._native_batch_norm_legit_no_training.default",
+                    [x, Const(w), None, Const(mean), Const(var), 0.1, 1e-5],
+                    [((2, 3, 5), torch.float16), ((0,), torch.float32), ((0,), torch.float32)])
+    assert_close_in(got[0], want[0].half(), torch.float16, each=True)
 
 
 REDUCE_CASES = [
@@ -107,8 +168,9 @@ REDUCE_CASES = [
 
 @pytest.mark.parametrize("mean", [False, True], ids=["sum", "mean"])
 @pytest.mark.parametrize("shape,dims,keepdim", REDUCE_CASES, ids=lambda v: str(v))
-def test_sum_mean(mean, shape, dims, keepdim):
-    x = rand(*shape, seed=14)
+@by_dtype
+def test_sum_mean(mean, shape, dims, keepdim, dtype):
+    x = rand(*shape, seed=14, scale=2.0).to(dtype)
     if mean:
         want = x.mean(dim=dims, keepdim=keepdim) if dims else x.mean()
         name = "aten.mean.dim"
@@ -117,8 +179,41 @@ def test_sum_mean(mean, shape, dims, keepdim):
         name = "aten.sum.dim_IntList"
     if not dims and keepdim:
         want = want.reshape((1,) * x.dim())
-    got = run_graph(name, [x, list(dims), keepdim, None], tuple(want.shape))
-    assert_close(got, want)
+    got = run_graph(name, [x, list(dims), keepdim, None], (tuple(want.shape), dtype))
+    terms = max(x.numel() // max(want.numel(), 1), 1)
+    assert_close_in(got, want, dtype, terms=terms, each=True)
+
+
+@pytest.mark.parametrize("name", ["aten.sum.dim_IntList", "aten.mean.dim"])
+@by_dtype
+def test_sum_specials(name, dtype):
+    """inf stays inf (compensated summation must not turn it into NaN); inf - inf and NaN give NaN."""
+    x = torch.tensor([[INF, 1.0, 2.0, 3.0], [1.0, -INF, 2.0, 0.5], [INF, -INF, 0.0, 1.0],
+                      [NAN, 1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 4.5]]).to(dtype)
+    want = x.sum(1) if name.startswith("aten.sum") else x.mean(1)
+    assert_close_in(run_graph(name, [x, [1], False, None], ((5,), dtype)), want, dtype, terms=4, each=True)
+
+
+@pytest.mark.parametrize("shape,dims,out", [((0, 5), [0], (5,)), ((3, 0), [1], (3,)), ((3, 0, 2), [1, 2], (3,))])
+def test_empty_reduction(shape, dims, out):
+    """Summing no elements gives 0 and their mean NaN, as in torch; nothing is read."""
+    x = torch.empty(shape)
+    assert_close(run_graph("aten.sum.dim_IntList", [x, dims, False, None], out), x.sum(dims))
+    assert_close(run_graph("aten.mean.dim", [x, dims, False, None], out), x.mean(dims))
+
+
+def test_sum_dtype_argument():
+    """sum(x, dtype=float32) of an fp16 tensor: the output's dtype."""
+    x = rand(3, 40, seed=14, scale=2.0).half()
+    got = run_graph("aten.sum.dim_IntList", [x, [1], False, 6], ((3,), torch.float32))
+    assert_close(got, x.sum(1, dtype=torch.float32))
+
+
+def test_reductions_refuse_integers():
+    from vkx.loader.errors import BadProgramError
+    x = torch.arange(6, dtype=torch.int32)
+    with pytest.raises(BadProgramError, match="computes on floats"):
+        run_graph("aten.sum.dim_IntList", [x, [0], False, None], ((), torch.int32))
 
 
 def test_sum_null_dim():
@@ -137,26 +232,30 @@ def test_sum_long_row_precision():
 SMALL_BINDING = 1024  # bytes: forces the row-block split paths on tiny tensors
 
 
-def test_row_ops_split_small_limit():
-    x = rand(37, 9, seed=17)  # 1332 bytes, rows of 36 bytes
-    assert_close(run_graph("aten._softmax.default", [x, -1, False], (37, 9), max_binding_bytes=SMALL_BINDING),
-                 torch.softmax(x, -1))
-    x3 = rand(13, 3, 9, seed=18)  # softmax over a middle dim: blocks of whole outer slices
-    assert_close(run_graph("aten._log_softmax.default", [x3, 1, False], (13, 3, 9),
-                           max_binding_bytes=SMALL_BINDING), torch.log_softmax(x3, 1))
-    w, b = rand(9, seed=19), rand(9, seed=20)
+@by_dtype
+def test_row_ops_split_small_limit(dtype):
+    k = 4 // dtype.itemsize  # rows as many bytes in every dtype
+    small = {"max_binding_bytes": SMALL_BINDING}
+    x = rand(37 * k, 9, seed=17).to(dtype)  # 1332 bytes, rows of 36 (fp32) or 18 bytes
+    assert_close_in(run_graph("aten._softmax.default", [x, -1, False], (tuple(x.shape), dtype), **small),
+                    torch.softmax(x, -1), dtype, terms=9, each=True)
+    x3 = rand(13 * k, 3, 9, seed=18).to(dtype)  # softmax over a middle dim: blocks of whole outer slices
+    assert_close_in(run_graph("aten._log_softmax.default", [x3, 1, False], (tuple(x3.shape), dtype), **small),
+                    torch.log_softmax(x3, 1), dtype, terms=3, each=True)
+    w, b = rand(9, seed=19).to(dtype), rand(9, seed=20).to(dtype)
+    rows = x.shape[0]
     got = run_graph("aten.native_layer_norm.default", [x, [9], Const(w), Const(b), 1e-5],
-                    [(37, 9), (37, 1), (37, 1)], max_binding_bytes=SMALL_BINDING)
-    assert_close(got, torch.native_layer_norm(x, [9], w, b, 1e-5))
-    got = run_graph("aten.rms_norm.default", [x, [9], Const(w), 1e-6], (37, 9), max_binding_bytes=SMALL_BINDING)
-    assert_close(got, F.rms_norm(x, (9,), w, 1e-6))
-    xb = rand(3, 5, 23, seed=21)  # 1380 bytes
-    mean, var = rand(5, seed=22), rand(5, seed=23).abs() + 0.5
+                    [((rows, 9), dtype), ((rows, 1), dtype), ((rows, 1), dtype)], **small)
+    assert_close_in(got, torch.native_layer_norm(x, [9], w, b, 1e-5), dtype, terms=9, each=True)
+    got = run_graph("aten.rms_norm.default", [x, [9], Const(w), 1e-6], ((rows, 9), dtype), **small)
+    assert_close_in(got, F.rms_norm(x, (9,), w, 1e-6), dtype, terms=9, each=True)
+    xb = rand(3 * k, 5, 23, seed=21).to(dtype)  # 1380 bytes
+    mean, var = rand(5, seed=22).to(dtype), (rand(5, seed=23).abs() + 0.5).to(dtype)
     want = torch.ops.aten._native_batch_norm_legit_no_training.default(xb, w[:5], b[:5], mean, var, 0.1, 1e-5)
     got = run_graph("aten._native_batch_norm_legit_no_training.default",
                     [xb, Const(w[:5].clone()), Const(b[:5].clone()), Const(mean), Const(var), 0.1, 1e-5],
-                    [(3, 5, 23), (0,), (0,)], max_binding_bytes=SMALL_BINDING)
-    assert_close(got[0], want[0])
+                    [(tuple(xb.shape), dtype), ((0,), dtype), ((0,), dtype)], **small)
+    assert_close_in(got[0], want[0], dtype, each=True)
 
 
 # --------------------------------------------------------------------------- through the exporter
@@ -204,12 +303,13 @@ MODULES = {
 }
 
 
+@pytest.mark.parametrize("dtype", EXPORT_DTYPES)
 @pytest.mark.parametrize("case", list(MODULES))
-def test_module(case):
+def test_module(case, dtype):
     make, shapes = MODULES[case]
-    module = make().eval()
-    inputs = [rand(*s, seed=80 + i, scale=2.0) for i, s in enumerate(shapes)]
-    assert_close(run_vkx(module, inputs), module(*inputs))
+    module = make().eval().to(dtype)
+    inputs = [rand(*s, seed=80 + i, scale=2.0).to(dtype) for i, s in enumerate(shapes)]
+    assert_close_in(run_vkx(module, inputs), module(*inputs), dtype, terms=shapes[0][-1])
 
 
 @pytest.mark.parametrize("case", ["layer_norm", "rms_norm", "batch_norm"])

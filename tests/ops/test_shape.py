@@ -1,26 +1,48 @@
-"""Shape ops against torch: view, permute, slice, cat, embedding."""
+"""Shape ops against torch, bit-exact in every dtype: view, permute, slice, cat, embedding."""
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from .conftest import Const, Fn, Values, assert_close, rand, run_graph, run_vkx
+from .conftest import EXPORT_DTYPES, FLOAT_DTYPES, Const, Fn, Values, assert_close, assert_close_in, rand, run_graph, run_vkx
 
 pytestmark = pytest.mark.vulkan
+
+ALL_DTYPES = (*FLOAT_DTYPES, torch.int32, torch.int8, torch.uint8, torch.bool)
+DTYPE_IDS = [str(d).removeprefix("torch.") for d in ALL_DTYPES]
+
+
+def _typed(shape, seed, dtype=torch.float32):
+    x = rand(*shape, seed=seed, scale=3.0)
+    if dtype == torch.bool:
+        return x > 0
+    if dtype.is_floating_point:
+        return x.to(dtype)
+    return (x * 40).clamp(0 if dtype == torch.uint8 else -128, 127).to(dtype)
+
+
+def _equal(got, want):
+    assert got.dtype == want.dtype, f"dtype {got.dtype} != {want.dtype}"
+    assert tuple(got.shape) == tuple(want.shape), f"shape {tuple(got.shape)} != {tuple(want.shape)}"
+    assert torch.equal(got, want) or (want.is_floating_point() and torch.equal(got.isnan(), want.isnan())
+                                      and torch.equal(got.nan_to_num(), want.nan_to_num())), f"{got} != {want}"
+
+
+by_dtype = pytest.mark.parametrize("dtype", ALL_DTYPES, ids=DTYPE_IDS)
 
 
 @pytest.mark.parametrize("shape,size", [((3, 8), (24,)), ((2, 3, 7), (6, 7)), ((17,), (1, 17, 1)),
                                         ((5,), (5,)), ((), (1,))])
-def test_view_copy(shape, size):
-    x = rand(*shape, seed=1)
-    assert_close(run_graph("aten.view_copy.default", [x, list(size)], size), x.reshape(size), rtol=0, atol=0)
+@by_dtype
+def test_view_copy(shape, size, dtype):
+    x = _typed(shape, 1, dtype)
+    _equal(run_graph("aten.view_copy.default", [x, list(size)], (size, dtype)), x.reshape(size))
 
 
-def test_view_copy_int():
-    x = torch.arange(12, dtype=torch.int32).reshape(3, 4)
-    got = run_graph("aten.view_copy.default", [x, [4, 3]], ((4, 3), torch.int32))
-    assert_close(got, x.reshape(4, 3))
+def test_view_copy_infers_minus_one():
+    x = _typed((3, 8), 1, torch.float16)
+    _equal(run_graph("aten.view_copy.default", [x, [-1, 4]], ((6, 4), torch.float16)), x.reshape(-1, 4))
 
 
 @pytest.mark.parametrize("shape,dims", [
@@ -32,11 +54,11 @@ def test_view_copy_int():
     ((2, 3, 2, 3, 2, 3), [5, 3, 1, 4, 2, 0]),
     ((4, 8), [0, 1]),
 ])
-def test_permute_copy(shape, dims):
-    x = rand(*shape, seed=2)
-    want = x.permute(dims)
-    got = run_graph("aten.permute_copy.default", [x, list(dims)], tuple(want.shape))
-    assert_close(got, want, rtol=0, atol=0)
+@by_dtype
+def test_permute_copy(shape, dims, dtype):
+    x = _typed(shape, 2, dtype)
+    want = x.permute(dims).contiguous()
+    _equal(run_graph("aten.permute_copy.default", [x, list(dims)], (tuple(want.shape), dtype)), want)
 
 
 @pytest.mark.parametrize("shape,dim,start,end,step", [
@@ -51,11 +73,17 @@ def test_permute_copy(shape, dims):
     ((3, 5, 7), 0, 2, 3, 1),
     ((6, 8), 1, 0, 4, 1),             # a chunk (split)
 ])
-def test_slice_copy(shape, dim, start, end, step):
-    x = rand(*shape, seed=3)
+@by_dtype
+def test_slice_copy(shape, dim, start, end, step, dtype):
+    x = _typed(shape, 3, dtype)
     want = torch.ops.aten.slice_copy.Tensor(x, dim, start, end, step)
-    got = run_graph("aten.slice_copy.Tensor", [x, dim, start, end, step], tuple(want.shape))
-    assert_close(got, want, rtol=0, atol=0)
+    _equal(run_graph("aten.slice_copy.Tensor", [x, dim, start, end, step], (tuple(want.shape), dtype)), want)
+
+
+def test_slice_copy_defaults():
+    """ExecuTorch may leave out dim, start, end and step: 0, None, None, 1."""
+    x = _typed((5, 3), 3, torch.bfloat16)
+    _equal(run_graph("aten.slice_copy.Tensor", [x], ((5, 3), torch.bfloat16)), x)
 
 
 @pytest.mark.parametrize("shapes,dim", [
@@ -66,11 +94,20 @@ def test_slice_copy(shape, dim, start, end, step):
     ([(2, 3, 4), (2, 3, 1)], -1),
     ([(2, 3), (0,), (2, 1)], 1),     # legacy empty 1-D input is skipped
 ])
-def test_cat(shapes, dim):
-    xs = [rand(*s, seed=10 + i) for i, s in enumerate(shapes)]
+@by_dtype
+def test_cat(shapes, dim, dtype):
+    xs = [_typed(s, 10 + i, dtype) for i, s in enumerate(shapes)]
     want = torch.cat(xs, dim)
-    got = run_graph("aten.cat.default", [Values(xs), dim], tuple(want.shape))
-    assert_close(got, want, rtol=0, atol=0)
+    _equal(run_graph("aten.cat.default", [Values(xs), dim], (tuple(want.shape), dtype)), want)
+
+
+@pytest.mark.parametrize("dtypes", [(torch.float16, torch.float32), (torch.bfloat16, torch.float16),
+                                    (torch.int8, torch.int32), (torch.bool, torch.uint8)], ids=str)
+def test_cat_promotes(dtypes):
+    """torch.cat of mixed dtypes gives the promoted dtype: the parts convert at load."""
+    xs = [_typed((2, 3), 12, dtypes[0]), _typed((2, 5), 13, dtypes[1]), _typed((2, 1), 14, dtypes[0])]
+    want = torch.cat(xs, 1)
+    _equal(run_graph("aten.cat.default", [Values(xs), 1], ((2, 9), want.dtype)), want)
 
 
 def test_cat_with_constant():
@@ -82,26 +119,47 @@ def test_cat_with_constant():
 
 
 @pytest.mark.parametrize("idx_shape", [(1,), (7,), (2, 5), (2, 3, 3)])
-def test_embedding(idx_shape):
-    w = rand(17, 6, seed=30)
-    idx = torch.randint(0, 17, idx_shape, generator=torch.Generator().manual_seed(31))
-    want = F.embedding(idx, w)
-    got = run_graph("aten.embedding.default", [Const(w), idx, -1, False, False], tuple(want.shape))
-    assert_close(got, want, rtol=0, atol=0)
+@by_dtype
+def test_embedding(idx_shape, dtype):
+    w = _typed((17, 6), 30, dtype)
+    idx = torch.randint(0, 17, idx_shape, generator=torch.Generator().manual_seed(31), dtype=torch.int32)
+    want = F.embedding(idx, w) if dtype.is_floating_point else w[idx.long()]
+    _equal(run_graph("aten.embedding.default", [Const(w), idx, -1, False, False], (tuple(want.shape), dtype)), want)
 
 
-def test_embedding_fp16_table():
-    w = rand(33, 5, seed=32).half()
-    idx = torch.tensor([[0, 32, 5], [7, 7, 1]])
-    want = F.embedding(idx, w.float())
-    got = run_graph("aten.embedding.default", [Const(w), idx, -1, False, False], tuple(want.shape))
-    assert_close(got, want, rtol=1e-2, atol=1e-2)
+@pytest.mark.parametrize("idx_dtype", [torch.int32, torch.int8, torch.uint8])
+def test_embedding_index_types(idx_dtype):
+    w = _typed((33, 5), 32, torch.float16)
+    idx = torch.tensor([[0, 32, 5], [7, 7, 1]], dtype=idx_dtype)
+    want = w[idx.long()]
+    _equal(run_graph("aten.embedding.default", [Const(w), idx], ((2, 3, 5), torch.float16)), want)
+
+
+@pytest.mark.parametrize("table,out", [(torch.float16, torch.float32), (torch.bfloat16, torch.float32),
+                                       (torch.float32, torch.float16)], ids=str)
+def test_embedding_converts(table, out):
+    """A table stored in another dtype than the activations (an fp16-weight export)."""
+    w = _typed((33, 5), 33, table)
+    idx = torch.tensor([[0, 32, 5], [7, 7, 1]], dtype=torch.int32)
+    got = run_graph("aten.embedding.default", [Const(w), idx], ((2, 3, 5), out))
+    assert_close_in(got, w[idx.long()].to(out), out, each=True)
+
+
+@pytest.mark.parametrize("binding", [None, 128])
+def test_embedding_out_of_range_is_zero(binding):
+    """torch raises for such indices; a file may hold them: they read no memory outside the table."""
+    w = _typed((9, 4), 34, torch.float32) + 100  # no zero rows
+    idx = torch.tensor([0, -1, 9, 8, 2**31 - 1, -2**31, 4], dtype=torch.int32)
+    want = w[idx.clamp(0, 8).long()]
+    want[(idx < 0) | (idx > 8)] = 0
+    kwargs = {} if binding is None else {"max_binding_bytes": binding}  # row blocks: each writes only its own
+    _equal(run_graph("aten.embedding.default", [Const(w), idx], ((7, 4), torch.float32), **kwargs), want)
 
 
 def test_embedding_split_table():
     """A table larger than one binding is split by rows; a small binding limit tests it cheaply."""
     w = rand(301, 5, seed=33)  # 6020 bytes; 4096-byte bindings -> row blocks
-    idx = torch.tensor([[0, 300, 150, 51], [52, 203, 204, 299]])
+    idx = torch.tensor([[0, 300, 150, 51], [52, 203, 204, 299]], dtype=torch.int32)
     got = run_graph("aten.embedding.default", [Const(w), idx, -1, False, False], (2, 4, 5),
                     max_binding_bytes=4096)
     assert_close(got, F.embedding(idx, w), rtol=0, atol=0)
@@ -110,21 +168,24 @@ def test_embedding_split_table():
 SMALL_BINDING = 1024  # bytes: forces the split paths on tiny tensors
 
 
-def test_view_clone_split():
-    x = rand(3, 301, seed=34)  # 3612 bytes
-    got = run_graph("aten.view_copy.default", [x, [903]], (903,), max_binding_bytes=SMALL_BINDING)
-    assert_close(got, x.reshape(903), rtol=0, atol=0)
-    got = run_graph("aten.clone.default", [x, None], (3, 301), max_binding_bytes=SMALL_BINDING)
-    assert_close(got, x, rtol=0, atol=0)
+@by_dtype
+def test_view_clone_split(dtype):
+    x = _typed((3, 1203), 34, dtype)  # 3609 elements: over 1024 bytes in every dtype
+    got = run_graph("aten.view_copy.default", [x, [3609]], ((3609,), dtype), max_binding_bytes=SMALL_BINDING)
+    _equal(got, x.reshape(3609))
+    got = run_graph("aten.clone.default", [x, None], ((3, 1203), dtype), max_binding_bytes=SMALL_BINDING)
+    _equal(got, x)
 
 
-def test_cat_into_large_output():
-    a, b = rand(2, 350, seed=35), rand(2, 201, seed=36)  # out 4408 bytes
-    got = run_graph("aten.cat.default", [Values([a, b]), 1], (2, 551), max_binding_bytes=4096)
-    assert_close(got, torch.cat([a, b], 1), rtol=0, atol=0)
-    a, b = rand(700, seed=35), rand(401, seed=36)
-    got = run_graph("aten.cat.default", [Values([a, b]), 0], (1101,), max_binding_bytes=4096)
-    assert_close(got, torch.cat([a, b]), rtol=0, atol=0)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.uint8], ids=str)
+def test_cat_into_large_output(dtype):
+    k = 4 // dtype.itemsize  # the same byte sizes in every dtype
+    a, b = _typed((2, 350 * k), 35, dtype), _typed((2, 201 * k), 36, dtype)  # out 4408 bytes
+    got = run_graph("aten.cat.default", [Values([a, b]), 1], ((2, 551 * k), dtype), max_binding_bytes=4096)
+    _equal(got, torch.cat([a, b], 1))
+    a, b = _typed((700 * k,), 35, dtype), _typed((401 * k,), 36, dtype)
+    got = run_graph("aten.cat.default", [Values([a, b]), 0], ((1101 * k,), dtype), max_binding_bytes=4096)
+    _equal(got, torch.cat([a, b]))
 
 
 # --------------------------------------------------------------------------- through the exporter
@@ -143,12 +204,15 @@ MODULES = {
 }
 
 
+@pytest.mark.parametrize("dtype", EXPORT_DTYPES)
 @pytest.mark.parametrize("case", list(MODULES))
-def test_module(case):
+def test_module(case, dtype):
     fn, shapes = MODULES[case]
     module = Fn(fn)
-    inputs = [rand(*s, seed=100 + i) for i, s in enumerate(shapes)]
-    assert_close(run_vkx(module, inputs), module(*inputs), rtol=0, atol=0)
+    inputs = [rand(*s, seed=100 + i).to(dtype) for i, s in enumerate(shapes)]
+    got, want = run_vkx(module, inputs), module(*inputs)
+    for g_, w_ in zip(got, want) if isinstance(want, tuple) else [(got, want)]:
+        _equal(g_, w_)
 
 
 @pytest.mark.parametrize("dtype", [None, "fp16"])
