@@ -7,9 +7,10 @@
 // (ldc > N when a dispatch writes a column slice; the slice start is folded into coff).
 // Bindings: 0 = A, 1 = B, 2 = C, 3 = BIAS (only with HAS_BIAS).
 // Defines:
-//   A_VEC    A is k-contiguous (sAk == 1) and K, sAm, sAb*, aoff are multiples of 4
-//   B_VEC_K  B is k-contiguous (sBk == 1) and K, sBn, sBb*, boff are multiples of 4
-//   B_VEC_N  B is n-contiguous (sBn == 1) and N, sBk, sBb*, boff are multiples of 4
+//   elem_defines for A, B, C and BIAS (any float type; accumulation is fp32)
+//   A_VEC    A is fp32, k-contiguous (sAk == 1) and K, sAm, sAb*, aoff are multiples of 4
+//   B_VEC_K  B is fp32, k-contiguous (sBk == 1) and K, sBn, sBb*, boff are multiples of 4
+//   B_VEC_N  B is fp32, n-contiguous (sBn == 1) and N, sBk, sBb*, boff are multiples of 4
 //   HAS_BIAS add beta * bias[biasoff + m*sbm + n*sbn]
 //   WG_X, WG_Y  workgroup size (x over column tiles, y over row tiles)
 //   TM       rows per invocation tile: 4 (default) or 1 (for M == 1, e.g. one token)
@@ -25,20 +26,21 @@
 #define WG_Y 8
 #endif
 layout(local_size_x = WG_X, local_size_y = WG_Y, local_size_z = 1) in;
+#include "dtype.glslh"
 
 #ifdef A_VEC
 layout(std430, set = 0, binding = 0) readonly buffer BufA { vec4 a4[]; };
 #else
-layout(std430, set = 0, binding = 0) readonly buffer BufA { float a[]; };
+layout(std430, set = 0, binding = 0) readonly buffer BufA { A_T a[]; };
 #endif
 #if defined(B_VEC_K) || defined(B_VEC_N)
 layout(std430, set = 0, binding = 1) readonly buffer BufB { vec4 b4[]; };
 #else
-layout(std430, set = 0, binding = 1) readonly buffer BufB { float b[]; };
+layout(std430, set = 0, binding = 1) readonly buffer BufB { B_T b[]; };
 #endif
-layout(std430, set = 0, binding = 2) writeonly buffer BufC { float c[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer BufC { C_T c[]; };
 #ifdef HAS_BIAS
-layout(std430, set = 0, binding = 3) readonly buffer BufBias { float bias[]; };
+layout(std430, set = 0, binding = 3) readonly buffer BufBias { BIAS_T bias[]; };
 #endif
 
 layout(push_constant) uniform Push {
@@ -84,7 +86,7 @@ void main() {
             av[i] = a4[(ar[i] + k) >> 2];
 #else
             const int o = ar[i] + k * p.sAk;
-            av[i] = vec4(a[o], a[o + p.sAk], a[o + 2 * p.sAk], a[o + 3 * p.sAk]);
+            av[i] = vec4(LOAD_A(o), LOAD_A(o + p.sAk), LOAD_A(o + 2 * p.sAk), LOAD_A(o + 3 * p.sAk));
 #endif
         }
 #ifdef B_VEC_N
@@ -105,7 +107,7 @@ void main() {
             bv[j] = b4[(bc[j] + k) >> 2];
 #else
             const int o = bc[j] + k * p.sBk;
-            bv[j] = vec4(b[o], b[o + p.sBk], b[o + 2 * p.sBk], b[o + 3 * p.sBk]);
+            bv[j] = vec4(LOAD_B(o), LOAD_B(o + p.sBk), LOAD_B(o + 2 * p.sBk), LOAD_B(o + 3 * p.sBk));
 #endif
         }
         for (int i = 0; i < TM; ++i) {
@@ -120,11 +122,11 @@ void main() {
 #ifdef B_VEC_N
         const vec4 row = b4[(bbase + k * p.sBk + n0) >> 2];
 #else
-        const vec4 row = vec4(b[bc[0] + k * p.sBk], b[bc[1] + k * p.sBk],
-                              b[bc[2] + k * p.sBk], b[bc[3] + k * p.sBk]);
+        const vec4 row = vec4(LOAD_B(bc[0] + k * p.sBk), LOAD_B(bc[1] + k * p.sBk),
+                              LOAD_B(bc[2] + k * p.sBk), LOAD_B(bc[3] + k * p.sBk));
 #endif
         for (int i = 0; i < TM; ++i) {
-            acc[i] += a[ar[i] + k * p.sAk] * row;
+            acc[i] += LOAD_A(ar[i] + k * p.sAk) * row;
         }
     }
 #endif
@@ -138,9 +140,9 @@ void main() {
                 if (n < p.N) {
                     float v = p.alpha * acc[i][j];
 #ifdef HAS_BIAS
-                    v += p.beta * bias[p.biasoff + m * p.sbm + n * p.sbn];
+                    v += p.beta * LOAD_BIAS(p.biasoff + m * p.sbm + n * p.sbn);
 #endif
-                    c[cbase + m * p.ldc + n] = v;
+                    STORE_C(cbase + m * p.ldc + n, v);
                 }
             }
         }

@@ -59,10 +59,11 @@ def test_conv_graph_hand_built():
     assert_norm_close(got, want)
 
 
-def test_conv_transposed_is_unsupported():
-    from vkx.loader.errors import UnsupportedOpError
+def test_conv_transposed_is_refused():
+    # The op contract excludes transposed convolutions: the call fails its rule.
+    from vkx.loader.errors import BadProgramError
     x, w = rand(1, 4, 5, 5, seed=1), rand(4, 2, 3, 3, seed=2)
-    with pytest.raises(UnsupportedOpError, match="transposed"):
+    with pytest.raises(BadProgramError, match="transposed"):
         run_graph("aten.convolution.default",
                   [x, Const(w), None, [1, 1], [0, 0], [1, 1], True, [0, 0], 1], (1, 2, 7, 7))
 

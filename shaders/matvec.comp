@@ -1,0 +1,92 @@
+#version 450
+// Matrix-vector product, one row of activations against a k-contiguous B (linear's
+// W[N, K], or k^T in attention), split over K inside a workgroup:
+//   C[b, n] = alpha * sum_k A[b, k] * B[b, k, n]  (+ beta * BIAS[n])
+// A[b, k] is a[aoff + b1*sAb1 + b2*sAb2 + k] and B[b, k, n] is b[boff + b1*sBb1 + b2*sBb2
+// + n*sBn + k]; C[b, n] is c[coff + b1*sCb1 + b2*sCb2 + n]; batch z = b1*nb2 + b2.
+// Workgroup (x, 0, z) owns ROWS output columns: its WG invocations walk K in chunks of
+// four elements (invocation i reads chunks i, i + WG, ...; neighbours read neighbouring
+// bytes), then add their partial sums in shared memory. The weight streams once.
+// Bindings: 0 = A, 1 = B, 2 = C, 3 = BIAS (only with HAS_BIAS).
+// Defines: elem_defines for A, B, C, BIAS; A_V / B_V (the array element type) and
+// LOAD4_A(i) / LOAD4_B(i) (elements i..i+3 as a vec4: one vec4 for fp32, one uvec2 of
+// two 16-bit pairs for fp16/bf16, or four scalar loads when the operand is not 4-aligned);
+// K_TAIL when K % 4 != 0 (then both arrays hold scalars); ROWS, WG (a power of two), HAS_BIAS.
+layout(local_size_x = WG) in;
+#include "dtype.glslh"
+
+layout(std430, set = 0, binding = 0) readonly buffer BufA { A_V a[]; };
+layout(std430, set = 0, binding = 1) readonly buffer BufB { B_V b[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer BufC { C_T c[]; };
+#ifdef HAS_BIAS
+layout(std430, set = 0, binding = 3) readonly buffer BufBias { BIAS_T bias[]; };
+#endif
+
+layout(push_constant) uniform Push {
+    int N, K, nb2;
+    int aoff, sAb1, sAb2;
+    int boff, sBn, sBb1, sBb2;
+    int coff, sCb1, sCb2;
+    int biasoff, sbn;
+    float alpha, beta;
+} p;
+
+// Two fp16 / bf16 values packed in one 32-bit word, as floats.
+vec2 half2(uint u) { return unpackHalf2x16(u); }
+vec2 bf162(uint u) { return vec2(uintBitsToFloat(u << 16), uintBitsToFloat(u & 0xFFFF0000u)); }
+
+shared float part[ROWS][WG];
+
+void main() {
+    const int lid = int(gl_LocalInvocationID.x);
+    const int n0 = int(gl_WorkGroupID.x) * ROWS;
+    const int bz = int(gl_WorkGroupID.z);
+    const int b1 = bz / p.nb2;
+    const int b2 = bz - b1 * p.nb2;
+    const int abase = p.aoff + b1 * p.sAb1 + b2 * p.sAb2;
+    int brow[ROWS];  // element offset of B[0, n0 + r]; rows past N repeat the last one
+    for (int r = 0; r < ROWS; ++r) {
+        brow[r] = p.boff + b1 * p.sBb1 + b2 * p.sBb2 + min(n0 + r, p.N - 1) * p.sBn;
+    }
+
+    float acc[ROWS];
+    for (int r = 0; r < ROWS; ++r) {
+        acc[r] = 0.0;
+    }
+    const int K4 = p.K & ~3;
+    for (int k = lid * 4; k < K4; k += WG * 4) {
+        const vec4 x = LOAD4_A(abase + k);
+        for (int r = 0; r < ROWS; ++r) {
+            acc[r] += dot(x, LOAD4_B(brow[r] + k));
+        }
+    }
+#ifdef K_TAIL
+    for (int k = K4 + lid; k < p.K; k += WG) {
+        const float x = LOAD_A(abase + k);
+        for (int r = 0; r < ROWS; ++r) {
+            acc[r] += x * LOAD_B(brow[r] + k);
+        }
+    }
+#endif
+
+    for (int r = 0; r < ROWS; ++r) {
+        part[r][lid] = acc[r];
+    }
+    barrier();
+    for (int s = WG / 2; s > 0; s >>= 1) {
+        if (lid < s) {
+            for (int r = 0; r < ROWS; ++r) {
+                part[r][lid] += part[r][lid + s];
+            }
+        }
+        barrier();
+    }
+    if (lid < ROWS && n0 + lid < p.N) {
+        const int n = n0 + lid;
+        float v = p.alpha * part[lid][0];
+#ifdef HAS_BIAS
+        v += p.beta * LOAD_BIAS(p.biasoff + n * p.sbn);
+#endif
+        STORE_C(p.coff + b1 * p.sCb1 + b2 * p.sCb2 + n, v);
+    }
+}
