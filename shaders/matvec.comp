@@ -5,13 +5,15 @@
 // A[b, k] is a[aoff + b1*sAb1 + b2*sAb2 + k] and B[b, k, n] is b[boff + b1*sBb1 + b2*sBb2
 // + n*sBn + k]; C[b, n] is c[coff + b1*sCb1 + b2*sCb2 + n]; batch z = b1*nb2 + b2.
 // Workgroup (x, 0, z) owns ROWS output columns: its WG invocations walk K in chunks of
-// four elements (invocation i reads chunks i, i + WG, ...; neighbours read neighbouring
-// bytes), then add their partial sums in shared memory. The weight streams once.
+// eight elements (invocation i reads chunks i, i + WG, ...: neighbours read neighbouring
+// bytes, 16 at a time), then add their partial sums in shared memory. The weight
+// streams once; A is read once per ROWS columns.
 // Bindings: 0 = A, 1 = B, 2 = C, 3 = BIAS (only with HAS_BIAS).
 // Defines: elem_defines for A, B, C, BIAS; A_V / B_V (the array element type) and
-// LOAD4_A(i) / LOAD4_B(i) (elements i..i+3 as a vec4: one vec4 for fp32, one uvec2 of
-// two 16-bit pairs for fp16/bf16, or four scalar loads when the operand is not 4-aligned);
-// K_TAIL when K % 4 != 0 (then both arrays hold scalars); ROWS, WG (a power of two), HAS_BIAS.
+// LOAD8_A(i, lo, hi) / LOAD8_B(i, lo, hi) (elements i..i+7 into two vec4s: two vec4 loads
+// for fp32, one uvec4 of four 16-bit pairs for fp16/bf16, or eight scalar loads);
+// K_TAIL when K % 8 != 0 (then both arrays hold scalars); ROWS and WG (WG a multiple of
+// ROWS), HAS_BIAS.
 layout(local_size_x = WG) in;
 #include "dtype.glslh"
 
@@ -35,7 +37,11 @@ layout(push_constant) uniform Push {
 vec2 half2(uint u) { return unpackHalf2x16(u); }
 vec2 bf162(uint u) { return vec2(uintBitsToFloat(u << 16), uintBitsToFloat(u & 0xFFFF0000u)); }
 
-shared float part[ROWS][WG];
+// Partial sums: part[r][i] is invocation i's sum for column n0 + r (padded against bank conflicts).
+shared float part[ROWS][WG + 1];
+// The sums of SEGS consecutive invocations' partials: seg[r][j] over invocations j*ROWS..j*ROWS+ROWS-1.
+#define SEGS (WG / ROWS)
+shared float seg[ROWS][SEGS];
 
 void main() {
     const int lid = int(gl_LocalInvocationID.x);
@@ -53,15 +59,17 @@ void main() {
     for (int r = 0; r < ROWS; ++r) {
         acc[r] = 0.0;
     }
-    const int K4 = p.K & ~3;
-    for (int k = lid * 4; k < K4; k += WG * 4) {
-        const vec4 x = LOAD4_A(abase + k);
+    const int K8 = p.K & ~7;
+    for (int k = lid * 8; k < K8; k += WG * 8) {
+        vec4 x0, x1, w0, w1;
+        LOAD8_A(abase + k, x0, x1);
         for (int r = 0; r < ROWS; ++r) {
-            acc[r] += dot(x, LOAD4_B(brow[r] + k));
+            LOAD8_B(brow[r] + k, w0, w1);
+            acc[r] += dot(x0, w0) + dot(x1, w1);
         }
     }
 #ifdef K_TAIL
-    for (int k = K4 + lid; k < p.K; k += WG) {
+    for (int k = K8 + lid; k < p.K; k += WG) {
         const float x = LOAD_A(abase + k);
         for (int r = 0; r < ROWS; ++r) {
             acc[r] += x * LOAD_B(brow[r] + k);
@@ -69,21 +77,29 @@ void main() {
     }
 #endif
 
+    // Reduce across the workgroup in two steps, every invocation busy in the first: invocation
+    // i adds ROWS partials of column i % ROWS, then ROWS invocations add SEGS sums each.
     for (int r = 0; r < ROWS; ++r) {
         part[r][lid] = acc[r];
     }
     barrier();
-    for (int s = WG / 2; s > 0; s >>= 1) {
-        if (lid < s) {
-            for (int r = 0; r < ROWS; ++r) {
-                part[r][lid] += part[r][lid + s];
-            }
+    {
+        const int r = lid % ROWS;
+        const int j = lid / ROWS;
+        float sum = 0.0;
+        for (int i = 0; i < ROWS; ++i) {
+            sum += part[r][j * ROWS + i];
         }
-        barrier();
+        seg[r][j] = sum;
     }
+    barrier();
     if (lid < ROWS && n0 + lid < p.N) {
         const int n = n0 + lid;
-        float v = p.alpha * part[lid][0];
+        float sum = 0.0;
+        for (int j = 0; j < SEGS; ++j) {
+            sum += seg[lid][j];
+        }
+        float v = p.alpha * sum;
 #ifdef HAS_BIAS
         v += p.beta * LOAD_BIAS(p.biasoff + n * p.sbn);
 #endif

@@ -154,7 +154,7 @@ def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
         bindings.append(bind_bias)
         sbm, sbn = bias.si, bias.sj
     defines: dict[str, int | str] = _elem_defines(a, b, c, bias)
-    if M == 1 and a.sj == 1 and b.si == 1 and K > 0 and -(-N // MATVEC_ROWS) <= MAX_GROUPS:
+    if use_matvec(a, b, M, N, K):
         _record_matvec(builder, bindings, defines, a, aoff, b, boff, c, coff, N, K, nb1, nb2,
                        biasoff, sbn, alpha, beta)
         return
@@ -187,35 +187,44 @@ def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
     builder.dispatch("matmul", bindings, push, groups, defines)
 
 
-MATVEC_ROWS = 4
+MATVEC_ROWS = 16
 """Output columns per matvec workgroup."""
+
+
+def use_matvec(a: Operand, b: Operand, M: int, N: int, K: int) -> bool:
+    """Whether a product takes shaders/matvec.comp: one k-contiguous row of A against a k-contiguous B."""
+    return M == 1 and a.sj == 1 and b.si == 1 and K > 0 and -(-N // MATVEC_ROWS) <= MAX_GROUPS
+
 MATVEC_WG = 64
 _MATVEC_PUSH = struct.Struct("<15i2f")
 _PAIRS = {dtypes.FLOAT16: "half2", dtypes.BFLOAT16: "bf162"}
 """GLSL helper (shaders/matvec.comp) unpacking two 16-bit floats of one 32-bit word."""
 
 
-def _load4(prefix: str, buffer: str, dtype, vector: bool) -> dict[str, str]:
-    """`<P>_V` and `LOAD4_<P>(i)`: elements i..i+3 of `buffer` as a vec4 (i a multiple of 4 when `vector`)."""
+def _load8(prefix: str, buffer: str, dtype, vector: bool) -> dict[str, str]:
+    """`<P>_V` and `LOAD8_<P>(i, lo, hi)`: elements i..i+7 of `buffer` into two vec4s
+    (i a multiple of 8 when `vector`: 16-byte loads)."""
+    macro = f"LOAD8_{prefix}(i,lo,hi)"
     if not vector:
-        loads = ", ".join(f"LOAD_{prefix}((i) + {j})" for j in range(4))
-        return {f"{prefix}_V": dtype.glsl, f"LOAD4_{prefix}(i)": f"vec4({loads})"}
+        four = [", ".join(f"LOAD_{prefix}((i) + {j + h})" for j in range(4)) for h in (0, 4)]
+        return {f"{prefix}_V": dtype.glsl, macro: f"lo = vec4({four[0]}); hi = vec4({four[1]})"}
     if dtype is dtypes.FLOAT32:
-        return {f"{prefix}_V": "vec4", f"LOAD4_{prefix}(i)": f"{buffer}[(i) >> 2]"}
-    word = f"{buffer}[(i) >> 2]"
+        return {f"{prefix}_V": "vec4", macro: f"lo = {buffer}[(i) >> 2]; hi = {buffer}[((i) >> 2) + 1]"}
     pair = _PAIRS[dtype]
-    return {f"{prefix}_V": "uvec2", f"LOAD4_{prefix}(i)": f"vec4({pair}({word}.x), {pair}({word}.y))"}
+    word = f"{buffer}[(i) >> 3]"
+    return {f"{prefix}_V": "uvec4",
+            macro: f"lo = vec4({pair}({word}.x), {pair}({word}.y)); hi = vec4({pair}({word}.z), {pair}({word}.w))"}
 
 
 def _record_matvec(builder, bindings, defines, a, aoff, b, boff, c, coff, N, K, nb1, nb2,
                    biasoff, sbn, alpha, beta) -> None:
     """M == 1 against a k-contiguous B: shaders/matvec.comp (split-K, weight streamed once)."""
     def vector(off: int, strides: Sequence[tuple[int, int]]) -> bool:
-        return K % 4 == 0 and off % 4 == 0 and all(n <= 1 or s % 4 == 0 for s, n in strides)
+        return K % 8 == 0 and off % 8 == 0 and all(n <= 1 or s % 8 == 0 for s, n in strides)
 
-    defines.update(_load4("A", "a", a.tensor.dtype, vector(aoff, [(a.sb1, nb1), (a.sb2, nb2)])))
-    defines.update(_load4("B", "b", b.tensor.dtype, vector(boff, [(b.sj, N), (b.sb1, nb1), (b.sb2, nb2)])))
-    if K % 4:
+    defines.update(_load8("A", "a", a.tensor.dtype, vector(aoff, [(a.sb1, nb1), (a.sb2, nb2)])))
+    defines.update(_load8("B", "b", b.tensor.dtype, vector(boff, [(b.sj, N), (b.sb1, nb1), (b.sb2, nb2)])))
+    if K % 8:
         defines["K_TAIL"] = 1
     defines["ROWS"], defines["WG"] = MATVEC_ROWS, MATVEC_WG
     push = _MATVEC_PUSH.pack(N, K, nb2, aoff, a.sb1, a.sb2, boff, b.sj, b.sb1, b.sb2,
