@@ -3,10 +3,12 @@
 A chain of `--layers` linear ops x <- x @ W_i^T (no bias, N = K, distinct weights
 so that no weight stays in a cache) runs as one hand-built VkGraph on the default
 Vulkan device, in each float dtype, and the same chain runs in torch on the CPU
-with the same weights. Columns: weight bytes per call, milliseconds per call
-(best of `--repeats` after a warm-up), GB/s of weight bytes for vkx's matvec
-path, for vkx's plain tiled path (matvec switched off) and for torch, and
-matvec / torch.
+with the same weights. Columns: weight bytes per call; for vkx's matvec path,
+vkx's plain tiled path (matvec switched off) and torch, the wall milliseconds
+per call (best of `--repeats` after a warm-up) and GB/s of weight bytes; then
+the GB of weight per CPU-second of the process (every thread: lavapipe's
+workers, torch's), which a machine shared with other work does not distort;
+and vkx matvec / torch in both measures.
 
     python bench/matvec.py [--size 4096] [--layers 4] [--repeats 5] [--dtypes float32,float16,bfloat16]
 """
@@ -42,14 +44,15 @@ def chain_graph(weights: list[torch.Tensor], dtype: torch.dtype) -> tuple[g.VkGr
     return g.VkGraph(chain=chain, values=values, input_ids=[0], output_ids=[x], constants=refs), blobs
 
 
-def best_seconds(fn, repeats: int) -> float:
+def best_seconds(fn, repeats: int) -> tuple[float, float]:
+    """(wall, process CPU) seconds of one call of `fn`, each the best of `repeats` after a warm-up."""
     fn()  # warm-up (pipelines, first touch)
-    best = float("inf")
+    wall = cpu = float("inf")
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        w0, c0 = time.perf_counter(), time.process_time()
         fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+        wall, cpu = min(wall, time.perf_counter() - w0), min(cpu, time.process_time() - c0)
+    return wall, cpu
 
 
 @contextmanager
@@ -63,7 +66,7 @@ def plain_path():
         matmul.use_matvec = use
 
 
-def vkx_seconds(weights, x, dtype, repeats: int, want: torch.Tensor) -> float:
+def vkx_seconds(weights, x, dtype, repeats: int, want: torch.Tensor) -> tuple[float, float]:
     graph, blobs = chain_graph(weights, dtype)
     program = load_graph(graph, blobs)
     try:
@@ -85,8 +88,8 @@ def main() -> None:
 
     print(f"x[1, {args.size}] through {args.layers} weights [{args.size}, {args.size}]; "
           f"torch {torch.__version__} with {torch.get_num_threads()} threads")
-    print(f"{'dtype':<10}{'MB/call':>9}{'ms':>9}{'GB/s':>8}{'plain ms':>10}{'plain GB/s':>12}"
-          f"{'torch ms':>10}{'torch GB/s':>12}{'vs torch':>10}")
+    print(f"{'dtype':<10}{'MB':>7}{'ms':>8}{'GB/s':>7}{'plain ms':>10}{'GB/s':>7}{'torch ms':>10}{'GB/s':>7}"
+          f"{'GB/cpu-s':>10}{'plain':>7}{'torch':>7}{'vs torch':>10}{'(cpu)':>7}")
     for name in args.dtypes.split(","):
         dtype = getattr(torch, name)
         gen = torch.Generator().manual_seed(0)
@@ -101,14 +104,15 @@ def main() -> None:
             return y
 
         want = run_torch()
-        nbytes = sum(w.numel() * w.element_size() for w in weights)
-        t_torch = best_seconds(run_torch, args.repeats)
-        t_vkx = vkx_seconds(weights, x, dtype, args.repeats, want)
+        gb = sum(w.numel() * w.element_size() for w in weights) / 1e9
+        torch_t = best_seconds(run_torch, args.repeats)
+        vkx_t = vkx_seconds(weights, x, dtype, args.repeats, want)
         with plain_path():
-            t_plain = vkx_seconds(weights, x, dtype, max(1, args.repeats // 2), want)
-        print(f"{name:<10}{nbytes / 1e6:>9.1f}{t_vkx * 1e3:>9.1f}{nbytes / t_vkx / 1e9:>8.2f}"
-              f"{t_plain * 1e3:>10.1f}{nbytes / t_plain / 1e9:>12.2f}"
-              f"{t_torch * 1e3:>10.1f}{nbytes / t_torch / 1e9:>12.2f}{t_torch / t_vkx:>10.2f}")
+            plain_t = vkx_seconds(weights, x, dtype, max(1, args.repeats // 2), want)
+        print(f"{name:<10}{gb * 1e3:>7.0f}{vkx_t[0] * 1e3:>8.0f}{gb / vkx_t[0]:>7.2f}"
+              f"{plain_t[0] * 1e3:>10.0f}{gb / plain_t[0]:>7.2f}{torch_t[0] * 1e3:>10.1f}{gb / torch_t[0]:>7.2f}"
+              f"{gb / vkx_t[1]:>10.2f}{gb / plain_t[1]:>7.2f}{gb / torch_t[1]:>7.2f}"
+              f"{torch_t[0] / vkx_t[0]:>10.3f}{torch_t[1] / vkx_t[1]:>7.3f}")
 
 
 if __name__ == "__main__":

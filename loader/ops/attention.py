@@ -1,10 +1,13 @@
 """aten.scaled_dot_product_attention.default.
 
-Three dispatches through a scratch tensor of scores [batch, L, S]:
-  1. scores = scale * q @ k^T      (matmul shader; k is read transposed in place)
+Three dispatches through an fp32 scratch tensor of scores [batch, L, S]:
+  1. scores = scale * q @ k^T      (matmul.gemm; k is read transposed in place, and
+     one query row, the decode case, takes the matvec shader)
   2. masked, stable softmax of each scores row, in place (attention_softmax shader;
-     bool mask: 0 = masked out; float mask: added; is_causal: top-left aligned)
-  3. out = scores @ v              (matmul shader)
+     bool mask, one byte per element: 0 = masked out; float mask of any float
+     dtype: added; is_causal: top-left aligned)
+  3. out = scores @ v              (matmul.gemm)
+q, k, v and the output may have any float dtypes; every sum is fp32.
 Batch dims broadcast. With enable_gqa, q's Hq heads share Hkv = Hq / rep key/value
 heads: q [..., Hq, L, E] is read as [..., Hkv, rep*L, E] (same memory), so the
 matmuls need no repeated copies of k and v.

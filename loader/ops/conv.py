@@ -4,7 +4,9 @@ aten.convolution.default runs `shaders/conv2d.comp`, a direct convolution where
 each invocation computes up to 4 output channels of one group x 4 output columns
 (register tile). 1-D convolutions run as 2-D ones with H = 1. Pools run
 `shaders/pool2d.comp`, one invocation per output element; the output size comes
-from the output tensor (so ceil_mode needs no recomputation here).
+from the output tensor (so ceil_mode needs no recomputation here). Every tensor
+may have any float dtype (input, weight and bias need not agree); sums are fp32,
+rounded once on the store.
 """
 from __future__ import annotations
 
@@ -79,11 +81,11 @@ def _convolution(builder: OpBuilder, call: Call, clamp: tuple[float, float] | No
         raise UnsupportedOpError(f"{call.node}: {Cout} output channels x {groups} groups is too many for one grid")
     tiles_x = -(-OW // 4)
     wbind, _ = bind_elems(builder, w, 0, w.numel)  # the whole weight must fit one binding
-    bindings_tail = []
+    bias_binding = []
     defines: dict[str, int | str] = {"OCB": ocb, **elem_defines("X", "x", x.dtype), **elem_defines("W", "w", w.dtype),
                                      **elem_defines("O", "o", out.dtype)}
     if bias is not None:
-        bindings_tail.append(bind_elems(builder, bias, 0, bias.numel)[0])
+        bias_binding.append(bind_elems(builder, bias, 0, bias.numel)[0])
         defines.update(elem_defines("BIAS", "bias", bias.dtype))
         defines["HAS_BIAS"] = 1
     if clamp is not None:
@@ -114,7 +116,7 @@ def _convolution(builder: OpBuilder, call: Call, clamp: tuple[float, float] | No
         groups_xyz = (-(-tiles_x // wg_x), -(-OH // wg_y), -(-nz // wg_z))
         if max(groups_xyz) > MAX_GROUPS:
             raise UnsupportedOpError(f"{call.node}: output {tuple(out.shape)} is too large for one grid")
-        builder.dispatch("conv2d", [xbind, wbind, obind, *bindings_tail], push, groups_xyz, dict(defines))
+        builder.dispatch("conv2d", [xbind, wbind, obind, *bias_binding], push, groups_xyz, dict(defines))
 
 
 def _pool(builder: OpBuilder, call: Call, dilation: Sequence[int], count_include_pad: bool,

@@ -188,14 +188,16 @@ def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
 
 
 MATVEC_ROWS = 16
-"""Output columns per matvec workgroup."""
+"""Output columns per matvec workgroup (A is read once per MATVEC_ROWS columns)."""
+MATVEC_WG = 64
+"""Invocations per matvec workgroup, splitting K."""
 
 
 def use_matvec(a: Operand, b: Operand, M: int, N: int, K: int) -> bool:
     """Whether a product takes shaders/matvec.comp: one k-contiguous row of A against a k-contiguous B."""
     return M == 1 and a.sj == 1 and b.si == 1 and K > 0 and -(-N // MATVEC_ROWS) <= MAX_GROUPS
 
-MATVEC_WG = 64
+
 _MATVEC_PUSH = struct.Struct("<15i2f")
 _PAIRS = {dtypes.FLOAT16: "half2", dtypes.BFLOAT16: "bf162"}
 """GLSL helper (shaders/matvec.comp) unpacking two 16-bit floats of one 32-bit word."""
