@@ -110,15 +110,17 @@ def test_sdpa_dropout_is_unsupported():
                   [q, k, v, None, 0.1, False, None, False], (2, 3, 7, 6))
 
 
-def test_sdpa_split_small_binding_limit():
-    # scores [2, 2, 16, 40] (10240 bytes), k and v exceed a 4096-byte binding: the
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_sdpa_split_small_binding_limit(dtype):
+    # scores [2, 2, 16, 40] (fp32, 10240 bytes), k and v exceed a 4096-byte binding: the
     # matmuls split by batch and the softmax by rows.
-    q, k, v = rand(2, 2, 16, 8, seed=13), rand(2, 2, 40, 8, seed=14), rand(2, 2, 40, 8, seed=15)
-    mask = rand(16, 40, seed=16)
+    q, k, v = (rand(2, 2, 16, 8, seed=13, dtype=dtype), rand(2, 2, 40, 8, seed=14, dtype=dtype),
+               rand(2, 2, 40, 8, seed=15, dtype=dtype))
+    mask = rand(16, 40, seed=16, dtype=dtype)
     want = F.scaled_dot_product_attention(q, k, v, mask)
     got = run_graph("aten.scaled_dot_product_attention.default",
-                    [q, k, v, mask, 0.0, False, None, False], tuple(want.shape), max_binding_bytes=4096)
-    assert_norm_close(got, want)
+                    [q, k, v, mask, 0.0, False, None, False], (tuple(want.shape), dtype), max_binding_bytes=4096)
+    assert_close_in(got, want, dtype)
 
 
 # --------------------------------------------------------------------------- every float dtype

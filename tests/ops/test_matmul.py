@@ -127,22 +127,30 @@ def test_addmm_exported():
 SMALL_BINDING = 4096
 
 
-def test_linear_split_small_binding_limit():
-    x, w, b = rand(3, 40, seed=1), rand(64, 40, seed=2), rand(64, seed=3)   # W: 10240 bytes
-    got = run_graph("aten.linear.default", [x, Const(w), Const(b)], (3, 64), max_binding_bytes=SMALL_BINDING)
-    assert_norm_close(got, torch.nn.functional.linear(x, w, b))
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_linear_split_small_binding_limit(dtype):
+    x, w, b = rand(3, 40, seed=1, dtype=dtype), rand(130, 40, seed=2, dtype=dtype), rand(130, seed=3, dtype=dtype)
+    assert w.numel() * w.element_size() > SMALL_BINDING                       # W by output columns
+    got = run_graph("aten.linear.default", [x, Const(w), Const(b)], ((3, 130), dtype),
+                    max_binding_bytes=SMALL_BINDING)
+    assert_close_in(got, F.linear(x, w, b), dtype, terms=1)
 
 
-def test_linear_row_split_small_binding_limit():
-    x, w, b = rand(200, 16, seed=4), rand(9, 16, seed=5), rand(9, seed=6)    # x: 12800 bytes
-    got = run_graph("aten.linear.default", [x, Const(w), Const(b)], (200, 9), max_binding_bytes=SMALL_BINDING)
-    assert_norm_close(got, torch.nn.functional.linear(x, w, b))
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_linear_row_split_small_binding_limit(dtype):
+    x, w, b = rand(401, 16, seed=4, dtype=dtype), rand(9, 16, seed=5, dtype=dtype), rand(9, seed=6, dtype=dtype)
+    assert x.numel() * x.element_size() > SMALL_BINDING                       # x and out by rows
+    got = run_graph("aten.linear.default", [x, Const(w), Const(b)], ((401, 9), dtype),
+                    max_binding_bytes=SMALL_BINDING)
+    assert_close_in(got, F.linear(x, w, b), dtype, terms=1)
 
 
-def test_bmm_batch_split_small_binding_limit():
-    a, b = rand(6, 20, 16, seed=7), rand(6, 16, 12, seed=8)                 # a: 7680 bytes
-    got = run_graph("aten.bmm.default", [a, b], (6, 20, 12), max_binding_bytes=SMALL_BINDING)
-    assert_norm_close(got, torch.bmm(a, b))
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_bmm_batch_split_small_binding_limit(dtype):
+    a, b = rand(6, 20, 33, seed=7, dtype=dtype), rand(6, 33, 12, seed=8, dtype=dtype)
+    assert a.numel() * a.element_size() > SMALL_BINDING                       # batches one by one
+    got = run_graph("aten.bmm.default", [a, b], ((6, 20, 12), dtype), max_binding_bytes=SMALL_BINDING)
+    assert_close_in(got, torch.bmm(a, b), dtype, terms=1)
 
 
 # --------------------------------------------------------------------------- every float dtype
