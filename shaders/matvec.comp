@@ -16,6 +16,7 @@
 // ROWS), HAS_BIAS.
 layout(local_size_x = WG) in;
 #include "dtype.glslh"
+#include "pairs.glslh"
 
 layout(std430, set = 0, binding = 0) readonly buffer BufA { A_V a[]; };
 layout(std430, set = 0, binding = 1) readonly buffer BufB { B_V b[]; };
@@ -32,10 +33,6 @@ layout(push_constant) uniform Push {
     int biasoff, sbn;
     float alpha, beta;
 } p;
-
-// Two fp16 / bf16 values packed in one 32-bit word, as floats.
-vec2 half2(uint u) { return unpackHalf2x16(u); }
-vec2 bf162(uint u) { return vec2(uintBitsToFloat(u << 16), uintBitsToFloat(u & 0xFFFF0000u)); }
 
 // Partial sums: part[r][i] is invocation i's sum for column n0 + r (padded against bank conflicts).
 shared float part[ROWS][WG + 1];

@@ -128,10 +128,22 @@ def _row_bytes(op: Operand) -> int:
     return max(op.si, 1) * op.tensor.dtype.itemsize
 
 
-def _vec_ok(op: Operand, off: int, strides: Sequence[tuple[int, int]]) -> bool:
-    """True when `op` is fp32 and every offset reachable through (stride, count) pairs is a multiple of 4."""
-    return (op.tensor.dtype is dtypes.FLOAT32 and off % 4 == 0
-            and all(count <= 1 or stride % 4 == 0 for stride, count in strides))
+def _vec_ok(off: int, strides: Sequence[tuple[int, int]], n: int = 4) -> bool:
+    """True when every offset reachable through (stride, count) pairs is a multiple of `n`."""
+    return off % n == 0 and all(count <= 1 or stride % n == 0 for stride, count in strides)
+
+
+_PAIRS = {dtypes.FLOAT16: "half2", dtypes.BFLOAT16: "bf162"}
+"""GLSL helper (shaders/pairs.glslh) unpacking two 16-bit floats of one 32-bit word."""
+
+
+def _load4(prefix: str, buffer: str, dtype) -> dict[str, str]:
+    """`<P>_V` and `LOAD4_<P>(i)`: elements i..i+3 of `buffer` (i a multiple of 4) as a vec4,
+    in one load: a vec4, or a uvec2 of two 16-bit pairs."""
+    if dtype is dtypes.FLOAT32:
+        return {f"{prefix}_V": "vec4", f"LOAD4_{prefix}(i)": f"{buffer}[(i) >> 2]"}
+    pair, word = _PAIRS[dtype], f"{buffer}[(i) >> 2]"
+    return {f"{prefix}_V": "uvec2", f"LOAD4_{prefix}(i)": f"vec4({pair}({word}.x), {pair}({word}.y))"}
 
 
 def _elem_defines(a: Operand, b: Operand, c: Operand, bias: Optional[Operand]) -> dict[str, str]:
@@ -158,12 +170,12 @@ def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
         _record_matvec(builder, bindings, defines, a, aoff, b, boff, c, coff, N, K, nb1, nb2,
                        biasoff, sbn, alpha, beta)
         return
-    if a.sj == 1 and K % 4 == 0 and _vec_ok(a, aoff, [(a.si, M), (a.sb1, nb1), (a.sb2, nb2)]):
-        defines["A_VEC"] = 1
-    if b.si == 1 and K % 4 == 0 and _vec_ok(b, boff, [(b.sj, N), (b.sb1, nb1), (b.sb2, nb2)]):
-        defines["B_VEC_K"] = 1
-    elif b.sj == 1 and N % 4 == 0 and _vec_ok(b, boff, [(b.si, K), (b.sb1, nb1), (b.sb2, nb2)]):
-        defines["B_VEC_N"] = 1
+    if a.sj == 1 and K % 4 == 0 and _vec_ok(aoff, [(a.si, M), (a.sb1, nb1), (a.sb2, nb2)]):
+        defines.update(A_VEC=1, **_load4("A", "a4", a.tensor.dtype))
+    if b.si == 1 and K % 4 == 0 and _vec_ok(boff, [(b.sj, N), (b.sb1, nb1), (b.sb2, nb2)]):
+        defines.update(B_VEC_K=1, **_load4("B", "b4", b.tensor.dtype))
+    elif b.sj == 1 and N % 4 == 0 and _vec_ok(boff, [(b.si, K), (b.sb1, nb1), (b.sb2, nb2)]):
+        defines.update(B_VEC_N=1, **_load4("B", "b4", b.tensor.dtype))
     tm = 1 if M == 1 else 4
     if tm != 4:
         defines["TM"] = tm
@@ -199,8 +211,6 @@ def use_matvec(a: Operand, b: Operand, M: int, N: int, K: int) -> bool:
 
 
 _MATVEC_PUSH = struct.Struct("<15i2f")
-_PAIRS = {dtypes.FLOAT16: "half2", dtypes.BFLOAT16: "bf162"}
-"""GLSL helper (shaders/matvec.comp) unpacking two 16-bit floats of one 32-bit word."""
 
 
 def _load8(prefix: str, buffer: str, dtype, vector: bool) -> dict[str, str]:
@@ -221,11 +231,10 @@ def _load8(prefix: str, buffer: str, dtype, vector: bool) -> dict[str, str]:
 def _record_matvec(builder, bindings, defines, a, aoff, b, boff, c, coff, N, K, nb1, nb2,
                    biasoff, sbn, alpha, beta) -> None:
     """M == 1 against a k-contiguous B: shaders/matvec.comp (split-K, weight streamed once)."""
-    def vector(off: int, strides: Sequence[tuple[int, int]]) -> bool:
-        return K % 8 == 0 and off % 8 == 0 and all(n <= 1 or s % 8 == 0 for s, n in strides)
-
-    defines.update(_load8("A", "a", a.tensor.dtype, vector(aoff, [(a.sb1, nb1), (a.sb2, nb2)])))
-    defines.update(_load8("B", "b", b.tensor.dtype, vector(boff, [(b.sj, N), (b.sb1, nb1), (b.sb2, nb2)])))
+    a_vec = K % 8 == 0 and _vec_ok(aoff, [(a.sb1, nb1), (a.sb2, nb2)], 8)
+    b_vec = K % 8 == 0 and _vec_ok(boff, [(b.sj, N), (b.sb1, nb1), (b.sb2, nb2)], 8)
+    defines.update(_load8("A", "a", a.tensor.dtype, a_vec))
+    defines.update(_load8("B", "b", b.tensor.dtype, b_vec))
     if K % 8:
         defines["K_TAIL"] = 1
     defines["ROWS"], defines["WG"] = MATVEC_ROWS, MATVEC_WG
