@@ -486,6 +486,7 @@ def _pool(call: Call) -> None:
     sizes = [_window(x.shape[-2 + d], kernel[d], stride[d], padding[d], dilation[d], call["ceil_mode"])
              for d in range(2)]
     call.require(all(s > 0 for s in sizes), "the window is larger than the padded input")
+    call.require(call._values.get("divisor_override") != 0, "divisor_override 0")
     call.expect_shape("the output", call.out.shape, (*x.shape[:-2], *sizes))
 
 

@@ -5,7 +5,7 @@
 // Bindings: 0 = x, 1 = out.
 // Defines: elem_defines for X and O (any float type; sums in fp32), MAX_POOL (else
 // average pooling; max pooling propagates NaN like torch).
-// Average pooling divisor, like torch: divisor_override if > 0, else the window
+// Average pooling divisor, like torch: divisor_override if nonzero, else the window
 // clipped to the padded input (count_include_pad) or to the input itself.
 layout(local_size_x = 64) in;
 #include "dtype.glslh"
@@ -72,7 +72,7 @@ void main() {
         }
     }
     int divisor;
-    if (p.divisor_override > 0) {
+    if (p.divisor_override != 0) {
         divisor = p.divisor_override;
     } else if (p.count_include_pad != 0) {
         divisor = pool_size;

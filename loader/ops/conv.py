@@ -151,4 +151,4 @@ def max_pool2d(builder: OpBuilder, call: Call) -> None:
 
 @builds("aten.avg_pool2d.default")
 def avg_pool2d(builder: OpBuilder, call: Call) -> None:
-    _pool(builder, call, (1, 1), call["count_include_pad"], call["divisor_override"] or 0, False)
+    _pool(builder, call, (1, 1), call["count_include_pad"], call["divisor_override"] or 0, False)  # 0: none

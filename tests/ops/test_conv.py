@@ -206,7 +206,8 @@ def test_max_pool2d_dtypes_and_nan(dtype, kwargs):
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
-@pytest.mark.parametrize("kwargs", AVGPOOLS[1:4], ids=["ceil", "exclude_pad", "divisor"])
+@pytest.mark.parametrize("kwargs", AVGPOOLS[1:4] + [dict(kernel_size=2, stride=1, padding=0, divisor_override=-3)],
+                         ids=["ceil", "exclude_pad", "divisor", "negative_divisor"])
 def test_avg_pool2d_dtypes(dtype, kwargs):
     x = rand(2, 3, 9, 11, seed=2, dtype=dtype)
     want = F.avg_pool2d(x, **kwargs)
@@ -215,3 +216,9 @@ def test_avg_pool2d_dtypes(dtype, kwargs):
                     [x, [k, k], [s, s], [p, p], kwargs.get("ceil_mode", False), kwargs.get("count_include_pad", True),
                      kwargs.get("divisor_override")], (tuple(want.shape), dtype))
     assert_close_in(got, want, dtype, terms=k * k)
+
+
+def test_avg_pool2d_zero_divisor_is_refused():
+    from vkx.loader.errors import BadProgramError
+    with pytest.raises(BadProgramError, match="divisor_override"):
+        run_graph("aten.avg_pool2d.default", [rand(1, 2, 4, 4), [2, 2], [2, 2], [0, 0], False, True, 0], (1, 2, 2, 2))
