@@ -55,9 +55,14 @@ void main() {
     const int sbase = p.soff + r * p.S;
     const int mbase = p.moff + b1 * p.smb1 + b2 * p.smb2 + l * p.sml;
 
+    // A NaN score makes the maximum NaN, and with it the row (softmax propagates NaN, as
+    // torch's reference SDPA does; GLSL's max leaves NaN operands undefined).
     float mx = NEG_INF;
     for (int s = 0; s < p.S; ++s) {
-        mx = max(mx, score(sbase, mbase, l, s));
+        const float v = score(sbase, mbase, l, s);
+        if (!(v <= mx)) {
+            mx = v;
+        }
     }
     if (mx == NEG_INF) {
         for (int s = 0; s < p.S; ++s) {

@@ -212,3 +212,19 @@ def test_sdpa_decode_split_small_binding_limit(dtype):
     assert k.numel() * k.element_size() > 4096
     want = F.scaled_dot_product_attention(q, k, v)
     assert_close_in(_sdpa_graph(q, k, v, max_binding_bytes=4096), want, dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("where", ["query", "key", "value"])
+def test_sdpa_nan_like_torch(dtype, where):
+    # A NaN score makes its softmax row NaN: NaN in a query element poisons that row, in a
+    # key element one score of every row of the head, in a value element that output column.
+    # (torch 2.13's CPU SDPA zeroes a query row of NaNs for some other shapes, e.g. q
+    # [1, 2, 4, 8] against k [1, 2, 5, 8]; here it propagates NaN, as softmax defines.)
+    q, k, v = _qkv_in(dtype, seed=10)
+    {"query": q, "key": k, "value": v}[where][1, 2, 3, 4] = float("nan")
+    want = F.scaled_dot_product_attention(q, k, v)
+    got = _sdpa_graph(q, k, v)
+    assert torch.equal(got.isnan(), want.isnan()) and want.isnan().any()
+    ok = ~want.isnan()
+    assert_close_in(got[ok], want[ok], dtype)
