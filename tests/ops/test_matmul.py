@@ -266,3 +266,13 @@ def test_one_row_against_n_contiguous_b(dtype, matvec_dispatches):
     a, b = rand(3, 2, 1, 36, seed=1, dtype=dtype), rand(3, 2, 36, 11, seed=2, dtype=dtype)
     _close(run_graph("aten.matmul.default", [a, b], ((3, 2, 1, 11), dtype)), a @ b, dtype)
     assert not matvec_dispatches
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_empty_k(dtype):
+    # K == 0: the product is zeros (plus the bias); neither operand is read.
+    x, w, b = rand(3, 0, dtype=dtype), rand(5, 0, dtype=dtype), rand(5, seed=1, dtype=dtype)
+    got = run_graph("aten.linear.default", [x, Const(w), Const(b)], ((3, 5), dtype))
+    assert torch.equal(got, F.linear(x, w, b))
+    a, m = rand(1, 4, 0, dtype=dtype), rand(2, 0, 6, dtype=dtype)
+    assert torch.equal(run_graph("aten.matmul.default", [a, m], ((2, 4, 6), dtype)), a @ m)
