@@ -339,7 +339,14 @@ def _binary(call: Call) -> None:
     call.expect_shape("the output", call.out.shape, want)
 
 
+def _floats(call: Call, *names: str) -> None:
+    """The named tensor arguments (when given) and the output are floating-point."""
+    for t in [call.out, *(call[n] for n in names if call.is_tensor(n))]:
+        call.require(t.dtype.is_float, f"{t.dtype} operands are not supported by this op")
+
+
 def _linear(call: Call) -> None:
+    _floats(call, "input", "weight", "bias")
     x, w = call.tensor("input"), call.tensor("weight")
     call.require(len(w.shape) == 2 and len(x.shape) >= 1, f"weight {list(w.shape)} must be 2-D")
     n, k = w.shape
@@ -350,6 +357,7 @@ def _linear(call: Call) -> None:
 
 
 def _mm(call: Call) -> None:
+    _floats(call, "self", "mat2")
     a, b = call.tensor("self"), call.tensor("mat2")
     call.require(len(a.shape) == 2 and len(b.shape) == 2 and a.shape[1] == b.shape[0],
                  f"mm of {list(a.shape)} by {list(b.shape)}")
@@ -357,6 +365,7 @@ def _mm(call: Call) -> None:
 
 
 def _addmm(call: Call) -> None:
+    _floats(call, "self", "mat1", "mat2")
     a, b, c = call.tensor("mat1"), call.tensor("mat2"), call.tensor("self")
     call.require(len(a.shape) == 2 and len(b.shape) == 2 and a.shape[1] == b.shape[0],
                  f"addmm of {list(a.shape)} by {list(b.shape)}")
@@ -366,6 +375,7 @@ def _addmm(call: Call) -> None:
 
 
 def _bmm(call: Call) -> None:
+    _floats(call, "self", "mat2")
     a, b = call.tensor("self"), call.tensor("mat2")
     call.require(len(a.shape) == 3 and len(b.shape) == 3 and a.shape[0] == b.shape[0] and a.shape[2] == b.shape[1],
                  f"bmm of {list(a.shape)} by {list(b.shape)}")
@@ -388,6 +398,7 @@ def matmul_shape(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...] | None:
 
 
 def _matmul(call: Call) -> None:
+    _floats(call, "self", "other")
     a, b = call.tensor("self"), call.tensor("other")
     want = matmul_shape(a.shape, b.shape)
     call.require(want is not None, f"matmul of {list(a.shape)} by {list(b.shape)}")
@@ -459,6 +470,7 @@ def _ints(call: Call, name: str, n: int, positive: bool = True) -> tuple[int, ..
 
 
 def _convolution(call: Call) -> None:
+    _floats(call, "input", "weight", "bias")
     x, w = call.tensor("input"), call.tensor("weight")
     spatial = len(w.shape) - 2
     call.require(spatial in (1, 2) and len(x.shape) == spatial + 2,
@@ -480,6 +492,7 @@ def _convolution(call: Call) -> None:
 
 
 def _pool(call: Call) -> None:
+    _floats(call, "self")
     x = call.tensor("self")
     call.require(len(x.shape) in (3, 4), f"input {list(x.shape)} must be 3-D or 4-D")
     kernel = _ints(call, "kernel_size", 2)
@@ -490,6 +503,7 @@ def _pool(call: Call) -> None:
     sizes = [_window(x.shape[-2 + d], kernel[d], stride[d], padding[d], dilation[d], call["ceil_mode"])
              for d in range(2)]
     call.require(all(s > 0 for s in sizes), "the window is larger than the padded input")
+    call.require(call._values.get("divisor_override") != 0, "divisor_override 0")
     call.expect_shape("the output", call.out.shape, (*x.shape[:-2], *sizes))
 
 
@@ -568,6 +582,10 @@ def _embedding(call: Call) -> None:
 
 
 def _sdpa(call: Call) -> None:
+    _floats(call, "query", "key", "value")
+    if call["attn_mask"] is not None:
+        mask = call["attn_mask"].dtype
+        call.require(mask.is_float or mask is dtypes.BOOL, f"attn_mask of {mask} (bool or float only)")
     q, k, v = call.tensor("query"), call.tensor("key"), call.tensor("value")
     call.require(len(q.shape) >= 2 and len(k.shape) == len(q.shape) and len(v.shape) == len(q.shape),
                  f"query {list(q.shape)}, key {list(k.shape)}, value {list(v.shape)}")

@@ -6,15 +6,15 @@
 // Rows are [batch, L] with batch = b1 * nb2 + b2; row r = row0 + invocation index.
 // Element s of row r is scores[soff + r*S + s]; its mask value is
 // mask[moff + b1*smb1 + b2*smb2 + l*sml + s*sms].
-// Bindings: 0 = scores (read-write), 1 = mask (only with MASK_FLOAT / MASK_BOOL).
+// Bindings: 0 = scores (fp32, read-write), 1 = mask (only with MASK_FLOAT / MASK_BOOL;
+// elem_defines for M: a bool mask is one byte per element, a float mask any float type).
 // One invocation per row; the y group count folds into x.
 layout(local_size_x = 64) in;
+#include "dtype.glslh"
 
 layout(std430, set = 0, binding = 0) buffer BufS { float sc[]; };
-#if defined(MASK_FLOAT)
-layout(std430, set = 0, binding = 1) readonly buffer BufM { float mask[]; };
-#elif defined(MASK_BOOL)
-layout(std430, set = 0, binding = 1) readonly buffer BufM { int mask[]; };
+#if defined(MASK_FLOAT) || defined(MASK_BOOL)
+layout(std430, set = 0, binding = 1) readonly buffer BufM { M_T mask[]; };
 #endif
 
 layout(push_constant) uniform Push {
@@ -28,9 +28,9 @@ layout(push_constant) uniform Push {
 float score(int sbase, int mbase, int l, int s) {
     float v = sc[sbase + s];
 #if defined(MASK_FLOAT)
-    v += mask[mbase + s * p.sms];
+    v += LOAD_M(mbase + s * p.sms);
 #elif defined(MASK_BOOL)
-    if (mask[mbase + s * p.sms] == 0) {
+    if (LOADI_M(mbase + s * p.sms) == 0) {
         v = NEG_INF;
     }
 #endif
@@ -55,9 +55,14 @@ void main() {
     const int sbase = p.soff + r * p.S;
     const int mbase = p.moff + b1 * p.smb1 + b2 * p.smb2 + l * p.sml;
 
+    // A NaN score makes the maximum NaN, and with it the row (softmax propagates NaN, as
+    // torch's reference SDPA does; GLSL's max leaves NaN operands undefined).
     float mx = NEG_INF;
     for (int s = 0; s < p.S; ++s) {
-        mx = max(mx, score(sbase, mbase, l, s));
+        const float v = score(sbase, mbase, l, s);
+        if (!(v <= mx)) {
+            mx = v;
+        }
     }
     if (mx == NEG_INF) {
         for (int s = 0; s < p.S; ++s) {

@@ -6,7 +6,8 @@
 // Bindings: 0 = x, 1 = w, 2 = out, 3 = bias (only with HAS_BIAS).
 // Each invocation computes OCB output channels (of one group) x 4 output columns:
 // gid.x = column tile, gid.y = oy, gid.z = (n * groups + g) * oc_tiles + oc_tile.
-// Defines: OCB (1..4), HAS_BIAS, WG_X, WG_Y, WG_Z.
+// Defines: elem_defines for X, W, O, BIAS (any float type; fp32 accumulation), OCB (1..4),
+// HAS_BIAS, CLAMP (clamp to [out_min, out_max], NaN stays NaN), WG_X, WG_Y, WG_Z.
 #ifndef OCB
 #define OCB 4
 #endif
@@ -20,12 +21,13 @@
 #define WG_Z 1
 #endif
 layout(local_size_x = WG_X, local_size_y = WG_Y, local_size_z = WG_Z) in;
+#include "dtype.glslh"
 
-layout(std430, set = 0, binding = 0) readonly buffer BufX { float x[]; };
-layout(std430, set = 0, binding = 1) readonly buffer BufW { float w[]; };
-layout(std430, set = 0, binding = 2) writeonly buffer BufO { float o[]; };
+layout(std430, set = 0, binding = 0) readonly buffer BufX { X_T x[]; };
+layout(std430, set = 0, binding = 1) readonly buffer BufW { W_T w[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer BufO { O_T o[]; };
 #ifdef HAS_BIAS
-layout(std430, set = 0, binding = 3) readonly buffer BufBias { float bias[]; };
+layout(std430, set = 0, binding = 3) readonly buffer BufBias { BIAS_T bias[]; };
 #endif
 
 layout(push_constant) uniform Push {
@@ -85,11 +87,11 @@ void main() {
                 for (int q = 0; q < 4; ++q) {
                     const int ix = ix0[q] + kx * p.dx;
                     const bool inside = ix >= 0 && ix < p.W;
-                    const float v = x[xrow + clamp(ix, 0, p.W - 1)];
+                    const float v = LOAD_X(xrow + clamp(ix, 0, p.W - 1));
                     xv[q] = inside ? v : 0.0;
                 }
                 for (int j = 0; j < OCB; ++j) {
-                    const float wv = w[wrow[j] + wk + kx];
+                    const float wv = LOAD_W(wrow[j] + wk + kx);
                     for (int q = 0; q < 4; ++q) {
                         acc[j][q] += wv * xv[q];
                     }
@@ -103,18 +105,18 @@ void main() {
         if (ocg0 + j < p.cout_g) {
             const int oc = oc0 + j;
 #ifdef HAS_BIAS
-            const float bv = bias[p.boff + oc];
+            const float bv = LOAD_BIAS(p.boff + oc);
 #else
             const float bv = 0.0;
 #endif
             const int obase = p.ooff + (n * p.Cout + oc) * OHW + oy * p.OW;
             for (int q = 0; q < 4; ++q) {
                 if (ox0 + q < p.OW) {
+                    float v = acc[j][q] + bv;
 #ifdef CLAMP
-                    o[obase + ox0 + q] = clamp(acc[j][q] + bv, p.out_min, p.out_max);
-#else
-                    o[obase + ox0 + q] = acc[j][q] + bv;
+                    v = isnan(v) ? v : clamp(v, p.out_min, p.out_max);
 #endif
+                    STORE_O(obase + ox0 + q, v);
                 }
             }
         }

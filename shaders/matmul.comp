@@ -7,9 +7,12 @@
 // (ldc > N when a dispatch writes a column slice; the slice start is folded into coff).
 // Bindings: 0 = A, 1 = B, 2 = C, 3 = BIAS (only with HAS_BIAS).
 // Defines:
+//   elem_defines for A, B, C and BIAS (any float type; accumulation is fp32)
 //   A_VEC    A is k-contiguous (sAk == 1) and K, sAm, sAb*, aoff are multiples of 4
 //   B_VEC_K  B is k-contiguous (sBk == 1) and K, sBn, sBb*, boff are multiples of 4
 //   B_VEC_N  B is n-contiguous (sBn == 1) and N, sBk, sBb*, boff are multiples of 4
+//   with each: A_V / B_V (the array element type) and LOAD4_A(i) / LOAD4_B(i), elements
+//   i..i+3 (i a multiple of 4) as a vec4 in one load: a vec4, or a uvec2 of 16-bit pairs
 //   HAS_BIAS add beta * bias[biasoff + m*sbm + n*sbn]
 //   WG_X, WG_Y  workgroup size (x over column tiles, y over row tiles)
 //   TM       rows per invocation tile: 4 (default) or 1 (for M == 1, e.g. one token)
@@ -25,20 +28,22 @@
 #define WG_Y 8
 #endif
 layout(local_size_x = WG_X, local_size_y = WG_Y, local_size_z = 1) in;
+#include "dtype.glslh"
+#include "pairs.glslh"
 
 #ifdef A_VEC
-layout(std430, set = 0, binding = 0) readonly buffer BufA { vec4 a4[]; };
+layout(std430, set = 0, binding = 0) readonly buffer BufA { A_V a4[]; };
 #else
-layout(std430, set = 0, binding = 0) readonly buffer BufA { float a[]; };
+layout(std430, set = 0, binding = 0) readonly buffer BufA { A_T a[]; };
 #endif
 #if defined(B_VEC_K) || defined(B_VEC_N)
-layout(std430, set = 0, binding = 1) readonly buffer BufB { vec4 b4[]; };
+layout(std430, set = 0, binding = 1) readonly buffer BufB { B_V b4[]; };
 #else
-layout(std430, set = 0, binding = 1) readonly buffer BufB { float b[]; };
+layout(std430, set = 0, binding = 1) readonly buffer BufB { B_T b[]; };
 #endif
-layout(std430, set = 0, binding = 2) writeonly buffer BufC { float c[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer BufC { C_T c[]; };
 #ifdef HAS_BIAS
-layout(std430, set = 0, binding = 3) readonly buffer BufBias { float bias[]; };
+layout(std430, set = 0, binding = 3) readonly buffer BufBias { BIAS_T bias[]; };
 #endif
 
 layout(push_constant) uniform Push {
@@ -81,20 +86,19 @@ void main() {
         vec4 av[TM];
         for (int i = 0; i < TM; ++i) {
 #ifdef A_VEC
-            av[i] = a4[(ar[i] + k) >> 2];
+            av[i] = LOAD4_A(ar[i] + k);
 #else
             const int o = ar[i] + k * p.sAk;
-            av[i] = vec4(a[o], a[o + p.sAk], a[o + 2 * p.sAk], a[o + 3 * p.sAk]);
+            av[i] = vec4(LOAD_A(o), LOAD_A(o + p.sAk), LOAD_A(o + 2 * p.sAk), LOAD_A(o + 3 * p.sAk));
 #endif
         }
 #ifdef B_VEC_N
         // Four rows of B, each a vec4 over the tile's columns.
-        const int r = (bbase + k * p.sBk + n0) >> 2;
-        const int rs = p.sBk >> 2;
-        const vec4 r0 = b4[r];
-        const vec4 r1 = b4[r + rs];
-        const vec4 r2 = b4[r + 2 * rs];
-        const vec4 r3 = b4[r + 3 * rs];
+        const int r = bbase + k * p.sBk + n0;
+        const vec4 r0 = LOAD4_B(r);
+        const vec4 r1 = LOAD4_B(r + p.sBk);
+        const vec4 r2 = LOAD4_B(r + 2 * p.sBk);
+        const vec4 r3 = LOAD4_B(r + 3 * p.sBk);
         for (int i = 0; i < TM; ++i) {
             acc[i] += av[i].x * r0 + av[i].y * r1 + av[i].z * r2 + av[i].w * r3;
         }
@@ -102,10 +106,10 @@ void main() {
         vec4 bv[4];
         for (int j = 0; j < 4; ++j) {
 #ifdef B_VEC_K
-            bv[j] = b4[(bc[j] + k) >> 2];
+            bv[j] = LOAD4_B(bc[j] + k);
 #else
             const int o = bc[j] + k * p.sBk;
-            bv[j] = vec4(b[o], b[o + p.sBk], b[o + 2 * p.sBk], b[o + 3 * p.sBk]);
+            bv[j] = vec4(LOAD_B(o), LOAD_B(o + p.sBk), LOAD_B(o + 2 * p.sBk), LOAD_B(o + 3 * p.sBk));
 #endif
         }
         for (int i = 0; i < TM; ++i) {
@@ -118,13 +122,13 @@ void main() {
 #if !defined(A_VEC) && !defined(B_VEC_K)
     for (int k = K4; k < p.K; ++k) {
 #ifdef B_VEC_N
-        const vec4 row = b4[(bbase + k * p.sBk + n0) >> 2];
+        const vec4 row = LOAD4_B(bbase + k * p.sBk + n0);
 #else
-        const vec4 row = vec4(b[bc[0] + k * p.sBk], b[bc[1] + k * p.sBk],
-                              b[bc[2] + k * p.sBk], b[bc[3] + k * p.sBk]);
+        const vec4 row = vec4(LOAD_B(bc[0] + k * p.sBk), LOAD_B(bc[1] + k * p.sBk),
+                              LOAD_B(bc[2] + k * p.sBk), LOAD_B(bc[3] + k * p.sBk));
 #endif
         for (int i = 0; i < TM; ++i) {
-            acc[i] += a[ar[i] + k * p.sAk] * row;
+            acc[i] += LOAD_A(ar[i] + k * p.sAk) * row;
         }
     }
 #endif
@@ -138,9 +142,9 @@ void main() {
                 if (n < p.N) {
                     float v = p.alpha * acc[i][j];
 #ifdef HAS_BIAS
-                    v += p.beta * bias[p.biasoff + m * p.sbm + n * p.sbn];
+                    v += p.beta * LOAD_BIAS(p.biasoff + m * p.sbm + n * p.sbn);
 #endif
-                    c[cbase + m * p.ldc + n] = v;
+                    STORE_C(cbase + m * p.ldc + n, v);
                 }
             }
         }

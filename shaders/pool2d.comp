@@ -3,13 +3,15 @@
 // (planes = product of the leading dims). One invocation per output element; the
 // linear index folds the y group count into x (idx = gid.y * (numGroups.x * 64) + gid.x).
 // Bindings: 0 = x, 1 = out.
-// Defines: MAX_POOL (else average pooling).
-// Average pooling divisor, like torch: divisor_override if > 0, else the window
+// Defines: elem_defines for X and O (any float type; sums in fp32), MAX_POOL (else
+// average pooling; max pooling propagates NaN like torch).
+// Average pooling divisor, like torch: divisor_override if nonzero, else the window
 // clipped to the padded input (count_include_pad) or to the input itself.
 layout(local_size_x = 64) in;
+#include "dtype.glslh"
 
-layout(std430, set = 0, binding = 0) readonly buffer BufX { float x[]; };
-layout(std430, set = 0, binding = 1) writeonly buffer BufO { float o[]; };
+layout(std430, set = 0, binding = 0) readonly buffer BufX { X_T x[]; };
+layout(std430, set = 0, binding = 1) writeonly buffer BufO { O_T o[]; };
 
 layout(push_constant) uniform Push {
     int total;          // planes * OH * OW
@@ -41,7 +43,7 @@ void main() {
             if (ix < 0 || ix >= p.W) {
                 continue;
             }
-            const float v = x[base + iy * p.W + ix];
+            const float v = LOAD_X(base + iy * p.W + ix);
             if (v > best || isnan(v)) {
                 best = v;
             }
@@ -50,7 +52,7 @@ void main() {
             }
         }
     }
-    o[idx] = best;
+    STORE_O(idx, best);
 #else
     const int ye_pad = min(ys + p.KH, p.H + p.py);
     const int xe_pad = min(xs + p.KW, p.W + p.px);
@@ -60,23 +62,23 @@ void main() {
     const int y1 = min(ye_pad, p.H);
     const int x1 = min(xe_pad, p.W);
     if (y0 >= y1 || x0 >= x1) {
-        o[idx] = 0.0;
+        STORE_O(idx, 0.0);
         return;
     }
     float sum = 0.0;
     for (int iy = y0; iy < y1; ++iy) {
         for (int ix = x0; ix < x1; ++ix) {
-            sum += x[base + iy * p.W + ix];
+            sum += LOAD_X(base + iy * p.W + ix);
         }
     }
     int divisor;
-    if (p.divisor_override > 0) {
+    if (p.divisor_override != 0) {
         divisor = p.divisor_override;
     } else if (p.count_include_pad != 0) {
         divisor = pool_size;
     } else {
         divisor = (y1 - y0) * (x1 - x0);
     }
-    o[idx] = sum / float(divisor);
+    STORE_O(idx, sum / float(divisor));
 #endif
 }

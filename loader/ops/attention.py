@@ -1,10 +1,13 @@
 """aten.scaled_dot_product_attention.default.
 
-Three dispatches through a scratch tensor of scores [batch, L, S]:
-  1. scores = scale * q @ k^T      (matmul shader; k is read transposed in place)
+Three dispatches through an fp32 scratch tensor of scores [batch, L, S]:
+  1. scores = scale * q @ k^T      (matmul.gemm; k is read transposed in place, and
+     one query row, the decode case, takes the matvec shader)
   2. masked, stable softmax of each scores row, in place (attention_softmax shader;
-     bool mask: 0 = masked out; float mask: added; is_causal: top-left aligned)
-  3. out = scores @ v              (matmul shader)
+     bool mask, one byte per element: 0 = masked out; float mask of any float
+     dtype: added; is_causal: top-left aligned)
+  3. out = scores @ v              (matmul.gemm)
+q, k, v and the output may have any float dtypes; every sum is fp32.
 Batch dims broadcast. With enable_gqa, q's Hq heads share Hkv = Hq / rep key/value
 heads: q [..., Hq, L, E] is read as [..., Hkv, rep*L, E] (same memory), so the
 matmuls need no repeated copies of k and v.
@@ -14,54 +17,34 @@ from __future__ import annotations
 import math
 import struct
 
-from vkx.format import dtypes
-from vkx.loader.ops import OpBuilder, UnsupportedOpError, register
-from vkx.loader.ops.matmul import Operand, batch_plan, batch_strides, gemm, require_float
+from vkx.format.contract import Call
+from vkx.loader.ops import OpBuilder, UnsupportedOpError, builds, elem_defines
+from vkx.loader.ops.matmul import Operand, batch_plan, batch_strides, gemm
 from vkx.loader.ops.shape import bind_elems, broadcast_strides, contiguous_strides, dispatch_groups
 
 _SOFTMAX_PUSH = struct.Struct("<11i")
-NAME = "aten.scaled_dot_product_attention"
 
 
-@register("aten.scaled_dot_product_attention.default")
-def scaled_dot_product_attention(builder: OpBuilder, args: tuple[int, ...]) -> None:
-    q = builder.tensor(args[0])
-    k = builder.tensor(args[1])
-    v = builder.tensor(args[2])
-    out = builder.tensor(args[-1])
-    require_float(NAME, q, k, v, out)
-    dropout_p = builder.scalar(args[4])
-    if dropout_p:
-        raise UnsupportedOpError(f"{NAME}: dropout_p={dropout_p} is not supported (only 0.0)")
-    is_causal = bool(builder.scalar(args[5]))
-    scale_vid = args[6]
-    enable_gqa = len(args) > 8 and bool(builder.scalar(args[7]))
-    if min(len(q.shape), len(k.shape), len(v.shape)) < 2:
-        raise UnsupportedOpError(f"{NAME}: query, key and value need at least 2 dims")
+@builds("aten.scaled_dot_product_attention.default")
+def scaled_dot_product_attention(builder: OpBuilder, call: Call) -> None:
+    """The rule has checked the shapes (mask broadcast, GQA head counts) and dtypes."""
+    q, k, v, out, mask = call.tensor("query"), call.tensor("key"), call.tensor("value"), call.out, call["attn_mask"]
+    if call["dropout_p"]:
+        raise UnsupportedOpError(f"{call.node}: dropout_p={call['dropout_p']} is not supported (only 0.0)")
     L, E = q.shape[-2:]
-    S, Ek = k.shape[-2:]
-    S2, Ev = v.shape[-2:]
-    if Ek != E or S2 != S:
-        raise UnsupportedOpError(f"{NAME}: shapes q {tuple(q.shape)}, k {tuple(k.shape)}, "
-                                 f"v {tuple(v.shape)} do not agree")
-    if builder.is_null(scale_vid) or builder.scalar(scale_vid) is None:
-        scale = 1.0 / math.sqrt(E) if E else 1.0
-    else:
-        scale = float(builder.scalar(scale_vid))
+    S, Ev = v.shape[-2:]
     out_batch = tuple(out.shape[:-2])
     if out.numel == 0:
         return
     if S == 0 or E == 0:
-        raise UnsupportedOpError(f"{NAME}: empty key sequence or embedding is not supported")
+        raise UnsupportedOpError(f"{call.node}: empty key sequence or embedding is not supported")
+    scale = 1.0 / math.sqrt(E) if call["scale"] is None else float(call["scale"])
 
     # Matmul view: batch dims `mb`, rows M = rep * L.
     rep = 1
     kb, vb = tuple(k.shape[:-2]), tuple(v.shape[:-2])
-    if enable_gqa and len(q.shape) >= 3 and len(k.shape) >= 3 and q.shape[-3] != k.shape[-3]:
+    if call["enable_gqa"] and len(q.shape) >= 3 and q.shape[-3] != k.shape[-3]:
         hq, hkv = q.shape[-3], k.shape[-3]
-        if hkv == 0 or hq % hkv or v.shape[-3] != hkv:
-            raise UnsupportedOpError(f"{NAME}: enable_gqa needs query heads ({hq}) to be a multiple "
-                                     f"of key/value heads ({hkv}, {v.shape[-3]})")
         rep = hq // hkv
         mb = out_batch[:-1] + (hkv,)
         qb = tuple(q.shape[:-3]) + (hkv,)
@@ -83,14 +66,14 @@ def scaled_dot_product_attention(builder: OpBuilder, args: tuple[int, ...]) -> N
              Operand(scores, offs[2], S, 1, *inner[2]), M, S, E, nb1, nb2, alpha=scale)
 
     # 2. softmax rows, in place; rows are [out_batch..., L].
-    mask = None if builder.is_null(args[3]) else builder.tensor(args[3])
-    defines: dict[str, int] = {}
-    if is_causal:
+    defines: dict[str, int | str] = {}
+    if call["is_causal"]:
         defines["CAUSAL"] = 1
     rows_per_batch = L
     sr = contiguous_strides(tuple(out_batch) + (L * S,))[:-1]
     if mask is not None:
-        defines["MASK_BOOL" if not mask.dtype.is_float else "MASK_FLOAT"] = 1
+        defines["MASK_FLOAT" if mask.dtype.is_float else "MASK_BOOL"] = 1
+        defines.update(elem_defines("M", "mask", mask.dtype))
         *mbatch, sml, sms = broadcast_strides(mask.shape, out_batch + (L, S))
         mbind, _ = bind_elems(builder, mask, 0, mask.numel)
     else:

@@ -4,19 +4,21 @@ aten.convolution.default runs `shaders/conv2d.comp`, a direct convolution where
 each invocation computes up to 4 output channels of one group x 4 output columns
 (register tile). 1-D convolutions run as 2-D ones with H = 1. Pools run
 `shaders/pool2d.comp`, one invocation per output element; the output size comes
-from the output tensor (so ceil_mode needs no recomputation here).
+from the output tensor (so ceil_mode needs no recomputation here). Every tensor
+may have any float dtype (input, weight and bias need not agree); sums are fp32,
+rounded once on the store.
 """
 from __future__ import annotations
 
+import math
 import struct
 from typing import Sequence
 
-from vkx.loader.ops import OpBuilder, TensorArg, UnsupportedOpError, register
-from vkx.loader.ops.matmul import require_float
+from vkx.format.contract import FLT_MAX, Call
+from vkx.loader.ops import OpBuilder, UnsupportedOpError, builds, elem_defines
 from vkx.loader.ops.shape import MAX_GROUPS, bind_elems, dispatch_groups
 
 _CONV_PUSH = struct.Struct("<24i2f")
-_FLOAT32_MAX = 3.4028234663852886e38  # ExecuTorch writes "no bound" as the float64 maximum
 _POOL_PUSH = struct.Struct("<15i")
 
 
@@ -27,55 +29,36 @@ def _pow2_at_least(n: int) -> int:
     return p
 
 
-def _pair(values: Sequence[int], nd: int, name: str, op: str) -> tuple[int, ...]:
-    values = tuple(int(v) for v in values)
-    if len(values) == 1:
-        return values * nd
-    if len(values) != nd:
-        raise UnsupportedOpError(f"{op}: {name} {values} does not match {nd} spatial dims")
-    return values
+def _pair(values: Sequence[int], nd: int) -> tuple[int, ...]:
+    """A per-dim int list (the rule checked it has 1 or `nd` entries)."""
+    values = tuple(values)
+    return values * nd if len(values) == 1 else values
 
 
-@register("aten.convolution.default")
-def convolution(builder: OpBuilder, args: tuple[int, ...]) -> None:
-    _convolution(builder, args, None)
+@builds("aten.convolution.default")
+def convolution(builder: OpBuilder, call: Call) -> None:
+    _convolution(builder, call, None)
 
 
-@register("et_vk.conv_with_clamp.default")
-def convolution_with_clamp(builder: OpBuilder, args: tuple[int, ...]) -> None:
-    """ExecuTorch's fused conv + clamp: convolution args, then output_min, output_max (each may be Null)."""
-    low, high = (builder.scalar(v) for v in args[9:11])
-    _convolution(builder, args[:9] + args[11:], (-_FLOAT32_MAX if low is None else max(float(low), -_FLOAT32_MAX),
-                                                   _FLOAT32_MAX if high is None else min(float(high), _FLOAT32_MAX)))
+@builds("et_vk.conv_with_clamp.default")
+def convolution_with_clamp(builder: OpBuilder, call: Call) -> None:
+    """ExecuTorch's fused conv + clamp; a Null bound does not clamp, and one past float32's
+    range (ExecuTorch writes ±DBL_MAX for "none") is ±inf."""
+    def bound(name: str, none: float) -> float:
+        v = call[name]
+        return none if v is None else math.copysign(math.inf, v) if abs(v) > FLT_MAX else float(v)
+
+    _convolution(builder, call, (bound("output_min", -math.inf), bound("output_max", math.inf)))
 
 
-def _convolution(builder: OpBuilder, args: tuple[int, ...], clamp: tuple[float, float] | None) -> None:
-    x = builder.tensor(args[0])
-    w = builder.tensor(args[1])
-    out = builder.tensor(args[-1])
-    require_float("aten.convolution", x, w, out)
-    if builder.scalar(args[6]):
-        raise UnsupportedOpError(
-            "aten.convolution: transposed convolution (ConvTranspose1d/2d) is not supported by vkx")
+def _convolution(builder: OpBuilder, call: Call, clamp: tuple[float, float] | None) -> None:
+    """The rule has checked the shapes (1-D or 2-D, groups, output size) and that it is not transposed."""
+    x, w, out = call.tensor("input"), call.tensor("weight"), call.out
+    bias = call["bias"]
     nd = len(w.shape) - 2
-    if nd not in (1, 2):
-        raise UnsupportedOpError(f"aten.convolution: only 1-D and 2-D convolutions are supported "
-                                 f"(weight shape {tuple(w.shape)})")
-    op = "aten.convolution"
-    stride = _pair(builder.int_list(args[3]), nd, "stride", op)
-    padding = _pair(builder.int_list(args[4]), nd, "padding", op)
-    dilation = _pair(builder.int_list(args[5]), nd, "dilation", op)
-    groups = int(builder.scalar(args[8]) or 1)
-    bias = None if builder.is_null(args[2]) else builder.tensor(args[2])
-    if bias is not None:
-        require_float("aten.convolution", bias)
-
-    if len(x.shape) == nd + 1:          # unbatched input
-        xs, os_ = (1,) + tuple(x.shape), (1,) + tuple(out.shape)
-    elif len(x.shape) == nd + 2:
-        xs, os_ = tuple(x.shape), tuple(out.shape)
-    else:
-        raise UnsupportedOpError(f"{op}: input shape {tuple(x.shape)} does not match weight {tuple(w.shape)}")
+    stride, padding, dilation = (_pair(call[n], nd) for n in ("stride", "padding", "dilation"))
+    groups = call["groups"]
+    xs, os_ = tuple(x.shape), tuple(out.shape)
     if nd == 1:                          # [N, C, L] -> [N, C, 1, L]
         xs, os_ = xs[:2] + (1,) + xs[2:], os_[:2] + (1,) + os_[2:]
         kh, kw = 1, w.shape[2]
@@ -86,39 +69,36 @@ def _convolution(builder: OpBuilder, args: tuple[int, ...], clamp: tuple[float, 
     N, Cin, H, W = xs
     _, Cout, OH, OW = os_
     cout_g, cin_g = w.shape[0] // groups, w.shape[1]
-    if Cout != w.shape[0] or cin_g * groups != Cin or cout_g * groups != Cout:
-        raise UnsupportedOpError(f"{op}: input {tuple(x.shape)}, weight {tuple(w.shape)} and "
-                                 f"groups={groups} do not agree")
     if out.numel == 0:
         return
     if x.numel == 0 or cin_g == 0:
-        raise UnsupportedOpError(f"{op}: empty input {tuple(x.shape)} is not supported")
+        raise UnsupportedOpError(f"{call.node}: empty input {tuple(x.shape)} is not supported")
 
     ocb = min(4, cout_g)
     oc_tiles = -(-cout_g // ocb)
     per_n = groups * oc_tiles
-    tiles_x = -(-OW // 4)
-    limit = builder.max_binding_bytes
-    wbind, _ = bind_elems(builder, w, 0, w.numel)  # the whole weight must fit one binding
-    bbind = None
-    if bias is not None:
-        bbind, _ = bind_elems(builder, bias, 0, bias.numel)
-
-    # Samples per dispatch: all of them unless x/out exceed a binding or the grid.
-    xn, on = Cin * H * W, Cout * OH * OW
-    if x.nbytes <= limit and out.nbytes <= limit:
-        step = N
-    else:
-        step = max(1, (limit - builder.offset_alignment) // (4 * max(xn, on)))
-    step = max(1, min(step, MAX_GROUPS // per_n if per_n <= MAX_GROUPS else 1))
     if per_n > MAX_GROUPS:
-        raise UnsupportedOpError(f"{op}: {Cout} output channels x {groups} groups is too many for one grid")
-
-    defines: dict[str, int] = {"OCB": ocb}
+        raise UnsupportedOpError(f"{call.node}: {Cout} output channels x {groups} groups is too many for one grid")
+    tiles_x = -(-OW // 4)
+    wbind, _ = bind_elems(builder, w, 0, w.numel)  # the whole weight must fit one binding
+    bias_binding = []
+    defines: dict[str, int | str] = {"OCB": ocb, **elem_defines("X", "x", x.dtype), **elem_defines("W", "w", w.dtype),
+                                     **elem_defines("O", "o", out.dtype)}
     if bias is not None:
+        bias_binding.append(bind_elems(builder, bias, 0, bias.numel)[0])
+        defines.update(elem_defines("BIAS", "bias", bias.dtype))
         defines["HAS_BIAS"] = 1
     if clamp is not None:
         defines["CLAMP"] = 1
+
+    # Samples per dispatch: all of them unless x/out exceed a binding or the grid.
+    xn, on = Cin * H * W, Cout * OH * OW
+    limit = builder.max_binding_bytes
+    if x.nbytes <= limit and out.nbytes <= limit:
+        step = N
+    else:
+        step = max(1, (limit - builder.offset_alignment) // max(xn * x.dtype.itemsize, on * out.dtype.itemsize))
+    step = max(1, min(step, MAX_GROUPS // per_n))
     wg_x = min(8, _pow2_at_least(tiles_x))
     wg_y = min(64 // wg_x, _pow2_at_least(OH))
     defines["WG_X"], defines["WG_Y"] = wg_x, wg_y
@@ -129,28 +109,24 @@ def _convolution(builder: OpBuilder, args: tuple[int, ...], clamp: tuple[float, 
         defines["WG_Z"] = wg_z
         xbind, xshift = bind_elems(builder, x, n0 * xn, n * xn)
         obind, oshift = bind_elems(builder, out, n0 * on, n * on)
-        bindings = [xbind, wbind, obind]
-        if bias is not None:
-            bindings.append(bbind)
         push = _CONV_PUSH.pack(n, Cin, H, W, Cout, OH, OW, kh, kw, sy, sx, py, px, dy, dx,
                                groups, cin_g, cout_g, oc_tiles, nz,
                                n0 * xn - xshift, 0, n0 * on - oshift, 0,
                                *(clamp or (0.0, 0.0)))
         groups_xyz = (-(-tiles_x // wg_x), -(-OH // wg_y), -(-nz // wg_z))
         if max(groups_xyz) > MAX_GROUPS:
-            raise UnsupportedOpError(f"{op}: output {tuple(out.shape)} is too large for one grid")
-        builder.dispatch("conv2d", bindings, push, groups_xyz, dict(defines))
+            raise UnsupportedOpError(f"{call.node}: output {tuple(out.shape)} is too large for one grid")
+        builder.dispatch("conv2d", [xbind, wbind, obind, *bias_binding], push, groups_xyz, dict(defines))
 
 
-def _pool(builder: OpBuilder, name: str, x: TensorArg, out: TensorArg, kernel, stride, padding,
-          dilation, count_include_pad: bool, divisor_override: int, is_max: bool) -> None:
-    require_float(name, x, out)
-    if len(x.shape) not in (3, 4) or len(out.shape) != len(x.shape):
-        raise UnsupportedOpError(f"{name}: expected a 3-D or 4-D input, got {tuple(x.shape)}")
-    kh, kw = _pair(kernel, 2, "kernel_size", name)
-    sy, sx = _pair(stride, 2, "stride", name) if len(stride) else (kh, kw)
-    py, px = _pair(padding, 2, "padding", name)
-    dy, dx = _pair(dilation, 2, "dilation", name)
+def _pool(builder: OpBuilder, call: Call, dilation: Sequence[int], count_include_pad: bool,
+          divisor_override: int, is_max: bool) -> None:
+    """The rule has checked the window sizes and the output shape."""
+    x, out = call.tensor("self"), call.out
+    kh, kw = _pair(call["kernel_size"], 2)
+    sy, sx = _pair(call["stride"], 2) if call["stride"] else (kh, kw)
+    py, px = _pair(call["padding"], 2)
+    dy, dx = _pair(dilation, 2)
     H, W = x.shape[-2:]
     OH, OW = out.shape[-2:]
     total = out.numel
@@ -158,25 +134,21 @@ def _pool(builder: OpBuilder, name: str, x: TensorArg, out: TensorArg, kernel, s
         return
     for t in (x, out):
         if t.nbytes > builder.max_binding_bytes:
-            raise UnsupportedOpError(f"{name}: a {t.nbytes}-byte tensor exceeds the "
+            raise UnsupportedOpError(f"{call.node}: a {t.nbytes}-byte tensor exceeds the "
                                      f"{builder.max_binding_bytes}-byte storage-buffer binding limit")
     push = _POOL_PUSH.pack(total, H, W, OH, OW, kh, kw, sy, sx, py, px, dy, dx,
                            int(count_include_pad), int(divisor_override))
-    builder.dispatch("pool2d", [x, out], push, dispatch_groups(total), {"MAX_POOL": 1} if is_max else {})
+    defines = {**elem_defines("X", "x", x.dtype), **elem_defines("O", "o", out.dtype)}
+    if is_max:
+        defines["MAX_POOL"] = "1"
+    builder.dispatch("pool2d", [x, out], push, dispatch_groups(total), defines)
 
 
-@register("aten.max_pool2d.default")
-def max_pool2d(builder: OpBuilder, args: tuple[int, ...]) -> None:
-    x = builder.tensor(args[0])
-    out = builder.tensor(args[-1])
-    _pool(builder, "aten.max_pool2d", x, out, builder.int_list(args[1]), builder.int_list(args[2]),
-          builder.int_list(args[3]), builder.int_list(args[4]), False, 0, True)
+@builds("aten.max_pool2d.default")
+def max_pool2d(builder: OpBuilder, call: Call) -> None:
+    _pool(builder, call, call["dilation"], False, 0, True)
 
 
-@register("aten.avg_pool2d.default")
-def avg_pool2d(builder: OpBuilder, args: tuple[int, ...]) -> None:
-    x = builder.tensor(args[0])
-    out = builder.tensor(args[-1])
-    divisor = 0 if builder.is_null(args[6]) else int(builder.scalar(args[6]))
-    _pool(builder, "aten.avg_pool2d", x, out, builder.int_list(args[1]), builder.int_list(args[2]),
-          builder.int_list(args[3]), (1, 1), bool(builder.scalar(args[5])), divisor, False)
+@builds("aten.avg_pool2d.default")
+def avg_pool2d(builder: OpBuilder, call: Call) -> None:
+    _pool(builder, call, (1, 1), call["count_include_pad"], call["divisor_override"] or 0, False)  # 0: none

@@ -1,9 +1,12 @@
 """Matrix products: linear, addmm, mm, bmm, matmul.
 
-Everything goes through one shader, `shaders/matmul.comp`: a strided batched
-matmul with a 4x4 register tile per invocation. Operands are described by
-element strides, so linear's W[N, K] is read in place (B[k, n] = W[n, k]) and
-broadcast batch dims are stride 0. `gemm()` is the one entry point; it also
+Two shaders: `shaders/matmul.comp`, a strided batched matmul with a 4x4 register
+tile per invocation, and `shaders/matvec.comp` for one row of activations against
+a k-contiguous B (the LLM decode case: x[1, K] @ W[N, K]^T), which splits K over a
+workgroup so the weight streams once with 16-byte loads. Operands of any float
+dtype are described by element strides, so linear's W[N, K] is read in place
+(B[k, n] = W[n, k]) and broadcast batch dims are stride 0; products accumulate in
+fp32 and round once on the store. `gemm()` is the one entry point; it also
 splits a dispatch whose operands do not fit one storage-buffer binding
 (`builder.max_binding_bytes`): W by output rows (each chunk writes its column
 slice of C), A and C by rows, and batches one by one.
@@ -17,7 +20,8 @@ from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 from vkx.format import dtypes
-from vkx.loader.ops import Binding, OpBuilder, TensorArg, UnsupportedOpError, register
+from vkx.format.contract import Call
+from vkx.loader.ops import Binding, OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines
 from vkx.loader.ops.shape import (MAX_GROUPS, bind_elems, broadcast_strides, contiguous_strides,
                                   fits_binding)
 
@@ -93,8 +97,9 @@ def _split(builder, a, b, c, M, N, K, bias, alpha, beta, fit_a, fit_b, fit_c) ->
     if not fit_b and b.sj >= b.si * K and N > 1:
         # B's columns are contiguous blocks (linear's W[N, K] rows): split by output columns.
         # Chunks start on aligned bytes when W's row size and offset are aligned.
-        exact = (4 * b.sj) % align == 0 and (4 * b.off) % align == 0
-        step = max(1, (builder.max_binding_bytes if exact else limit) // (4 * b.sj))
+        col_bytes = b.tensor.dtype.itemsize * b.sj
+        exact = col_bytes % align == 0 and (b.tensor.dtype.itemsize * b.off) % align == 0
+        step = max(1, (builder.max_binding_bytes if exact else limit) // col_bytes)
         if step >= 4:
             step -= step % 4
         if step < N:
@@ -105,8 +110,8 @@ def _split(builder, a, b, c, M, N, K, bias, alpha, beta, fit_a, fit_b, fit_c) ->
             return
     elif fit_b and M > 1:
         # A and/or C (or the bias) too large: split by output rows.
-        row_bytes = 4 * max(a.si if not fit_a else 1, c.si if not fit_c else 1,
-                            (bias.si if bias is not None else 1))
+        row_bytes = max(_row_bytes(a) if not fit_a else 1, _row_bytes(c) if not fit_c else 1,
+                        _row_bytes(bias) if bias is not None else 1)
         step = max(1, limit // row_bytes)
         if step < M:
             for m0 in range(0, M, step):
@@ -119,29 +124,58 @@ def _split(builder, a, b, c, M, N, K, bias, alpha, beta, fit_a, fit_b, fit_c) ->
         f"of at most {builder.max_binding_bytes} bytes")
 
 
-def _vec_ok(off: int, strides: Sequence[tuple[int, int]]) -> bool:
-    """True when every offset reachable through (stride, count) pairs is a multiple of 4."""
-    return off % 4 == 0 and all(count <= 1 or stride % 4 == 0 for stride, count in strides)
+def _row_bytes(op: Operand) -> int:
+    return max(op.si, 1) * op.tensor.dtype.itemsize
+
+
+def _vec_ok(off: int, strides: Sequence[tuple[int, int]], n: int = 4) -> bool:
+    """True when every offset reachable through (stride, count) pairs is a multiple of `n`."""
+    return off % n == 0 and all(count <= 1 or stride % n == 0 for stride, count in strides)
+
+
+_PAIRS = {dtypes.FLOAT16: "half2", dtypes.BFLOAT16: "bf162"}
+"""GLSL helper (shaders/pairs.glslh) unpacking two 16-bit floats of one 32-bit word."""
+
+
+def _load4(prefix: str, buffer: str, dtype) -> dict[str, str]:
+    """`<P>_V` and `LOAD4_<P>(i)`: elements i..i+3 of `buffer` (i a multiple of 4) as a vec4,
+    in one load: a vec4, or a uvec2 of two 16-bit pairs."""
+    if dtype is dtypes.FLOAT32:
+        return {f"{prefix}_V": "vec4", f"LOAD4_{prefix}(i)": f"{buffer}[(i) >> 2]"}
+    pair, word = _PAIRS[dtype], f"{buffer}[(i) >> 2]"
+    return {f"{prefix}_V": "uvec2", f"LOAD4_{prefix}(i)": f"vec4({pair}({word}.x), {pair}({word}.y))"}
+
+
+def _elem_defines(a: Operand, b: Operand, c: Operand, bias: Optional[Operand]) -> dict[str, str]:
+    defines = {**elem_defines("A", "a", a.tensor.dtype), **elem_defines("B", "b", b.tensor.dtype),
+               **elem_defines("C", "c", c.tensor.dtype)}
+    if bias is not None:
+        defines.update(elem_defines("BIAS", "bias", bias.tensor.dtype))
+        defines["HAS_BIAS"] = "1"
+    return defines
 
 
 def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
     bind_a, aoff = _bind(builder, a, M, K, nb1, nb2)
     bind_b, boff = _bind(builder, b, K, N, nb1, nb2)
     bind_c, coff = _bind(builder, c, M, N, nb1, nb2)
-    defines: dict[str, int | str] = {}
-    if a.sj == 1 and K % 4 == 0 and _vec_ok(aoff, [(a.si, M), (a.sb1, nb1), (a.sb2, nb2)]):
-        defines["A_VEC"] = 1
-    if b.si == 1 and K % 4 == 0 and _vec_ok(boff, [(b.sj, N), (b.sb1, nb1), (b.sb2, nb2)]):
-        defines["B_VEC_K"] = 1
-    elif b.sj == 1 and N % 4 == 0 and _vec_ok(boff, [(b.si, K), (b.sb1, nb1), (b.sb2, nb2)]):
-        defines["B_VEC_N"] = 1
     bindings: list[Binding] = [bind_a, bind_b, bind_c]
     biasoff = sbm = sbn = 0
     if bias is not None:
         bind_bias, biasoff = _bind(builder, bias, M, N, 1, 1)
         bindings.append(bind_bias)
         sbm, sbn = bias.si, bias.sj
-        defines["HAS_BIAS"] = 1
+    defines: dict[str, int | str] = _elem_defines(a, b, c, bias)
+    if use_matvec(a, b, M, N, K):
+        _record_matvec(builder, bindings, defines, a, aoff, b, boff, c, coff, N, K, nb1, nb2,
+                       biasoff, sbn, alpha, beta)
+        return
+    if a.sj == 1 and K % 4 == 0 and _vec_ok(aoff, [(a.si, M), (a.sb1, nb1), (a.sb2, nb2)]):
+        defines.update(A_VEC=1, **_load4("A", "a4", a.tensor.dtype))
+    if b.si == 1 and K % 4 == 0 and _vec_ok(boff, [(b.sj, N), (b.sb1, nb1), (b.sb2, nb2)]):
+        defines.update(B_VEC_K=1, **_load4("B", "b4", b.tensor.dtype))
+    elif b.sj == 1 and N % 4 == 0 and _vec_ok(boff, [(b.si, K), (b.sb1, nb1), (b.sb2, nb2)]):
+        defines.update(B_VEC_N=1, **_load4("B", "b4", b.tensor.dtype))
     tm = 1 if M == 1 else 4
     if tm != 4:
         defines["TM"] = tm
@@ -163,6 +197,50 @@ def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
                       biasoff, sbm, sbn,
                       float(alpha), float(beta))
     builder.dispatch("matmul", bindings, push, groups, defines)
+
+
+MATVEC_ROWS = 16
+"""Output columns per matvec workgroup (A is read once per MATVEC_ROWS columns)."""
+MATVEC_WG = 64
+"""Invocations per matvec workgroup, splitting K."""
+
+
+def use_matvec(a: Operand, b: Operand, M: int, N: int, K: int) -> bool:
+    """Whether a product takes shaders/matvec.comp: one k-contiguous row of A against a k-contiguous B."""
+    return M == 1 and a.sj == 1 and b.si == 1 and K > 0 and -(-N // MATVEC_ROWS) <= MAX_GROUPS
+
+
+_MATVEC_PUSH = struct.Struct("<15i2f")
+
+
+def _load8(prefix: str, buffer: str, dtype, vector: bool) -> dict[str, str]:
+    """`<P>_V` and `LOAD8_<P>(i, lo, hi)`: elements i..i+7 of `buffer` into two vec4s
+    (i a multiple of 8 when `vector`: 16-byte loads)."""
+    macro = f"LOAD8_{prefix}(i,lo,hi)"
+    if not vector:
+        four = [", ".join(f"LOAD_{prefix}((i) + {j + h})" for j in range(4)) for h in (0, 4)]
+        return {f"{prefix}_V": dtype.glsl, macro: f"lo = vec4({four[0]}); hi = vec4({four[1]})"}
+    if dtype is dtypes.FLOAT32:
+        return {f"{prefix}_V": "vec4", macro: f"lo = {buffer}[(i) >> 2]; hi = {buffer}[((i) >> 2) + 1]"}
+    pair = _PAIRS[dtype]
+    word = f"{buffer}[(i) >> 3]"
+    return {f"{prefix}_V": "uvec4",
+            macro: f"lo = vec4({pair}({word}.x), {pair}({word}.y)); hi = vec4({pair}({word}.z), {pair}({word}.w))"}
+
+
+def _record_matvec(builder, bindings, defines, a, aoff, b, boff, c, coff, N, K, nb1, nb2,
+                   biasoff, sbn, alpha, beta) -> None:
+    """M == 1 against a k-contiguous B: shaders/matvec.comp (split-K, weight streamed once)."""
+    a_vec = K % 8 == 0 and _vec_ok(aoff, [(a.sb1, nb1), (a.sb2, nb2)], 8)
+    b_vec = K % 8 == 0 and _vec_ok(boff, [(b.sj, N), (b.sb1, nb1), (b.sb2, nb2)], 8)
+    defines.update(_load8("A", "a", a.tensor.dtype, a_vec))
+    defines.update(_load8("B", "b", b.tensor.dtype, b_vec))
+    if K % 8:
+        defines["K_TAIL"] = 1
+    defines["ROWS"], defines["WG"] = MATVEC_ROWS, MATVEC_WG
+    push = _MATVEC_PUSH.pack(N, K, nb2, aoff, a.sb1, a.sb2, boff, b.sj, b.sb1, b.sb2,
+                             coff, c.sb1, c.sb2, biasoff, sbn, float(alpha), float(beta))
+    builder.dispatch("matvec", bindings, push, (-(-N // MATVEC_ROWS), 1, nb1 * nb2), defines)
 
 
 # ----------------------------------------------------------------------------------------
@@ -256,60 +334,31 @@ def _fill_zero(builder: OpBuilder, out: TensorArg, N: int = 1, bias: Optional[Op
     gemm(builder, dummy, dummy, Operand(out, 0, N, 1), n // N, N, 0, bias=bias, beta=beta)
 
 
-def require_float(op: str, *tensors: TensorArg) -> None:
-    for t in tensors:
-        if t.dtype is not dtypes.FLOAT32:
-            raise UnsupportedOpError(f"{op}: only floating-point operands are supported "
-                                     f"(got a {t.dtype} tensor of shape {tuple(t.shape)})")
-
-
-def _number(builder: OpBuilder, vid: int) -> float:
-    v = builder.scalar(vid)
-    if v is None:
-        return 1.0
-    return float(v)
-
-
 # ----------------------------------------------------------------------------------------
 # Ops.
 
-@register("aten.linear.default")
-def linear(builder: OpBuilder, args: tuple[int, ...]) -> None:
-    x = builder.tensor(args[0])
-    w = builder.tensor(args[1])
-    out = builder.tensor(args[-1])
-    require_float("aten.linear", x, w, out)
-    if len(w.shape) == 1:
-        N, K = 1, w.shape[0]
-    else:
-        N, K = w.shape
-    M = x.numel // K if K else math.prod(out.shape) // max(N, 1)
+@builds("aten.linear.default")
+def linear(builder: OpBuilder, call: Call) -> None:
+    x, w, out = call.tensor("input"), call.tensor("weight"), call.out
+    N, K = w.shape
     bias = None
-    if not builder.is_null(args[2]):
-        bt = builder.tensor(args[2])
-        require_float("aten.linear", bt)
+    if call["bias"] is not None:
+        bt = call.tensor("bias")
         bias = Operand(bt, 0, 0, 1 if bt.numel > 1 else 0)
     if K == 0:
         _fill_zero(builder, out, N, bias)
         return
     gemm(builder, Operand(x, 0, K, 1), Operand(w, 0, 1, K), Operand(out, 0, N, 1),
-         M, N, K, bias=bias)
+         x.numel // K, N, K, bias=bias)
 
 
-@register("aten.addmm.default")
-def addmm(builder: OpBuilder, args: tuple[int, ...]) -> None:
-    s = builder.tensor(args[0])
-    m1 = builder.tensor(args[1])
-    m2 = builder.tensor(args[2])
-    beta = _number(builder, args[3])
-    alpha = _number(builder, args[4])
-    out = builder.tensor(args[-1])
-    require_float("aten.addmm", s, m1, m2, out)
+@builds("aten.addmm.default")
+def addmm(builder: OpBuilder, call: Call) -> None:
+    s, m1, m2, out = call.tensor("self"), call.tensor("mat1"), call.tensor("mat2"), call.out
+    beta, alpha = float(call["beta"]), float(call["alpha"])
     M, K = m1.shape
-    _, N = m2.shape
-    shape = (1,) * (2 - len(s.shape)) + tuple(s.shape)
-    if len(shape) != 2 or shape[0] not in (1, M) or shape[1] not in (1, N):
-        raise UnsupportedOpError(f"addmm: self {tuple(s.shape)} does not broadcast to {(M, N)}")
+    N = m2.shape[1]
+    shape = (1,) * (2 - len(s.shape)) + tuple(s.shape)  # the rule checked it broadcasts to (M, N)
     bias = None
     if beta != 0.0:
         bias = Operand(s, 0, shape[1] if shape[0] != 1 else 0, 1 if shape[1] != 1 else 0)
@@ -320,23 +369,15 @@ def addmm(builder: OpBuilder, args: tuple[int, ...]) -> None:
          M, N, K, bias=bias, alpha=alpha, beta=beta)
 
 
-@register("aten.mm.default", "aten.bmm.default")
-def mm(builder: OpBuilder, args: tuple[int, ...]) -> None:
-    a = builder.tensor(args[0])
-    b = builder.tensor(args[1])
-    out = builder.tensor(args[-1])
-    require_float("aten.mm", a, b, out)
-    batched_matmul(builder, a, a.shape, b, b.shape, out)
+@builds("aten.mm.default", "aten.bmm.default")
+def mm(builder: OpBuilder, call: Call) -> None:
+    a, b = call.tensor("self"), call.tensor("mat2")
+    batched_matmul(builder, a, a.shape, b, b.shape, call.out)
 
 
-@register("aten.matmul.default")
-def matmul(builder: OpBuilder, args: tuple[int, ...]) -> None:
-    a = builder.tensor(args[0])
-    b = builder.tensor(args[1])
-    out = builder.tensor(args[-1])
-    require_float("aten.matmul", a, b, out)
-    if not a.shape or not b.shape:
-        raise UnsupportedOpError("matmul: both arguments need at least one dimension")
+@builds("aten.matmul.default")
+def matmul(builder: OpBuilder, call: Call) -> None:
+    a, b = call.tensor("self"), call.tensor("other")
     a_shape = (1,) + tuple(a.shape) if len(a.shape) == 1 else tuple(a.shape)
     b_shape = tuple(b.shape) + (1,) if len(b.shape) == 1 else tuple(b.shape)
-    batched_matmul(builder, a, a_shape, b, b_shape, out)
+    batched_matmul(builder, a, a_shape, b, b_shape, call.out)

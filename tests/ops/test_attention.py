@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .conftest import Const, assert_norm_close, rand, run_graph, run_vkx
+from .conftest import FLOAT_DTYPES, Const, assert_close_in, assert_norm_close, rand, run_graph, run_vkx
 
 pytestmark = pytest.mark.vulkan
 
@@ -110,12 +110,121 @@ def test_sdpa_dropout_is_unsupported():
                   [q, k, v, None, 0.1, False, None, False], (2, 3, 7, 6))
 
 
-def test_sdpa_split_small_binding_limit():
-    # scores [2, 2, 16, 40] (10240 bytes), k and v exceed a 4096-byte binding: the
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_sdpa_split_small_binding_limit(dtype):
+    # scores [2, 2, 16, 40] (fp32, 10240 bytes), k and v exceed a 4096-byte binding: the
     # matmuls split by batch and the softmax by rows.
-    q, k, v = rand(2, 2, 16, 8, seed=13), rand(2, 2, 40, 8, seed=14), rand(2, 2, 40, 8, seed=15)
-    mask = rand(16, 40, seed=16)
+    q, k, v = (rand(2, 2, 16, 8, seed=13, dtype=dtype), rand(2, 2, 40, 8, seed=14, dtype=dtype),
+               rand(2, 2, 40, 8, seed=15, dtype=dtype))
+    mask = rand(16, 40, seed=16, dtype=dtype)
     want = F.scaled_dot_product_attention(q, k, v, mask)
     got = run_graph("aten.scaled_dot_product_attention.default",
-                    [q, k, v, mask, 0.0, False, None, False], tuple(want.shape), max_binding_bytes=4096)
-    assert_norm_close(got, want)
+                    [q, k, v, mask, 0.0, False, None, False], (tuple(want.shape), dtype), max_binding_bytes=4096)
+    assert_close_in(got, want, dtype)
+
+
+# --------------------------------------------------------------------------- every float dtype
+# Hand-built graphs with q, k, v, the output (and a float mask) in one dtype, against
+# torch's F.scaled_dot_product_attention in that dtype on the CPU.
+
+def _sdpa_graph(q, k, v, mask=None, causal=False, scale=None, gqa=False, **load):
+    out_shape = (*q.shape[:-1], v.shape[-1])
+    return run_graph("aten.scaled_dot_product_attention.default",
+                     [q, k, v, mask, 0.0, causal, scale, gqa], (out_shape, q.dtype), **load)
+
+
+def _qkv_in(dtype, b=2, hq=3, hkv=3, L=7, S=5, E=8, Ev=6, seed=0):
+    return (rand(b, hq, L, E, seed=seed, dtype=dtype), rand(b, hkv, S, E, seed=seed + 1, dtype=dtype),
+            rand(b, hkv, S, Ev, seed=seed + 2, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("causal,scale", [(False, None), (True, None), (False, 0.3), (True, 1.7)],
+                         ids=["plain", "causal", "scale", "causal_scale"])
+@pytest.mark.parametrize("L,S", [(7, 5), (3, 9), (1, 33)], ids=lambda d: str(d))
+def test_sdpa_dtypes(dtype, causal, scale, L, S):
+    q, k, v = _qkv_in(dtype, L=L, S=S)
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    assert_close_in(_sdpa_graph(q, k, v, causal=causal, scale=scale), want, dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("mask_shape", [(7, 5), (2, 1, 7, 5), (2, 3, 7, 5), (1, 5)], ids=str)
+def test_sdpa_bool_mask_dtypes(dtype, mask_shape):
+    # A bool mask is one byte per element on the device; an odd element count leaves
+    # the binding short of a 4-byte word.
+    q, k, v = _qkv_in(dtype)
+    mask = torch.rand(mask_shape, generator=torch.Generator().manual_seed(3)) > 0.4
+    mask[..., 0] = True
+    want = F.scaled_dot_product_attention(q, k, v, mask)
+    assert_close_in(_sdpa_graph(q, k, v, mask), want, dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("mask_shape", [(7, 5), (3, 1, 5), (2, 3, 7, 5)], ids=str)
+def test_sdpa_float_mask_dtypes(dtype, mask_shape):
+    q, k, v = _qkv_in(dtype, seed=4)
+    mask = rand(*mask_shape, seed=4, dtype=dtype)
+    mask[..., 1] = float("-inf")
+    want = F.scaled_dot_product_attention(q, k, v, mask, scale=0.5)
+    assert_close_in(_sdpa_graph(q, k, v, Const(mask), scale=0.5), want, dtype)
+
+
+@pytest.mark.parametrize("mdtype", [torch.float16, torch.bfloat16], ids=str)
+def test_sdpa_16bit_mask_fp32_qkv(mdtype):
+    # A mask stored narrower than q (torch itself wants them equal: the reference widens it).
+    q, k, v = _qkv_in(torch.float32, seed=5)
+    mask = rand(7, 5, seed=5, dtype=mdtype)
+    want = F.scaled_dot_product_attention(q, k, v, mask.float())
+    assert_norm_close(_sdpa_graph(q, k, v, mask), want)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_sdpa_fully_masked_rows_dtypes(dtype):
+    q, k, v = _qkv_in(dtype, seed=6)
+    mask = torch.ones(7, 5, dtype=torch.bool)
+    mask[2] = False
+    want = F.scaled_dot_product_attention(q, k, v, mask)
+    got = _sdpa_graph(q, k, v, mask)
+    assert torch.equal(got[:, :, 2], torch.zeros_like(got[:, :, 2]))
+    assert_close_in(got, want, dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("hq,hkv", [(4, 2), (6, 1), (3, 3)])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("L", [1, 5])
+def test_sdpa_gqa_dtypes(dtype, hq, hkv, causal, L):
+    q, k, v = _qkv_in(dtype, hq=hq, hkv=hkv, L=L, S=9, E=16, Ev=12, seed=7)
+    mask = torch.rand(L, 9, generator=torch.Generator().manual_seed(8)) > 0.3
+    mask[:, 0] = True
+    want = F.scaled_dot_product_attention(q, k, v, mask, is_causal=False, enable_gqa=True, scale=0.4)
+    assert_close_in(_sdpa_graph(q, k, v, mask, scale=0.4, gqa=True), want, dtype)
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+    assert_close_in(_sdpa_graph(q, k, v, causal=causal, gqa=True), want, dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_sdpa_decode_split_small_binding_limit(dtype):
+    # One query row (q @ k^T runs the matvec path over the batch grid), k/v past a
+    # 4096-byte binding: the matmuls split by batch.
+    q, k, v = _qkv_in(dtype, b=2, hq=4, hkv=4, L=1, S=70, E=16, Ev=12, seed=9)
+    assert k.numel() * k.element_size() > 4096
+    want = F.scaled_dot_product_attention(q, k, v)
+    assert_close_in(_sdpa_graph(q, k, v, max_binding_bytes=4096), want, dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("where", ["query", "key", "value"])
+def test_sdpa_nan_like_torch(dtype, where):
+    # A NaN score makes its softmax row NaN: NaN in a query element poisons that row, in a
+    # key element one score of every row of the head, in a value element that output column.
+    # (torch 2.13's CPU SDPA zeroes a query row of NaNs for some other shapes, e.g. q
+    # [1, 2, 4, 8] against k [1, 2, 5, 8]; here it propagates NaN, as softmax defines.)
+    q, k, v = _qkv_in(dtype, seed=10)
+    {"query": q, "key": k, "value": v}[where][1, 2, 3, 4] = float("nan")
+    want = F.scaled_dot_product_attention(q, k, v)
+    got = _sdpa_graph(q, k, v)
+    assert torch.equal(got.isnan(), want.isnan()) and want.isnan().any()
+    ok = ~want.isnan()
+    assert_close_in(got[ok], want[ok], dtype)

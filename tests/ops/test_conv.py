@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .conftest import Const, Fn, assert_norm_close, rand, run_graph, run_vkx
+from .conftest import FLOAT_DTYPES, Const, Fn, assert_close_in, assert_norm_close, rand, run_graph, run_vkx
 
 pytestmark = pytest.mark.vulkan
 
@@ -59,10 +59,11 @@ def test_conv_graph_hand_built():
     assert_norm_close(got, want)
 
 
-def test_conv_transposed_is_unsupported():
-    from vkx.loader.errors import UnsupportedOpError
+def test_conv_transposed_is_refused():
+    # The op contract excludes transposed convolutions: the call fails its rule.
+    from vkx.loader.errors import BadProgramError
     x, w = rand(1, 4, 5, 5, seed=1), rand(4, 2, 3, 3, seed=2)
-    with pytest.raises(UnsupportedOpError, match="transposed"):
+    with pytest.raises(BadProgramError, match="transposed"):
         run_graph("aten.convolution.default",
                   [x, Const(w), None, [1, 1], [0, 0], [1, 1], True, [0, 0], 1], (1, 2, 7, 7))
 
@@ -126,3 +127,98 @@ def test_conv_batch_split_small_binding_limit():
     got = run_graph("aten.convolution.default", [x, Const(w), Const(b), [1, 1], [1, 1], [1, 1], False, [0, 0], 1],
                     tuple(want.shape), max_binding_bytes=4096)
     assert_norm_close(got, want)
+
+
+# --------------------------------------------------------------------------- every float dtype
+# Hand-built graphs with every tensor (input, weight, bias, output) in one dtype, against
+# torch in that dtype. torch's CPU convolution rounds once from a wide sum, as vkx does.
+
+def _conv_graph(x, w, b, stride, padding, dilation, groups, out_shape, dtype, **load):
+    args = [x, Const(w), None if b is None else Const(b), list(stride), list(padding), list(dilation), False,
+            [0] * len(stride), groups]
+    return run_graph("aten.convolution.default", args, (out_shape, dtype), **load)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("name", ["plain3x3", "stride2_pad1_nobias", "groups2", "depthwise", "odd_5x5_s3"])
+def test_conv2d_dtypes(dtype, name):
+    shape, kw = CONVS[name]
+    k = kw["kernel_size"]
+    w = rand(kw["out_channels"], kw["in_channels"] // kw.get("groups", 1), k, k, seed=2, dtype=dtype)
+    b = rand(kw["out_channels"], seed=3, dtype=dtype) if kw.get("bias", True) else None
+    x = rand(*shape, seed=1, dtype=dtype)
+    s, p, d, g = kw.get("stride", 1), kw.get("padding", 0), kw.get("dilation", 1), kw.get("groups", 1)
+    want = F.conv2d(x, w, b, s, p, d, g)
+    got = _conv_graph(x, w, b, [s, s], [p, p], [d, d], g, want.shape, dtype)
+    assert_close_in(got, want, dtype)
+
+
+@pytest.mark.parametrize("wdtype", [torch.float16, torch.bfloat16], ids=str)
+def test_conv_mixed_fp32_input_16bit_weights(wdtype):
+    x, w, b = rand(2, 4, 8, 7, seed=1), rand(6, 4, 3, 3, seed=2, dtype=wdtype), rand(6, seed=3, dtype=wdtype)
+    want = F.conv2d(x, w.float(), b.float(), 2, 1)
+    got = _conv_graph(x, w, b, [2, 2], [1, 1], [1, 1], 1, want.shape, torch.float32)
+    assert_norm_close(got, want)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_conv1d_and_batch_split_dtypes(dtype):
+    x, w, b = rand(2, 4, 20, seed=1, dtype=dtype), rand(6, 2, 3, seed=2, dtype=dtype), rand(6, seed=3, dtype=dtype)
+    want = F.conv1d(x, w, b, 2, 1, 1, 2)
+    assert_close_in(_conv_graph(x, w, b, [2], [1], [1], 2, want.shape, dtype), want, dtype)
+    x, w, b = rand(5, 3, 12, 12, seed=5, dtype=dtype), rand(4, 3, 3, 3, seed=6, dtype=dtype), rand(4, seed=7, dtype=dtype)
+    want = F.conv2d(x, w, b, padding=1)
+    got = _conv_graph(x, w, b, [1, 1], [1, 1], [1, 1], 1, want.shape, dtype, max_binding_bytes=4096)
+    assert_close_in(got, want, dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("bounds", [(0.0, None), (-0.5, 0.25), (None, None), (-1.7976931348623157e308, 1.7976931348623157e308)],
+                         ids=["relu", "both", "none", "dbl_max"])
+def test_conv_with_clamp(dtype, bounds):
+    x, w, b = rand(1, 3, 8, 9, seed=1, dtype=dtype), rand(5, 3, 3, 3, seed=2, dtype=dtype), rand(5, seed=3, dtype=dtype)
+    x[0, 1, 4, 4] = float("nan")
+    low, high = bounds
+    conv = F.conv2d(x, w, b, padding=1)
+    lo = None if low is None or abs(low) > 3.5e38 else low
+    hi = None if high is None or abs(high) > 3.5e38 else high
+    want = conv if lo is None and hi is None else torch.clamp(conv, lo, hi)
+    got = run_graph("et_vk.conv_with_clamp.default",
+                    [x, Const(w), Const(b), [1, 1], [1, 1], [1, 1], False, [0, 0], 1, low, high],
+                    (tuple(want.shape), dtype))
+    assert torch.equal(got.isnan(), want.isnan()) and got.isnan().any()
+    ok = ~want.isnan()
+    assert_close_in(got[ok], want[ok], dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("kwargs", MAXPOOLS[1:3], ids=["ceil", "dilation"])
+def test_max_pool2d_dtypes_and_nan(dtype, kwargs):
+    x = rand(2, 3, 9, 11, seed=1, dtype=dtype)
+    x[0, 0, 3, 3] = float("nan")                  # inside windows of both cases
+    x[1, 2, 8, 10] = float("nan")                 # a corner: the last ceil-mode window
+    want = F.max_pool2d(x, **kwargs)
+    k, s, p, d = kwargs["kernel_size"], kwargs["stride"], kwargs["padding"], kwargs.get("dilation", 1)
+    got = run_graph("aten.max_pool2d.default", [x, [k, k], [s, s], [p, p], [d, d], kwargs.get("ceil_mode", False)],
+                    (tuple(want.shape), dtype))
+    assert torch.equal(got.isnan(), want.isnan()) and got.isnan().any()
+    assert torch.equal(got[~want.isnan()], want[~want.isnan()])   # max is exact in any dtype
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("kwargs", AVGPOOLS[1:4] + [dict(kernel_size=2, stride=1, padding=0, divisor_override=-3)],
+                         ids=["ceil", "exclude_pad", "divisor", "negative_divisor"])
+def test_avg_pool2d_dtypes(dtype, kwargs):
+    x = rand(2, 3, 9, 11, seed=2, dtype=dtype)
+    want = F.avg_pool2d(x, **kwargs)
+    k, s, p = kwargs["kernel_size"], kwargs["stride"], kwargs["padding"]
+    got = run_graph("aten.avg_pool2d.default",
+                    [x, [k, k], [s, s], [p, p], kwargs.get("ceil_mode", False), kwargs.get("count_include_pad", True),
+                     kwargs.get("divisor_override")], (tuple(want.shape), dtype))
+    assert_close_in(got, want, dtype, terms=k * k)
+
+
+def test_avg_pool2d_zero_divisor_is_refused():
+    from vkx.loader.errors import BadProgramError
+    with pytest.raises(BadProgramError, match="divisor_override"):
+        run_graph("aten.avg_pool2d.default", [rand(1, 2, 4, 4), [2, 2], [2, 2], [0, 0], False, True, 0], (1, 2, 2, 2))

@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
-from .conftest import Const, Fn, assert_norm_close, rand, run_graph, run_vkx
+from .conftest import FLOAT_DTYPES, Const, Fn, assert_close_in, assert_norm_close, rand, run_graph, run_vkx
 
 pytestmark = pytest.mark.vulkan
 
@@ -126,19 +127,152 @@ def test_addmm_exported():
 SMALL_BINDING = 4096
 
 
-def test_linear_split_small_binding_limit():
-    x, w, b = rand(3, 40, seed=1), rand(64, 40, seed=2), rand(64, seed=3)   # W: 10240 bytes
-    got = run_graph("aten.linear.default", [x, Const(w), Const(b)], (3, 64), max_binding_bytes=SMALL_BINDING)
-    assert_norm_close(got, torch.nn.functional.linear(x, w, b))
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_linear_split_small_binding_limit(dtype):
+    x, w, b = rand(3, 40, seed=1, dtype=dtype), rand(130, 40, seed=2, dtype=dtype), rand(130, seed=3, dtype=dtype)
+    assert w.numel() * w.element_size() > SMALL_BINDING                       # W by output columns
+    got = run_graph("aten.linear.default", [x, Const(w), Const(b)], ((3, 130), dtype),
+                    max_binding_bytes=SMALL_BINDING)
+    assert_close_in(got, F.linear(x, w, b), dtype, terms=1)
 
 
-def test_linear_row_split_small_binding_limit():
-    x, w, b = rand(200, 16, seed=4), rand(9, 16, seed=5), rand(9, seed=6)    # x: 12800 bytes
-    got = run_graph("aten.linear.default", [x, Const(w), Const(b)], (200, 9), max_binding_bytes=SMALL_BINDING)
-    assert_norm_close(got, torch.nn.functional.linear(x, w, b))
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_linear_row_split_small_binding_limit(dtype):
+    x, w, b = rand(401, 16, seed=4, dtype=dtype), rand(9, 16, seed=5, dtype=dtype), rand(9, seed=6, dtype=dtype)
+    assert x.numel() * x.element_size() > SMALL_BINDING                       # x and out by rows
+    got = run_graph("aten.linear.default", [x, Const(w), Const(b)], ((401, 9), dtype),
+                    max_binding_bytes=SMALL_BINDING)
+    assert_close_in(got, F.linear(x, w, b), dtype, terms=1)
 
 
-def test_bmm_batch_split_small_binding_limit():
-    a, b = rand(6, 20, 16, seed=7), rand(6, 16, 12, seed=8)                 # a: 7680 bytes
-    got = run_graph("aten.bmm.default", [a, b], (6, 20, 12), max_binding_bytes=SMALL_BINDING)
-    assert_norm_close(got, torch.bmm(a, b))
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_bmm_batch_split_small_binding_limit(dtype):
+    a, b = rand(6, 20, 33, seed=7, dtype=dtype), rand(6, 33, 12, seed=8, dtype=dtype)
+    assert a.numel() * a.element_size() > SMALL_BINDING                       # batches one by one
+    got = run_graph("aten.bmm.default", [a, b], ((6, 20, 12), dtype), max_binding_bytes=SMALL_BINDING)
+    assert_close_in(got, torch.bmm(a, b), dtype, terms=1)
+
+
+# --------------------------------------------------------------------------- every float dtype
+# torch on the CPU rounds a 16-bit matmul once from an fp32 (or wider) sum, as vkx
+# does, so the results agree to a few output ulps whatever K is: terms=1.
+
+def _close(got, want, dtype):
+    return assert_close_in(got, want, dtype, terms=1)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("m,k,n", [
+    (37, 100, 70),                    # tiled path, odd M and N
+    (5, 64, 32),                      # tiled, vec4 for fp32
+    (1, 100, 70),                     # matvec, K % 4 == 0, N % 4 != 0
+    (1, 257, 67),                     # matvec, scalar path with a K tail
+    (1, 260, 129),                    # matvec, K % 8 == 4
+    (1, 3, 1),
+])
+def test_linear_dtypes(dtype, m, k, n):
+    x, w, b = rand(m, k, seed=1, dtype=dtype), rand(n, k, seed=2, dtype=dtype), rand(n, seed=3, dtype=dtype)
+    got = run_graph("aten.linear.default", [x, Const(w), Const(b)], ((m, n), dtype))
+    _close(got, F.linear(x, w, b), dtype)
+
+
+@pytest.mark.parametrize("wdtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("m", [1, 9])
+def test_linear_mixed_fp32_activations_16bit_weights(wdtype, m):
+    # Older vkx files keep fp32 activations with 16-bit weights: exact in fp32, so fp32 tolerance.
+    x, w, b = rand(m, 72, seed=4), rand(45, 72, seed=5, dtype=wdtype), rand(45, seed=6, dtype=wdtype)
+    got = run_graph("aten.linear.default", [x, Const(w), Const(b)], (m, 45))
+    assert got.dtype == torch.float32
+    assert_norm_close(got, F.linear(x, w.float(), b.float()))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_linear_16bit_activations_fp32_weights(dtype):
+    x, w = rand(1, 48, seed=7, dtype=dtype), rand(13, 48, seed=8)
+    got = run_graph("aten.linear.default", [x, Const(w), None], ((1, 13), dtype))
+    _close(got, F.linear(x.float(), w).to(dtype), dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_mm_bmm_matmul_addmm_dtypes(dtype):
+    a, b = rand(33, 17, seed=1, dtype=dtype), rand(17, 7, seed=2, dtype=dtype)
+    _close(run_graph("aten.mm.default", [a, b], ((33, 7), dtype)), a @ b, dtype)
+    a3, b3 = rand(3, 9, 20, seed=3, dtype=dtype), rand(3, 20, 5, seed=4, dtype=dtype)
+    _close(run_graph("aten.bmm.default", [a3, b3], ((3, 9, 5), dtype)), torch.bmm(a3, b3), dtype)
+    a4, b4 = rand(2, 1, 7, 8, seed=5, dtype=dtype), rand(3, 8, 4, seed=6, dtype=dtype)
+    _close(run_graph("aten.matmul.default", [a4, b4], ((2, 3, 7, 4), dtype)), a4 @ b4, dtype)
+    v = rand(8, seed=7, dtype=dtype)
+    _close(run_graph("aten.matmul.default", [v, b4], ((3, 4), dtype)), v @ b4, dtype)
+    s, m1, m2 = rand(7, seed=8, dtype=dtype), rand(5, 3, seed=9, dtype=dtype), rand(3, 7, seed=10, dtype=dtype)
+    got = run_graph("aten.addmm.default", [s, m1, Const(m2), 0.5, 2.0], ((5, 7), dtype))
+    _close(got, torch.addmm(s, m1, m2, beta=0.5, alpha=2.0), dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("m", [1, 6])
+def test_linear_nan_and_inf_propagate(dtype, m):
+    x, w = rand(m, 24, seed=1, dtype=dtype), rand(10, 24, seed=2, dtype=dtype)
+    x[0, 3] = float("nan")
+    w[4, 5] = float("inf")
+    got = run_graph("aten.linear.default", [x, Const(w), None], ((m, 10), dtype))
+    want = F.linear(x, w)
+    assert torch.equal(got.isnan(), want.isnan()) and got.isnan().any()
+    finite = want.isfinite()
+    assert torch.equal(got.isinf(), want.isinf()) and torch.equal(got[want.isinf()], want[want.isinf()])
+    _close(got[finite], want[finite], dtype)
+
+
+# The matvec path (M == 1 against W[N, K]) at odd sizes, including its split over
+# a small binding limit (W by output columns); test_attention runs its batch grid.
+
+@pytest.fixture
+def matvec_dispatches(monkeypatch):
+    """Counts the matvec dispatches recorded while the test runs."""
+    from vkx.loader.ops import matmul
+    calls = []
+    record = matmul._record_matvec
+
+    def counting(*args, **kwargs):
+        calls.append(args)
+        record(*args, **kwargs)
+
+    monkeypatch.setattr(matmul, "_record_matvec", counting)
+    return calls
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("k,n", [(1, 1), (7, 5), (64, 1), (100, 63), (333, 65), (512, 130), (4100, 3)])
+def test_matvec_odd_sizes(dtype, k, n, matvec_dispatches):
+    x, w, b = rand(1, k, seed=k, dtype=dtype), rand(n, k, seed=n, dtype=dtype), rand(n, seed=9, dtype=dtype)
+    got = run_graph("aten.linear.default", [x, Const(w), Const(b)], ((1, n), dtype))
+    assert len(matvec_dispatches) == 1
+    _close(got, F.linear(x, w, b), dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("k", [40, 41])
+def test_matvec_split_small_binding_limit(dtype, k, matvec_dispatches):
+    x, w, b = rand(1, k, seed=1, dtype=dtype), rand(150, k, seed=2, dtype=dtype), rand(150, seed=3, dtype=dtype)
+    assert w.numel() * w.element_size() > SMALL_BINDING
+    got = run_graph("aten.linear.default", [x, Const(w), Const(b)], ((1, 150), dtype),
+                    max_binding_bytes=SMALL_BINDING)
+    assert len(matvec_dispatches) > 1
+    _close(got, F.linear(x, w, b), dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_one_row_against_n_contiguous_b(dtype, matvec_dispatches):
+    # [B, 1, K] @ [B, K, N]: B is not k-contiguous, so the plain path (one tile row) runs.
+    a, b = rand(3, 2, 1, 36, seed=1, dtype=dtype), rand(3, 2, 36, 11, seed=2, dtype=dtype)
+    _close(run_graph("aten.matmul.default", [a, b], ((3, 2, 1, 11), dtype)), a @ b, dtype)
+    assert not matvec_dispatches
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_empty_k(dtype):
+    # K == 0: the product is zeros (plus the bias); neither operand is read.
+    x, w, b = rand(3, 0, dtype=dtype), rand(5, 0, dtype=dtype), rand(5, seed=1, dtype=dtype)
+    got = run_graph("aten.linear.default", [x, Const(w), Const(b)], ((3, 5), dtype))
+    assert torch.equal(got, F.linear(x, w, b))
+    a, m = rand(1, 4, 0, dtype=dtype), rand(2, 0, 6, dtype=dtype)
+    assert torch.equal(run_graph("aten.matmul.default", [a, m], ((2, 4, 6), dtype)), a @ m)

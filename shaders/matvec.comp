@@ -1,0 +1,105 @@
+#version 450
+// Matrix-vector product, one row of activations against a k-contiguous B (linear's
+// W[N, K], or k^T in attention), split over K inside a workgroup:
+//   C[b, n] = alpha * sum_k A[b, k] * B[b, k, n]  (+ beta * BIAS[n])
+// A[b, k] is a[aoff + b1*sAb1 + b2*sAb2 + k] and B[b, k, n] is b[boff + b1*sBb1 + b2*sBb2
+// + n*sBn + k]; C[b, n] is c[coff + b1*sCb1 + b2*sCb2 + n]; batch z = b1*nb2 + b2.
+// Workgroup (x, 0, z) owns ROWS output columns: its WG invocations walk K in chunks of
+// eight elements (invocation i reads chunks i, i + WG, ...: neighbours read neighbouring
+// bytes, 16 at a time), then add their partial sums in shared memory. The weight
+// streams once; A is read once per ROWS columns.
+// Bindings: 0 = A, 1 = B, 2 = C, 3 = BIAS (only with HAS_BIAS).
+// Defines: elem_defines for A, B, C, BIAS; A_V / B_V (the array element type) and
+// LOAD8_A(i, lo, hi) / LOAD8_B(i, lo, hi) (elements i..i+7 into two vec4s: two vec4 loads
+// for fp32, one uvec4 of four 16-bit pairs for fp16/bf16, or eight scalar loads);
+// K_TAIL when K % 8 != 0 (then both arrays hold scalars); ROWS and WG (WG a multiple of
+// ROWS), HAS_BIAS.
+layout(local_size_x = WG) in;
+#include "dtype.glslh"
+#include "pairs.glslh"
+
+layout(std430, set = 0, binding = 0) readonly buffer BufA { A_V a[]; };
+layout(std430, set = 0, binding = 1) readonly buffer BufB { B_V b[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer BufC { C_T c[]; };
+#ifdef HAS_BIAS
+layout(std430, set = 0, binding = 3) readonly buffer BufBias { BIAS_T bias[]; };
+#endif
+
+layout(push_constant) uniform Push {
+    int N, K, nb2;
+    int aoff, sAb1, sAb2;
+    int boff, sBn, sBb1, sBb2;
+    int coff, sCb1, sCb2;
+    int biasoff, sbn;
+    float alpha, beta;
+} p;
+
+// Partial sums: part[r][i] is invocation i's sum for column n0 + r (padded against bank conflicts).
+shared float part[ROWS][WG + 1];
+// The sums of SEGS consecutive invocations' partials: seg[r][j] over invocations j*ROWS..j*ROWS+ROWS-1.
+#define SEGS (WG / ROWS)
+shared float seg[ROWS][SEGS];
+
+void main() {
+    const int lid = int(gl_LocalInvocationID.x);
+    const int n0 = int(gl_WorkGroupID.x) * ROWS;
+    const int bz = int(gl_WorkGroupID.z);
+    const int b1 = bz / p.nb2;
+    const int b2 = bz - b1 * p.nb2;
+    const int abase = p.aoff + b1 * p.sAb1 + b2 * p.sAb2;
+    int brow[ROWS];  // element offset of B[0, n0 + r]; rows past N repeat the last one
+    for (int r = 0; r < ROWS; ++r) {
+        brow[r] = p.boff + b1 * p.sBb1 + b2 * p.sBb2 + min(n0 + r, p.N - 1) * p.sBn;
+    }
+
+    float acc[ROWS];
+    for (int r = 0; r < ROWS; ++r) {
+        acc[r] = 0.0;
+    }
+    const int K8 = p.K & ~7;
+    for (int k = lid * 8; k < K8; k += WG * 8) {
+        vec4 x0, x1, w0, w1;
+        LOAD8_A(abase + k, x0, x1);
+        for (int r = 0; r < ROWS; ++r) {
+            LOAD8_B(brow[r] + k, w0, w1);
+            acc[r] += dot(x0, w0) + dot(x1, w1);
+        }
+    }
+#ifdef K_TAIL
+    for (int k = K8 + lid; k < p.K; k += WG) {
+        const float x = LOAD_A(abase + k);
+        for (int r = 0; r < ROWS; ++r) {
+            acc[r] += x * LOAD_B(brow[r] + k);
+        }
+    }
+#endif
+
+    // Reduce across the workgroup in two steps, every invocation busy in the first: invocation
+    // i adds ROWS partials of column i % ROWS, then ROWS invocations add SEGS sums each.
+    for (int r = 0; r < ROWS; ++r) {
+        part[r][lid] = acc[r];
+    }
+    barrier();
+    {
+        const int r = lid % ROWS;
+        const int j = lid / ROWS;
+        float sum = 0.0;
+        for (int i = 0; i < ROWS; ++i) {
+            sum += part[r][j * ROWS + i];
+        }
+        seg[r][j] = sum;
+    }
+    barrier();
+    if (lid < ROWS && n0 + lid < p.N) {
+        const int n = n0 + lid;
+        float sum = 0.0;
+        for (int j = 0; j < SEGS; ++j) {
+            sum += seg[lid][j];
+        }
+        float v = p.alpha * sum;
+#ifdef HAS_BIAS
+        v += p.beta * LOAD_BIAS(p.biasoff + n * p.sbn);
+#endif
+        STORE_C(p.coff + b1 * p.sCb1 + b2 * p.sCb2 + n, v);
+    }
+}
