@@ -339,12 +339,6 @@ def _binary(call: Call) -> None:
     call.expect_shape("the output", call.out.shape, want)
 
 
-def _floats(call: Call, *names: str) -> None:
-    """The named tensor arguments (when given) and the output are floating-point."""
-    for t in [call.out, *(call[n] for n in names if call.is_tensor(n))]:
-        call.require(t.dtype.is_float, f"{t.dtype} operands are not supported by this op")
-
-
 def _linear(call: Call) -> None:
     _floats(call, "input", "weight", "bias")
     x, w = call.tensor("input"), call.tensor("weight")
