@@ -26,6 +26,8 @@ class Layout(str, Enum):
 class Dtype(str, Enum):
     fp32 = "fp32"
     fp16 = "fp16"
+    bf16 = "bf16"
+    keep = "keep"
 
 
 class _Bytes(ProgressColumn):
@@ -67,7 +69,8 @@ def export(
     layout: Layout = typer.Option(Layout.named, help="Where constants go: named data, or inside the delegate blob."),
     external_data: Optional[Path] = typer.Option(
         None, "--external-data", help="Write the weights to this .ptd or .safetensors instead of the .pte."),
-    dtype: Dtype = typer.Option(Dtype.fp32, help="Store floating constants as fp32 or fp16."),
+    dtype: Dtype = typer.Option(
+        Dtype.fp32, help="Floating type of weights, activations, inputs and outputs (keep: the model's own)."),
     weights: Optional[Path] = typer.Option(None, help="Load this safetensors state dict into the model first."),
     alignment: Optional[int] = typer.Option(None, help="Alignment of each constant's bytes in the file."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print one line instead of the progress display."),
