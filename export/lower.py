@@ -172,8 +172,9 @@ class GraphBuilder:
         self._emit_outputs()
 
     def _emit_constants(self) -> None:
-        for node in [node for node in self.constant_nodes if node in self.uses]:
-            name, tensor = self.constant_nodes[node]
+        for node, (name, tensor) in self.constant_nodes.items():
+            if node not in self.uses:
+                continue
             if tensor.numel() == 0:
                 raise ExportError(f"constant {name} has no elements")
             if not supported(tensor.dtype):

@@ -146,6 +146,29 @@ def test_a_16_bit_model_keeps_its_dtype(dtype, models, tmp_path):
     run_like_torch(module, inputs, dtype, tmp_path / "run.pte", dtype="keep")
 
 
+class TokenModel(torch.nn.Module):
+    """Token ids and positions (int64 in torch) into an embedding table and a head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed, self.position = torch.nn.Embedding(50, 24), torch.nn.Embedding(16, 24)
+        self.head = torch.nn.Linear(24, 50)
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return self.head(self.embed(ids) + self.position(positions))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=DTYPES.get)
+def test_int64_inputs_run_as_int32(dtype, tmp_path):
+    """int64 ids become int32 device tensors; the program takes the caller's int64 tensors."""
+    inputs = (torch.tensor([[3, 49, 0, 17, 8, 8, 21]]), torch.arange(7).unsqueeze(0))
+    vkx.export_model(TokenModel(), inputs, tmp_path / "ids.pte", dtype=DTYPES[dtype])
+    graph = check_file(tmp_path / "ids.pte")
+    assert [dtypes.of(graph.values[i].staging_datatype) for i in graph.input_ids] == [dtypes.INT32] * 2
+    run_like_torch(TokenModel(), inputs, dtype, tmp_path / "run.pte", dtype=DTYPES[dtype])
+
+
 def test_the_callers_module_is_not_converted(models, tmp_path):
     module, inputs = models["transformer"]
     before = {name: (t, t.dtype, t.clone()) for name, t in module.state_dict(keep_vars=True).items()}
