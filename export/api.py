@@ -77,13 +77,13 @@ class ExportReport:
 
 def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...], path: str | os.PathLike, *,
                  layout: Literal["named", "legacy"] = "named", external_data: str | os.PathLike | None = None,
-                 dtype: Literal["fp32", "fp16", "bf16", "keep"] = "fp32", alignment: int | None = None,
+                 dtype: Literal["keep", "fp32", "fp16", "bf16"] = "keep", alignment: int | None = None,
                  progress: Progress | None = None) -> ExportReport:
     """Export `module` (put in eval mode) to a Vulkan-delegated `.pte` at `path`.
 
     `dtype`: the floating type of every parameter, buffer, activation, input and output
     (the module runs as `module.to(dtype)` would; the caller's module is not changed);
-    `keep`: each keeps the dtype it has. 64-bit tensors are narrowed to 32 bits.
+    `keep` (the default): each keeps the dtype it has. 64-bit tensors are narrowed to 32 bits.
 
     Raises ExportError, before anything is written, for a bad option, an unwritable
     destination, an op outside the contract or a constant that narrowing would change.

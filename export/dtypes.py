@@ -7,8 +7,8 @@ from vkx.export.errors import ExportError
 from vkx.format import dtypes
 from vkx.format.dtypes import DType
 
-TARGETS: dict[str, DType | None] = {"fp32": dtypes.FLOAT32, "fp16": dtypes.FLOAT16, "bf16": dtypes.BFLOAT16,
-                                    "keep": None}
+TARGETS: dict[str, DType | None] = {"keep": None, "fp32": dtypes.FLOAT32, "fp16": dtypes.FLOAT16,
+                                    "bf16": dtypes.BFLOAT16}
 """`--dtype`: the floating type of every parameter, buffer and activation (`keep`: each keeps its own)."""
 
 _NARROWED = {dtypes.INT64: dtypes.INT32, dtypes.FLOAT64: dtypes.FLOAT32}

@@ -24,10 +24,10 @@ class Layout(str, Enum):
 
 
 class Dtype(str, Enum):
+    keep = "keep"
     fp32 = "fp32"
     fp16 = "fp16"
     bf16 = "bf16"
-    keep = "keep"
 
 
 class _Bytes(ProgressColumn):
@@ -70,7 +70,7 @@ def export(
     external_data: Optional[Path] = typer.Option(
         None, "--external-data", help="Write the weights to this .ptd or .safetensors instead of the .pte."),
     dtype: Dtype = typer.Option(
-        Dtype.fp32, help="Floating type of weights, activations, inputs and outputs (keep: the model's own)."),
+        Dtype.keep, help="Floating type of weights, activations, inputs and outputs (keep: the model's own)."),
     weights: Optional[Path] = typer.Option(None, help="Load this safetensors state dict into the model first."),
     alignment: Optional[int] = typer.Option(None, help="Alignment of each constant's bytes in the file."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print one line instead of the progress display."),

@@ -125,7 +125,7 @@ def test_weights_that_do_not_match(tmp_path):
 
 
 def test_api_rejects_bad_arguments(tmp_path):
-    with pytest.raises(ExportError, match="dtype must be fp32, fp16, bf16, keep, not 'fp8'"):
+    with pytest.raises(ExportError, match="dtype must be keep, fp32, fp16, bf16, not 'fp8'"):
         vkx.export_model(torch.nn.ReLU(), (randn(2),), tmp_path / "m.pte", dtype="fp8")
     with pytest.raises(ExportError, match="export_model\\(\\) must return"):
         vkx.export_model(torch.nn.ReLU(), [1, 2], tmp_path / "m.pte")
@@ -162,15 +162,15 @@ def with_buffer(values: torch.Tensor) -> torch.nn.Module:
 ])
 def test_narrowing_that_would_change_a_constant_is_refused(values, inputs, message, tmp_path):
     with pytest.raises(ExportError, match=message.replace("+", "\\+")):
-        vkx.export_model(with_buffer(values), (inputs,), tmp_path / "m.pte", dtype="keep")
+        vkx.export_model(with_buffer(values), (inputs,), tmp_path / "m.pte")
     assert list(tmp_path.iterdir()) == []
 
 
 def test_narrowing_that_keeps_the_values_is_accepted(tmp_path):
     limits = torch.tensor([-2**31, 2**31 - 1, 5])
-    vkx.export_model(with_buffer(limits), (torch.zeros(3, dtype=torch.int64),), tmp_path / "m.pte", dtype="keep")
+    vkx.export_model(with_buffer(limits), (torch.zeros(3, dtype=torch.int64),), tmp_path / "m.pte")
     rounded = torch.tensor([0.1, float("inf"), -3e38], dtype=torch.float64)  # rounding and infinities are fine
-    vkx.export_model(with_buffer(rounded), (torch.zeros(3, dtype=torch.float64),), tmp_path / "f.pte", dtype="keep")
+    vkx.export_model(with_buffer(rounded), (torch.zeros(3, dtype=torch.float64),), tmp_path / "f.pte")
 
 
 def test_an_integer_scalar_past_int32_is_refused(tmp_path):

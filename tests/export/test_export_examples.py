@@ -132,11 +132,11 @@ def test_examples_run_like_torch(name, dtype, models, tmp_path):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=DTYPES.get)
 def test_a_16_bit_model_keeps_its_dtype(dtype, models, tmp_path):
-    """`model.to(bfloat16)` exports as it is with --dtype keep (the trace is bf16 already) and runs;
-    --dtype fp32 widens it without touching the caller's module."""
+    """`model.to(bfloat16)` exports as it is with --dtype keep, the default (the trace is bf16
+    already), and runs; --dtype fp32 widens it without touching the caller's module."""
     module = copy.deepcopy(models["llama_block"][0]).to(dtype)
     inputs = (models["llama_block"][1][0].to(dtype),)
-    vkx.export_model(module, inputs, tmp_path / "keep.pte", dtype="keep")
+    vkx.export_model(module, inputs, tmp_path / "keep.pte")
     kinds = {dtypes.of(v.datatype) for v in check_file(tmp_path / "keep.pte").values if isinstance(v, Tensor)}
     assert kinds == {dtypes.named(str(dtype).removeprefix("torch."))}
     vkx.export_model(module, inputs, tmp_path / "fp32.pte", dtype="fp32")
