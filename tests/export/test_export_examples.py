@@ -78,6 +78,7 @@ def test_every_tensor_and_constant_has_the_requested_dtype(name, dtype, models, 
     assert Counter(stored) == expected
     assert describe(path)["totals"]["W"] == sum(map(len, stored))
     assert report.constant_bytes == sum(map(len, set(stored)))  # identical constants (the norms' ones) once
+    assert et_deserialize(path).program.execution_plan[0].delegates[0].id == "VulkanBackend"
 
 
 def test_executorch_parses_the_vkgraph(models, tmp_path):
