@@ -124,7 +124,7 @@ def test_op_exports_in_bf16(name, tmp_path):
     graph = check_file(tmp_path / "m.pte")
     assert expected <= ops_of(graph)
     kinds = {dtypes.of(v.datatype) for v in graph.values if isinstance(v, Tensor)}
-    floating = any(t.is_floating_point() for t in inputs) or any(True for _ in module.parameters())
+    floating = any(t.is_floating_point() for t in [*inputs, *module.parameters()])
     assert {k for k in kinds if k.is_float} == ({dtypes.BFLOAT16} if floating else set())
 
 
