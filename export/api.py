@@ -12,12 +12,12 @@ import torch
 from torch.utils._pytree import treespec_dumps
 
 from vkx.export.constants import KeyCache, make_payloads, stored_nbytes
-from vkx.export.dtypes import scalar_type
+from vkx.export.dtypes import TARGETS, of
 from vkx.export.errors import ExportError
 from vkx.export.lower import lower
 from vkx.export.model_file import check_model
 from vkx.export.plan import MemoryPlan, plan_memory
-from vkx.export.trace import trace
+from vkx.export.trace import convert, trace
 from vkx.format import IOSpec, WriteReport, write_program
 
 EXTERNAL_SUFFIXES = (".ptd", ".safetensors")
@@ -77,27 +77,32 @@ class ExportReport:
 
 def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...], path: str | os.PathLike, *,
                  layout: Literal["named", "legacy"] = "named", external_data: str | os.PathLike | None = None,
-                 dtype: Literal["fp32", "fp16"] = "fp32", alignment: int | None = None,
+                 dtype: Literal["keep", "fp32", "fp16", "bf16"] = "keep", alignment: int | None = None,
                  progress: Progress | None = None) -> ExportReport:
     """Export `module` (put in eval mode) to a Vulkan-delegated `.pte` at `path`.
 
+    `dtype`: the floating type of every parameter, buffer, activation, input and output
+    (the module runs as `module.to(dtype)` would; the caller's module is not changed);
+    `keep` (the default): each keeps the dtype it has. 64-bit tensors are narrowed to 32 bits.
+
     Raises ExportError, before anything is written, for a bad option, an unwritable
-    destination or an op outside the contract.
+    destination, an op outside the contract or a constant that narrowing would change.
     """
     progress = progress or _Silent()
     check_options(path, layout=layout, external_data=external_data, dtype=dtype, alignment=alignment)
     module, example_inputs = check_model((module, example_inputs), where="export_model()")
     stages = _Stages(progress)
-    fp16 = dtype == "fp16"
+    module.eval()
+    module, example_inputs = convert(module, example_inputs, TARGETS[dtype])
 
-    keys = KeyCache(fp16)
+    keys = KeyCache()
     keys.start(module.state_dict().values())
     try:
         stages.start("torch.export")
         program = trace(module, example_inputs)
         stages.start("lower")
-        lowered = lower(program, fp16=fp16)
-        stages.start("plan", sum(stored_nbytes(source.tensor, fp16) for source in lowered.constants))
+        lowered = lower(program)
+        stages.start("plan", sum(stored_nbytes(source.tensor) for source in lowered.constants))
         memory = plan_memory(lowered.graph)
         payloads = make_payloads(lowered.constants, keys, progress.advance)
     finally:
@@ -105,8 +110,8 @@ def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
     stages.start("write", sum({p.key: p.nbytes for p in payloads}.values()))
     written: WriteReport = write_program(
         path, lowered.graph, payloads,
-        [IOSpec(scalar_type(t.dtype), t.sizes) for t in lowered.inputs],
-        [IOSpec(scalar_type(t.dtype), t.sizes) for t in lowered.outputs],
+        [IOSpec(of(t.dtype).scalar_type, t.sizes) for t in lowered.inputs],
+        [IOSpec(of(t.dtype).scalar_type, t.sizes) for t in lowered.outputs],
         layout=layout, external_data=external_data, alignment=alignment,
         pytree_in=treespec_dumps(program.call_spec.in_spec), pytree_out=treespec_dumps(program.call_spec.out_spec),
         on_bytes=progress.advance)
@@ -122,8 +127,8 @@ def check_options(path: str | os.PathLike, *, layout: str, external_data: str | 
     """Reject bad options and unwritable destinations before any work is done."""
     if layout not in ("named", "legacy"):
         raise ExportError(f"layout must be named or legacy, not {layout!r}")
-    if dtype not in ("fp32", "fp16"):
-        raise ExportError(f"dtype must be fp32 or fp16, not {dtype!r}")
+    if dtype not in TARGETS:
+        raise ExportError(f"dtype must be {', '.join(TARGETS)}, not {dtype!r}")
     if alignment is not None and (alignment <= 0 or alignment & (alignment - 1)):
         raise ExportError(f"alignment must be a positive power of two, not {alignment}")
     if external_data is not None:

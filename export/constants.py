@@ -1,9 +1,10 @@
-"""Constant tensors → ConstantPayloads: effective-dtype bytes under their sha256 key.
+"""Constant tensors → ConstantPayloads: device-dtype bytes under their sha256 key.
 
 Nothing here holds a second copy of the weights. Each tensor's bytes are made
-when needed — a zero-copy view of a contiguous tensor already in its stored dtype,
-or one converted tensor at a time — once to hash them (ahead, while torch.export
-runs) and once more when the writer asks for them.
+when needed — a zero-copy view of a contiguous tensor already in its device dtype
+(`--dtype` converted the module before the trace), or one narrowed or compacted
+tensor at a time — once to hash them (ahead, while torch.export runs) and once
+more when the writer asks for them.
 """
 from __future__ import annotations
 
@@ -13,28 +14,28 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from vkx.export.dtypes import FP16_MAX, SUPPORTED, stored_dtype
+from vkx.export.dtypes import on_device, supported, torch_dtype
 from vkx.export.lower import ConstantSource
 from vkx.format import ConstantPayload
 
 
-def constant_bytes(tensor: torch.Tensor, fp16: bool) -> memoryview:
-    """The tensor's own elements, row-major, in their stored dtype (never a view's whole storage)."""
-    stored = stored_dtype(tensor.dtype, fp16)
-    # at most one copy: `to` moves, converts and compacts at once; it aliases a tensor already on the CPU
+def constant_bytes(tensor: torch.Tensor) -> memoryview:
+    """The tensor's own elements, row-major, in their device dtype (never a view's whole storage)."""
+    stored = torch_dtype(on_device(tensor.dtype))
+    # at most one copy: `to` moves, narrows and compacts at once; it aliases a tensor already on the CPU
     # in `stored` (even a strided one), which `contiguous` then compacts
     data = tensor.detach().to("cpu", stored, memory_format=torch.contiguous_format).contiguous()
-    if stored == torch.float16 and tensor.dtype != stored:
-        data.clamp_(-FP16_MAX, FP16_MAX)  # a fresh copy: overflow to ±inf becomes the largest half
+    if stored == torch.bfloat16:
+        data = data.view(torch.int16)  # numpy has no bfloat16: its bits
     return memoryview(data.numpy()).cast("B")
 
 
-def stored_nbytes(tensor: torch.Tensor, fp16: bool) -> int:
-    return tensor.numel() * stored_dtype(tensor.dtype, fp16).itemsize
+def stored_nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * on_device(tensor.dtype).itemsize
 
 
-def _reader(tensor: torch.Tensor, fp16: bool) -> Callable[[], memoryview]:
-    return lambda: constant_bytes(tensor, fp16)
+def _reader(tensor: torch.Tensor) -> Callable[[], memoryview]:
+    return lambda: constant_bytes(tensor)
 
 
 class KeyCache:
@@ -42,11 +43,10 @@ class KeyCache:
 
     `start` hashes the model's tensors in a background thread while torch.export
     traces the model (hashlib releases the GIL on large buffers); `key` waits for it
-    and hashes whatever it has not seen (lifted constants, scalars).
+    and hashes whatever it has not seen (lifted constants, non-persistent buffers).
     """
 
-    def __init__(self, fp16: bool):
-        self.fp16 = fp16
+    def __init__(self) -> None:
         self._keys: dict[tuple, str] = {}
         self._held: list[torch.Tensor] = []
         """The hashed tensors, kept alive so that no other tensor takes their address."""
@@ -74,16 +74,16 @@ class KeyCache:
 
     def _hash(self, tensor: torch.Tensor) -> str:
         """The tensor's key; its bytes are read only the first time its identity is seen."""
-        identity = tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tuple(tensor.stride()), self.fp16
+        identity = tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tuple(tensor.stride())
         if identity not in self._keys:
-            self._keys[identity] = hashlib.sha256(constant_bytes(tensor, self.fp16)).hexdigest()
+            self._keys[identity] = hashlib.sha256(constant_bytes(tensor)).hexdigest()
         return self._keys[identity]
 
     def _hash_all(self) -> None:
         for tensor in self._held:  # a state dict lists a tied tensor under each of its names
             if self._stopped:
                 return
-            if tensor.dtype in SUPPORTED and tensor.numel():  # others are refused later, in order
+            if supported(tensor.dtype) and tensor.numel():  # others are refused later, in order
                 self._hash(tensor)
 
 
@@ -92,8 +92,8 @@ def make_payloads(sources: Sequence[ConstantSource], keys: KeyCache,
     """One payload per constant_id; identical bytes (tied weights) get identical keys."""
     payloads = []
     for source in sources:
-        nbytes = stored_nbytes(source.tensor, keys.fp16)
-        payloads.append(ConstantPayload(keys.key(source.tensor), nbytes, _reader(source.tensor, keys.fp16)))
+        nbytes = stored_nbytes(source.tensor)
+        payloads.append(ConstantPayload(keys.key(source.tensor), nbytes, _reader(source.tensor)))
         if on_hashed is not None:
             on_hashed(nbytes)
     return payloads

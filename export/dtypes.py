@@ -1,67 +1,54 @@
-"""Which Vulkan data type each torch dtype becomes, on the GPU and in constant bytes."""
+"""torch dtypes as vkx DTypes (`vkx.format.dtypes`), the narrowing of 64-bit types, and `--dtype`."""
 from __future__ import annotations
 
 import torch
 
-from vkx.format import ScalarType
-from vkx.format.vkgraph import DataType
+from vkx.export.errors import ExportError
+from vkx.format import dtypes
+from vkx.format.dtypes import DType
 
-FP16_MAX = 65504.0
+TARGETS: dict[str, DType | None] = {"keep": None, "fp32": dtypes.FLOAT32, "fp16": dtypes.FLOAT16,
+                                    "bf16": dtypes.BFLOAT16}
+"""`--dtype`: the floating type of every parameter, buffer and activation (`keep`: each keeps its own)."""
 
-_GPU = {
-    torch.float32: DataType.FLOAT32, torch.float64: DataType.FLOAT32,
-    torch.float16: DataType.FLOAT32, torch.bfloat16: DataType.FLOAT32,
-    torch.int64: DataType.INT32, torch.int32: DataType.INT32,
-    torch.int16: DataType.INT32, torch.int8: DataType.INT8,
-    torch.uint8: DataType.UINT8, torch.bool: DataType.BOOL,
-}
-"""Non-constant tensors: floating → float32, 64-bit integers → int32 (formats.md §4.3)."""
-
-_STORED = {
-    torch.float32: torch.float32, torch.float64: torch.float32, torch.bfloat16: torch.float32,
-    torch.float16: torch.float16, torch.int64: torch.int32, torch.int32: torch.int32,
-    torch.int16: torch.int32, torch.int8: torch.int8, torch.uint8: torch.uint8, torch.bool: torch.bool,
-}
-
-_DATATYPE = {
-    torch.float32: DataType.FLOAT32, torch.float16: DataType.FLOAT16, torch.int32: DataType.INT32,
-    torch.int8: DataType.INT8, torch.uint8: DataType.UINT8, torch.bool: DataType.BOOL,
-}
-
-SUPPORTED = frozenset(_GPU)
+_NARROWED = {dtypes.INT64: dtypes.INT32, dtypes.FLOAT64: dtypes.FLOAT32}
+"""What a 64-bit tensor becomes on the device (docs/format.md, "Data types")."""
 
 
-def gpu_datatype(dtype: torch.dtype) -> DataType:
-    """The data type of a non-constant tensor of `dtype`."""
-    return _GPU[dtype]
+def of(dtype: torch.dtype) -> DType:
+    """The DType named like `dtype` (ValueError when vkx has none: int16, complex, ...)."""
+    return dtypes.named(str(dtype).removeprefix("torch."))
 
 
-def staging_datatype(dtype: torch.dtype) -> DataType:
-    """The data type an input/output crosses the host boundary in (half stays half)."""
-    return DataType.FLOAT16 if dtype == torch.float16 else _GPU[dtype]
+def supported(dtype: torch.dtype) -> bool:
+    try:
+        of(dtype)
+    except ValueError:
+        return False
+    return True
 
 
-def stored_dtype(dtype: torch.dtype, fp16: bool) -> torch.dtype:
-    """The dtype a constant's bytes are written in: 64-bit downcast, floats to half with `fp16`."""
-    if fp16 and dtype.is_floating_point:
-        return torch.float16
-    return _STORED[dtype]
+def on_device(dtype: torch.dtype) -> DType:
+    """The DType a tensor of `dtype` has in the graph: its own, 64-bit types narrowed to 32 bits."""
+    own = of(dtype)
+    return _NARROWED.get(own, own)
 
 
-def datatype_of(stored: torch.dtype) -> DataType:
-    """The VkGraph data type of constant bytes stored as `stored`."""
-    return _DATATYPE[stored]
+def torch_dtype(dtype: DType) -> torch.dtype:
+    return getattr(torch, dtype.name)
 
 
-
-_SCALAR_TYPES = {
-    torch.float32: ScalarType.FLOAT, torch.float16: ScalarType.HALF, torch.float64: ScalarType.DOUBLE,
-    torch.bfloat16: ScalarType.BFLOAT16, torch.int64: ScalarType.LONG, torch.int32: ScalarType.INT,
-    torch.int16: ScalarType.SHORT, torch.int8: ScalarType.CHAR, torch.uint8: ScalarType.BYTE,
-    torch.bool: ScalarType.BOOL,
-}
-
-
-def scalar_type(dtype: torch.dtype) -> ScalarType:
-    """The ExecuTorch scalar type a program input/output of `dtype` is declared with."""
-    return _SCALAR_TYPES[dtype]
+def check_narrowing(name: str, tensor: torch.Tensor) -> None:
+    """ExportError unless narrowing `tensor` to its device dtype keeps its values: int64 within
+    int32's range, no finite float64 past float32's (rounding to float32 is expected)."""
+    if tensor.dtype == torch.int64:
+        info = torch.iinfo(torch.int32)
+        low, high = int(tensor.min()), int(tensor.max())
+        if low < info.min or high > info.max:
+            raise ExportError(f"constant {name} holds {low if low < info.min else high}, "
+                              f"which does not fit the int32 it is stored as")
+    elif tensor.dtype == torch.float64:
+        overflows = torch.isfinite(tensor) & torch.isinf(tensor.to(torch.float32))
+        if overflows.any():
+            value = float(tensor[overflows].flatten()[0])
+            raise ExportError(f"constant {name} holds {value!r}, past the range of the float32 it is stored as")

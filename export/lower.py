@@ -1,37 +1,43 @@
 """An ExportedProgram → one VkGraph of contract ops (value order as in formats.md §4.4).
 
 Lowering runs the op table twice over the FX graph. The first pass only scans:
-it records which constants (parameters, buffers, lifted tensors, and Python
-scalars that the contract takes as 0-dim tensors) are used, and whether each is
-consumed directly by a prepacking op ("tref") or needs an `et_vk.prepack` ("gpu").
-The second pass creates the values: used constants first, in placeholder order,
-each followed by its prepack; then the user inputs; then every op's args, lazily in
-schema order, and its output.
+it records which constants (parameters, buffers, lifted tensors) are used, and
+whether each is consumed directly by a prepacking op ("tref") or needs an
+`et_vk.prepack` ("gpu"). The second pass creates the values: used constants first,
+in placeholder order, each followed by its prepack; then the user inputs; then
+every op's args, lazily in the declaration's order, and its output. Python scalars
+are immediates (Int/Double values) where the contract takes a number.
+
+Every tensor has the dtype it has on the device: the traced one, 64-bit types
+narrowed to 32 bits (constants checked that no value changes). Every emitted op
+is bound to its `vkx.format.contract` declaration as it is emitted.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Hashable
+from typing import Any
 
 import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 from torch.fx import Node
 
-from vkx.export.dtypes import SUPPORTED, datatype_of, gpu_datatype, staging_datatype, stored_dtype
+from vkx.export.dtypes import check_narrowing, on_device, supported
 from vkx.export.errors import ExportError, UnsupportedOpsError
 from vkx.export.ops import FORWARDED, OUTPUT_CLONE, RULES
+from vkx.format import contract
+from vkx.format.contract import Arg, ContractError, Kind
 from vkx.format.liveness import PREPACK  # the name by which the plan knows weights' dedicated memory
-from vkx.format.vkgraph import (Bool, Double, DoubleList, Int, IntList, MemoryLayout, Null, OperatorCall,
-                                StorageType, String, Tensor, Value, ValueList, VkGraph)
+from vkx.format.vkgraph import (Bool, Double, Int, IntList, MemoryLayout, Null, OperatorCall, StorageType, String,
+                                Tensor, Value, ValueList, VkGraph)
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in [^\n]*\n[ \t]*([^\n]*)')
 _NOT_TENSORS = (torch.dtype, torch.memory_format, torch.layout, torch.device)
+INT32 = torch.iinfo(torch.int32)
 
 
 @dataclass(frozen=True)
@@ -55,13 +61,13 @@ class Lowered:
     outputs: list[IOTensor]
 
 
-def lower(program: ExportedProgram, *, fp16: bool = False) -> Lowered:
+def lower(program: ExportedProgram) -> Lowered:
     """Check every op first (UnsupportedOpsError lists them all), then build the graph."""
     check_supported(program)
     placeholders = classify_placeholders(program)
-    scan = GraphBuilder(program, placeholders, fp16, uses=None)
+    scan = GraphBuilder(program, placeholders, uses=None)
     scan.build()
-    builder = GraphBuilder(program, placeholders, fp16, uses=scan.uses)
+    builder = GraphBuilder(program, placeholders, uses=scan.uses)
     builder.build()
     return Lowered(builder.graph, builder.sources, builder.io_inputs, builder.io_outputs)
 
@@ -96,7 +102,7 @@ def check_supported(program: ExportedProgram) -> None:
         rule = RULES.get(node.target)
         reason = "not supported" if rule is None else rule.check(node)
         if reason is None:
-            dtypes = {f.dtype for f in _fakes(node) if isinstance(f, torch.Tensor)} - SUPPORTED
+            dtypes = {f.dtype for f in _fakes(node) if isinstance(f, torch.Tensor) and not supported(f.dtype)}
             reason = f"dtype {sorted(map(str, dtypes))[0]} is not supported" if dtypes else None
         if reason is not None:
             line = f"{_op_name(node)} ({reason}) at {source_line(node)}"
@@ -121,7 +127,7 @@ def classify_placeholders(program: ExportedProgram) -> Placeholders:
         if spec.kind == InputKind.USER_INPUT:
             if not isinstance(node.meta.get("val"), torch.Tensor):
                 raise ExportError(f"model input {node.name} is not a tensor")
-            if node.meta["val"].dtype not in SUPPORTED:
+            if not supported(node.meta["val"].dtype):
                 raise ExportError(f"model input {node.name} has dtype {node.meta['val'].dtype}, not supported")
             user_inputs.append(node)
         elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
@@ -134,12 +140,10 @@ def classify_placeholders(program: ExportedProgram) -> Placeholders:
 class GraphBuilder:
     """Creates values and OperatorCalls; with `uses=None` it only scans constant uses."""
 
-    def __init__(self, program: ExportedProgram, placeholders: Placeholders, fp16: bool,
-                 uses: dict[Hashable, set[str]] | None):
+    def __init__(self, program: ExportedProgram, placeholders: Placeholders, uses: dict[Node, set[str]] | None):
         self.program = program
-        self.fp16 = fp16
         self.scanning = uses is None
-        self.uses: dict[Hashable, set[str]] = {} if uses is None else uses
+        self.uses: dict[Node, set[str]] = {} if uses is None else uses
         self.graph = VkGraph()
         self.sources: list[ConstantSource] = []
         self.io_inputs: list[IOTensor] = []
@@ -147,8 +151,8 @@ class GraphBuilder:
         self.node: Node | None = None
         self._ids: dict[Node, int] = {}
         self._scalar_ids: dict[tuple, int] = {}
-        self._tref_ids: dict[Hashable, int] = {}
-        self._gpu_ids: dict[Hashable, int] = {}
+        self._tref_ids: dict[Node, int] = {}
+        self._gpu_ids: dict[Node, int] = {}
         self.user_inputs, self.constant_nodes = placeholders
 
     # ---- the pass ---------------------------------------------------------------------------
@@ -158,7 +162,7 @@ class GraphBuilder:
             self._emit_constants()
         for node in self.user_inputs:
             fake = node.meta["val"]
-            self.graph.input_ids.append(self.new_tensor(fake, io=True))
+            self.graph.input_ids.append(self.new_tensor(fake))
             self.bind(node, self.graph.input_ids[-1])
             self.io_inputs.append(IOTensor(fake.dtype, tuple(fake.shape)))
         for node in self.program.graph.nodes:
@@ -168,25 +172,21 @@ class GraphBuilder:
         self._emit_outputs()
 
     def _emit_constants(self) -> None:
-        scalars = [key for key in self.uses if not isinstance(key, Node)]
-        for key in [node for node in self.constant_nodes if node in self.uses] + scalars:
-            if isinstance(key, Node):
-                name, tensor = self.constant_nodes[key]
-            else:
-                _, dtype, number = key
-                name, tensor = f"scalar {number}", torch.tensor(number, dtype=dtype)
+        for node, (name, tensor) in self.constant_nodes.items():
+            if node not in self.uses:
+                continue
             if tensor.numel() == 0:
                 raise ExportError(f"constant {name} has no elements")
-            if tensor.dtype not in SUPPORTED:
+            if not supported(tensor.dtype):
                 raise ExportError(f"constant {name} has dtype {tensor.dtype}, not supported")
-            stored = datatype_of(stored_dtype(tensor.dtype, self.fp16))
-            dims = tuple(tensor.shape)
-            self._tref_ids[key] = self._add(Tensor(stored, dims, constant_id=len(self.sources),
-                                                   staging_datatype=stored))
+            check_narrowing(name, tensor)
+            datatype = on_device(tensor.dtype).datatype
+            self._tref_ids[node] = self._add(Tensor(datatype, tuple(tensor.shape), constant_id=len(self.sources),
+                                                    staging_datatype=datatype))
             self.sources.append(ConstantSource(name, tensor))
-            if "gpu" in self.uses[key]:
-                self._gpu_ids[key] = self.new_tensor(tensor)
-                self.emit(PREPACK, [self._tref_ids[key], self._gpu_ids[key]])
+            if "gpu" in self.uses[node]:
+                self._gpu_ids[node] = self.new_tensor(tensor)
+                self.emit(PREPACK, [self._tref_ids[node], self._gpu_ids[node]])
 
     def _emit_outputs(self) -> None:
         output = next(node for node in self.program.graph.nodes if node.op == "output")
@@ -202,11 +202,10 @@ class GraphBuilder:
             if node in self.constant_nodes or node in self.user_inputs or node in seen:
                 self.node = item
                 args = [self.tensor(node), self.null()]
-                value_id = self.new_tensor(fake, io=True)
+                value_id = self.new_tensor(fake)
                 self.emit(OUTPUT_CLONE, args + [value_id])
             else:
                 value_id = self.value_of(node)
-                self._set_staging(value_id, fake.dtype)
             seen.add(node)
             self.graph.output_ids.append(value_id)
             self.io_outputs.append(IOTensor(fake.dtype, tuple(fake.shape)))
@@ -219,45 +218,49 @@ class GraphBuilder:
             node = node.args[0]
         return node
 
-    def arg(self, argument: torch.Argument, value: Any, *, tref: bool = False, lift: bool = False) -> int:
-        """The value id for one schema argument."""
-        kind = str(argument.type)
-        kind = kind[len("Optional["):-1] if kind.startswith("Optional[") else kind
-        if isinstance(value, Node):
+    def arg(self, argument: Arg, value: Any, *, tref: bool = False) -> int:
+        """The value id of `value` as `argument` of a contract op (None, dtypes and memory formats: Null)."""
+        kind = argument.kind
+        if isinstance(value, Node) and kind in (Kind.TENSOR, Kind.SCALAR_OR_TENSOR):
             return self.tensor(value, tref=tref)
-        if lift or (kind == "Tensor" and isinstance(value, (int, float)) and not isinstance(value, bool)):
-            return self.tensor(value)
         if value is None or isinstance(value, _NOT_TENSORS):
             return self.null()
-        if kind == "List[Tensor]":
+        if kind is Kind.SCALAR_OR_TENSOR and isinstance(value, (int, float)):
+            return self.number(value)
+        if kind is Kind.TENSORS and isinstance(value, (list, tuple)):
             return self._add(ValueList(tuple(self.tensor(item) for item in value)))
-        if kind == "List[int]":
+        if kind is Kind.INTS and isinstance(value, (list, tuple)):
             return self.int_list(value)
-        if kind == "List[float]":
-            return self._add(DoubleList(tuple(float(v) for v in value)))
-        if kind == "bool" or isinstance(value, bool):
-            return self.bool(bool(value))
-        if kind == "float" or (kind == "number" and isinstance(value, float)):
-            return self.double(float(value))
-        if kind in ("int", "SymInt", "number"):
-            return self.int(int(value))
-        if kind == "str":
+        if kind is Kind.BOOL and isinstance(value, bool):
+            return self.bool(value)
+        if kind is Kind.INT and isinstance(value, int) and not isinstance(value, bool):
+            return self.int(value)
+        if kind is Kind.NUMBER and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return self.int(value) if isinstance(value, int) else self.double(value)
+        if kind is Kind.STRING and isinstance(value, str):
             return self._add(String(value))
-        raise ExportError(f"{_op_name(self.node)}: cannot lower argument {argument.name}={value!r}")
+        raise ExportError(f"{_op_name(self.node)}: cannot lower argument {argument.name}={value!r} "
+                          f"(the contract takes {kind.value}) at {source_line(self.node)}")
 
-    def tensor(self, value: Node | int | float, *, tref: bool = False) -> int:
+    def number(self, value: int | float | bool) -> int:
+        """A Python scalar operand as an immediate: a Double for an op with a floating result,
+        else an Int (checked to fit the int32 that integer tensors hold)."""
+        if self.node.meta["val"].dtype.is_floating_point:
+            return self.double(float(value))
+        if not INT32.min <= int(value) <= INT32.max:
+            raise ExportError(f"{_op_name(self.node)}: the scalar {value} does not fit an int32 "
+                              f"at {source_line(self.node)}")
+        return self.int(int(value))
+
+    def tensor(self, value: Node, *, tref: bool = False) -> int:
         """A tensor operand: a node's value, or a constant (direct if `tref`, else prepacked)."""
-        if isinstance(value, Node):
-            key: Hashable = self.resolve(value)
-            if key not in self.constant_nodes:
-                return self.value_of(key)
-        else:
-            dtype = self.node.meta["val"].dtype
-            key = ("scalar", dtype, float(value) if dtype.is_floating_point else int(value))
+        node = self.resolve(value)
+        if node not in self.constant_nodes:
+            return self.value_of(node)
         if self.scanning:
-            self.uses.setdefault(key, set()).add("tref" if tref else "gpu")
+            self.uses.setdefault(node, set()).add("tref" if tref else "gpu")
             return -1
-        return self._tref_ids[key] if tref else self._gpu_ids[key]
+        return self._tref_ids[node] if tref else self._gpu_ids[node]
 
     def int(self, value: int) -> int:
         return self._scalar(Int(value))
@@ -274,12 +277,12 @@ class GraphBuilder:
     def int_list(self, items: Any) -> int:
         return self._add(IntList(tuple(int(i) for i in items)))
 
-    def new_tensor(self, fake: torch.Tensor, *, io: bool = False) -> int:
-        """A new non-constant tensor (memory planned later); I/O tensors stage in their own dtype."""
-        datatype = gpu_datatype(fake.dtype)
+    def new_tensor(self, fake: torch.Tensor) -> int:
+        """A new non-constant tensor (memory planned later), in its device dtype (inputs and outputs stage in it)."""
+        datatype = on_device(fake.dtype).datatype
         return self._add(Tensor(datatype, tuple(int(d) for d in fake.shape),
                                 storage_type=StorageType.BUFFER, memory_layout=MemoryLayout.WIDTH_PACKED,
-                                staging_datatype=staging_datatype(fake.dtype) if io else datatype))
+                                staging_datatype=datatype))
 
     def outputs(self, node: Node) -> int:
         """New values for the node's result (a ValueList for several) bound to the node."""
@@ -292,8 +295,22 @@ class GraphBuilder:
         return value_id
 
     def emit(self, name: str, args: list[int]) -> None:
-        if not self.scanning:
-            self.graph.chain.append(OperatorCall(len(self.graph.chain), name, tuple(args)))
+        """Append a call of contract op `name` (every argument, then the output), bound to its declaration."""
+        decl = contract.lookup(name)
+        if decl is None:
+            raise RuntimeError(f"internal error: the exporter emitted {name}, which the op contract does not declare")
+        if len(args) != len(decl.args) + 1:
+            raise RuntimeError(f"internal error: {name} emitted with {len(args) - 1} arguments, "
+                               f"the contract declares {len(decl.args)}")
+        if self.scanning:
+            return
+        call = OperatorCall(len(self.graph.chain), name, tuple(args))
+        try:
+            contract.bind(decl, call, self.graph.values, contract.check_tensor)
+        except ContractError as error:
+            where = f" ({_op_name(self.node)} at {source_line(self.node)})" if self.node is not None else ""
+            raise ExportError(f"cannot lower{where}: {error}") from None
+        self.graph.chain.append(call)
 
     def bind(self, node: Node, value_id: int) -> None:
         if not self.scanning:
@@ -314,13 +331,8 @@ class GraphBuilder:
         return len(self.graph.values) - 1
 
     def _scalar(self, value: Int | Double | Bool) -> int:
-        """Int, Double and Bool values are shared (keyed by type and value)."""
-        key = (type(value), value.value)
+        """Int, Double and Bool values are shared (keyed by type and repr: -0.0 is not 0.0)."""
+        key = (type(value), repr(value.value))
         if key not in self._scalar_ids:
             self._scalar_ids[key] = self._add(value)
         return self._scalar_ids[key]
-
-    def _set_staging(self, value_id: int, dtype: torch.dtype) -> None:
-        if not self.scanning:
-            value = self.graph.values[value_id]
-            self.graph.values[value_id] = dataclasses.replace(value, staging_datatype=staging_datatype(dtype))

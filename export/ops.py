@@ -1,9 +1,10 @@
 """The op table: how each traced ATen op becomes OperatorCalls of the op contract.
 
-docs/architecture.md ("The op contract") lists every name and arg layout emitted here.
-Each `Rule.lower` talks to the graph builder in `lower.py` through a handful of
-methods (`arg`, `tensor`, `int`, `int_list`, `bool`, `null`, `outputs`,
-`new_tensor`, `emit`, `bind`, `value_of`, `list_item`).
+Every op emitted here is declared in `vkx.format.contract`; `same` matches the
+source op's arguments to the declaration's by name. Each `Rule.lower` talks to the
+graph builder in `lower.py` through a handful of methods (`arg`, `tensor`,
+`number`, `int`, `int_list`, `bool`, `null`, `outputs`, `new_tensor`, `emit`,
+`bind`, `value_of`, `list_item`).
 """
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import torch
 from torch.fx import Node
+
+from vkx.format import contract
 
 if TYPE_CHECKING:
     from vkx.export.lower import GraphBuilder
@@ -56,23 +59,26 @@ def _positive(dim: int, rank: int) -> int:
     return dim + rank if dim < 0 else dim
 
 
-def same(name: str, *, tref: Iterable[str] = (), lift: Iterable[str] = (),
-         prepare: Callable[[Node, Values], Values] | None = None,
+def same(name: str, *, tref: Iterable[str] = (), prepare: Callable[[Node, Values], Values] | None = None,
          check: Callable[[Node], str | None] = _no_check) -> Rule:
-    """Emit `name` with the source op's schema args in schema order, then the output.
+    """Emit contract op `name`: the source op's arguments matched by name to the declaration's
+    (one the source op lacks takes the declared default), then the output.
 
     `tref`: args that may stay constant tensors (the op prepacks them itself).
-    `lift`: Scalar args that the contract takes as tensors (0-dim constants).
     `prepare`: rewrites argument values first (normalised dims, filled pool lists).
     """
-    tref, lift = frozenset(tref), frozenset(lift)
+    decl = contract.OPS[name]
+    tref = frozenset(tref)
 
     def lower(b: GraphBuilder, node: Node) -> None:
         values = schema_values(node)
         if prepare is not None:
             values = prepare(node, values)
-        schema = {a.name: a for a in node.target._schema.arguments}
-        args = [b.arg(schema[key], value, tref=key in tref, lift=key in lift) for key, value in values.items()]
+        unmatched = [key for key in values if not any(a.name == key for a in decl.args)]
+        unmatched += [a.name for a in decl.args if a.name not in values and a.default is ...]
+        if unmatched:
+            raise RuntimeError(f"internal error: {node.target} and {name} do not match on {unmatched}")
+        args = [b.arg(a, values.get(a.name, a.default), tref=a.name in tref) for a in decl.args]
         b.emit(name, args + [b.outputs(node)])
     return Rule(lower, check)
 
@@ -191,8 +197,8 @@ def _select(b: GraphBuilder, node: Node) -> None:
 
 
 def _neg(b: GraphBuilder, node: Node) -> None:
-    """-x as mul(x, -1); the -1 is a 0-dim constant."""
-    b.emit("aten.mul.Tensor", [b.tensor(node.args[0]), b.tensor(-1), b.outputs(node)])
+    """-x as mul(x, -1), the -1 an immediate."""
+    b.emit("aten.mul.Tensor", [b.tensor(node.args[0]), b.number(-1), b.outputs(node)])
 
 
 def _getitem(b: GraphBuilder, node: Node) -> None:
@@ -215,8 +221,8 @@ def _mean_all(b: GraphBuilder, node: Node) -> None:
 
 
 def _reciprocal(b: GraphBuilder, node: Node) -> None:
-    """1 / x as div(1, x); the 1 is a 0-dim constant."""
-    b.emit("aten.div.Tensor", [b.tensor(1.0), b.tensor(node.args[0]), b.outputs(node)])
+    """1 / x as div(1, x), the 1 an immediate."""
+    b.emit("aten.div.Tensor", [b.number(1), b.tensor(node.args[0]), b.outputs(node)])
 
 
 def _nothing(b: GraphBuilder, node: Node) -> None:
@@ -228,17 +234,14 @@ SPLITS = frozenset({A.split_with_sizes.default, A.split.Tensor})
 FORWARDED = frozenset({A.alias.default, A.clone.default, A.detach.default, A.lift_fresh_copy.default})
 """Ops that copy or alias their first input: their value is the input's value."""
 
-_binary = {"add": True, "sub": True, "mul": False, "div": False}
-"""Binary ops, and whether they take an alpha."""
-
 RULES: dict[Any, Rule] = {
     A.linear.default: same("aten.linear.default", tref={"weight", "bias"}),
     A.addmm.default: same("aten.addmm.default", tref={"self", "mat2"}),
     A.mm.default: same("aten.mm.default", tref={"mat2"}),
     A.bmm.default: same("aten.bmm.default", tref={"mat2"}),
     A.matmul.default: same("aten.matmul.default"),
-    **{getattr(A, op).Tensor: same(f"aten.{op}.Tensor") for op in _binary},
-    **{getattr(A, op).Scalar: same(f"aten.{op}.Tensor", lift={"other"}) for op in _binary},
+    **{getattr(A, op).Tensor: same(f"aten.{op}.Tensor") for op in contract.BINARY},
+    **{getattr(A, op).Scalar: same(f"aten.{op}.Tensor") for op in contract.BINARY},
     A.reciprocal.default: Rule(_reciprocal),
     A.neg.default: Rule(_neg),
     **{getattr(A, op).default: same(f"aten.{op}.default") for op in ("relu", "sigmoid", "tanh", "silu", "gelu")},

@@ -1,13 +1,61 @@
-"""Module → ExportedProgram: torch.export, then the decompositions that fit the op contract."""
+"""Module → ExportedProgram: the module converted to `--dtype`, torch.export, then the
+decompositions that fit the op contract."""
 from __future__ import annotations
 
+import copy
+import itertools
 import warnings
 
 import torch
+from torch import nn
 from torch.export import ExportedProgram
 
+from vkx.export.dtypes import torch_dtype
 from vkx.export.errors import ExportError
 from vkx.export.ops import RULES, decomposition_table
+from vkx.format.dtypes import DType
+
+
+def convert(module: nn.Module, inputs: tuple[torch.Tensor, ...],
+            target: DType | None) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """The module and inputs with every floating tensor in `target` (None: as they are), so that
+    the trace computes in `target` as torch would run `module.to(target)`.
+
+    The caller's module is left as it is: a shallow copy of its module tree gets a converted
+    copy of each floating parameter and buffer not yet in `target` (the one copy of those bytes:
+    the file is written from it). Tensors already in `target` are shared, so a module wholly in
+    `target` is returned itself; tied tensors stay tied.
+    """
+    if target is None:
+        return module, inputs
+    want = torch_dtype(target)
+
+    def stale(t: torch.Tensor | None) -> bool:
+        return t is not None and t.is_floating_point() and t.dtype != want
+
+    inputs = tuple(t.to(want) if stale(t) else t for t in inputs)
+    if not any(stale(t) for t in itertools.chain(module.parameters(), module.buffers())):
+        return module, inputs
+    tensors: dict[int, torch.Tensor] = {}
+    modules: dict[int, nn.Module] = {}
+
+    def cast(t: torch.Tensor | None) -> torch.Tensor | None:
+        if not stale(t):
+            return t
+        if id(t) not in tensors:
+            data = t.detach().to(want)
+            tensors[id(t)] = nn.Parameter(data, t.requires_grad) if isinstance(t, nn.Parameter) else data
+        return tensors[id(t)]
+
+    def tree(m: nn.Module) -> nn.Module:
+        if id(m) not in modules:
+            c = modules[id(m)] = copy.copy(m)  # a new __dict__; its tensor and module dicts are replaced below
+            c._parameters = {name: cast(t) for name, t in m._parameters.items()}
+            c._buffers = {name: cast(t) for name, t in m._buffers.items()}
+            c._modules = {name: None if child is None else tree(child) for name, child in m._modules.items()}
+        return modules[id(m)]
+    with torch.no_grad():
+        return tree(module), inputs
 
 
 def trace(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...]) -> ExportedProgram:

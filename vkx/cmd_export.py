@@ -34,8 +34,10 @@ class Layout(str, Enum):
 
 
 class Dtype(str, Enum):
+    keep = "keep"
     fp32 = "fp32"
     fp16 = "fp16"
+    bf16 = "bf16"
 
 
 class _Bytes(ProgressColumn):
@@ -133,7 +135,8 @@ def export(
     external_data: Optional[Path] = typer.Option(
         None, "--external-data", metavar="FILE",
         help="Write the weights to this .ptd or .safetensors instead of the .pte."),
-    dtype: Dtype = typer.Option(Dtype.fp32, help="Store floating constants as fp32 or fp16."),
+    dtype: Dtype = typer.Option(
+        Dtype.keep, help="Floating type of weights, activations, inputs and outputs (keep: the model's own)."),
     weights: Optional[Path] = typer.Option(None, metavar="FILE.safetensors",
                                            help="Load this safetensors state dict into the model first."),
     alignment: Optional[int] = typer.Option(None, metavar="BYTES",

@@ -1,36 +1,19 @@
-"""Helpers for the export tests: the op contract read from docs/architecture.md, and
-checks of a written file by vkx.format, by the contract and by ExecuTorch 1.5.1."""
+"""Helpers for the export tests: checks of a written file by vkx.format, by the op
+contract (`vkx.format.contract`) and by ExecuTorch 1.5.1."""
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
-from vkx.format import ProgramFile
+from vkx.format import ProgramFile, contract
 from vkx.format.validate import validate
 from vkx.format.vkgraph import MemoryLayout, StorageType, Tensor, ValueList, VkGraph
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
-
-
-def contract() -> dict[str, int]:
-    """Each contract op name → its number of args (output included), from the architecture doc."""
-    ops = {}
-    for line in (ROOT / "docs" / "architecture.md").read_text().splitlines():
-        if not line.startswith("| `"):
-            continue
-        names_cell, args_cell = line.split(" | ")[:2]
-        args = re.sub(r"\([^)]*\)", "", args_cell.replace("\\|", "/"))
-        for name in re.findall(r"`([^`]+)`", names_cell):
-            ops[name] = len(args.split(","))
-    return ops
-
-
-CONTRACT = contract()
 
 
 class Fn(nn.Module):
@@ -47,12 +30,13 @@ class Fn(nn.Module):
 
 
 def check_graph(graph: VkGraph) -> None:
-    """The graph uses only contract ops with contract arg counts, and reads only defined values."""
+    """Every op binds to its contract declaration with every argument written out, and reads only defined values."""
+    contract.check_graph(graph)
     defined = {i for i, v in enumerate(graph.values) if not isinstance(v, Tensor) or v.constant_id >= 0}
     defined |= set(graph.input_ids)
     for call in graph.chain:
-        assert call.name in CONTRACT, f"{call.name} is not in the op contract"
-        assert len(call.args) == CONTRACT[call.name], f"{call.name}: {len(call.args)} args, contract says {CONTRACT[call.name]}"
+        declared = len(contract.OPS[call.name].args)
+        assert len(call.args) == declared + 1, f"{call.name}: {len(call.args) - 1} args, the contract declares {declared}"
         *reads, written = call.args
         for value_id in reads:
             value = graph.values[value_id]

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import torch
 from .export_helpers import EXAMPLES, check_file
 from safetensors.torch import save_file
@@ -14,7 +15,8 @@ from typer.testing import CliRunner
 
 from vkx.cli import app
 from vkx.export import load_model_file
-from vkx.format import ExternalData, ProgramFile, resolve_constants
+from vkx.format import ExternalData, ProgramFile, dtypes, resolve_constants
+from vkx.format.vkgraph import Tensor
 
 
 def run(*args):
@@ -53,6 +55,14 @@ def test_external_data_and_fp16(tmp_path):
     check_file(tmp_path / "t.pte", tmp_path / "t.safetensors")
     run(EXAMPLES / "transformer.py", "-o", tmp_path / "u.pte", "--external-data", tmp_path / "u.ptd", "-q")
     check_file(tmp_path / "u.pte", tmp_path / "u.ptd")
+
+
+@pytest.mark.parametrize("option, dtype", [("fp32", dtypes.FLOAT32), ("fp16", dtypes.FLOAT16),
+                                           ("bf16", dtypes.BFLOAT16), ("keep", dtypes.FLOAT32)])
+def test_dtype_option(option, dtype, tmp_path):
+    run(EXAMPLES / "mlp.py", "-o", tmp_path / "m.pte", "--dtype", option, "-q")
+    graph = check_file(tmp_path / "m.pte")
+    assert {dtypes.of(v.datatype) for v in graph.values if isinstance(v, Tensor)} == {dtype}
 
 
 def test_weights_are_loaded_before_export(tmp_path):

@@ -5,7 +5,7 @@ import inspect
 
 import pytest
 import torch
-from .export_helpers import randn
+from .export_helpers import Fn, randn
 from typer.testing import CliRunner
 
 import vkx
@@ -125,8 +125,8 @@ def test_weights_that_do_not_match(tmp_path):
 
 
 def test_api_rejects_bad_arguments(tmp_path):
-    with pytest.raises(ExportError, match="dtype must be fp32 or fp16"):
-        vkx.export_model(torch.nn.ReLU(), (randn(2),), tmp_path / "m.pte", dtype="bf16")
+    with pytest.raises(ExportError, match="dtype must be keep, fp32, fp16, bf16, not 'fp8'"):
+        vkx.export_model(torch.nn.ReLU(), (randn(2),), tmp_path / "m.pte", dtype="fp8")
     with pytest.raises(ExportError, match="export_model\\(\\) must return"):
         vkx.export_model(torch.nn.ReLU(), [1, 2], tmp_path / "m.pte")
     assert list(tmp_path.iterdir()) == []
@@ -138,3 +138,52 @@ def test_model_source_gets_no_bytecode_cache(tmp_path):
     result = run(model, "--quiet")
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pte", "model.py"]
+
+
+def test_cli_rejects_an_unknown_dtype(tmp_path):
+    model = tmp_path / "model.py"
+    model.write_text(GOOD)
+    result = run(model, "--dtype", "fp8")
+    assert result.exit_code == 2 and "fp8" in result.output
+    assert [p.name for p in tmp_path.iterdir()] == ["model.py"]
+
+
+def with_buffer(values: torch.Tensor) -> torch.nn.Module:
+    module = Fn(lambda m, x: x + m.table)
+    module.register_buffer("table", values)
+    return module
+
+
+@pytest.mark.parametrize("values, inputs, message", [
+    (torch.tensor([1, 2**31]), torch.tensor([0, 0]), "constant table holds 2147483648, which does not fit the int32"),
+    (torch.tensor([-2**31 - 1, 0]), torch.tensor([0, 0]), "constant table holds -2147483649"),
+    (torch.tensor([1.0, 1e39], dtype=torch.float64), torch.zeros(2, dtype=torch.float64),
+     "constant table holds 1e+39, past the range of the float32"),
+])
+def test_narrowing_that_would_change_a_constant_is_refused(values, inputs, message, tmp_path):
+    with pytest.raises(ExportError, match=message.replace("+", "\\+")):
+        vkx.export_model(with_buffer(values), (inputs,), tmp_path / "m.pte")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_narrowing_that_keeps_the_values_is_accepted(tmp_path):
+    limits = torch.tensor([-2**31, 2**31 - 1, 5])
+    vkx.export_model(with_buffer(limits), (torch.zeros(3, dtype=torch.int64),), tmp_path / "m.pte")
+    rounded = torch.tensor([0.1, float("inf"), -3e38], dtype=torch.float64)  # rounding and infinities are fine
+    vkx.export_model(with_buffer(rounded), (torch.zeros(3, dtype=torch.float64),), tmp_path / "f.pte")
+
+
+def test_an_integer_scalar_past_int32_is_refused(tmp_path):
+    with pytest.raises(ExportError, match="aten.add.Tensor: the scalar 4294967296 does not fit an int32 at "):
+        vkx.export_model(Fn(lambda m, ids: ids + 2**32), (torch.tensor([1, 2]),), tmp_path / "m.pte")
+
+
+def test_a_float_scalar_past_float32_is_refused(tmp_path):
+    with pytest.raises(ExportError, match="other = 1e\\+39 does not fit a float32"):
+        vkx.export_model(Fn(lambda m, x: x * 1e39), (randn(3),), tmp_path / "m.pte")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unsupported_dtypes_are_named(tmp_path):
+    with pytest.raises(UnsupportedOpsError, match=r"aten.mul.Tensor \(dtype torch.int16 is not supported\)"):
+        vkx.export_model(Fn(lambda m, ids: ids * 2), (torch.tensor([1, 2], dtype=torch.int16),), tmp_path / "m.pte")
