@@ -74,7 +74,7 @@ def test_every_tensor_and_constant_has_the_requested_dtype(name, dtype, models, 
     converted = copy.deepcopy(module).to(dtype)
     expected = Counter(torch_bytes(t) for t in [*converted.parameters(), *converted.buffers()] if t.is_floating_point())
     with ProgramFile.open(path) as program:
-        stored = [bytes(program.buf[where.offset:where.offset + where.size]) for where in resolve_constants(program)]
+        stored = [bytes(program.read_range(where)) for where in resolve_constants(program)]
     assert Counter(stored) == expected
     assert describe(path)["totals"]["W"] == sum(map(len, stored))
     assert report.constant_bytes == sum(map(len, set(stored)))  # identical constants (the norms' ones) once

@@ -146,9 +146,7 @@ def assert_close(vkx_out, torch_out, rtol: float = 1e-4, atol: float = 1e-5, kin
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 """The floating types a device tensor may hold: every op is tested in each."""
 
-EXPORT_DTYPES = (torch.float32, torch.float16,
-                 pytest.param(torch.bfloat16, marks=pytest.mark.xfail(
-                     reason="vkx export does not take bf16 program inputs yet (export/dtypes.py)", strict=False)))
+EXPORT_DTYPES = FLOAT_DTYPES
 """FLOAT_DTYPES for tests through `run_vkx`."""
 
 
@@ -203,20 +201,24 @@ def run_vkx(module: torch.nn.Module, inputs: Sequence[torch.Tensor], dtype: str 
             path: str | os.PathLike | None = None, **export_kwargs: Any):
     """Export `module` with vkx.export_model to a temporary .pte, load it with vkx.load, run it.
 
-    `dtype` (e.g. "fp16") is passed to export_model as `dtype=`. Returns what the
-    loaded program returns (a tensor, or a tuple for several outputs).
+    `dtype` (e.g. "fp16") is passed to export_model as `dtype=`; the program then
+    takes its floating inputs in that dtype, so they are cast for the call. Returns
+    what the loaded program returns (a tensor, or a tuple for several outputs).
     """
     import vkx
     module = module.eval()
     inputs = tuple(inputs)
-    if dtype is not None:
+    call_inputs = inputs
+    if dtype is not None and dtype != "keep":
         export_kwargs["dtype"] = dtype
+        torch_dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+        call_inputs = tuple(x.to(torch_dtype) if x.is_floating_point() else x for x in inputs)
     with tempfile.TemporaryDirectory(prefix="vkx-op-") as tmp:
         pte = Path(path) if path is not None else Path(tmp) / "model.pte"
         vkx.export_model(module, inputs, str(pte), **export_kwargs)
         program = vkx.load(str(pte))
         try:
-            out = program(*inputs)
+            out = program(*call_inputs)
         finally:
             close = getattr(program, "close", None)
             if close is not None:
