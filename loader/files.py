@@ -12,8 +12,10 @@ import os
 from typing import Sequence
 
 from vkx.format import ExternalData, FileRange, FormatError, ProgramFile, resolve_constants
+from vkx.format.pte import VulkanDelegate
 from vkx.loader.errors import BadProgramError, FileError, LoadError, as_load_error
 from vkx.loader.named_data import FreeableBuffer
+from vkx.loader.plan import load_plan, runs_as_one_delegate
 from vkx.loader.program import load_source
 from vkx.loader.runner import Program
 from vkx.loader.trace import Timeline
@@ -22,9 +24,10 @@ from vkx.loader.trace import Timeline
 class FileConstants:
     """The constant source of a program file: constant_id -> FreeableBuffer."""
 
-    def __init__(self, pf: ProgramFile, externals: list[ExternalData]):
+    def __init__(self, pf: ProgramFile, externals: list[ExternalData], delegate: VulkanDelegate | None = None):
         self.pf, self.externals = pf, externals
-        self.ranges: list[FileRange] = resolve_constants(pf, externals)
+        self.delegate = delegate or pf.vulkan
+        self.ranges: list[FileRange] = resolve_constants(pf, externals, self.delegate)
         self._files = {f.path: f for f in [pf, *externals]}
         self.legacy_used = False
 
@@ -34,7 +37,7 @@ class FileConstants:
         except IndexError:
             raise BadProgramError(f"constant {cid} does not exist ({len(self.ranges)} constants)") from None
         f = self._files[r.path]
-        if not self.pf.vulkan.graph.constants[cid].is_named:
+        if not self.delegate.graph.constants[cid].is_named:
             self.legacy_used = True
             return FreeableBuffer.borrowed(f, r.offset, r.size)
         return FreeableBuffer(f, r.offset, r.size)
@@ -42,7 +45,7 @@ class FileConstants:
     def finish_prepack(self) -> None:
         """Prepacking is over: release the legacy blob and unmap every file."""
         if self.legacy_used:
-            self.pf.release(self.pf.vulkan.blob)
+            self.pf.release(self.delegate.blob)
         self.close()
 
     def close(self) -> None:
@@ -88,6 +91,9 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
         raise
     if own:
         options["on_close"] = _chain(options.get("on_close"), device.close)
+    if not runs_as_one_delegate(pf.program.execution_plan[0]):
+        source.close()  # each delegate of the plan opens the files for its own constants
+        return load_plan(path, external_data, schedule, device, upload, **options)
     return load_source(graph, source, schedule, device, upload, timeline=timeline, **options)
 
 
