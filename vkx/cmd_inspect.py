@@ -51,28 +51,38 @@ def _print(d: dict[str, Any], tensors: bool) -> None:
     console.print(seg)
     for e in d["external"]:
         console.print(f"external {e['kind']}: {e['path']}  {_size(e['bytes'])}, {e['entries']} entries")
-    v = d["vulkan"]
-    if v is None:
+    graphs = [x["vulkan"] for x in d["delegates"] if x["vulkan"] is not None]
+    if not graphs:
         console.print("[red]no VulkanBackend delegate[/]")
         return
-    g = v["graph"]
-    console.print(f"\n[bold]VulkanBackend[/] blob {_size(v['blob']['size'])} at {v['blob']['offset']}, "
-                  f"VkGraph {_size(v['vh00']['flatbuffer_size'])}, legacy section {_size(v['legacy_section']['size'])}")
-    console.print(f"{g['values']} values, {g['chain_length']} ops, {len(g['constants'])} constants ({g['constant_layout']})")
-    ops = _table("Ops", "op", "count")
-    for name, n in g["ops"].items():
-        ops.add_row(name, str(n))
-    console.print(ops)
-    io = _table("Inputs / outputs", "", "id", "dtype", "dims")
-    for kind in ("inputs", "outputs"):
-        for t in g[kind]:
-            io.add_row(kind[:-1], str(t["id"]), t.get("dtype", t.get("kind", "")), str(t.get("dims", "")))
-    console.print(io)
-    if tensors:
-        ct = _table("Constants", "id", "dtype", "dims", "bytes", "key", "where")
-        for c in g["constants"]:
-            ct.add_row(str(c["id"]), str(c["dtype"]), str(c["dims"]), _size(c["bytes"]), _short(c["key"]), c["location"])
-        console.print(ct)
+    for plan in d["program"]["plans"]:
+        if len(plan["calls"]) > 1 or plan["cpu_ops"]:
+            calls = _table(f"Plan {plan['name']}: {len(plan['calls'])} instructions", "#", "kind", "calls", "args")
+            for c in plan["calls"]:
+                what = c.get("op") or (f"delegate {c['delegate']}" if "delegate" in c else
+                                       f"to {c['destination']}" if "destination" in c else "")
+                calls.add_row(str(c["index"]), c["kind"], what, str(c["args"]))
+            console.print(calls)
+    for v in graphs:
+        g = v["graph"]
+        console.print(f"\n[bold]VulkanBackend[/] delegate {v['index']} of plan {v['plan']}: blob {_size(v['blob']['size'])} "
+                      f"at {v['blob']['offset']}, VkGraph {_size(v['vh00']['flatbuffer_size'])}, "
+                      f"legacy section {_size(v['legacy_section']['size'])}")
+        console.print(f"{g['values']} values, {g['chain_length']} ops, {len(g['constants'])} constants ({g['constant_layout']})")
+        ops = _table("Ops", "op", "count")
+        for name, n in g["ops"].items():
+            ops.add_row(name, str(n))
+        console.print(ops)
+        io = _table("Inputs / outputs", "", "id", "dtype", "dims")
+        for kind in ("inputs", "outputs"):
+            for t in g[kind]:
+                io.add_row(kind[:-1], str(t["id"]), t.get("dtype", t.get("kind", "")), str(t.get("dims", "")))
+        console.print(io)
+        if tensors:
+            ct = _table("Constants", "id", "dtype", "dims", "bytes", "key", "where")
+            for c in g["constants"]:
+                ct.add_row(str(c["id"]), str(c["dtype"]), str(c["dims"]), _size(c["bytes"]), _short(c["key"]), c["location"])
+            console.print(ct)
     t = d["totals"]
     tot = _table("Load memory (bytes)", "", "bytes", "meaning")
     for name, meaning in (("W", "constant bytes"), ("w", "largest constant"),
@@ -105,7 +115,9 @@ def validate(file: Path = FILE, external_data: List[Path] = EXTERNAL) -> None:
     from vkx.format.validate import validate as run
 
     r = run(file, external_data)
-    console.print(f"[green]ok[/] {r.path}: {r.segments} segments, {r.constants} constants "
+    console.print(f"[green]ok[/] {r.path}: {r.segments} segments, {r.delegates} delegate(s), {r.constants} constants "
                   f"({_size(r.constant_bytes)}, {r.layout})")
+    if r.cpu_ops:
+        console.print(f"CPU ops: {', '.join(r.cpu_ops)}")
     for w in r.warnings:
         console.print(f"[yellow]warning:[/] {w}")
