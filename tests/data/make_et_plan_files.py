@@ -4,7 +4,7 @@
 
 Each model puts an op the Vulkan partitioner does not take between parts it
 does, so the program is delegate calls with CPU kernel calls between them.
-Writes et_cumsum.pte, et_topk_sort.pte, et_index_put.pte; weights are seeded
+Writes et_cumsum.pte, et_topk_sort.pte, et_index_put.pte, et_convnext_mini.pte; weights are seeded
 (torch.manual_seed(0) before each model is built).
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch
 from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
 from executorch.exir import to_edge_transform_and_lower
 
-from et_models import CumsumMLP, IndexPutMLP, TopkSortCNN
+from et_models import CumsumMLP, IndexPutMLP, MiniConvNeXt, TopkSortCNN
 
 HERE = Path(__file__).resolve().parent
 
@@ -23,6 +23,7 @@ FILES = {  # file stem -> (model class, input shape)
     "et_cumsum": (CumsumMLP, (2, 8)),
     "et_topk_sort": (TopkSortCNN, (1, 3, 8, 8)),
     "et_index_put": (IndexPutMLP, (2, 8)),
+    "et_convnext_mini": (MiniConvNeXt, (1, 3, 16, 16)),
 }
 
 

@@ -30,12 +30,14 @@ from tests.format.test_fmt_cli import run as run_cli  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 sys.path.insert(0, str(DATA))
-from et_models import CumsumMLP, IndexPutMLP, TopkSortCNN  # noqa: E402
+from et_models import CumsumMLP, IndexPutMLP, MiniConvNeXt, TopkSortCNN  # noqa: E402
 
 CASES = {  # file -> (model class, input shape, delegates, CPU ops in plan order)
     "et_cumsum.pte": (CumsumMLP, (2, 8), 2, ["aten::cumsum.out"]),
     "et_topk_sort.pte": (TopkSortCNN, (1, 3, 8, 8), 3, ["aten::topk.values", "aten::sort.values"]),
     "et_index_put.pte": (IndexPutMLP, (2, 8), 2, ["aten::index_put.out"]),  # indices and values: plan constants
+    # issue 11: the first delegate ends at the [1, 16, 1, 1] pooled tensor; vkx returned it as the output
+    "et_convnext_mini.pte": (MiniConvNeXt, (1, 3, 16, 16), 2, ["aten::as_strided_copy.out"]),
 }
 
 
