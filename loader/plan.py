@@ -58,6 +58,7 @@ def load_plan(path, external_data: Sequence, schedule: str, device, upload: str,
                 raise TorchMissingError(f"{pf.path}: its execution plan runs on the CPU with torch, which is not "
                                         f"installed (CPU ops: {ops})") from None
             kernels = _bind_kernels(plan, pf.path)
+            _check_dtypes(plan, pf.path)
             constants = _constants(pf, plan)
             graphs = {v.delegate_index: v for v in pf.vulkan_delegates if v.plan_index == PLAN}
             _check_delegate_calls(plan, graphs, pf.path)
@@ -95,6 +96,15 @@ def _bind_kernels(plan: ExecutionPlan, path: str) -> dict[tuple[int, int], Kerne
     return kernels
 
 
+def _check_dtypes(plan: ExecutionPlan, path: str) -> None:
+    """Every Tensor value has a torch dtype (the plan's values are torch tensors)."""
+    bad = [f"{vid} ({ev.value.scalar_type.name})" for vid, ev in enumerate(plan.values)
+           if ev.kind == "Tensor" and torch_dtype(ev.value.scalar_type) is None]
+    if bad:
+        raise BadProgramError(f"{path}: execution_plan[{PLAN}] tensors whose scalar type torch has no dtype for: "
+                              f"values {', '.join(bad)}")
+
+
 def _constants(pf: ProgramFile, plan: ExecutionPlan) -> dict[int, Any]:
     """value id -> a CPU tensor holding the plan constant's bytes (copied out of the file)."""
     import torch
@@ -103,9 +113,6 @@ def _constants(pf: ProgramFile, plan: ExecutionPlan) -> dict[int, Any]:
         if ev.kind == "Tensor" and ev.value.data_buffer_idx > 0 and ev.value.memory_id is None:
             t: TensorMeta = ev.value
             dtype = torch_dtype(t.scalar_type)
-            if dtype is None:
-                raise BadProgramError(f"{pf.path}: execution_plan[{PLAN}].values[{vid}]: scalar type "
-                                      f"{t.scalar_type.name} has no torch dtype")
             data = bytearray(pf.view(pf.constant_range(t, f"execution_plan[{PLAN}].values[{vid}].val")))
             out[vid] = torch.frombuffer(data, dtype=dtype).reshape(t.sizes) if data else torch.empty(t.sizes, dtype=dtype)
     return out
@@ -149,7 +156,6 @@ class PlanProgram:
 
     def __init__(self, plan: ExecutionPlan, kernels: dict[tuple[int, int], Kernel], constants: dict[int, Any],
                  delegates: dict[int, Program], on_close):
-        import torch
         self.plan = plan
         self.delegates = delegates
         """delegate index -> its loaded Program."""

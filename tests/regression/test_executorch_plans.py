@@ -21,9 +21,9 @@ import vkx  # noqa: E402
 from vkx.format import describe, validate  # noqa: E402
 from vkx.format.common import ScalarType  # noqa: E402
 from vkx.format.program import EValue, ExecutionPlan, Chain, Instruction, TensorMeta  # noqa: E402
-from vkx.loader.errors import LoadError, TorchMissingError, UnsupportedOpError  # noqa: E402
+from vkx.loader.errors import BadProgramError, LoadError, TorchMissingError, UnsupportedOpError  # noqa: E402
 from vkx.loader.kernels import Refused, bind  # noqa: E402
-from vkx.loader.plan import PlanProgram, _bind_kernels  # noqa: E402
+from vkx.loader.plan import PlanProgram, _bind_kernels, _check_dtypes  # noqa: E402
 from vkx.loader.runner import Program  # noqa: E402
 
 from tests.format.test_fmt_cli import run as run_cli  # noqa: E402
@@ -138,8 +138,11 @@ import sys
 sys.modules["torch"] = None
 import vkx
 from vkx.loader.errors import LoadError
+import numpy as np
 try:
-    vkx.load(sys.argv[1])
+    with vkx.load(sys.argv[1]) as program:
+        program.run_numpy(*[np.zeros(shape, dtype) for shape, dtype in program.input_specs])
+        print("ran")
 except LoadError as e:
     print(f"{type(e).__name__}: {e}")
     sys.exit(2)
@@ -153,6 +156,9 @@ def test_without_torch_a_plan_file_is_one_typed_error():
     lines = p.stdout.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"{TorchMissingError.__name__}: ")
     assert "not installed" in lines[0] and "aten::cumsum.out" in lines[0]
+    p = subprocess.run([sys.executable, "-c", BLOCKED, str(DATA / "et_mlp.pte")],  # one delegate: no torch needed
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "VKX_VALIDATION": "1"})
+    assert (p.returncode, p.stdout) == (0, "ran\n"), p.stderr
 
 
 # -- the interpreter on a hand-made plan (no delegates): jumps, moves, frees ---------------------
@@ -190,3 +196,11 @@ def test_arguments_vkx_cannot_convert_are_refused():
         bind(plan, 0, (0, 1, 2, 2))
     with pytest.raises(UnsupportedOpError, match=r"hand.pte: CPU ops vkx cannot run: aten::mul.out \(argument other"):
         _bind_kernels(plan, "hand.pte")
+
+
+def test_tensors_torch_has_no_dtype_for_are_refused():
+    values = [_tensor(2), EValue("Tensor", TensorMeta(ScalarType.QINT8, (2,), (0,), 0, 1, 0, 0)), _tensor(2)]
+    plan = _plan(values, [], [], [0], [2])
+    _check_dtypes(_plan([_tensor(2)], [], [], [0], [0]), "hand.pte")
+    with pytest.raises(BadProgramError, match=r"hand.pte: .* values 1 \(QINT8\)"):
+        _check_dtypes(plan, "hand.pte")
