@@ -16,7 +16,6 @@ closes every one of them.
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Sequence
 
 import numpy as np
@@ -51,6 +50,8 @@ def load_plan(path, external_data: Sequence, schedule: str, device, upload: str,
     try:
         with ProgramFile.open(path) as pf:
             plan = pf.program.execution_plan[PLAN]
+            graphs = {v.delegate_index: v for v in pf.vulkan_delegates if v.plan_index == PLAN}
+            _check_instructions(plan, graphs, pf.path)
             try:
                 import torch  # noqa: F401
             except ImportError:
@@ -60,8 +61,6 @@ def load_plan(path, external_data: Sequence, schedule: str, device, upload: str,
             kernels = _bind_kernels(plan, pf.path)
             _check_dtypes(plan, pf.path)
             constants = _constants(pf, plan)
-            graphs = {v.delegate_index: v for v in pf.vulkan_delegates if v.plan_index == PLAN}
-            _check_delegate_calls(plan, graphs, pf.path)
             order = sorted(graphs)
         for di in order:
             delegates.append(_load_delegate(path, external_data, di, schedule, device, upload, options))
@@ -118,12 +117,30 @@ def _constants(pf: ProgramFile, plan: ExecutionPlan) -> dict[int, Any]:
     return out
 
 
-def _check_delegate_calls(plan: ExecutionPlan, graphs: dict, path: str) -> None:
+def _check_instructions(plan: ExecutionPlan, graphs: dict, path: str) -> None:
+    """Every instruction's indices are in range and every delegate call fits its VkGraph (BadProgramError)."""
+    n = len(plan.values)
+    for vid in plan.inputs + plan.outputs:
+        if not 0 <= vid < n:
+            raise BadProgramError(f"{path}: execution_plan[{PLAN}]: input/output value id {vid} out of range ({n} values)")
+    for vid, ev in enumerate(plan.values):
+        if ev.kind in ("TensorList", "OptionalTensorList", "IntList"):
+            low = -1 if ev.kind == "OptionalTensorList" else 0
+            want = "Int" if ev.kind == "IntList" else "Tensor"
+            if any(not (low <= i < n and (i == -1 or plan.values[i].kind == want)) for i in ev.value):
+                raise BadProgramError(f"{path}: execution_plan[{PLAN}].values[{vid}]: {ev.kind} items "
+                                      f"{list(ev.value)} are not all {want} value ids")
     for ci, chain in enumerate(plan.chains):
         for ii, ins in enumerate(chain.instructions):
+            where = f"{path}: execution_plan[{PLAN}].chains[{ci}].instructions[{ii}]"
+            if any(not 0 <= a < n for a in ins.args):
+                raise BadProgramError(f"{where}: a value id of {list(ins.args)} is out of range ({n} values)")
+            if ins.kind == "KernelCall" and not 0 <= ins.index < len(plan.operators):
+                raise BadProgramError(f"{where}: operator {ins.index} out of range ({len(plan.operators)} operators)")
+            if ins.kind == "JumpFalseCall" and not 0 <= ins.index < len(chain.instructions):
+                raise BadProgramError(f"{where}: destination {ins.index} out of range ({len(chain.instructions)} instructions)")
             if ins.kind != "DelegateCall":
                 continue
-            where = f"{path}: execution_plan[{PLAN}].chains[{ci}].instructions[{ii}]"
             v = graphs.get(ins.index)
             if v is None:
                 raise BadProgramError(f"{where}: delegate {ins.index} is not a VulkanBackend delegate")

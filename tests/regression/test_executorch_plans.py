@@ -23,7 +23,7 @@ from vkx.format.common import ScalarType  # noqa: E402
 from vkx.format.program import EValue, ExecutionPlan, Chain, Instruction, TensorMeta  # noqa: E402
 from vkx.loader.errors import BadProgramError, LoadError, TorchMissingError, UnsupportedOpError  # noqa: E402
 from vkx.loader.kernels import Refused, bind  # noqa: E402
-from vkx.loader.plan import PlanProgram, _bind_kernels, _check_dtypes  # noqa: E402
+from vkx.loader.plan import PlanProgram, _bind_kernels, _check_dtypes, _check_instructions  # noqa: E402
 from vkx.loader.runner import Program  # noqa: E402
 
 from tests.format.test_fmt_cli import run as run_cli  # noqa: E402
@@ -204,3 +204,15 @@ def test_tensors_torch_has_no_dtype_for_are_refused():
     _check_dtypes(_plan([_tensor(2)], [], [], [0], [0]), "hand.pte")
     with pytest.raises(BadProgramError, match=r"hand.pte: .* values 1 \(QINT8\)"):
         _check_dtypes(plan, "hand.pte")
+
+
+@pytest.mark.parametrize("values,instruction,match", [
+    ([_tensor(2)], Instruction("MoveCall", -1, (0, 5)), r"instructions\[0\]: a value id of \[0, 5\] is out of range"),
+    ([_tensor(2)], Instruction("JumpFalseCall", 9, (0,)), r"instructions\[0\]: destination 9 out of range"),
+    ([_tensor(2)], Instruction("KernelCall", 3, (0,)), r"instructions\[0\]: operator 3 out of range"),
+    ([_tensor(2)], Instruction("DelegateCall", 0, (0,)), r"delegate 0 is not a VulkanBackend delegate"),
+    ([_tensor(2), EValue("IntList", (0,))], Instruction("FreeCall", -1, (0,)), r"values\[1\]: IntList items \[0\]"),
+])
+def test_malformed_plans_are_refused_before_anything_runs(values, instruction, match):
+    with pytest.raises(BadProgramError, match=match):
+        _check_instructions(_plan(values, [instruction], [], [0], [0]), {}, "hand.pte")
