@@ -15,7 +15,7 @@ from vkx.format import ExternalData, FileRange, FormatError, ProgramFile, resolv
 from vkx.format.pte import VulkanDelegate
 from vkx.loader.errors import BadProgramError, FileError, LoadError, as_load_error
 from vkx.loader.named_data import FreeableBuffer
-from vkx.loader.plan import load_plan, runs_as_one_delegate
+from vkx.loader.plan import PlanProgram, load_plan, runs_as_one_delegate
 from vkx.loader.program import load_source
 from vkx.loader.runner import Program
 from vkx.loader.trace import Timeline
@@ -56,8 +56,9 @@ class FileConstants:
 
 
 def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None, upload: str = "auto",
-         **options) -> Program:
-    """Load the Vulkan delegate of the .pte at `path` and return a callable `Program`.
+         **options) -> Program | PlanProgram:
+    """Load the .pte at `path` and return a callable `Program` (a `PlanProgram` when its plan is
+    more than one delegate call: vkx.loader.plan).
 
     `external_data`: .ptd / .safetensors files searched (in order) before the
     .pte's own named data. `schedule`: "lazy" (default) or "eager" (the old
