@@ -118,7 +118,7 @@ def test_inspect_and_validate_commands_print_every_delegate_and_cpu_op():
     assert json.loads(out)["program"]["plans"][0]["cpu_ops"] == {"aten::cumsum.out": 1}
 
 
-def test_cpu_ops_vkx_cannot_run_are_refused_in_one_error(tmp_path):
+def test_cpu_ops_vkx_cannot_run_are_refused_in_one_error(tmp_path, monkeypatch):
     data = (DATA / "et_topk_sort.pte").read_bytes()
     for old, new in ((b"aten::topk", b"aten::tOpk"), (b"aten::sort", b"aten::sOrt")):
         assert data.count(old) == 1
@@ -126,6 +126,10 @@ def test_cpu_ops_vkx_cannot_run_are_refused_in_one_error(tmp_path):
     path = tmp_path / "unknown_ops.pte"
     path.write_bytes(data)
     assert validate(path).cpu_ops == ["aten::tOpk.values", "aten::sOrt.values"]
+
+    def no_gpu_work(*args, **kwargs):
+        raise AssertionError("a delegate was loaded before the plan was refused")
+    monkeypatch.setattr("vkx.loader.plan.load_source", no_gpu_work)
     with pytest.raises(UnsupportedOpError) as info:
         vkx.load(path)
     message = str(info.value)
