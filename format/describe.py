@@ -13,7 +13,7 @@ from . import vkgraph as vk
 from .common import FileRange
 from .external import ExternalData, constant_tensors
 from .liveness import lifetimes, peak_live_bytes, shared_object_bytes
-from .program import SEGMENT
+from .program import SEGMENT, ExecutionPlan
 from .pte import ProgramFile, VulkanDelegate
 
 SCHEMA = "vkx.describe/1"
@@ -113,31 +113,13 @@ def _describe(pf: ProgramFile, exts: list[ExternalData]) -> dict[str, Any]:
     where: dict[str, FileRange] = dict(pf.named_data)
     for e in reversed(exts):  # earlier external files win
         where.update(e.named_data)
-    constants: list[dict[str, Any]] = []
     key_info: dict[str, dict[str, Any]] = {}
-    W = w = 0
-    if v is not None:
-        tensors = constant_tensors(v.graph)
-        for k, c in enumerate(v.graph.constants):
-            t = tensors.get(k)
-            nbytes = t.nbytes if t is not None else c.length
-            W, w = W + nbytes, max(w, nbytes)
-            r = where.get(c.named_key) if c.is_named else None
-            constants.append({
-                "id": k, "key": c.named_key if c.is_named else None, "bytes": nbytes,
-                "dtype": t.datatype.name if t else None, "dims": list(t.dims) if t else None,
-                "location": ("legacy" if not c.is_named else "missing" if r is None
-                             else "pte" if r.path == pf.path else r.path),
-            })
-            if c.is_named and t is not None:
-                key_info.setdefault(c.named_key, {"dtype": t.datatype.name, "dims": list(t.dims), "constant_ids": []})
-                key_info[c.named_key]["constant_ids"].append(k)
+    graphs = {(d.plan_index, d.delegate_index): _delegate(d, where, pf.path, key_info) for d in pf.vulkan_delegates}
     named = []
     for src in [pf] + exts:
         for key, r in src.named_data.items():
-            info = key_info.get(key, {"dtype": None, "dims": None, "constant_ids": []})
+            info = key_info.get(key, {"dtype": None, "dims": None, "constant_ids": [], "users": []})
             named.append({"key": key, "file": "pte" if src is pf else src.path, "offset": r.offset, "bytes": r.size, **info})
-    A, A_live = activation_totals(v.graph) if v is not None else (0, 0)
     return {
         "schema": SCHEMA,
         "file": {"path": pf.path, "bytes": pf.size},
@@ -147,20 +129,84 @@ def _describe(pf: ProgramFile, exts: list[ExternalData]) -> dict[str, Any]:
         "program": {"version": p.version, "plans": [
             {"name": plan.name, "values": len(plan.values), "inputs": list(plan.inputs), "outputs": list(plan.outputs),
              "instructions": sum(len(c.instructions) for c in plan.chains), "operators": len(plan.operators),
-             "non_const_buffer_sizes": list(plan.non_const_buffer_sizes)} for plan in p.execution_plan]},
+             "non_const_buffer_sizes": list(plan.non_const_buffer_sizes),
+             "calls": _calls(plan),
+             "cpu_ops": dict(Counter(_op(plan, i.index) for c in plan.chains for i in c.instructions
+                                     if i.kind == "KernelCall" and 0 <= i.index < len(plan.operators)))}
+            for plan in p.execution_plan]},
         "segments": segments,
         "named_data": named,
         "external": [{"path": e.path, "kind": e.kind, "bytes": e.size, "entries": len(e.named_data)} for e in exts],
         "delegates": [{"plan": pi, "index": di, "id": d.id, "location": "segment" if d.location == SEGMENT else "inline",
-                       "data_index": d.index, "compile_specs": {k: val.hex() for k, val in d.compile_specs}}
+                       "data_index": d.index, "compile_specs": {k: val.hex() for k, val in d.compile_specs},
+                       "vulkan": graphs.get((pi, di))}
                       for pi, plan in enumerate(p.execution_plan) for di, d in enumerate(plan.delegates)],
-        "vulkan": None if v is None else {
-            "blob": {"offset": v.blob.offset, "size": v.blob.size},
-            "vh00": {"header_length": v.header_length, "flatbuffer_offset": v.flatbuffer_offset,
-                     "flatbuffer_size": v.flatbuffer_size, "bytes_offset": v.bytes_offset, "bytes_size": v.bytes_size},
-            "legacy_section": {"offset": v.legacy_section.offset, "size": v.legacy_section.size},
-            "graph": _vkgraph(v, constants),
-        },
-        "totals": {"W": W, "w": w, "A": A, "A_live": A_live,
-                   "peak_old": 2 * W + A + w, "peak_lazy": W + max(A, 2 * w)},
+        "vulkan": None if v is None else graphs[v.plan_index, v.delegate_index],
+        "totals": _totals(list(graphs.values())),
     }
+
+
+def _delegate(v: VulkanDelegate, where: dict[str, FileRange], path: str,
+              key_info: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One VulkanBackend delegate: its blob, VH00 header and VkGraph (with where each constant is)."""
+    constants: list[dict[str, Any]] = []
+    tensors = constant_tensors(v.graph)
+    for k, c in enumerate(v.graph.constants):
+        t = tensors.get(k)
+        nbytes = t.nbytes if t is not None else c.length
+        r = where.get(c.named_key) if c.is_named else None
+        constants.append({
+            "id": k, "key": c.named_key if c.is_named else None, "bytes": nbytes,
+            "dtype": t.datatype.name if t else None, "dims": list(t.dims) if t else None,
+            "location": ("legacy" if not c.is_named else "missing" if r is None
+                         else "pte" if r.path == path else r.path),
+        })
+        if c.is_named and t is not None:
+            info = key_info.setdefault(c.named_key, {"dtype": t.datatype.name, "dims": list(t.dims),
+                                                     "constant_ids": [], "users": []})
+            info["constant_ids"].append(k)
+            info["users"].append({"plan": v.plan_index, "delegate": v.delegate_index, "id": k})
+    A, A_live = activation_totals(v.graph)
+    return {
+        "plan": v.plan_index, "index": v.delegate_index,
+        "blob": {"offset": v.blob.offset, "size": v.blob.size},
+        "vh00": {"header_length": v.header_length, "flatbuffer_offset": v.flatbuffer_offset,
+                 "flatbuffer_size": v.flatbuffer_size, "bytes_offset": v.bytes_offset, "bytes_size": v.bytes_size},
+        "legacy_section": {"offset": v.legacy_section.offset, "size": v.legacy_section.size},
+        "graph": _vkgraph(v, constants),
+        "totals": {"W": sum(c["bytes"] for c in constants), "w": max((c["bytes"] for c in constants), default=0),
+                   "A": A, "A_live": A_live},
+    }
+
+
+def _totals(delegates: list[dict[str, Any]]) -> dict[str, int]:
+    """Load memory of every delegate, loaded one after another: delegate k loads while the ones before it
+    hold their weights and activations (with one delegate: W + max(A, 2w) and 2W + A + w)."""
+    W = w = A = A_live = peak_old = peak_lazy = 0
+    for d in delegates:
+        t = d["totals"]
+        peak_old = max(peak_old, W + A + 2 * t["W"] + t["A"] + t["w"])
+        peak_lazy = max(peak_lazy, W + A + t["W"] + max(t["A"], 2 * t["w"]))
+        W, w, A, A_live = W + t["W"], max(w, t["w"]), A + t["A"], A_live + t["A_live"]
+    return {"W": W, "w": w, "A": A, "A_live": A_live, "peak_old": peak_old, "peak_lazy": peak_lazy}
+
+
+def _op(plan: ExecutionPlan, index: int) -> str:
+    name, overload = plan.operators[index]
+    return f"{name}.{overload or 'default'}"
+
+
+def _calls(plan: ExecutionPlan) -> list[dict[str, Any]]:
+    """Every instruction of every chain, in order: what it calls and its value ids."""
+    out = []
+    for ci, chain in enumerate(plan.chains):
+        for ii, ins in enumerate(chain.instructions):
+            call: dict[str, Any] = {"chain": ci, "index": ii, "kind": ins.kind, "args": list(ins.args)}
+            if ins.kind == "KernelCall":
+                call["op"] = _op(plan, ins.index) if 0 <= ins.index < len(plan.operators) else None
+            elif ins.kind == "DelegateCall":
+                call["delegate"] = ins.index
+            elif ins.kind == "JumpFalseCall":
+                call["destination"] = ins.index
+            out.append(call)
+    return out

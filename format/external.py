@@ -12,7 +12,7 @@ from .errors import (BadMagicError, DuplicateKeyError, FormatError, InvalidValue
                      OutOfBoundsError, TruncatedError)
 from .flatbuf import Reader
 from .infile import InputFile
-from .pte import VULKAN_BACKEND, ProgramFile
+from .pte import VULKAN_BACKEND, ProgramFile, VulkanDelegate
 
 FT_HEADER_LENGTH = 40
 SAFETENSORS_MAX_HEADER = 100 * 1024 * 1024  # the safetensors library's own limit
@@ -141,13 +141,14 @@ def constant_tensors(graph: vk.VkGraph) -> dict[int, vk.Tensor]:
     return out
 
 
-def resolve_constants(pf: ProgramFile, external: Sequence[ExternalData] = ()) -> list[FileRange]:
-    """Where each constant's bytes are, indexed by constant_id.
+def resolve_constants(pf: ProgramFile, external: Sequence[ExternalData] = (),
+                      delegate: VulkanDelegate | None = None) -> list[FileRange]:
+    """Where each constant of `delegate` (default: the first) is, indexed by constant_id.
 
     Named constants are looked up in the external files in order, then in the
     .pte's named data; legacy ones inside the delegate blob's constant section.
     """
-    v = pf.vulkan
+    v = delegate or pf.vulkan
     if v is None:
         raise FormatError("execution_plan", f"no {VULKAN_BACKEND} delegate", pf.path)
     tensors = constant_tensors(v.graph)

@@ -46,8 +46,11 @@ class EValue:
 class Instruction:
     kind: str
     index: int
-    """op_index of a KernelCall, delegate_index of a DelegateCall, else -1."""
+    """op_index of a KernelCall, delegate_index of a DelegateCall,
+    destination_instruction of a JumpFalseCall, else -1."""
     args: tuple[int, ...]
+    """Value ids: the call's args; (move_from, move_to) of a MoveCall,
+    (cond_value_index,) of a JumpFalseCall, (value_index,) of a FreeCall."""
 
 
 @dataclass(frozen=True)
@@ -165,7 +168,11 @@ def _instruction(t: Table) -> Instruction:
     if kind in ("KernelCall", "DelegateCall"):
         index = v.scalar(0, "i", "op_index" if kind == "KernelCall" else "delegate_index")
         return Instruction(kind, index, v.scalars(1, "i", "args") or ())
-    return Instruction(kind, -1, ())
+    if kind == "MoveCall":
+        return Instruction(kind, -1, (v.scalar(0, "i", "move_from"), v.scalar(1, "i", "move_to")))
+    if kind == "JumpFalseCall":
+        return Instruction(kind, v.scalar(1, "i", "destination_instruction"), (v.scalar(0, "i", "cond_value_index"),))
+    return Instruction(kind, -1, (v.scalar(0, "i", "value_index"),))
 
 
 def _chain(t: Table) -> Chain:

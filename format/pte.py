@@ -10,7 +10,7 @@ from .common import FileRange
 from .errors import BadMagicError, DuplicateKeyError, InvalidValueError, OutOfBoundsError, TruncatedError
 from .flatbuf import Reader
 from .infile import InputFile
-from .program import INLINE, Program, decode_program
+from .program import INLINE, Program, TensorMeta, decode_program
 from .vkgraph_decode import decode_vkgraph
 
 VULKAN_BACKEND = "VulkanBackend"
@@ -30,7 +30,7 @@ class ExtendedHeader:
 
 @dataclass(frozen=True)
 class VulkanDelegate:
-    """The first VulkanBackend delegate: its blob, VH00 header and decoded VkGraph."""
+    """One VulkanBackend delegate: its blob, VH00 header and decoded VkGraph."""
     graph: vk.VkGraph
     blob: FileRange
     legacy_section: FileRange
@@ -131,15 +131,29 @@ class ProgramFile(InputFile):
         return self.segments[d.index]
 
     @cached_property
-    def vulkan(self) -> VulkanDelegate | None:
-        """The first VulkanBackend delegate, decoded on first access."""
-        for pi, plan in enumerate(self.program.execution_plan):
-            for di, d in enumerate(plan.delegates):
-                if d.id == VULKAN_BACKEND:
-                    return self._vulkan(pi, di)
-        return None
+    def vulkan_delegates(self) -> tuple[VulkanDelegate, ...]:
+        """Every VulkanBackend delegate of every plan, in plan then delegate order, decoded on first access."""
+        return tuple(self.vulkan_delegate(pi, di) for pi, plan in enumerate(self.program.execution_plan)
+                     for di, d in enumerate(plan.delegates) if d.id == VULKAN_BACKEND)
 
-    def _vulkan(self, pi: int, di: int) -> VulkanDelegate:
+    @property
+    def vulkan(self) -> VulkanDelegate | None:
+        """The first VulkanBackend delegate."""
+        return self.vulkan_delegates[0] if self.vulkan_delegates else None
+
+    def constant_range(self, t: TensorMeta, where: str) -> FileRange:
+        """The bytes of a plan constant tensor (`data_buffer_idx` > 0) in the constant segment."""
+        cs = self.program.constant_segment
+        if cs is None or not 0 < t.data_buffer_idx < len(cs[1]) or cs[0] >= len(self.segments):
+            raise OutOfBoundsError(f"{where}.data_buffer_idx", f"constant {t.data_buffer_idx} is not in the constant segment", self.path)
+        seg = self.segments[cs[0]]
+        offset = cs[1][t.data_buffer_idx]
+        if offset + t.nbytes > seg.size:
+            raise OutOfBoundsError(f"{where}.data_buffer_idx", f"constant [{offset}, +{t.nbytes}) past the constant segment ({seg.size} bytes)", self.path)
+        return FileRange(self.path, seg.offset + offset, t.nbytes)
+
+    def vulkan_delegate(self, pi: int, di: int) -> VulkanDelegate:
+        """execution_plan[pi].delegates[di], decoded as a VulkanBackend delegate."""
         blob = self.delegate_blob(pi, di)
         where = f"execution_plan[{pi}].delegates[{di}].processed"
         with self.metadata_reads():

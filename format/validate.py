@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import NoReturn, Sequence
+from typing import Iterator, NoReturn, Sequence
 
 from . import contract, vkgraph as vk
 from .common import FileRange
-from .errors import InvalidValueError, OutOfBoundsError, OverlapError, TruncatedError
+from .errors import FormatError, InvalidValueError, OutOfBoundsError, OverlapError, TruncatedError
 from .external import ExternalData, constant_tensors, resolve_constants
 from .program import Program
 from .pte import VH_LENGTH, VULKAN_BACKEND, ProgramFile, VulkanDelegate
@@ -24,6 +25,9 @@ class ValidationReport:
     constants: int = 0
     constant_bytes: int = 0
     layout: str = "none"
+    delegates: int = 0
+    cpu_ops: list[str] = field(default_factory=list)
+    """`namespace::name.overload` of every operator the plans call on the CPU (KernelCall)."""
     warnings: list[str] = field(default_factory=list)
 
 
@@ -38,13 +42,22 @@ def validate(path: str | os.PathLike, external: Sequence[str | os.PathLike] = ()
             _check_container(pf, report)
             for e in exts:
                 _check_no_overlap(list(e.named_data.values()), e.path, "segments", e.header.segment_base_offset if e.header else 0)
-            _check_plans(pf)
-            v = pf.vulkan
-            if v is None:
+            _check_plans(pf, report)
+            delegates = pf.vulkan_delegates
+            if not delegates:
                 raise InvalidValueError("execution_plan", f"no {VULKAN_BACKEND} delegate", pf.path)
-            _check_graph(v, pf.path)
-            _check_delegate_calls(pf, v)
-            _check_constants(pf, v, exts, report)
+            ranges: list[FileRange] = []
+            for v in delegates:
+                _check_delegate_calls(pf, v)
+                with _in_delegate(v, len(delegates) > 1):
+                    _check_graph(v, pf.path)
+                    ranges += _check_constants(pf, v, exts, report)
+            _check_named_data_use(pf, delegates, exts, report)
+            report.delegates = len(delegates)
+            report.constants = sum(len(v.graph.constants) for v in delegates)
+            report.constant_bytes = sum(r.size for r in ranges)  # each delegate's constants go to the device
+            layouts = {v.graph.constant_layout for v in delegates} - {"none"}
+            report.layout = layouts.pop() if len(layouts) == 1 else "mixed" if layouts else "none"
             return report
     finally:
         for e in exts:
@@ -53,6 +66,18 @@ def validate(path: str | os.PathLike, external: Sequence[str | os.PathLike] = ()
 
 def _fail(cls: type, where: str, detail: str, path: str) -> NoReturn:
     raise cls(where, detail, path)
+
+
+@contextmanager
+def _in_delegate(v: VulkanDelegate, several: bool) -> Iterator[None]:
+    """With several delegates, a problem's `where` starts with the delegate it is in."""
+    try:
+        yield
+    except FormatError as error:
+        if not several:
+            raise
+        raise type(error)(f"execution_plan[{v.plan_index}].delegates[{v.delegate_index}].{error.where}",
+                          error.detail, error.path) from None
 
 
 def _check_no_overlap(ranges: list[FileRange], path: str, where: str, floor: int) -> None:
@@ -94,8 +119,9 @@ def _check_container(pf: ProgramFile, report: ValidationReport) -> None:
     report.segments, report.named_data = len(pf.segments), len(pf.named_data)
 
 
-def _check_plans(pf: ProgramFile) -> None:
+def _check_plans(pf: ProgramFile, report: ValidationReport) -> None:
     path = pf.path
+    ops: dict[str, None] = {}
     for pi, plan in enumerate(pf.program.execution_plan):
         at = f"execution_plan[{pi}]"
         if plan.absent:
@@ -138,12 +164,18 @@ def _check_plans(pf: ProgramFile) -> None:
                 limit = len(plan.operators) if ins.kind == "KernelCall" else len(plan.delegates)
                 if ins.kind in ("KernelCall", "DelegateCall") and not 0 <= ins.index < limit:
                     _fail(OutOfBoundsError, iw, f"{ins.kind} index {ins.index} out of range ({limit})", path)
+                if ins.kind == "KernelCall":
+                    name, overload = plan.operators[ins.index]
+                    ops[f"{name}.{overload or 'default'}"] = None
+                if ins.kind == "JumpFalseCall" and not 0 <= ins.index < len(chain.instructions):
+                    _fail(OutOfBoundsError, f"{iw}.destination_instruction", f"{ins.index} out of range ({len(chain.instructions)} instructions)", path)
                 for j, a in enumerate(ins.args):
                     if not 0 <= a < n:
                         _fail(OutOfBoundsError, f"{iw}.args[{j}]", f"value id {a} out of range ({n} values)", path)
         for di, d in enumerate(plan.delegates):
             if d.id != VULKAN_BACKEND:
                 _fail(InvalidValueError, f"{at}.delegates[{di}].id", f"backend {d.id!r} is not {VULKAN_BACKEND}", path)
+    report.cpu_ops = list(ops)
 
 
 def _check_graph(v: VulkanDelegate, path: str) -> None:
@@ -206,9 +238,11 @@ def _check_delegate_calls(pf: ProgramFile, v: VulkanDelegate) -> None:
                       f"{len(ins.args)} args, the VkGraph has {len(v.graph.input_ids)} inputs + {len(v.graph.output_ids)} outputs", pf.path)
 
 
-def _check_constants(pf: ProgramFile, v: VulkanDelegate, exts: Sequence[ExternalData], report: ValidationReport) -> None:
+def _check_constants(pf: ProgramFile, v: VulkanDelegate, exts: Sequence[ExternalData],
+                     report: ValidationReport) -> list[FileRange]:
+    """The delegate's constants are where they say and as large as their tensors; returns their ranges."""
     g = v.graph
-    ranges = resolve_constants(pf, exts)  # keys resolvable, sizes exact, legacy bounds
+    ranges = resolve_constants(pf, exts, v)  # keys resolvable, sizes exact, legacy bounds
     tensors = constant_tensors(g)
     for vi, val in enumerate(g.values):
         if isinstance(val, vk.Tensor) and val.constant_id >= 0:
@@ -224,10 +258,14 @@ def _check_constants(pf: ProgramFile, v: VulkanDelegate, exts: Sequence[External
             report.warnings.append(f"vkgraph.constants[{k}] is used by no tensor")
         elif tensors[k].nbytes == 0:
             report.warnings.append(f"vkgraph.constants[{k}] has zero bytes (the ExecuTorch runtime likely rejects it)")
-    report.layout = g.constant_layout
-    if report.layout in ("legacy", "mixed"):
+    if g.constant_layout in ("legacy", "mixed"):
         report.warnings.append("legacy constants stay in the delegate blob: the runtime keeps them in CPU memory until the blob is freed")
-    keys = {c.named_key for c in g.constants if c.is_named}
+    return ranges
+
+
+def _check_named_data_use(pf: ProgramFile, delegates: Sequence[VulkanDelegate], exts: Sequence[ExternalData],
+                          report: ValidationReport) -> None:
+    keys = {c.named_key for v in delegates for c in v.graph.constants if c.is_named}
     for e in exts:
         for key in e.named_data:
             if key in pf.named_data:
@@ -235,5 +273,3 @@ def _check_constants(pf: ProgramFile, v: VulkanDelegate, exts: Sequence[External
     for key in pf.named_data:
         if key not in keys:
             report.warnings.append(f"named data {key!r} is used by no constant")
-    report.constants = len(ranges)
-    report.constant_bytes = sum(r.size for r in ranges)

@@ -4,13 +4,14 @@ Modules: device (instance, device, queue, validation), memory (allocator +
 ledger), staging (upload ring), named_data (freeable buffers read from
 the files with pread), shaders (glslc + pipeline cache), graph (OpBuilder, dispatch list),
 prepack (constant upload), record (execute command buffer), runner (Program),
-trace (memory timeline), program (load orders).
+trace (memory timeline), program (load orders), plan (a whole ExecuTorch
+execution plan: delegates on the GPU, CPU kernels through kernels.py).
 """
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["load", "load_graph", "Program", "LoadError"]
+__all__ = ["load", "load_graph", "Program", "PlanProgram", "LoadError"]
 
 
 def __getattr__(name: str) -> Any:
@@ -23,6 +24,9 @@ def __getattr__(name: str) -> Any:
     if name == "Program":
         from vkx.loader.runner import Program
         return Program
+    if name == "PlanProgram":
+        from vkx.loader.plan import PlanProgram
+        return PlanProgram
     if name == "LoadError":
         from vkx.loader.errors import LoadError
         return LoadError

@@ -33,6 +33,10 @@ class UnsupportedOpError(LoadError, _OpsUnsupported):
     """The graph uses an op (or an argument combination) vkx cannot run."""
 
 
+class TorchMissingError(LoadError):
+    """The program's execution plan needs torch (CPU ops, tensors between delegates) and torch is not installed."""
+
+
 class ShaderError(LoadError):
     """A compute shader is missing or failed to compile."""
 

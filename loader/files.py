@@ -17,8 +17,10 @@ from typing import Callable, Sequence
 
 from vkx.format import ExternalData, FileRange, FormatError, ProgramFile, resolve_constants
 from vkx.format.describe import external_beside, missing_keys
+from vkx.format.pte import VulkanDelegate
 from vkx.loader.errors import BadProgramError, FileError, LoadError, MissingDataError, as_load_error
 from vkx.loader.named_data import FreeableBuffer
+from vkx.loader.plan import PlanProgram, load_plan, runs_as_one_delegate
 from vkx.loader.program import load_source
 from vkx.loader.runner import Program
 from vkx.loader.trace import Timeline
@@ -27,9 +29,10 @@ from vkx.loader.trace import Timeline
 class FileConstants:
     """The constant source of a program file: constant_id -> FreeableBuffer."""
 
-    def __init__(self, pf: ProgramFile, externals: list[ExternalData]):
+    def __init__(self, pf: ProgramFile, externals: list[ExternalData], delegate: VulkanDelegate | None = None):
         self.pf, self.externals = pf, externals
-        self.ranges: list[FileRange] = resolve_constants(pf, externals)
+        self.delegate = delegate or pf.vulkan
+        self.ranges: list[FileRange] = resolve_constants(pf, externals, self.delegate)
         self._files = {f.path: f for f in [pf, *externals]}
 
     def get(self, cid: int) -> FreeableBuffer:
@@ -58,8 +61,9 @@ class FileConstants:
 
 def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None, upload: str = "auto",
          progress: Callable[[int, int], None] | None = None, trace_memory: bool = False,
-         **options) -> Program:
-    """Load the Vulkan delegate of the .pte at `path` and return a callable `Program`.
+         **options) -> Program | PlanProgram:
+    """Load the .pte at `path` and return a callable `Program` (a `PlanProgram` when its plan is
+    more than one delegate call: vkx.loader.plan).
 
     `external_data`: .ptd / .safetensors files searched (in order) before the
     .pte's own named data; none given and the .pte needs some: its same-stem
@@ -109,6 +113,9 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
         raise
     if own:
         options["on_close"] = _chain(options.get("on_close"), device.close)
+    if not runs_as_one_delegate(pf.program.execution_plan[0]):
+        source.close()  # each delegate of the plan opens the files for its own constants
+        return load_plan(path, external_data, schedule, device, upload, progress=progress, **options)
     return load_source(graph, source, schedule, device, upload, timeline=timeline, progress=progress, **options)
 
 

@@ -60,35 +60,45 @@ def _print(d: dict[str, Any], tensors: bool) -> None:
     console.print(seg)
     for e in d["external"]:
         console.print(f"external {e['kind']}: {safe(e['path'])}  {_size(e['bytes'])}, {e['entries']} entries")
-    v = d["vulkan"]
-    missing = {c["key"] for c in v["graph"]["constants"] if c["location"] == "missing"} if v else set()
+    graphs = [x["vulkan"] for x in d["delegates"] if x["vulkan"] is not None]
+    missing = {c["key"] for v in graphs for c in v["graph"]["constants"] if c["location"] == "missing"}
     if missing:
         console.print(f"[red]needs external data:[/] {len(missing)} named key(s) are in no file given "
                       "(pass --external-data FILE)")
-    if v is None:
+    if not graphs:
         found = ", ".join(safe(x["id"]) for x in d["delegates"]) or "none"
         console.print(f"[red]no VulkanBackend delegate[/] (delegates: {found})")
         return
-    g = v["graph"]
-    console.print(f"\n[bold]VulkanBackend[/] blob {_size(v['blob']['size'])} at {v['blob']['offset']}, "
-                  f"VkGraph {_size(v['vh00']['flatbuffer_size'])}, legacy section {_size(v['legacy_section']['size'])}")
-    console.print(f"{g['values']} values, {g['chain_length']} ops, {len(g['constants'])} constants "
-                  f"({safe(g['constant_layout'])})")
-    ops = _table("Ops", "op", "count")
-    for name, n in g["ops"].items():
-        ops.add_row(safe(name), str(n))
-    console.print(ops)
-    io = _table("Inputs / outputs", "", "id", "dtype", "dims")
-    for kind in ("inputs", "outputs"):
-        for t in g[kind]:
-            io.add_row(kind[:-1], str(t["id"]), safe(t.get("dtype", t.get("kind", ""))), str(t.get("dims", "")))
-    console.print(io)
-    if tensors:
-        ct = _table("Constants", "id", "dtype", "dims", "bytes", "key", "where")
-        for c in g["constants"]:
-            ct.add_row(str(c["id"]), safe(c["dtype"]), str(c["dims"]), _size(c["bytes"]), _short(c["key"]),
-                       "[red]missing[/]" if c["location"] == "missing" else safe(c["location"]))
-        console.print(ct)
+    for plan in d["program"]["plans"]:
+        if len(plan["calls"]) > 1 or plan["cpu_ops"]:
+            calls = _table(f"Plan {safe(plan['name'])}: {len(plan['calls'])} instructions", "#", "kind", "calls", "args")
+            for c in plan["calls"]:
+                what = c.get("op") or (f"delegate {c['delegate']}" if "delegate" in c else
+                                       f"to {c['destination']}" if "destination" in c else "")
+                calls.add_row(str(c["index"]), c["kind"], safe(str(what)), str(c["args"]))
+            console.print(calls)
+    for v in graphs:
+        g = v["graph"]
+        console.print(f"\n[bold]VulkanBackend[/] delegate {v['index']} of plan {v['plan']}: blob {_size(v['blob']['size'])} "
+                      f"at {v['blob']['offset']}, VkGraph {_size(v['vh00']['flatbuffer_size'])}, "
+                      f"legacy section {_size(v['legacy_section']['size'])}")
+        console.print(f"{g['values']} values, {g['chain_length']} ops, {len(g['constants'])} constants "
+                      f"({safe(g['constant_layout'])})")
+        ops = _table("Ops", "op", "count")
+        for name, n in g["ops"].items():
+            ops.add_row(safe(name), str(n))
+        console.print(ops)
+        io = _table("Inputs / outputs", "", "id", "dtype", "dims")
+        for kind in ("inputs", "outputs"):
+            for t in g[kind]:
+                io.add_row(kind[:-1], str(t["id"]), safe(t.get("dtype", t.get("kind", ""))), str(t.get("dims", "")))
+        console.print(io)
+        if tensors:
+            ct = _table("Constants", "id", "dtype", "dims", "bytes", "key", "where")
+            for c in g["constants"]:
+                ct.add_row(str(c["id"]), safe(c["dtype"]), str(c["dims"]), _size(c["bytes"]), _short(c["key"]),
+                           "[red]missing[/]" if c["location"] == "missing" else safe(c["location"]))
+            console.print(ct)
     t = d["totals"]
     tot = _table("Load memory", "", "bytes", "meaning")
     for name, meaning in (("W", "constant bytes"), ("w", "largest constant"),
@@ -147,12 +157,15 @@ def validate(
         fail(str(error))
     if json:
         print(jsonlib.dumps({"schema": VALIDATE_SCHEMA, "ok": True, "path": r.path, "external": r.external,
-                             "segments": r.segments, "named_data": r.named_data, "constants": r.constants,
+                             "segments": r.segments, "named_data": r.named_data, "delegates": r.delegates,
+                             "cpu_ops": r.cpu_ops, "constants": r.constants,
                              "constant_bytes": r.constant_bytes, "layout": r.layout, "warnings": r.warnings},
                             indent=1))
         return
-    console.print(f"[green]ok[/] {safe(r.path)}: {r.segments} segments, {r.constants} constants "
-                  f"({_size(r.constant_bytes)}, {safe(r.layout)})")
+    console.print(f"[green]ok[/] {safe(r.path)}: {r.segments} segments, {r.delegates} delegate(s), "
+                  f"{r.constants} constants ({_size(r.constant_bytes)}, {safe(r.layout)})")
+    if r.cpu_ops:
+        console.print(f"CPU ops: {', '.join(safe(op) for op in r.cpu_ops)}")
     for w in r.warnings:
         console.print(f"[yellow]warning:[/] {safe(w)}")
 

@@ -1,0 +1,328 @@
+"""The execution plan, instruction by instruction: Vulkan delegates on the GPU, CPU kernels with torch.
+
+A .pte whose plan is more than one delegate call from its inputs to its
+outputs (several delegates, CPU ops between them, moves, jumps) runs here, as
+ExecuTorch's `Method::execute` runs it: every chain in order, every instruction
+of a chain from the first, a JumpFalseCall going to its destination when its
+condition is false. The plan's values are plain per-value CPU tensors (not views
+of the memory-planned arenas); each delegate is a `Program` loaded as
+`load_source` loads one graph.
+
+Everything that could refuse the file is checked before any GPU work: torch is
+importable, and every KernelCall binds to a torch op (one UnsupportedOpError
+lists every op that does not). The delegates are then loaded one after another
+in delegate order, each with the chosen schedule; closing the `PlanProgram`
+closes every one of them.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from vkx.format import ExternalData, FormatError, ProgramFile
+from vkx.format.program import ExecutionPlan, Instruction, TensorMeta
+from vkx.loader.errors import (BadProgramError, FileError, InputError, LoadError, TorchMissingError,
+                               UnsupportedOpError, as_load_error)
+from vkx.loader.kernels import Kernel, Refused, bind, op_name, static_value, torch_dtype
+from vkx.loader.program import load_source
+from vkx.loader.runner import Program
+
+PLAN = 0
+"""vkx runs the first execution plan ("forward")."""
+
+
+def runs_as_one_delegate(plan: ExecutionPlan) -> bool:
+    """The plan is one delegate call from the plan's inputs to its outputs (the fast path)."""
+    calls = [i for c in plan.chains for i in c.instructions]
+    return (len(calls) == 1 and calls[0].kind == "DelegateCall"
+            and calls[0].args == plan.inputs + plan.outputs)
+
+
+def _cpu_ops(plan: ExecutionPlan) -> list[str]:
+    return sorted({op_name(plan, i.index) for c in plan.chains for i in c.instructions if i.kind == "KernelCall"})
+
+
+def load_plan(path, external_data: Sequence, schedule: str, device, upload: str, *, on_close=None,
+              **options) -> "PlanProgram":
+    """Check and bind the plan of the .pte at `path`, then load each of its Vulkan delegates onto `device`."""
+    delegates: list[Program] = []
+    try:
+        with ProgramFile.open(path) as pf:
+            plan = pf.program.execution_plan[PLAN]
+            graphs = {v.delegate_index: v for v in pf.vulkan_delegates if v.plan_index == PLAN}
+            _check_instructions(plan, graphs, pf.path)
+            try:
+                import torch  # noqa: F401
+            except ImportError:
+                ops = ", ".join(_cpu_ops(plan)) or "none"
+                raise TorchMissingError(f"{pf.path}: its execution plan runs on the CPU with torch, which is not "
+                                        f"installed (CPU ops: {ops})") from None
+            kernels = _bind_kernels(plan, pf.path)
+            _check_dtypes(plan, pf.path)
+            constants = _constants(pf, plan)
+            order = sorted(graphs)
+        for di in order:
+            delegates.append(_load_delegate(path, external_data, di, schedule, device, upload, options))
+    except BaseException as error:
+        try:
+            for d in delegates:
+                d.close()
+        finally:
+            if on_close is not None:
+                on_close()
+        if isinstance(error, FormatError) and not isinstance(error, LoadError):
+            raise as_load_error(error) from error
+        if isinstance(error, OSError):
+            raise FileError(f"{error.filename or path}: {error.strerror or error}") from error
+        raise
+    return PlanProgram(plan, kernels, constants, dict(zip(order, delegates)), on_close)
+
+
+def _bind_kernels(plan: ExecutionPlan, path: str) -> dict[tuple[int, int], Kernel]:
+    """(chain, instruction) -> its bound Kernel; one UnsupportedOpError names every op that cannot run."""
+    kernels: dict[tuple[int, int], Kernel] = {}
+    refused: dict[str, None] = {}
+    for ci, chain in enumerate(plan.chains):
+        for ii, ins in enumerate(chain.instructions):
+            if ins.kind == "KernelCall":
+                try:
+                    kernels[ci, ii] = bind(plan, ins.index, ins.args)
+                except Refused as why:
+                    refused[str(why)] = None
+    if refused:
+        raise UnsupportedOpError(f"{path}: CPU ops vkx cannot run: {', '.join(refused)}")
+    return kernels
+
+
+def _check_dtypes(plan: ExecutionPlan, path: str) -> None:
+    """Every Tensor value has a torch dtype (the plan's values are torch tensors)."""
+    bad = [f"{vid} ({ev.value.scalar_type.name})" for vid, ev in enumerate(plan.values)
+           if ev.kind == "Tensor" and torch_dtype(ev.value.scalar_type) is None]
+    if bad:
+        raise BadProgramError(f"{path}: execution_plan[{PLAN}] tensors whose scalar type torch has no dtype for: "
+                              f"values {', '.join(bad)}")
+
+
+def _constants(pf: ProgramFile, plan: ExecutionPlan) -> dict[int, Any]:
+    """value id -> a CPU tensor holding the plan constant's bytes (copied out of the file)."""
+    import torch
+    out = {}
+    for vid, ev in enumerate(plan.values):
+        if ev.kind == "Tensor" and ev.value.data_buffer_idx > 0 and ev.value.memory_id is None:
+            t: TensorMeta = ev.value
+            dtype = torch_dtype(t.scalar_type)
+            data = bytearray(pf.view(pf.constant_range(t, f"execution_plan[{PLAN}].values[{vid}].val")))
+            out[vid] = torch.frombuffer(data, dtype=dtype).reshape(t.sizes) if data else torch.empty(t.sizes, dtype=dtype)
+    return out
+
+
+def _check_instructions(plan: ExecutionPlan, graphs: dict, path: str) -> None:
+    """Every instruction's indices are in range and every delegate call fits its VkGraph (BadProgramError)."""
+    n = len(plan.values)
+    for vid in plan.inputs + plan.outputs:
+        if not 0 <= vid < n:
+            raise BadProgramError(f"{path}: execution_plan[{PLAN}]: input/output value id {vid} out of range ({n} values)")
+    for vid, ev in enumerate(plan.values):
+        if ev.kind in ("TensorList", "OptionalTensorList", "IntList"):
+            low = -1 if ev.kind == "OptionalTensorList" else 0
+            want = "Int" if ev.kind == "IntList" else "Tensor"
+            if any(not (low <= i < n and (i == -1 or plan.values[i].kind == want)) for i in ev.value):
+                raise BadProgramError(f"{path}: execution_plan[{PLAN}].values[{vid}]: {ev.kind} items "
+                                      f"{list(ev.value)} are not all {want} value ids")
+    for ci, chain in enumerate(plan.chains):
+        for ii, ins in enumerate(chain.instructions):
+            where = f"{path}: execution_plan[{PLAN}].chains[{ci}].instructions[{ii}]"
+            if any(not 0 <= a < n for a in ins.args):
+                raise BadProgramError(f"{where}: a value id of {list(ins.args)} is out of range ({n} values)")
+            if ins.kind == "KernelCall" and not 0 <= ins.index < len(plan.operators):
+                raise BadProgramError(f"{where}: operator {ins.index} out of range ({len(plan.operators)} operators)")
+            if ins.kind == "JumpFalseCall" and not 0 <= ins.index < len(chain.instructions):
+                raise BadProgramError(f"{where}: destination {ins.index} out of range ({len(chain.instructions)} instructions)")
+            if ins.kind != "DelegateCall":
+                continue
+            v = graphs.get(ins.index)
+            if v is None:
+                raise BadProgramError(f"{where}: delegate {ins.index} is not a VulkanBackend delegate")
+            want = len(v.graph.input_ids) + len(v.graph.output_ids)
+            if len(ins.args) != want:
+                raise BadProgramError(f"{where}: {len(ins.args)} args, delegate {ins.index} has "
+                                      f"{len(v.graph.input_ids)} inputs + {len(v.graph.output_ids)} outputs")
+
+
+def _load_delegate(path, external_data: Sequence, di: int, schedule: str, device, upload: str,
+                   options: dict) -> Program:
+    """Delegate `di`, loaded as files.load loads one: its constants come from files opened for it alone."""
+    from vkx.loader.files import FileConstants  # files imports this module
+    opened: list = []
+    try:
+        pf = ProgramFile.open(path)
+        opened.append(pf)
+        for p in external_data:
+            opened.append(ExternalData.open(p))
+        source = FileConstants(pf, opened[1:], pf.vulkan_delegate(PLAN, di))
+    except BaseException:
+        for f in opened:
+            f.close()
+        raise
+    return load_source(source.delegate.graph, source, schedule, device, upload, **options)
+
+
+class PlanProgram:
+    """A loaded execution plan: call it with tensors; `close()` (or `with`) closes every delegate."""
+
+    def __init__(self, plan: ExecutionPlan, kernels: dict[tuple[int, int], Kernel], constants: dict[int, Any],
+                 delegates: dict[int, Program], on_close):
+        self.plan = plan
+        self.delegates = delegates
+        """delegate index -> its loaded Program."""
+        self._kernels, self._constants, self._on_close = kernels, constants, on_close
+        self._initial = [None if ev.kind == "Tensor" else static_value(plan, ev) for ev in plan.values]
+        self._tensors = [(vid, tuple(ev.value.sizes), torch_dtype(ev.value.scalar_type))
+                         for vid, ev in enumerate(plan.values) if ev.kind == "Tensor" and vid not in constants]
+        self.closed = False
+
+    # -- signatures --------------------------------------------------------------
+    def _specs(self, ids) -> list[tuple[tuple[int, ...], str]]:
+        out = []
+        for vid in ids:
+            ev = self.plan.values[vid]
+            if ev.kind == "Tensor":
+                out.append((tuple(ev.value.sizes), str(torch_dtype(ev.value.scalar_type)).removeprefix("torch.")))
+            else:
+                out.append(((), ev.kind))
+        return out
+
+    @property
+    def input_specs(self) -> list[tuple[tuple[int, ...], str]]:
+        """(shape, dtype name) of each plan input, in order (a non-tensor input: ((), its EValue kind))."""
+        return self._specs(self.plan.inputs)
+
+    @property
+    def output_specs(self) -> list[tuple[tuple[int, ...], str]]:
+        """(shape, dtype name) of each plan output, in order."""
+        return self._specs(self.plan.outputs)
+
+    @property
+    def weight_bytes(self) -> int:
+        """Device bytes of the constants of every delegate."""
+        return sum(p.weight_bytes for p in self.delegates.values())
+
+    # -- calling -------------------------------------------------------------------
+    def __call__(self, *tensors):
+        """Run the plan on torch tensors; returns a tensor, or a tuple for several outputs."""
+        outs = self._run(tensors)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def run_numpy(self, *arrays) -> list[np.ndarray]:
+        """Run on numpy arrays; returns one array per output."""
+        import torch
+        outs = self._run([torch.from_numpy(np.ascontiguousarray(a)) if isinstance(a, np.ndarray) else a
+                          for a in arrays])
+        return [o.numpy() if isinstance(o, torch.Tensor) else o for o in outs]
+
+    def _run(self, given) -> list:
+        import torch
+        if self.closed:
+            raise LoadError("program is closed")
+        plan = self.plan
+        if len(given) != len(plan.inputs):
+            raise InputError(f"expected {len(plan.inputs)} input(s), got {len(given)}")
+        values = list(self._initial)
+        for vid, t in self._constants.items():
+            values[vid] = t
+        for vid, sizes, dtype in self._tensors:
+            values[vid] = torch.empty(sizes, dtype=dtype)
+        for i, (x, vid) in enumerate(zip(given, plan.inputs)):
+            ev = plan.values[vid]
+            if ev.kind == "Tensor":
+                want = values[vid]
+                if not isinstance(x, torch.Tensor):
+                    raise InputError(f"input {i}: a {type(x).__name__}, expected a tensor")
+                if tuple(x.shape) != tuple(want.shape) or x.dtype != want.dtype:
+                    raise InputError(f"input {i}: {x.dtype} {tuple(x.shape)}, expected {want.dtype} {tuple(want.shape)}")
+                values[vid] = x.detach().cpu()
+            else:
+                values[vid] = x
+        for ci, chain in enumerate(plan.chains):
+            pc = 0
+            while pc < len(chain.instructions):
+                pc = self._step(values, ci, pc, chain.instructions[pc])
+        return [values[vid] for vid in plan.outputs]
+
+    def _step(self, values: list, ci: int, pc: int, ins: Instruction) -> int:
+        """Run one instruction; returns the index of the next."""
+        if ins.kind == "KernelCall":
+            self._kernels[ci, pc](values)
+        elif ins.kind == "DelegateCall":
+            program = self.delegates[ins.index]
+            n = len(program.input_specs)
+            outs = program(*[values[a] for a in ins.args[:n]])
+            outs = outs if isinstance(outs, tuple) else (outs,)
+            for vid, out in zip(ins.args[n:], outs):
+                values[vid].copy_(out.reshape(values[vid].shape))
+        elif ins.kind == "MoveCall":
+            values[ins.args[1]] = values[ins.args[0]]
+        elif ins.kind == "JumpFalseCall":
+            if not _condition(values[ins.args[0]]):
+                return ins.index
+        elif ins.kind == "FreeCall":
+            values[ins.args[0]] = None  # the tensor's memory goes; a later use is the file's error
+        return pc + 1
+
+    # -- memory ----------------------------------------------------------------------
+    @property
+    def memory(self) -> dict:
+        """Each delegate's `Program.memory`, and totals as one sequential load sees them."""
+        each = [p.memory for p in self.delegates.values()]
+        first = each[0] if each else {}
+        resident = peak_total = 0
+        for m in each:  # delegate k loads while the ones before it hold their memory
+            peak_total = max(peak_total, resident + m["ledger"]["peak_total"])
+            resident += m["ledger"]["total"]
+        w = self.weight_bytes
+        return {"schedule": first.get("schedule"), "upload": first.get("upload"), "device": first.get("device"),
+                "weight_bytes": w,
+                "copies_per_weight_byte": sum(m["copies_per_weight_byte"] * m["weight_bytes"] for m in each) / w if w else 0.0,
+                "ledger": {"peak": {k: sum(m["ledger"]["peak"].get(k, 0) for m in each)
+                                    for k in {k for m in each for k in m["ledger"]["peak"]}},
+                           "peak_total": peak_total, "total": resident},
+                "phases": [{**ph, "name": f"delegate {di}: {ph['name']}"}
+                           for di, m in zip(self.delegates, each) for ph in m["phases"]],
+                "delegates": each}
+
+    # -- lifetime -----------------------------------------------------------------------
+    def close(self) -> None:
+        """Close every delegate's Program (each releases its device memory), then what the load owns."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            for p in self.delegates.values():
+                p.close()
+        finally:
+            if self._on_close is not None:
+                self._on_close()
+
+    def __enter__(self) -> "PlanProgram":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        if not getattr(self, "closed", True):
+            try:
+                self.close()
+            except Exception:
+                pass
+
+
+def _condition(value) -> bool:
+    """A JumpFalseCall's condition: a Bool, or a bool tensor that is true when all its elements are."""
+    if isinstance(value, bool):
+        return value
+    import torch
+    if isinstance(value, torch.Tensor) and value.dtype == torch.bool:
+        return bool(value.all())
+    raise LoadError(f"JumpFalseCall condition is a {type(value).__name__}, not a Bool or a bool tensor")
