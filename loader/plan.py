@@ -112,7 +112,7 @@ def _constants(pf: ProgramFile, plan: ExecutionPlan) -> dict[int, Any]:
         if ev.kind == "Tensor" and ev.value.data_buffer_idx > 0 and ev.value.memory_id is None:
             t: TensorMeta = ev.value
             dtype = torch_dtype(t.scalar_type)
-            data = bytearray(pf.view(pf.constant_range(t, f"execution_plan[{PLAN}].values[{vid}].val")))
+            data = pf.read_range(pf.constant_range(t, f"execution_plan[{PLAN}].values[{vid}].val"))
             out[vid] = torch.frombuffer(data, dtype=dtype).reshape(t.sizes) if data else torch.empty(t.sizes, dtype=dtype)
     return out
 
