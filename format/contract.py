@@ -835,3 +835,26 @@ declare(OpDecl("torchao.dequantize_affine.default",
                 _opt("input_dtype", I, None), _opt("quant_min", N, None), _opt("quant_max", N, None),
                 _opt("output_dtype", I, 6)), dtypes=ALL_TYPES, rule=_dequantize_affine))
 declare(OpDecl("aten.squeeze_copy.dims", (Arg("self", T), Arg("dim", L)), dtypes=ALL_TYPES, rule=_squeeze_dims))
+
+
+def _per_channel(bits: int, weight: str) -> Rule:
+    """ExecuTorch's per-channel weight-only linears (its PT2E VulkanQuantizer flow): self [..., K],
+    a packed weight [N, K / (8 / bits)] (4-bit: even k in the high nibble, q + 8), scales [N]."""
+    def rule(call: Call) -> None:
+        x, w, s = call.tensor("self"), call.tensor(weight), call.tensor("scales")
+        call.require(len(x.shape) >= 1 and x.dtype.is_float, f"input {x.dtype} {list(x.shape)}")
+        k = x.shape[-1]
+        call.require(w.dtype is QUANT_BITS[bits] and len(w.shape) == 2 and w.shape[1] * (8 // bits) == k,
+                     f"{weight} {w.dtype} {list(w.shape)} is not a {bits}-bit [N, K] weight for K = {k}")
+        call.require(k % VALUES_PER_WORD[bits] == 0, f"K = {k} must be a multiple of {VALUES_PER_WORD[bits]}")
+        call.require(s.dtype.is_float, f"scales of {s.dtype}")
+        call.expect_shape("scales", s.shape, (w.shape[0],))
+        call.require(call.out.dtype.is_float, f"output of {call.out.dtype}")
+        call.expect_shape("the output", call.out.shape, (*x.shape[:-1], w.shape[0]))
+    return rule
+
+
+declare(OpDecl("aten._weight_int8pack_mm.default", (Arg("self", T), Arg("mat2", T), Arg("scales", T)),
+               dtypes=ALL_TYPES, rule=_per_channel(8, "mat2")))
+declare(OpDecl("et_vk.linear_qcs4w.default", (Arg("self", T), Arg("weight", T), Arg("scales", T)),
+               dtypes=ALL_TYPES, rule=_per_channel(4, "weight")))

@@ -7,7 +7,8 @@
 // Accumulation is fp32; x, s, o and bias are any float type (elem_defines X, S, O, B).
 // Bindings: 0 = x, 1 = weight rows [row0, row0 + rows) as uint words, 2 = scales, 3 = out,
 // 4 = bias (HAS_BIAS). A weight larger than one binding is dispatched in row blocks (row0).
-// Scales are [N, groups]; with SCALE_STRIDE they are [groups, SCALE_STRIDE] (ExecuTorch's
+// HIGH_FIRST (BITS 4): each byte holds its even value in the high nibble (ExecuTorch's
+// linear_qcs4w). Scales are [N, groups]; with SCALE_STRIDE they are [groups, SCALE_STRIDE] (ExecuTorch's
 // linear_q4gsw stores them transposed, N padded to a multiple of 4).
 layout(local_size_x = 64) in;
 #include "dtype.glslh"
@@ -49,7 +50,9 @@ layout(push_constant) uniform Push {
 shared float part[ROWS][WG];
 
 float dequant(uint word, uint j) {
-#if BITS == 4
+#if BITS == 4 && defined(HIGH_FIRST)
+    return float(int((word >> (4u * (j ^ 1u))) & 15u) - 8);
+#elif BITS == 4
     return float(int((word >> (4u * j)) & 15u) - 8);
 #else
     return float(bitfieldExtract(int(word), int(8u * j), 8));

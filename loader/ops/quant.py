@@ -1,6 +1,7 @@
 """Weight-only quantized ops: `vkx.linear_q` and `vkx.embedding_q` (layout in vkx.format.contract),
 and those of ExecuTorch's quantized Vulkan files (`et_vk.linear_q4gsw`, `et_vk.embedding_q4gsw`,
-`torchao.dequantize_affine`, with the `aten.squeeze_copy.dims` they come with).
+`torchao.dequantize_affine` with the `aten.squeeze_copy.dims` it comes with, and from its PT2E
+weight-only flow `aten._weight_int8pack_mm`, `et_vk.linear_qcs4w`).
 
 The packed weight goes to the device as its file bytes and is dequantized in the
 shader, accumulating in fp32. A weight larger than one storage binding is
@@ -12,32 +13,35 @@ import struct
 
 from vkx.format.contract import VALUES_PER_WORD, Call
 
-from . import OpBuilder, UnsupportedOpError, builds, elem_defines
+from . import OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines
 from .shape import convert_copy, dispatch_groups, row_chunks, rows_binding
 
 ROWS = 4
 """Output rows per linear_q workgroup (ROWS in shaders/linear_q.comp)."""
 
 
-@builds("vkx.linear_q.default")
-def linear_q(builder: OpBuilder, call: Call) -> None:
-    x, w, s, out = call.tensor("input"), call.tensor("weight"), call.tensor("scales"), call.out
-    bits, group = call["bits"], call["group_size"]
+def _linear(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: TensorArg | None,
+            out: TensorArg, bits: int, group: int, **variant: str | int) -> None:
+    """linear_q.comp over a packed weight [N, K / values a byte]; `variant`: its packing defines."""
     n_rows, stored = w.shape
     k = x.shape[-1]
     m = x.numel // k if k else 0
-    words = k // VALUES_PER_WORD[bits]
-    defines = {"BITS": bits, **elem_defines("X", "x", x.dtype), **elem_defines("S", "s", s.dtype),
+    defines = {"BITS": bits, **variant, **elem_defines("X", "x", x.dtype), **elem_defines("S", "s", s.dtype),
                **elem_defines("O", "o", out.dtype)}
-    bias = call["bias"]
     if bias is not None:
         defines.update(HAS_BIAS=1, **elem_defines("B", "bias", bias.dtype))
     if m == 0 or n_rows == 0:
         return
     for r0, rc in row_chunks(builder, n_rows, stored, [w]):
-        push = struct.pack("<7I", n_rows, k, words, k // group, group, r0, rc)
+        push = struct.pack("<7I", n_rows, k, k // VALUES_PER_WORD[bits], k // group, group, r0, rc)
         bindings = [x, rows_binding(w, r0, rc, stored), s, out] + ([bias] if bias is not None else [])
         builder.dispatch("linear_q", bindings, push, (-(-rc // ROWS), m, 1), defines)
+
+
+@builds("vkx.linear_q.default")
+def linear_q(builder: OpBuilder, call: Call) -> None:
+    _linear(builder, call.tensor("input"), call.tensor("weight"), call.tensor("scales"), call["bias"], call.out,
+            call["bits"], call["group_size"])
 
 
 @builds("vkx.embedding_q.default")
@@ -63,23 +67,24 @@ def embedding_q(builder: OpBuilder, call: Call) -> None:
 
 @builds("et_vk.linear_q4gsw.default")
 def linear_q4gsw(builder: OpBuilder, call: Call) -> None:
-    """linear_q.comp on ExecuTorch's packing (vkx's own), with its transposed, padded scales."""
-    x, w, s, out = call.tensor("self"), call.tensor("weights"), call.tensor("weight_scales"), call.out
-    group = call["group_size"]
-    n_rows, stored = w.shape
-    k = x.shape[-1]
-    m = x.numel // k if k else 0
-    defines = {"BITS": 4, "SCALE_STRIDE": f"{s.shape[1]}u", **elem_defines("X", "x", x.dtype),
-               **elem_defines("S", "s", s.dtype), **elem_defines("O", "o", out.dtype)}
-    bias = call["bias"]
-    if bias is not None:
-        defines.update(HAS_BIAS=1, **elem_defines("B", "bias", bias.dtype))
-    if m == 0 or n_rows == 0:
-        return
-    for r0, rc in row_chunks(builder, n_rows, stored, [w]):
-        push = struct.pack("<7I", n_rows, k, k // VALUES_PER_WORD[4], k // group, group, r0, rc)
-        bindings = [x, rows_binding(w, r0, rc, stored), s, out] + ([bias] if bias is not None else [])
-        builder.dispatch("linear_q", bindings, push, (-(-rc // ROWS), m, 1), defines)
+    """vkx's 4-bit packing; the scales are transposed, [groups, N padded to 4]."""
+    s = call.tensor("weight_scales")
+    _linear(builder, call.tensor("self"), call.tensor("weights"), s, call["bias"], call.out, 4, call["group_size"],
+            SCALE_STRIDE=f"{s.shape[1]}u")
+
+
+@builds("aten._weight_int8pack_mm.default")
+def weight_int8pack_mm(builder: OpBuilder, call: Call) -> None:
+    """vkx's 8-bit layout with one scale per row."""
+    x = call.tensor("self")
+    _linear(builder, x, call.tensor("mat2"), call.tensor("scales"), None, call.out, 8, x.shape[-1])
+
+
+@builds("et_vk.linear_qcs4w.default")
+def linear_qcs4w(builder: OpBuilder, call: Call) -> None:
+    """4-bit, even k in the high nibble, one scale per row."""
+    x = call.tensor("self")
+    _linear(builder, x, call.tensor("weight"), call.tensor("scales"), None, call.out, 4, x.shape[-1], HIGH_FIRST=1)
 
 
 @builds("et_vk.embedding_q4gsw.default")

@@ -1,7 +1,8 @@
 """ExecuTorch 1.5.1's own quantized Vulkan files (tests/data) run on vkx and match torch.
 
-The files were made by tests/data/make_et_quant_files.py from torchao-quantized models
-(tests/data/et_quant_models.py); torch running the same torchao model is the oracle.
+The files were made by tests/data/make_et_quant_files.py from models quantized with torchao
+or with ExecuTorch's PT2E VulkanQuantizer (tests/data/et_quant_models.py); torch running the
+same quantized model is the oracle.
 Both compute with the same dequantized weights in fp32, so they agree to fp32 rounding:
 max|err| <= 1e-5 * max|torch| + 1e-5. The cases ExecuTorch writes but these files do not
 hold (scales and bias padded to a multiple of 4, the high-nibble-first embedding packing,
@@ -26,7 +27,7 @@ from tests.ops.conftest import Const, assert_norm_close, rand, run_graph  # noqa
 pytest.importorskip("torchao")
 DATA = Path(__file__).resolve().parents[1] / "data"
 sys.path.insert(0, str(DATA))
-from et_quant_models import EXAMPLE, build  # noqa: E402
+from et_quant_models import build, example  # noqa: E402
 
 pytestmark = pytest.mark.vulkan
 
@@ -36,6 +37,10 @@ OPS = {
     "et_q8_lm": {"et_vk.prepack.default": 9, "torchao.dequantize_affine.default": 3,
                  "aten.embedding.default": 1, "aten.squeeze_copy.dims": 1, "aten.linear.default": 2,
                  "aten.view_copy.default": 2, "aten.relu.default": 1},
+    "et_pt2e_q4_mlp": {"et_vk.prepack.default": 1, "et_vk.linear_qcs4w.default": 2, "aten.add.Tensor": 1,
+                       "aten.relu.default": 1},
+    "et_pt2e_q8_mlp": {"et_vk.prepack.default": 1, "aten._weight_int8pack_mm.default": 2, "aten.add.Tensor": 1,
+                       "aten.relu.default": 1},
 }
 """What ExecuTorch 1.5.1 wrote into each file (so a regenerated file that differs is noticed)."""
 
@@ -44,11 +49,11 @@ OPS = {
 def test_executorch_quantized_file_matches_torch(name):
     path = DATA / f"{name}.pte"
     assert Counter(op.name for op in ProgramFile.open(path).vulkan.graph.chain) == OPS[name]
-    model = build(name)
+    model, x = build(name), example(name)
     with torch.no_grad():
-        want = model(EXAMPLE)
+        want = model(x)
     with vkx.load(path) as program:
-        got = program(EXAMPLE)
+        got = program(x)
     assert float(want.abs().max()) > 0.1
     assert_norm_close(got, want, rtol=1e-5, atol=1e-5)
 
