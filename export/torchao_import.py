@@ -22,12 +22,17 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import torch
 from torch.fx import Graph, Node
 
 from vkx.export.errors import ExportError
 from vkx.export.ops import RULES, Rule
 from vkx.format.contract import VALUES_PER_WORD
+
+if TYPE_CHECKING:
+    from vkx.export.lower import GraphBuilder
 
 A = torch.ops.aten
 _IGNORED_USERS = (A._assert_tensor_metadata.default,)
@@ -151,14 +156,15 @@ def _match(graph: Graph) -> Matches:
             consumer = _int8_mm(node)
             if consumer is not None:
                 consumers[node] = consumer
-    skipped: set[Node] = set()
-    for node, consumer in list(consumers.items()):
-        chain = set(consumer.weight.chain)
-        inside = chain | {node} | {n for n, c in consumers.items() if set(c.weight.chain) & chain}
-        if any(u not in inside for n in chain for u in _users(n)):
-            del consumers[node]  # a chain value is also used as a plain tensor: lower it as written
-        else:
-            skipped |= chain
+    while True:  # drop consumers whose chain or parameters are also read as plain tensors, until none is
+        skipped = {n for c in consumers.values() for n in c.weight.chain}
+        plain = [node for node, c in consumers.items()
+                 if any(u not in skipped and u not in consumers for n in c.weight.chain for u in _users(n))
+                 or any(u not in skipped for u in _users(c.weight.q))]
+        if not plain:
+            break
+        for node in plain:  # lowered as written (the plain ops then say what vkx lacks)
+            del consumers[node]
     matches = Matches(consumers, skipped)
     _GRAPHS[graph] = matches
     return matches
@@ -170,23 +176,33 @@ def _match(graph: Graph) -> Matches:
 class Layout:
     bits: int
     group_size: int
+    q: torch.Tensor
+    """The weight in the contract's packing."""
+    scales: torch.Tensor
+    """[N, K / group_size]."""
 
 
 _LAYOUT_KEY = "vkx.torchao_layout"
-"""node.meta key of a q placeholder's Layout, set when its tensor is repacked (in the scan pass)."""
+"""node.meta key of a q placeholder's Layout (made once per program, from torchao's tensors)."""
 
 
-def _layout(b, consumer: Consumer) -> Layout:
-    """Check the parameters, repack q for the contract once, and return its layout."""
+def _layout(b: "GraphBuilder", consumer: Consumer) -> Layout:
+    """Check the parameters, repack them for the contract (once), and put them in the builder's constants."""
     weight = consumer.weight
-    if weight.q.meta.get(_LAYOUT_KEY) is not None:
-        return weight.q.meta[_LAYOUT_KEY]
+    layout = weight.q.meta.get(_LAYOUT_KEY)
+    if layout is None:
+        layout = weight.q.meta[_LAYOUT_KEY] = _repack(b, weight)
+    b.constant_nodes[weight.q] = (b.constant_nodes[weight.q][0], layout.q)
+    b.constant_nodes[weight.scale] = (b.constant_nodes[weight.scale][0], layout.scales)
+    return layout
+
+
+def _repack(b: "GraphBuilder", weight: Weight) -> Layout:
     where = f"torchao weight {weight.q.target}"
     for node in (weight.q, weight.scale, weight.zero_point):
         if node is not None and node not in b.constant_nodes:
             raise ExportError(f"{where}: {node.target} is not a parameter of the model")
-    name, q = b.constant_nodes[weight.q]
-    scale = b.constant_nodes[weight.scale][1]
+    q, scale = b.constant_nodes[weight.q][1], b.constant_nodes[weight.scale][1]
     if q.dtype != torch.int8 or q.dim() != 2:
         raise ExportError(f"{where}: integer data is {q.dtype} {list(q.shape)}, not a 2-D int8 tensor")
     n, k = q.shape
@@ -197,16 +213,11 @@ def _layout(b, consumer: Consumer) -> Layout:
         raise ExportError(f"{where}: scales {scale.dtype} {list(scale.shape)} do not fit a [{n}, {k}] weight")
     groups = scale.numel() // n
     bits = 4 if bool(q.ge(-8).all()) and bool(q.le(7).all()) else 8
-    group = k // groups if groups and k % groups == 0 else 0
+    group = k // groups if k % groups == 0 else 0
     if not group or group % VALUES_PER_WORD[bits]:
         raise ExportError(f"{where}: groups of {k / groups:g} of {k} input features; vkx needs a group size "
                           f"that divides K and is a multiple of {VALUES_PER_WORD[bits]} for {bits}-bit weights")
-    b.constant_nodes[weight.scale] = (b.constant_nodes[weight.scale][0], scale.reshape(n, groups))
-    if bits == 4:
-        b.constant_nodes[weight.q] = (name, pack_int4(q))
-    layout = Layout(bits, group)
-    weight.q.meta[_LAYOUT_KEY] = layout
-    return layout
+    return Layout(bits, group, pack_int4(q) if bits == 4 else q, scale.reshape(n, groups))
 
 
 def pack_int4(q: torch.Tensor) -> torch.Tensor:
@@ -217,7 +228,7 @@ def pack_int4(q: torch.Tensor) -> torch.Tensor:
 
 # --------------------------------------------------------------------------- the rules
 
-def _emit(b, node: Node, consumer: Consumer) -> None:
+def _emit(b: "GraphBuilder", node: Node, consumer: Consumer) -> None:
     layout = _layout(b, consumer)
     weight = consumer.weight
     q, s = b.tensor(weight.q, tref=True), b.tensor(weight.scale, tref=True)
@@ -232,7 +243,7 @@ def _emit(b, node: Node, consumer: Consumer) -> None:
 
 def _wrap(original: Rule | None) -> Rule:
     """`original`, except for nodes of a matched torchao chain (nothing) or consumer (one quantized op)."""
-    def lower(b, node: Node) -> None:
+    def lower(b: "GraphBuilder", node: Node) -> None:
         matches = _match(node.graph)
         if node in matches.consumers:
             _emit(b, node, matches.consumers[node])
