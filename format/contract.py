@@ -764,7 +764,8 @@ def _linear_q4gsw(call: Call) -> None:
     x, w, s = call.tensor("self"), call.tensor("weights"), call.tensor("weight_scales")
     call.require(len(x.shape) >= 1 and x.dtype.is_float, f"input {x.dtype} {list(x.shape)}")
     k = x.shape[-1]
-    call.require(w.dtype is dtypes.UINT8 and len(w.shape) == 2, f"weights must be 2-D uint8, not {w.dtype} {list(w.shape)}")
+    call.require(w.dtype is dtypes.UINT8 and len(w.shape) == 2,
+                 f"weights must be 2-D uint8, not {w.dtype} {list(w.shape)}")
     n = w.shape[0]
     call.require(k % 8 == 0 and w.shape[1] * 2 == k,
                  f"weights {list(w.shape)} for K = {k}: vkx runs K a multiple of 8 (unpadded rows)")
