@@ -801,3 +801,119 @@ declare(OpDecl("vkx.linear_q.default",
 declare(OpDecl("vkx.embedding_q.default",
                (Arg("weight", T), Arg("scales", T), Arg("indices", T), Arg("bits", I), Arg("group_size", I)),
                dtypes=ALL_TYPES, rule=_embedding_q))
+
+
+# --------------------------------------------------------------------------- ExecuTorch's quantized ops
+# As ExecuTorch 1.5.1's Vulkan backend writes them (arguments in its schemas' order, semantics of its
+# reference kernels in executorch/backends/vulkan/custom_ops_lib.py; the packing is applied at export by
+# its patterns/quantized_linear.py and quantized_embedding.py). docs/format.md, "Quantized weights".
+
+ET_SCALE_ALIGN = 4
+"""ExecuTorch pads the width of linear_q4gsw's scales (N) and bias to a multiple of 4."""
+
+
+def _round_up(x: int, to: int) -> int:
+    return -(-x // to) * to
+
+
+def _linear_q4gsw(call: Call) -> None:
+    """weights uint8 [N, K / 2] (value k at byte k / 2, even k in the low nibble, stored as q + 8),
+    weight_scales [K / group_size, N padded to 4] (transposed), bias [N] or [N padded to 4]."""
+    x, w, s = call.tensor("self"), call.tensor("weights"), call.tensor("weight_scales")
+    call.require(len(x.shape) >= 1 and x.dtype.is_float, f"input {x.dtype} {list(x.shape)}")
+    k = x.shape[-1]
+    call.require(w.dtype is dtypes.UINT8 and len(w.shape) == 2,
+                 f"weights must be 2-D uint8, not {w.dtype} {list(w.shape)}")
+    n = w.shape[0]
+    call.require(k % 8 == 0 and w.shape[1] * 2 == k,
+                 f"weights {list(w.shape)} for K = {k}: vkx runs K a multiple of 8 (unpadded rows)")
+    group = call["group_size"]
+    call.require(group > 0 and k % group == 0 and group % 8 == 0,
+                 f"group_size {group} must divide K = {k} and be a multiple of 8")
+    call.require(s.dtype.is_float, f"weight_scales of {s.dtype}")
+    call.expect_shape("weight_scales", s.shape, (k // group, _round_up(n, ET_SCALE_ALIGN)))
+    bias = call["bias"]
+    if bias is not None:
+        call.require(bias.dtype.is_float and tuple(bias.shape) in ((n,), (_round_up(n, ET_SCALE_ALIGN),)),
+                     f"bias {bias.dtype} {list(bias.shape)} for N = {n}")
+    call.require(call.out.dtype.is_float, f"output of {call.out.dtype}")
+    call.expect_shape("the output", call.out.shape, (*x.shape[:-1], n))
+
+
+def _embedding_q4gsw(call: Call) -> None:
+    """weight uint8 [vocab, D / 2 padded to 4 bytes], weight_scales [vocab, D / group_size];
+    is_linear_weight: even d in the low nibble (else the high one)."""
+    w, s, idx = call.tensor("weight"), call.tensor("weight_scales"), call.tensor("indices")
+    call.require(w.dtype is dtypes.UINT8 and len(w.shape) == 2 and w.shape[1] % 4 == 0,
+                 f"weight must be 2-D uint8 of whole 32-bit words a row, not {w.dtype} {list(w.shape)}")
+    call.require(not idx.dtype.is_float, f"indices of {idx.dtype}")
+    call.require(call.out.dtype.is_float and len(call.out.shape) == len(idx.shape) + 1,
+                 f"output {call.out.dtype} {list(call.out.shape)}")
+    d = call.out.shape[-1]
+    call.require(0 < d <= w.shape[1] * 2, f"embedding width {d} for weight {list(w.shape)}")
+    group = call["group_size"]
+    call.require(group > 0 and d % group == 0, f"group_size {group} must divide the width {d}")
+    call.require(s.dtype.is_float, f"weight_scales of {s.dtype}")
+    call.expect_shape("weight_scales", s.shape, (w.shape[0], d // group))
+    call.expect_shape("the output", call.out.shape, (*idx.shape, d))
+
+
+def _dequantize_affine(call: Call) -> None:
+    """out = (input - zero_point) * scale per block of `block_size` (2-D input; torchao's op)."""
+    q, s = call.tensor("input"), call.tensor("scale")
+    call.require(not q.dtype.is_float and len(q.shape) == 2, f"input must be a 2-D integer tensor, not "
+                                                             f"{q.dtype} {list(q.shape)}")
+    block = call["block_size"]
+    call.require(len(block) == 2 and all(b > 0 and d % b == 0 for b, d in zip(block, q.shape)),
+                 f"block_size {list(block)} does not tile {list(q.shape)}")
+    grid = math.prod(d // b for d, b in zip(q.shape, block))
+    call.require(s.dtype.is_float and math.prod(s.shape) == grid, f"scale {s.dtype} {list(s.shape)} "
+                                                                  f"for {grid} blocks")
+    if call["zero_point"] is not None:
+        call.require(math.prod(call["zero_point"].shape) == grid, f"zero_point {list(call['zero_point'].shape)} "
+                                                                  f"for {grid} blocks")
+    call.require(call.out.dtype.is_float, f"output of {call.out.dtype}")
+    _same_shape(call, "input")
+
+
+def _squeeze_dims(call: Call) -> None:
+    src = call.tensor("self")
+    rank = len(src.shape)
+    dims = {_dim(call, d, rank) for d in call["dim"]}
+    call.expect_shape("the output", call.out.shape, [s for d, s in enumerate(src.shape) if d not in dims or s != 1])
+
+
+declare(OpDecl("et_vk.linear_q4gsw.default",
+               (Arg("self", T), Arg("weights", T), Arg("weight_scales", T), Arg("group_size", I),
+                _opt("bias", T, None)), dtypes=ALL_TYPES, rule=_linear_q4gsw))
+declare(OpDecl("et_vk.embedding_q4gsw.default",
+               (Arg("weight", T), Arg("weight_scales", T), Arg("group_size", I), Arg("indices", T),
+                Arg("is_linear_weight", B, default=False)), dtypes=ALL_TYPES, rule=_embedding_q4gsw))
+declare(OpDecl("torchao.dequantize_affine.default",
+               (Arg("input", T), Arg("block_size", L), Arg("scale", T), _opt("zero_point", T),
+                _opt("input_dtype", I, None), _opt("quant_min", N, None), _opt("quant_max", N, None),
+                _opt("output_dtype", I, 6)), dtypes=ALL_TYPES, rule=_dequantize_affine))
+declare(OpDecl("aten.squeeze_copy.dims", (Arg("self", T), Arg("dim", L)), dtypes=ALL_TYPES, rule=_squeeze_dims))
+
+
+def _per_channel(bits: int, weight: str) -> Rule:
+    """ExecuTorch's per-channel weight-only linears (its PT2E VulkanQuantizer flow): self [..., K],
+    a packed weight [N, K / (8 / bits)] (4-bit: even k in the high nibble, q + 8), scales [N]."""
+    def rule(call: Call) -> None:
+        x, w, s = call.tensor("self"), call.tensor(weight), call.tensor("scales")
+        call.require(len(x.shape) >= 1 and x.dtype.is_float, f"input {x.dtype} {list(x.shape)}")
+        k = x.shape[-1]
+        call.require(w.dtype is QUANT_BITS[bits] and len(w.shape) == 2 and w.shape[1] * (8 // bits) == k,
+                     f"{weight} {w.dtype} {list(w.shape)} is not a {bits}-bit [N, K] weight for K = {k}")
+        call.require(k % VALUES_PER_WORD[bits] == 0, f"K = {k} must be a multiple of {VALUES_PER_WORD[bits]}")
+        call.require(s.dtype.is_float, f"scales of {s.dtype}")
+        call.expect_shape("scales", s.shape, (w.shape[0],))
+        call.require(call.out.dtype.is_float, f"output of {call.out.dtype}")
+        call.expect_shape("the output", call.out.shape, (*x.shape[:-1], w.shape[0]))
+    return rule
+
+
+declare(OpDecl("aten._weight_int8pack_mm.default", (Arg("self", T), Arg("mat2", T), Arg("scales", T)),
+               dtypes=ALL_TYPES, rule=_per_channel(8, "mat2")))
+declare(OpDecl("et_vk.linear_qcs4w.default", (Arg("self", T), Arg("weight", T), Arg("scales", T)),
+               dtypes=ALL_TYPES, rule=_per_channel(4, "weight")))

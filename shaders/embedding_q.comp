@@ -1,6 +1,9 @@
 #version 450
 // Quantized embedding gather: out[i, k] = q[idx[i], k] * s[idx[i], k / group] (packing as in
 // linear_q.comp). An index outside the table gives a row of zeros (never a read outside it).
+// HIGH_FIRST: each byte holds its even value in the high nibble (ExecuTorch's embedding_q4gsw
+// with is_linear_weight false). `words` is the row stride, which may exceed K / PER_WORD
+// (ExecuTorch pads rows to whole words).
 // Bindings: 0 = weight rows [row0, row0 + rows) as uint words, 1 = scales, 2 = indices,
 // 3 = out. Each dispatch writes only the outputs whose index falls in its row block.
 // One invocation per output element.
@@ -24,7 +27,7 @@ layout(std430, set = 0, binding = 3) writeonly buffer BufO { O_T o[]; };
 layout(push_constant) uniform Push {
     uint n;       // outputs: indices * K
     uint K;
-    uint words;   // words per row
+    uint words;   // words per row (the row stride)
     uint groups;  // scale groups per row
     uint group;
     uint row0;
@@ -54,6 +57,9 @@ void main() {
     uint word = w[(uint(row) - p.row0) * p.words + k / PER_WORD];
     uint j = k % PER_WORD;
 #if BITS == 4
+#ifdef HIGH_FIRST
+    j ^= 1u;
+#endif
     float q = float(int((word >> (4u * j)) & 15u) - 8);
 #else
     float q = float(bitfieldExtract(int(word), int(8u * j), 8));

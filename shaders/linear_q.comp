@@ -7,6 +7,9 @@
 // Accumulation is fp32; x, s, o and bias are any float type (elem_defines X, S, O, B).
 // Bindings: 0 = x, 1 = weight rows [row0, row0 + rows) as uint words, 2 = scales, 3 = out,
 // 4 = bias (HAS_BIAS). A weight larger than one binding is dispatched in row blocks (row0).
+// HIGH_FIRST (BITS 4): each byte holds its even value in the high nibble (ExecuTorch's
+// linear_qcs4w). Scales are [N, groups]; with SCALE_STRIDE they are [groups, SCALE_STRIDE] (ExecuTorch's
+// linear_q4gsw stores them transposed, N padded to a multiple of 4).
 layout(local_size_x = 64) in;
 #include "dtype.glslh"
 
@@ -20,6 +23,11 @@ layout(local_size_x = 64) in;
 #endif
 #define ROWS 4
 #define WG 64
+#ifdef SCALE_STRIDE
+#define SCALE_AT(n, g) ((g) * SCALE_STRIDE + (n))
+#else
+#define SCALE_AT(n, g) ((n) * p.groups + (g))
+#endif
 
 layout(std430, set = 0, binding = 0) readonly buffer BufX { X_T x[]; };
 layout(std430, set = 0, binding = 1) readonly buffer BufW { uint w[]; };
@@ -42,7 +50,9 @@ layout(push_constant) uniform Push {
 shared float part[ROWS][WG];
 
 float dequant(uint word, uint j) {
-#if BITS == 4
+#if BITS == 4 && defined(HIGH_FIRST)
+    return float(int((word >> (4u * (j ^ 1u))) & 15u) - 8);
+#elif BITS == 4
     return float(int((word >> (4u * j)) & 15u) - 8);
 #else
     return float(bitfieldExtract(int(word), int(8u * j), 8));
@@ -72,7 +82,7 @@ void main() {
                 for (uint j = 0u; j < PER_WORD; ++j) {
                     dot += dequant(word, j) * xv[j];
                 }
-                acc[r] += dot * LOAD_S((p.row0 + local) * p.groups + g);
+                acc[r] += dot * LOAD_S(SCALE_AT(p.row0 + local, g));
             }
         }
     }

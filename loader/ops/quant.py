@@ -1,4 +1,7 @@
-"""Weight-only quantized ops: `vkx.linear_q` and `vkx.embedding_q` (layout in vkx.format.contract).
+"""Weight-only quantized ops: `vkx.linear_q` and `vkx.embedding_q` (layout in vkx.format.contract),
+and those of ExecuTorch's quantized Vulkan files (`et_vk.linear_q4gsw`, `et_vk.embedding_q4gsw`,
+`torchao.dequantize_affine` with the `aten.squeeze_copy.dims` it comes with, and from its PT2E
+weight-only flow `aten._weight_int8pack_mm`, `et_vk.linear_qcs4w`).
 
 The packed weight goes to the device as its file bytes and is dequantized in the
 shader, accumulating in fp32. A weight larger than one storage binding is
@@ -10,32 +13,35 @@ import struct
 
 from vkx.format.contract import VALUES_PER_WORD, Call
 
-from . import OpBuilder, builds, elem_defines
-from .shape import dispatch_groups, row_chunks, rows_binding
+from . import OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines
+from .shape import convert_copy, dispatch_groups, row_chunks, rows_binding
 
 ROWS = 4
 """Output rows per linear_q workgroup (ROWS in shaders/linear_q.comp)."""
 
 
-@builds("vkx.linear_q.default")
-def linear_q(builder: OpBuilder, call: Call) -> None:
-    x, w, s, out = call.tensor("input"), call.tensor("weight"), call.tensor("scales"), call.out
-    bits, group = call["bits"], call["group_size"]
+def _linear(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: TensorArg | None,
+            out: TensorArg, bits: int, group: int, **variant: str | int) -> None:
+    """linear_q.comp over a packed weight [N, K / values a byte]; `variant`: its packing defines."""
     n_rows, stored = w.shape
     k = x.shape[-1]
     m = x.numel // k if k else 0
-    words = k // VALUES_PER_WORD[bits]
-    defines = {"BITS": bits, **elem_defines("X", "x", x.dtype), **elem_defines("S", "s", s.dtype),
+    defines = {"BITS": bits, **variant, **elem_defines("X", "x", x.dtype), **elem_defines("S", "s", s.dtype),
                **elem_defines("O", "o", out.dtype)}
-    bias = call["bias"]
     if bias is not None:
         defines.update(HAS_BIAS=1, **elem_defines("B", "bias", bias.dtype))
     if m == 0 or n_rows == 0:
         return
     for r0, rc in row_chunks(builder, n_rows, stored, [w]):
-        push = struct.pack("<7I", n_rows, k, words, k // group, group, r0, rc)
+        push = struct.pack("<7I", n_rows, k, k // VALUES_PER_WORD[bits], k // group, group, r0, rc)
         bindings = [x, rows_binding(w, r0, rc, stored), s, out] + ([bias] if bias is not None else [])
         builder.dispatch("linear_q", bindings, push, (-(-rc // ROWS), m, 1), defines)
+
+
+@builds("vkx.linear_q.default")
+def linear_q(builder: OpBuilder, call: Call) -> None:
+    _linear(builder, call.tensor("input"), call.tensor("weight"), call.tensor("scales"), call["bias"], call.out,
+            call["bits"], call["group_size"])
 
 
 @builds("vkx.embedding_q.default")
@@ -55,3 +61,76 @@ def embedding_q(builder: OpBuilder, call: Call) -> None:
         push = struct.pack("<9I", n, k, k // VALUES_PER_WORD[bits], k // group, group, r0, rc, vocab, last)
         builder.dispatch("embedding_q", [rows_binding(w, r0, rc, stored), s, idx, out], push,
                          dispatch_groups(n), defines)
+
+
+# --------------------------------------------------------------------------- ExecuTorch's quantized ops
+
+@builds("et_vk.linear_q4gsw.default")
+def linear_q4gsw(builder: OpBuilder, call: Call) -> None:
+    """vkx's 4-bit packing; the scales are transposed, [groups, N padded to 4]."""
+    s = call.tensor("weight_scales")
+    _linear(builder, call.tensor("self"), call.tensor("weights"), s, call["bias"], call.out, 4, call["group_size"],
+            SCALE_STRIDE=f"{s.shape[1]}u")
+
+
+@builds("aten._weight_int8pack_mm.default")
+def weight_int8pack_mm(builder: OpBuilder, call: Call) -> None:
+    """vkx's 8-bit layout with one scale per row."""
+    x = call.tensor("self")
+    _linear(builder, x, call.tensor("mat2"), call.tensor("scales"), None, call.out, 8, x.shape[-1])
+
+
+@builds("et_vk.linear_qcs4w.default")
+def linear_qcs4w(builder: OpBuilder, call: Call) -> None:
+    """4-bit, even k in the high nibble, one scale per row."""
+    x = call.tensor("self")
+    _linear(builder, x, call.tensor("weight"), call.tensor("scales"), None, call.out, 4, x.shape[-1], HIGH_FIRST=1)
+
+
+@builds("et_vk.embedding_q4gsw.default")
+def embedding_q4gsw(builder: OpBuilder, call: Call) -> None:
+    """embedding_q.comp; rows may be padded to whole words, and the nibble order is either."""
+    w, s, idx, out = call.tensor("weight"), call.tensor("weight_scales"), call.tensor("indices"), call.out
+    group = call["group_size"]
+    vocab, stored = w.shape
+    k = out.shape[-1]
+    n = idx.numel * k
+    if n == 0:
+        return
+    defines = {"BITS": 4, **elem_defines("S", "s", s.dtype), **elem_defines("I", "idx", idx.dtype),
+               **elem_defines("O", "o", out.dtype)}
+    if not call["is_linear_weight"]:
+        defines["HIGH_FIRST"] = 1
+    blocks = list(row_chunks(builder, vocab, stored, [w])) or [(0, 0)]
+    for r0, rc in blocks:
+        last = int(r0 + rc == vocab)
+        push = struct.pack("<9I", n, k, stored // 4, k // group, group, r0, rc, vocab, last)
+        builder.dispatch("embedding_q", [rows_binding(w, r0, rc, stored), s, idx, out], push,
+                         dispatch_groups(n), defines)
+
+
+@builds("torchao.dequantize_affine.default")
+def dequantize_affine(builder: OpBuilder, call: Call) -> None:
+    """Each call, as ExecuTorch runs it: its output is an activation (planned memory may be shared)."""
+    q, s, zp, out = call.tensor("input"), call.tensor("scale"), call["zero_point"], call.out
+    big = [t for t in (q, s, out) if t.nbytes > builder.max_binding_bytes]
+    if big:
+        raise UnsupportedOpError(f"{call.node}: a {list(big[0].shape)} tensor is larger than one storage binding")
+    if out.numel == 0:
+        return
+    rows, cols = q.shape
+    block_r, block_c = call["block_size"]
+    defines = {**elem_defines("Q", "q", q.dtype), **elem_defines("S", "s", s.dtype),
+               **elem_defines("O", "o", out.dtype)}
+    bindings = [q, s, out]
+    if zp is not None:
+        defines.update(HAS_ZP=1, **elem_defines("Z", "zp", zp.dtype))
+        bindings.append(zp)
+    push = struct.pack("<5I", out.numel, cols, block_r, block_c, cols // block_c)
+    builder.dispatch("dequantize_affine", bindings, push, dispatch_groups(out.numel), defines)
+
+
+@builds("aten.squeeze_copy.dims")
+def squeeze_copy(builder: OpBuilder, call: Call) -> None:
+    """The bytes are unchanged (ExecuTorch's quantized files squeeze the batch dim before linear)."""
+    convert_copy(builder, call.tensor("self"), call.out)

@@ -1,0 +1,165 @@
+"""Quantization benchmark: size, load memory and batch-1 decode speed of one model in four dtypes.
+
+The model is 4 × Linear(2048, 2048) (64 MiB of fp32 weights), exported by vkx in fp32,
+fp16 (`dtype="fp16"`) and with vkx's own weight-only quantization in int8 and int4 (groups
+of 32, fp16 scales: vkx.export.quantize). For each file, measured in one run:
+
+* file bytes and device bytes (the loader's `weight_bytes`), each over fp32's;
+* the load's peak over W + A (W = device weight bytes, A = activations), measured in a fresh
+  process from /proc as tests/memory does (`python -m tests.memory.peak_child`);
+* batch-1 decode latency on this device (median of timed calls after warm-up) and the
+  weight bytes it streams per second, next to torch on the CPU running the same weights
+  dequantized to fp32 (`F.linear`, torch's default threads).
+
+    .venv/bin/python bench/quant.py [--runs 50]
+
+A dtype that fails to export or load gets a row saying why (the others still run).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+ROOT = Path(__file__).resolve().parents[1]
+WIDTH, LAYERS = 2048, 4
+DTYPES = ("fp32", "fp16", "int8", "int4")
+GROUP = 32
+MiB = 1 << 20
+
+
+@dataclass
+class Row:
+    dtype: str
+    file_bytes: int = 0
+    device_bytes: int = 0
+    peak_ratio: float = 0.0
+    vkx_seconds: float = 0.0
+    torch_seconds: float = 0.0
+    error: str = ""
+
+
+def model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(*(nn.Linear(WIDTH, WIDTH, bias=False) for _ in range(LAYERS))).eval()
+
+
+def variant(base: nn.Module, dtype: str) -> tuple[nn.Module, str, list[torch.Tensor]]:
+    """(module to export, export dtype, the fp32 weights it computes with)."""
+    from vkx.export.quantize import dequantize, quantize_module
+
+    if dtype in ("fp32", "fp16"):
+        weights = [layer.weight.detach() for layer in base]
+        if dtype == "fp16":
+            weights = [w.half().float() for w in weights]
+        return base, dtype, weights
+    quantized = quantize_module(base, dtype, GROUP)
+    bits = 8 if dtype == "int8" else 4
+    return quantized, "fp32", [dequantize(layer.weight_q, layer.scales, bits, GROUP) for layer in quantized]
+
+
+def median_seconds(fn, runs: int) -> float:
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+class LoadFailed(Exception):
+    """The measuring child could not load or run the file (its last error line)."""
+
+
+def peak_over_baseline(path: Path) -> dict:
+    """tests/memory's child: a fresh process loads `path`, runs it once, reports /proc peaks as JSON."""
+    env = {**os.environ, "VKX_VALIDATION": "0"}
+    done = subprocess.run([sys.executable, "-m", "tests.memory.peak_child", str(path), "lazy"], cwd=ROOT,
+                          capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise LoadFailed(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "the child failed")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def measure(base: nn.Module, dtype: str, folder: Path, runs: int) -> Row:
+    import vkx
+
+    row = Row(dtype)
+    module, export_dtype, weights = variant(base, dtype)
+    x = torch.randn(1, WIDTH)
+    row.torch_seconds = median_seconds(lambda: _torch_decode(x, weights), runs)
+    path = folder / f"linear4-{dtype}.pte"
+    try:
+        report = vkx.export_model(module, (x,), path, dtype=export_dtype)
+        child = peak_over_baseline(path)
+        with vkx.load(path) as program:
+            row.vkx_seconds = median_seconds(lambda: program(x), runs)
+    except Exception as error:  # the row says why; the other dtypes still run
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        row.error = f"not run: {first}" if isinstance(error, LoadFailed) else f"{type(error).__name__}: {first}"
+        return row
+    row.file_bytes = path.stat().st_size
+    row.device_bytes = child["weight_bytes"]
+    row.peak_ratio = child["peak"] / (child["weight_bytes"] + report.memory.total_nbytes)
+    return row
+
+
+def _torch_decode(x: torch.Tensor, weights: list[torch.Tensor]) -> torch.Tensor:
+    with torch.no_grad():
+        for w in weights:
+            x = F.linear(x, w)
+    return x
+
+
+def table(rows: list[Row], device: str) -> str:
+    fp32 = next(r for r in rows if r.dtype == "fp32")
+    fp32_weights = LAYERS * WIDTH * WIDTH * 4
+    lines = [f"4 × Linear({WIDTH}, {WIDTH}), batch 1, {device}; torch CPU on the same weights dequantized "
+             f"to fp32 ({torch.get_num_threads()} threads)", "",
+             "| dtype | file MiB | file / fp32 | device MiB | device / fp32 | load peak / (W+A) "
+             "| vkx ms/token | vkx weight GB/s | torch CPU ms/token | torch GB/s |",
+             "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for r in rows:
+        torch_cells = f"{r.torch_seconds * 1e3:.2f} | {fp32_weights / r.torch_seconds / 1e9:.2f}"
+        if r.error:
+            lines.append(f"| {r.dtype} | {r.error} | | | | | | | {torch_cells} |")
+            continue
+        lines.append(
+            f"| {r.dtype} | {r.file_bytes / MiB:.2f} | {r.file_bytes / fp32.file_bytes:.3f} "
+            f"| {r.device_bytes / MiB:.2f} | {r.device_bytes / fp32.device_bytes:.3f} | {r.peak_ratio:.3f} "
+            f"| {r.vkx_seconds * 1e3:.2f} | {r.device_bytes / r.vkx_seconds / 1e9:.2f} | {torch_cells} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=50, help="timed calls per dtype (after 3 warm-up calls)")
+    args = parser.parse_args()
+    from vkx.loader.device import default_device
+
+    base = model()
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = []
+        for dtype in DTYPES:
+            rows.append(measure(base, dtype, Path(tmp), args.runs))
+            print(f"  {dtype}: {rows[-1].error or 'done'}", file=sys.stderr)
+    if rows[0].error:
+        raise SystemExit(f"fp32, the reference row, failed: {rows[0].error}")
+    print(table(rows, default_device().name))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""torchao weight-only quantized models export to vkx.linear_q / vkx.embedding_q and match torch.
+
+The oracle is torch running the torchao-quantized model itself (fp32 activations,
+torchao's dequantized weights). vkx computes with the very integers and scales
+torchao holds, so the two differ only by fp32 rounding of K-term dot products:
+max|err| <= 1e-5 * max|torch| + 1e-5 for an MLP, 1e-4 for a Llama-style block
+(softmax, RMSNorm and a residual stream in between).
+"""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+import vkx
+import vkx.export.torchao_import  # noqa: F401  (registers the torchao patterns)
+from vkx.export.errors import ExportError
+from vkx.format import ProgramFile
+
+from .conftest import assert_norm_close
+
+torchao = pytest.importorskip("torchao")
+from torchao.quantization import Int8WeightOnlyConfig, IntxWeightOnlyConfig, MappingType, quantize_  # noqa: E402
+from torchao.quantization.granularity import PerAxis, PerGroup  # noqa: E402
+
+pytestmark = pytest.mark.vulkan
+
+
+class MLP(nn.Module):
+    def __init__(self, dim=256, hidden=512):
+        super().__init__()
+        self.up = nn.Linear(dim, hidden)
+        self.down = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x):
+        return self.down(F.silu(self.up(x)))
+
+
+class Block(nn.Module):
+    """A Llama-style decoder: embedding, RMSNorm, causal GQA-free attention, SwiGLU, output head."""
+
+    def __init__(self, vocab=96, dim=128, heads=4, hidden=256):
+        super().__init__()
+        self.heads = heads
+        self.embed = nn.Embedding(vocab, dim)
+        self.norm1, self.norm2, self.norm3 = nn.RMSNorm(dim), nn.RMSNorm(dim), nn.RMSNorm(dim)
+        self.q, self.k, self.v, self.o = (nn.Linear(dim, dim, bias=False) for _ in range(4))
+        self.gate, self.up = nn.Linear(dim, hidden, bias=False), nn.Linear(dim, hidden, bias=False)
+        self.down = nn.Linear(hidden, dim, bias=False)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        b, t, d = x.shape
+        h = self.norm1(x)
+        q, k, v = (p(h).reshape(b, t, self.heads, d // self.heads).transpose(1, 2) for p in (self.q, self.k, self.v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.o(a.transpose(1, 2).reshape(b, t, d))
+        h = self.norm2(x)
+        x = x + self.down(F.silu(self.gate(h)) * self.up(h))
+        return self.head(self.norm3(x))
+
+
+def _int4(group: int) -> IntxWeightOnlyConfig:
+    return IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(group))
+
+
+CONFIGS = {
+    "int4-g32": _int4(32), "int4-g64": _int4(64), "int4-g128": _int4(128),
+    "int8": Int8WeightOnlyConfig(),
+    "intx-int8-per-row": IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0)),
+}
+
+
+def _quantized(model: nn.Module, config, embeddings: bool = False) -> nn.Module:
+    torch.manual_seed(0)
+    quantize_(model, config)
+    if embeddings:
+        quantize_(model, _int4(32), filter_fn=lambda module, fqn: isinstance(module, nn.Embedding))
+    return model.eval()
+
+
+def _export_run(model: nn.Module, inputs: tuple, path) -> tuple[torch.Tensor, torch.Tensor, dict[str, int]]:
+    with torch.no_grad():
+        want = model(*inputs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        vkx.export_model(model, inputs, path)
+    with vkx.load(path) as program:
+        got = program(*inputs)
+    ops: dict[str, int] = {}
+    for op in ProgramFile.open(path).vulkan.graph.chain:
+        ops[op.name] = ops.get(op.name, 0) + 1
+    return got, want, ops
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_torchao_mlp_matches_torch(tmp_path, name):
+    torch.manual_seed(1)
+    model = _quantized(MLP().eval(), CONFIGS[name])
+    x = torch.randn(3, 256)
+    got, want, ops = _export_run(model, (x,), tmp_path / "mlp.pte")
+    assert ops.get("vkx.linear_q.default") == 2 and "aten.linear.default" not in ops, ops
+    assert_norm_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["int4-g32", "int4-g128", "int8"])
+def test_torchao_llama_block_matches_torch(tmp_path, name):
+    torch.manual_seed(2)
+    model = _quantized(Block().eval(), CONFIGS[name], embeddings=True)
+    ids = torch.tensor([[5, 17, 0, 95, 33, 8]])
+    got, want, ops = _export_run(model, (ids,), tmp_path / "block.pte")
+    assert ops.get("vkx.linear_q.default") == 8 and ops.get("vkx.embedding_q.default") == 1, ops
+    assert not {"aten.linear.default", "aten.embedding.default", "aten.mm.default"} & set(ops), ops
+    assert float(want.abs().max()) > 0.1  # outputs of real magnitude
+    assert_norm_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_int4_weights_are_stored_packed(tmp_path):
+    """The file holds torchao's int4 values two to a byte: a quarter of int8, an eighth of fp32."""
+    torch.manual_seed(3)
+    model = _quantized(MLP().eval(), _int4(32))
+    report = vkx.export_model(model, (torch.randn(1, 256),), tmp_path / "mlp.pte")
+    weights = 2 * 256 * 512
+    scales = 2 * (256 * 512 // 32) * 4  # fp32 scales, one per group of 32
+    assert report.constant_bytes == weights // 2 + scales + 512 * 4  # + the fp32 bias
+
+
+def test_asymmetric_torchao_weights_are_refused(tmp_path):
+    torch.manual_seed(4)
+    config = IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(32),
+                                  mapping_type=MappingType.ASYMMETRIC)
+    model = _quantized(MLP().eval(), config)
+    with pytest.raises(ExportError, match="non-zero zero points"):
+        vkx.export_model(model, (torch.randn(1, 256),), tmp_path / "mlp.pte")
+    assert not (tmp_path / "mlp.pte").exists()
+
+
+def test_a_dequantized_weight_used_elsewhere_is_not_rewritten(tmp_path):
+    """A chain that also feeds a plain op is lowered as written, so it fails on the ops vkx lacks."""
+    class Reuse(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(64, 64, bias=False)
+
+        def forward(self, x):
+            return self.fc(x) + self.fc.weight.dequantize().sum()
+
+    model = _quantized(Reuse().eval(), _int4(32))
+    with pytest.raises(ExportError, match="_to_copy"):
+        vkx.export_model(model, (torch.randn(1, 64),), tmp_path / "r.pte")
