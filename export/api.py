@@ -17,6 +17,8 @@ from vkx.export.errors import ExportError
 from vkx.export.lower import lower
 from vkx.export.model_file import check_model
 from vkx.export.plan import MemoryPlan, plan_memory
+from vkx.export.quantize import quantize_module
+from vkx.export import torchao_import  # noqa: F401  (registers the rules for torchao-quantized weights)
 from vkx.export.trace import convert, trace
 from vkx.format import IOSpec, WriteReport, write_program
 
@@ -78,12 +80,16 @@ class ExportReport:
 def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...], path: str | os.PathLike, *,
                  layout: Literal["named", "legacy"] = "named", external_data: str | os.PathLike | None = None,
                  dtype: Literal["keep", "fp32", "fp16", "bf16"] = "keep", alignment: int | None = None,
+                 quantize: Literal["int8", "int4"] | None = None, group_size: int | None = None,
                  progress: Progress | None = None) -> ExportReport:
     """Export `module` (put in eval mode) to a Vulkan-delegated `.pte` at `path`.
 
     `dtype`: the floating type of every parameter, buffer, activation, input and output
     (the module runs as `module.to(dtype)` would; the caller's module is not changed);
     `keep` (the default): each keeps the dtype it has. 64-bit tensors are narrowed to 32 bits.
+    `quantize`: weight-only int8 (per output channel by default) or int4 (groups of 32 by
+    default; `group_size` 32, 64, 128 or 256) for every Linear and Embedding weight
+    (vkx.export.quantize). A model already quantized with torchao exports as it is.
 
     Raises ExportError, before anything is written, for a bad option, an unwritable
     destination, an op outside the contract or a constant that narrowing would change.
@@ -94,6 +100,10 @@ def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
     stages = _Stages(progress)
     module.eval()
     module, example_inputs = convert(module, example_inputs, TARGETS[dtype])
+    if quantize is not None:
+        module = quantize_module(module, quantize, group_size)
+    elif group_size is not None:
+        raise ExportError("group_size needs quantize='int8' or 'int4'")
 
     keys = KeyCache()
     keys.start(module.state_dict().values())

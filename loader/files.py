@@ -42,6 +42,10 @@ class FileConstants:
             raise BadProgramError(f"constant {cid} does not exist ({len(self.ranges)} constants)") from None
         return FreeableBuffer(self._files[r.path], r.offset, r.size)
 
+    def key(self, cid: int) -> FileRange:
+        """Where constant `cid`'s bytes are: constants with one range share one device tensor."""
+        return self.ranges[cid]
+
     def finish_prepack(self) -> None:
         """Prepacking is over: check that no file changed while it was read, and close them all."""
         try:

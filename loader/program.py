@@ -53,6 +53,9 @@ class InMemoryConstants:
             raise LoadError(f"constant {cid} not given ({len(self.constants)} constants)")
         return FreeableBuffer.in_memory(self.constants[cid])
 
+    def key(self, cid: int) -> int:
+        return cid
+
     def finish_prepack(self) -> None:
         pass
 
@@ -123,7 +126,8 @@ class Built:
     pipelines: list[Pipeline]
     prepack_pipelines: list[Pipeline]
     constants: dict[int, list[RTensor]] = field(default_factory=dict)
-    """constant_id -> the tensors that read it (one device tensor for all of them)."""
+    """A constant_id -> the tensors that read it or any constant with the same bytes in the files
+    (one device tensor for all of them)."""
     dedicated: list[RTensor] = field(default_factory=list)
     """Load-time prepack outputs: weights in their device form, allocated with the weights."""
     activations: list[RTensor] = field(default_factory=list)
@@ -131,8 +135,12 @@ class Built:
 
 # --------------------------------------------------------------------------- the stages
 
-def build(graph: g.VkGraph, device: Device, options: Options) -> Built:
-    """Stage 1: bind and build every op (no memory); refuse a graph that cannot fit the device."""
+def build(graph: g.VkGraph, device: Device, options: Options, source) -> Built:
+    """Stage 1: bind and build every op (no memory); refuse a graph that cannot fit the device.
+
+    Constants whose bytes are one range of the files (`source.key`: the writer stores
+    a tensor once, however many constant_ids name it) get one device tensor.
+    """
     limit = min(options.max_binding_bytes or device.max_storage_buffer_range, device.max_storage_buffer_range)
     cache = pipelines_for(device)
     builder = GraphBuilder(graph, limit, device.min_storage_buffer_offset_alignment,
@@ -148,6 +156,11 @@ def build(graph: g.VkGraph, device: Device, options: Options) -> Built:
             built.dedicated.append(t)
         else:
             built.activations.append(t)
+    by_key: dict = {}
+    for cid in sorted(built.constants):
+        first = by_key.setdefault(source.key(cid), cid)
+        if first != cid:
+            built.constants[first] += built.constants.pop(cid)
     for cid, ts in built.constants.items():
         sizes = {t.nbytes for t in ts}
         if len(sizes) > 1:
@@ -309,7 +322,7 @@ def load_source(graph: g.VkGraph, source, schedule: str = "lazy", device=None, u
     timeline.ledger = allocator.ledger
     res = Resources(dev, own_device, allocator, source, timeline, on_close)
     try:
-        built = build(graph, dev, options)
+        built = build(graph, dev, options, source)
         _check_budget(built, allocator, dev, options)
         kept = upload_weights(built, res, options, progress)
         if options.schedule == "eager":

@@ -40,6 +40,14 @@ class Dtype(str, Enum):
     bf16 = "bf16"
 
 
+class Quantize(str, Enum):
+    int8 = "int8"
+    int4 = "int4"
+
+
+GROUP_SIZES = (32, 64, 128, 256)
+
+
 class _Bytes(ProgressColumn):
     """Bytes done / total, for stages that move bytes."""
 
@@ -104,7 +112,8 @@ def _print_user_traceback(error: BaseException, model: Path) -> None:
 
 
 def _check_paths(model: Path, output: Optional[Path], external_data: Optional[Path], weights: Optional[Path],
-                 layout: Layout, alignment: Optional[int]) -> Path:
+                 layout: Layout, alignment: Optional[int], quantize: Optional["Quantize"],
+                 group_size: Optional[int]) -> Path:
     """Every path and option checked before torch is imported; the .pte path to write."""
     paths.model_file(model)
     inputs = [model]
@@ -123,6 +132,9 @@ def _check_paths(model: Path, output: Optional[Path], external_data: Optional[Pa
             raise paths.UsageError(f"--external-data {external_data} is the output .pte")
     if alignment is not None and (alignment <= 0 or alignment & (alignment - 1)):
         raise paths.UsageError(f"--alignment must be a positive power of two, not {alignment}")
+    if group_size is not None and (quantize is None or group_size not in GROUP_SIZES):
+        raise paths.UsageError(f"--group-size {group_size}: needs --quantize, and one of "
+                               f"{', '.join(map(str, GROUP_SIZES))}")
     return output
 
 
@@ -141,6 +153,10 @@ def export(
                                            help="Load this safetensors state dict into the model first."),
     alignment: Optional[int] = typer.Option(None, metavar="BYTES",
                                             help="Alignment of each constant's bytes in the file (a power of two)."),
+    quantize: Optional[Quantize] = typer.Option(
+        None, help="Weight-only quantization of every Linear and Embedding weight (symmetric, fp16 scales)."),
+    group_size: Optional[int] = typer.Option(
+        None, metavar="N", help="Values per scale: 32, 64, 128 or 256 [default: int4 32, int8 one per row]."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print one line instead of the progress display."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as one JSON object (schema vkx.export/1)."),
     verbose: bool = typer.Option(False, "--verbose", "-v",
@@ -148,7 +164,7 @@ def export(
 ) -> None:
     """Export MODEL.py, a Python file whose get_model() returns (module, example_inputs), to a Vulkan .pte
     (ExecuTorch 1.5.1 compatible)."""
-    output = _check_paths(model, output, external_data, weights, layout, alignment)
+    output = _check_paths(model, output, external_data, weights, layout, alignment, quantize, group_size)
     replaced = [str(p) for p in (output, external_data) if p is not None and p.exists()]
     from vkx.export import export_model, load_model_file, load_weights
 
@@ -165,6 +181,7 @@ def export(
             with _quiet_torch(verbose):
                 report = export_model(module, example_inputs, output, layout=layout.value,
                                       external_data=external_data, dtype=dtype.value, alignment=alignment,
+                                      quantize=quantize.value if quantize else None, group_size=group_size,
                                       progress=display)
             display.done()
     except VkxError as error:
