@@ -16,6 +16,8 @@ from .program import SEGMENT
 from .pte import ProgramFile, VulkanDelegate
 
 SCHEMA = "vkx.describe/1"
+IMPORT_PAGE = 4096
+"""A constant whose file bytes start on this boundary can be used in place by a device (import)."""
 
 
 def _alignment(offset: int) -> int:
@@ -83,7 +85,7 @@ def _describe(pf: ProgramFile, exts: list[ExternalData]) -> dict[str, Any]:
         where.update(e.named_data)
     constants: list[dict[str, Any]] = []
     key_info: dict[str, dict[str, Any]] = {}
-    W = w = 0
+    W = w = ready = ready_bytes = 0
     if v is not None:
         tensors = constant_tensors(v.graph)
         for k, c in enumerate(v.graph.constants):
@@ -91,6 +93,8 @@ def _describe(pf: ProgramFile, exts: list[ExternalData]) -> dict[str, Any]:
             nbytes = t.nbytes if t is not None else c.length
             W, w = W + nbytes, max(w, nbytes)
             r = where.get(c.named_key) if c.is_named else None
+            if r is not None and nbytes and r.offset % IMPORT_PAGE == 0:
+                ready, ready_bytes = ready + 1, ready_bytes + nbytes
             constants.append({
                 "id": k, "key": c.named_key if c.is_named else None, "bytes": nbytes,
                 "dtype": t.datatype.name if t else None, "dims": list(t.dims) if t else None,
@@ -130,5 +134,6 @@ def _describe(pf: ProgramFile, exts: list[ExternalData]) -> dict[str, Any]:
             "graph": _vkgraph(v, constants),
         },
         "totals": {"W": W, "w": w, "A": A, "A_live": A_live,
-                   "peak_old": 2 * W + A + w, "peak_lazy": W + max(A, 2 * w)},
+                   "peak_old": 2 * W + A + w, "peak_lazy": W + max(A, 2 * w),
+                   "import_ready": ready, "import_ready_bytes": ready_bytes},
     }
