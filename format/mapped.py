@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import mmap
 import os
 from pathlib import Path
@@ -14,20 +15,28 @@ M = TypeVar("M", bound="MappedFile")
 
 
 class MappedFile:
-    """A file mapped read-only; `view()` hands out zero-copy slices."""
+    """A file mapped read-only; `view()` hands out zero-copy slices.
 
-    def __init__(self, path: str | os.PathLike):
+    `private=True` maps it MAP_PRIVATE instead of MAP_SHARED read-only, the kind of
+    mapping a Vulkan driver can import as device memory (NVIDIA refuses a shared
+    read-only one). vkx never writes it, so its pages stay clean, file-backed page cache.
+    """
+
+    def __init__(self, path: str | os.PathLike, private: bool = False):
         self.path = os.fspath(path)
+        self.private = private
+        self._pin: ctypes.Array | None = None
         with open(self.path, "rb") as f:
             self.size = os.fstat(f.fileno()).st_size
             if self.size == 0:
                 raise TruncatedError("file", "empty file", self.path)
-            self._mm: mmap.mmap | None = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            access = mmap.ACCESS_COPY if private else mmap.ACCESS_READ
+            self._mm: mmap.mmap | None = mmap.mmap(f.fileno(), 0, access=access)
 
     @classmethod
-    def open(cls: type[M], path: str | os.PathLike) -> M:
+    def open(cls: type[M], path: str | os.PathLike, private: bool = False) -> M:
         """Map the file and check its metadata (`_load`); raises FormatError subclasses."""
-        f = cls(path)
+        f = cls(path, private)
         try:
             with f.metadata_reads():
                 f._load()
@@ -44,6 +53,16 @@ class MappedFile:
         if self._mm is None:
             raise ValueError(f"{self.path} is closed")
         return self._mm
+
+    @property
+    def address(self) -> int:
+        """Start address of a private mapping (for a driver to import); the mapping stays until `close()`."""
+        if not self.private:
+            raise ValueError(f"{self.path} is mapped shared read-only: it has no importable address")
+        if self._pin is None:
+            # The ctypes view holds an export of the mmap, so it cannot be unmapped under the device.
+            self._pin = (ctypes.c_char * self.size).from_buffer(self.buf)
+        return ctypes.addressof(self._pin)
 
     @contextlib.contextmanager
     def metadata_reads(self) -> Iterator[None]:
@@ -84,6 +103,7 @@ class MappedFile:
 
     def close(self) -> None:
         """Unmap. Views still held keep the mapping alive until they are released."""
+        self._pin = None
         mm, self._mm = self._mm, None
         if mm is not None:
             try:

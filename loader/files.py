@@ -3,18 +3,22 @@
 Constants are freeable buffers over the files' own mmaps (external files are
 searched first, then the .pte's named data, as `resolve_constants` does).
 Legacy-layout constants are views into the delegate blob: the blob's pages
-are released only when prepacking ends. Every file is closed once prepacking
-is over, so no file page stays mapped for the program's lifetime.
+are released only when prepacking ends. A file is closed once prepacking is
+over unless some weight uses its pages in place (imported): such a file stays
+mapped, MAP_PRIVATE and never written, until the program closes, after its
+device memory is freed.
 """
 from __future__ import annotations
 
+import mmap
 import os
 from typing import Sequence
 
 from vkx.format import ExternalData, FileRange, FormatError, ProgramFile, resolve_constants
+from vkx.format.common import align
 from vkx.loader.errors import BadProgramError, FileError, LoadError, as_load_error
 from vkx.loader.named_data import FreeableBuffer
-from vkx.loader.program import load_source
+from vkx.loader.program import Options, imports, load_source
 from vkx.loader.runner import Program
 from vkx.loader.trace import Timeline
 
@@ -27,6 +31,7 @@ class FileConstants:
         self.ranges: list[FileRange] = resolve_constants(pf, externals)
         self._files = {f.path: f for f in [pf, *externals]}
         self.legacy_used = False
+        self._in_place: set[str] = set()  # paths of files with imported weights
 
     def get(self, cid: int) -> FreeableBuffer:
         try:
@@ -39,11 +44,26 @@ class FileConstants:
             return FreeableBuffer.borrowed(f, r.offset, r.size)
         return FreeableBuffer(f, r.offset, r.size)
 
+    def in_place(self, cid: int) -> tuple[int, int, int] | str:
+        """(address, size, end of the mapping) of the constant's file bytes, for a device
+        to import and use as they are, or the reason they cannot be."""
+        r = self.ranges[cid]
+        f = self._files[r.path]
+        if not self.pf.vulkan.graph.constants[cid].is_named:
+            return f"constant {cid} is in the legacy delegate blob, which is released after prepacking"
+        if not f.private:
+            return f"{f.path} is mapped shared read-only, which drivers do not import"
+        base = f.address
+        self._in_place.add(f.path)
+        return base + r.offset, r.size, base + align(f.size, mmap.PAGESIZE)
+
     def finish_prepack(self) -> None:
-        """Prepacking is over: release the legacy blob and unmap every file."""
+        """Prepacking is over: release the legacy blob and unmap every file no weight uses in place."""
         if self.legacy_used:
             self.pf.release(self.pf.vulkan.blob)
-        self.close()
+        for f in [self.pf, *self.externals]:
+            if f.path not in self._in_place:
+                f.close()
 
     def close(self) -> None:
         self._files = {}
@@ -69,10 +89,12 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
         external_data = [external_data]
     opened = []
     try:
-        pf = ProgramFile.open(path)
+        # A mapping the driver can import is a private one (MAP_SHARED read-only is refused on NVIDIA).
+        private = imports(Options(schedule, upload), device)
+        pf = ProgramFile.open(path, private)
         opened.append(pf)
         for p in external_data:
-            opened.append(ExternalData.open(p))
+            opened.append(ExternalData.open(p, private))
         if pf.vulkan is None:
             raise BadProgramError(f"{os.fspath(path)}: no VulkanBackend delegate")
         graph = pf.vulkan.graph

@@ -79,8 +79,8 @@ def run(
     """Load MODEL on the Vulkan device and run it."""
     if schedule not in ("lazy", "eager"):
         fail(f"--schedule must be lazy or eager, not {schedule!r}")
-    if upload not in ("auto", "staging", "direct"):
-        fail(f"--upload must be auto, staging or direct, not {upload!r}")
+    if upload not in ("auto", "staging", "direct", "import"):
+        fail(f"--upload must be auto, staging, direct or import, not {upload!r}")
     import numpy as np
 
     from vkx.loader import load
