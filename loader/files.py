@@ -46,7 +46,8 @@ class FileConstants:
 
     def in_place(self, cid: int) -> tuple[int, int, int] | str:
         """(address, size, end of the mapping) of the constant's file bytes, for a device
-        to import and use as they are, or the reason they cannot be."""
+        to import and use as they are, or the reason they cannot be. A file asked for an
+        address stays mapped until `close()`."""
         r = self.ranges[cid]
         f = self._files[r.path]
         if not self.pf.vulkan.graph.constants[cid].is_named:

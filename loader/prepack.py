@@ -62,7 +62,7 @@ class Uploader:
         self._cmd = None
         self._fence = None
 
-    def place(self, t: RTensor, host: FreeableBuffer, in_place) -> Buffer:
+    def place(self, t: RTensor, host: FreeableBuffer, in_place: tuple[int, int, int] | str) -> Buffer:
         """The device buffer of constant tensor `t`, filled: its file bytes imported where
         `in_place` (`(address, size, limit)` or the reason there is none) allows, else copied
         (host pages freed as they are staged)."""

@@ -19,9 +19,12 @@ from tests.memory.conftest import run_py
 from .helpers import relu_add_graph, tensor, weights, write_pte
 
 MiB = 1 << 20
+N = 128 * 1024  # float32 weights of 512 KiB: pages of their own under the default export alignment
 
 needs_import = pytest.mark.skipif(default_device().import_alignment is None,
                                   reason="the device has no VK_EXT_external_memory_host")
+auto_imports = pytest.mark.skipif(not default_device().integrated,
+                                  reason="upload='auto' imports on integrated and CPU devices only")
 
 
 def two_weights_graph(n: int) -> g.VkGraph:
@@ -50,9 +53,9 @@ def run_bits(path, ext, x, **kw) -> tuple[np.ndarray, dict]:
 
 @needs_import
 @pytest.mark.parametrize("external", [None, "w.ptd", "w.safetensors"])
-@pytest.mark.parametrize("upload", ["import", "auto"])
+@pytest.mark.parametrize("upload", ["import", pytest.param("auto", marks=auto_imports)])
 def test_all_imported_zero_copies_bit_identical(tmp_path, external, upload):
-    n = 4096  # 16 KiB each: safetensors packs them, and 16 KiB keeps the second one aligned too
+    n = N  # safetensors packs them: 512 KiB keeps the second one page-aligned too
     path, ext = write_two(tmp_path, n, external=external)
     x = np.random.default_rng(3).standard_normal(n).astype(np.float32)
     out, memory = run_bits(path, ext, x, upload=upload)
@@ -70,6 +73,7 @@ def test_all_imported_zero_copies_bit_identical(tmp_path, external, upload):
 
 
 @needs_import
+@auto_imports
 def test_fallback_is_per_weight(tmp_path):
     # safetensors packs tensors: w1 starts 4004 bytes after w0, off the buffer offset alignment
     n = 1001
@@ -116,8 +120,8 @@ def test_the_device_decides_what_auto_does(tmp_path, monkeypatch):
     """No extension: "import" is refused and "auto" copies; a discrete GPU: "auto" copies
     (imported host memory would be read over PCIe), "import" still imports."""
     dev = default_device()
-    path, _ = write_two(tmp_path, 4096)
-    x = np.ones(4096, np.float32)
+    path, _ = write_two(tmp_path, N)
+    x = np.ones(N, np.float32)
     monkeypatch.setattr(dev, "import_alignment", None)
     with pytest.raises(ImportRefusedError, match="no VK_EXT_external_memory_host"):
         load(path, upload="import")
@@ -130,7 +134,7 @@ def test_the_device_decides_what_auto_does(tmp_path, monkeypatch):
     _, memory = run_bits(path, None, x, upload="auto")
     assert memory["weight_paths"]["imported"] == 0
     _, memory = run_bits(path, None, x, upload="import")
-    assert memory["weight_paths"]["imported"] == 2 * 4096 * 4
+    assert memory["weight_paths"]["imported"] == 2 * N * 4
 
 
 def _mapped(path) -> bool:
@@ -140,11 +144,11 @@ def _mapped(path) -> bool:
 
 @needs_import
 def test_file_stays_mapped_while_the_program_lives(tmp_path):
-    path, ext = write_two(tmp_path, 4096, external="w.ptd")
+    path, ext = write_two(tmp_path, N, external="w.ptd")
     with load(path, [ext], upload="import") as p:
         assert _mapped(ext)            # the imported weights' pages
         assert not _mapped(path)       # the .pte holds no imported weight: closed after prepack
-        p(np.ones(4096, np.float32))
+        p(np.ones(N, np.float32))
     assert not _mapped(ext)            # unmapped after the device memory is freed
     with load(path, [ext], upload="direct"):
         assert not _mapped(ext)
@@ -182,7 +186,8 @@ def test_rss_anon_grows_by_activations_only_weights_are_file_pages(tmp_path):
     assert imp["load_anon"] < 16 * MiB                 # nothing of W in anonymous memory
     assert imp["run_anon"] < A_IO + 32 * MiB           # A + IO (+ the pipelines' JIT), never W
     assert imp["run_file"] > 0.9 * W                   # the device read the weights as file pages
-    assert direct["run_anon"] - imp["run_anon"] > 0.9 * W  # the copied path holds W in anonymous memory
+    if default_device().is_cpu:                        # device memory is host memory: W is anonymous
+        assert direct["run_anon"] - imp["run_anon"] > 0.9 * W
 
 
 CHANGE = r"""
@@ -193,8 +198,8 @@ from vkx.loader import load
 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 pte, ptd, how = sys.argv[1:4]
 with load(pte, [ptd], upload="import") as p:
-    x = np.zeros(4096, np.float32)
-    before = p(x).numpy().copy()
+    x = np.zeros(p.input_specs[0][0], np.float32)
+    before = p.run_numpy(x)[0]
     if how == "replace":     # a new file renamed over the old path (what vkx export does)
         with open(ptd + ".new", "wb") as f:
             f.write(bytes(os.path.getsize(ptd)))
@@ -204,7 +209,7 @@ with load(pte, [ptd], upload="import") as p:
             f.write(bytes(os.path.getsize(ptd)))
     else:                     # truncated
         os.truncate(ptd, 0)
-    after = p(x).numpy()
+    after = p.run_numpy(x)[0]
 print(json.dumps([bool(np.array_equal(before, after)), bool((after == 0).all())]))
 """
 
@@ -215,11 +220,13 @@ def test_a_file_changed_under_a_live_program(tmp_path):
     a file overwritten in place shows its new bytes (clean MAP_PRIVATE pages are the page
     cache); a truncated one kills the process with SIGBUS when the device reads the pages."""
     def case(how):
-        path, ext = write_two(tmp_path / how, 4096, external="w.ptd")
+        (tmp_path / how).mkdir()
+        path, ext = write_two(tmp_path / how, N, external="w.ptd")
         return run_py(CHANGE, path, ext, how)
 
-    (tmp_path / "replace").mkdir(), (tmp_path / "overwrite").mkdir(), (tmp_path / "truncate").mkdir()
     assert json.loads(case("replace")) == [True, False]
     assert json.loads(case("overwrite")) == [False, True]   # relu(0) + 0 + 0
+    if not default_device().is_cpu:
+        pytest.skip("truncation: a GPU that pinned the pages may read them on; measured on lavapipe only")
     with pytest.raises(AssertionError, match=r"subprocess failed \(-7\)"):  # SIGBUS
         case("truncate")
