@@ -237,7 +237,8 @@ class Allocator:
                                          f"{dev.import_alignment}-byte import page; a buffer needs a "
                                          f"multiple of {int(req.alignment)}")
             if offset + int(req.size) > span or span > dev.max_memory_allocation_size:
-                raise ImportRefusedError(f"alignment: {span} bytes cannot be imported as one allocation")
+                raise ImportRefusedError(f"size: {span} bytes cannot be imported as one allocation "
+                                         f"(maxMemoryAllocationSize {dev.max_memory_allocation_size})")
             bits = dev.host_pointer_types(base) & int(req.memoryTypeBits)
             if not bits:
                 raise ImportRefusedError(f"{dev.name}: the driver refuses this host memory for import")
