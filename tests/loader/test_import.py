@@ -230,3 +230,19 @@ def test_a_file_changed_under_a_live_program(tmp_path):
         pytest.skip("truncation: a GPU that pinned the pages may read them on; measured on lavapipe only")
     with pytest.raises(AssertionError, match=r"subprocess failed \(-7\)"):  # SIGBUS
         case("truncate")
+
+
+@needs_import
+def test_vkx_run_upload_import(tmp_path):
+    from typer.testing import CliRunner
+
+    from vkx.cli import app
+    path, _ = write_two(tmp_path, N)
+    r = CliRunner().invoke(app, ["run", path, "--upload", "import", "--json", "--repeat", "1"])
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    assert report["upload"] == "import" and report["copies_per_weight_byte"] == 0.0
+    (tmp_path / "st").mkdir()
+    path, ext = write_two(tmp_path / "st", 1001, external="w.safetensors")  # w1 off the buffer alignment
+    r = CliRunner().invoke(app, ["run", path, "--external-data", ext, "--upload", "import"])
+    assert r.exit_code == 2 and "alignment" in r.output and "Traceback" not in r.output
