@@ -4,9 +4,10 @@ Constants are freeable buffers over the files' own mmaps (external files are
 searched first, then the .pte's named data, as `resolve_constants` does).
 Legacy-layout constants are views into the delegate blob: the blob's pages
 are released only when prepacking ends. A file is closed once prepacking is
-over unless some weight uses its pages in place (imported): such a file stays
-mapped, MAP_PRIVATE and never written, until the program closes, after its
-device memory is freed.
+over unless a weight of it was offered for import (`in_place`): such a file
+stays mapped, MAP_PRIVATE and never written, until the program closes, after
+its device memory is freed (also when the device refused every import of it:
+address space only, its copied weights' pages are released as usual).
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ class FileConstants:
         self.ranges: list[FileRange] = resolve_constants(pf, externals)
         self._files = {f.path: f for f in [pf, *externals]}
         self.legacy_used = False
-        self._in_place: set[str] = set()  # paths of files with imported weights
+        self._in_place: set[str] = set()  # paths of files whose weights were offered for import
 
     def get(self, cid: int) -> FreeableBuffer:
         try:
