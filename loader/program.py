@@ -174,7 +174,9 @@ def _check_budget(built: Built, allocator: Allocator, device: Device, options: O
             groups[t.mem_obj_id] = max(groups.get(t.mem_obj_id, 0), t.nbytes)
         else:
             dedicated += t.nbytes
-    weights = sum(ts[0].nbytes for ts in built.constants.values()) + sum(t.nbytes for t in built.dedicated)
+    # upload="import" loads every constant in place or fails: constants need no device memory then
+    constants = 0 if options.upload == "import" else sum(ts[0].nbytes for ts in built.constants.values())
+    weights = constants + sum(t.nbytes for t in built.dedicated)
     activations = dedicated + sum(groups.values())
     # A driver may hand out more than its heap (lavapipe's heap is a nominal 2 GiB of host
     # memory), so weights are checked against an explicit budget only; activations alone

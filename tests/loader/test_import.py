@@ -12,7 +12,7 @@ import vulkan as vk
 from vkx.format import vkgraph as g
 from vkx.loader import load, load_graph
 from vkx.loader.device import default_device
-from vkx.loader.errors import DeviceError, ImportRefusedError, LoadError
+from vkx.loader.errors import DeviceError, ImportRefusedError, LoadError, OutOfDeviceMemoryError
 from tests.memory.chain_model import write_chain
 from tests.memory.conftest import run_py
 
@@ -246,3 +246,16 @@ def test_vkx_run_upload_import(tmp_path):
     path, ext = write_two(tmp_path / "st", 1001, external="w.safetensors")  # w1 off the buffer alignment
     r = CliRunner().invoke(app, ["run", path, "--external-data", ext, "--upload", "import"])
     assert r.exit_code == 2 and "alignment" in r.output and "Traceback" not in r.output
+
+
+@needs_import
+def test_memory_budget_does_not_count_imported_weights(tmp_path):
+    n = 2 * MiB                                        # 8 MiB tensors: dedicated allocations
+    path, _ = write_two(tmp_path, n)                   # W = 16, A = 16, IO = 16 MiB
+    budget = 40 * MiB                                  # A + IO fit, W + A + IO does not
+    with pytest.raises(OutOfDeviceMemoryError):
+        load(path, upload="direct", memory_budget=budget)
+    with load(path, upload="import", memory_budget=budget) as p:
+        x = np.ones(n, np.float32)
+        np.testing.assert_array_equal(p(x).numpy(), x + weights(n, seed=1) + weights(n, seed=2))
+        assert p.ledger.live["weights"] == 0 and p.ledger.live["imported"] == 16 * MiB
