@@ -71,6 +71,10 @@ NAMED_SEGMENT_MIN_ALIGN = 128
 LARGE_SEGMENT = 2 * 1024 * 1024
 """Default policy: named-data segments at least this big start on LARGE_ALIGN."""
 LARGE_ALIGN = 16 * 1024
+PAGE_SEGMENT = 512 * 1024
+"""Default policy: smaller segments at least this big start on PAGE_ALIGN (a page of their own:
+a device can import them in place); the padding costs < 0.78 %, as for LARGE_SEGMENT."""
+PAGE_ALIGN = 4096
 
 
 def segment_alignment(size: int, alignment: int | None) -> int:
@@ -79,4 +83,6 @@ def segment_alignment(size: int, alignment: int | None) -> int:
         if alignment <= 0:
             raise ValueError(f"alignment must be positive, got {alignment}")
         return lcm(NAMED_SEGMENT_MIN_ALIGN, alignment)
-    return LARGE_ALIGN if size >= LARGE_SEGMENT else lcm(NAMED_SEGMENT_MIN_ALIGN, 16)
+    if size >= LARGE_SEGMENT:
+        return LARGE_ALIGN
+    return PAGE_ALIGN if size >= PAGE_SEGMENT else lcm(NAMED_SEGMENT_MIN_ALIGN, 16)

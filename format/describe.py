@@ -48,6 +48,8 @@ def find_external(path: str | os.PathLike, external: Sequence[str | os.PathLike]
         return None
     with ProgramFile.open(path) as pf:
         return beside if missing_keys(pf) else None
+IMPORT_PAGE = 4096
+"""A constant whose file bytes start on this boundary can be used in place by a device (import)."""
 
 
 def _alignment(offset: int) -> int:
@@ -151,10 +153,17 @@ def _delegate(v: VulkanDelegate, where: dict[str, FileRange], path: str,
     """One VulkanBackend delegate: its blob, VH00 header and VkGraph (with where each constant is)."""
     constants: list[dict[str, Any]] = []
     tensors = constant_tensors(v.graph)
+    W = w = ready = ready_bytes = 0
+    stored: set[str] = set()  # a named key is one tensor in the file and one on the device
     for k, c in enumerate(v.graph.constants):
         t = tensors.get(k)
         nbytes = t.nbytes if t is not None else c.length
         r = where.get(c.named_key) if c.is_named else None
+        if not c.is_named or c.named_key not in stored:
+            stored.add(c.named_key)
+            W, w = W + nbytes, max(w, nbytes)
+            if r is not None and nbytes and r.offset % IMPORT_PAGE == 0:
+                ready, ready_bytes = ready + 1, ready_bytes + nbytes
         constants.append({
             "id": k, "key": c.named_key if c.is_named else None, "bytes": nbytes,
             "dtype": t.datatype.name if t else None, "dims": list(t.dims) if t else None,
@@ -174,21 +183,22 @@ def _delegate(v: VulkanDelegate, where: dict[str, FileRange], path: str,
                  "flatbuffer_size": v.flatbuffer_size, "bytes_offset": v.bytes_offset, "bytes_size": v.bytes_size},
         "legacy_section": {"offset": v.legacy_section.offset, "size": v.legacy_section.size},
         "graph": _vkgraph(v, constants),
-        "totals": {"W": sum(c["bytes"] for c in constants), "w": max((c["bytes"] for c in constants), default=0),
-                   "A": A, "A_live": A_live},
+        "totals": {"W": W, "w": w, "A": A, "A_live": A_live, "import_ready": ready, "import_ready_bytes": ready_bytes},
     }
 
 
 def _totals(delegates: list[dict[str, Any]]) -> dict[str, int]:
     """Load memory of every delegate, loaded one after another: delegate k loads while the ones before it
     hold their weights and activations (with one delegate: W + max(A, 2w) and 2W + A + w)."""
-    W = w = A = A_live = peak_old = peak_lazy = 0
+    W = w = A = A_live = peak_old = peak_lazy = ready = ready_bytes = 0
     for d in delegates:
         t = d["totals"]
         peak_old = max(peak_old, W + A + 2 * t["W"] + t["A"] + t["w"])
         peak_lazy = max(peak_lazy, W + A + t["W"] + max(t["A"], 2 * t["w"]))
         W, w, A, A_live = W + t["W"], max(w, t["w"]), A + t["A"], A_live + t["A_live"]
-    return {"W": W, "w": w, "A": A, "A_live": A_live, "peak_old": peak_old, "peak_lazy": peak_lazy}
+        ready, ready_bytes = ready + t["import_ready"], ready_bytes + t["import_ready_bytes"]
+    return {"W": W, "w": w, "A": A, "A_live": A_live, "peak_old": peak_old, "peak_lazy": peak_lazy,
+            "import_ready": ready, "import_ready_bytes": ready_bytes}
 
 
 def _op(plan: ExecutionPlan, index: int) -> str:

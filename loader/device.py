@@ -5,6 +5,11 @@ Selection: a discrete or integrated GPU when one exists, else the CPU device
 `VKX_VALIDATION=1` enables VK_LAYER_KHRONOS_validation with a debug-utils
 messenger; every warning or error it reports is collected and raised as a
 `ValidationError` at the next sync point (`check()`, fence waits, close).
+
+`VK_EXT_external_memory_host` is enabled wherever the device has it:
+`import_alignment` is its `minImportedHostPointerAlignment` (None without the
+extension) and `host_pointer_types(address)` the memory types a host pointer
+may be imported as (0: refused).
 """
 from __future__ import annotations
 
@@ -22,6 +27,8 @@ lib = vk._vulkan.lib
 UINT64_MAX = 0xFFFFFFFFFFFFFFFF
 API_VERSION = vk.VK_MAKE_VERSION(1, 2, 0)
 VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
+EXTERNAL_MEMORY_HOST = "VK_EXT_external_memory_host"
+HOST_ALLOCATION = vk.VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT
 
 _TYPE_RANK = {
     vk.VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: 0,
@@ -82,6 +89,7 @@ class Device:
         self.command_pool = None
         self.closed = False
         self._on_close: list = []
+        self._pointer_properties = None
         try:
             self._create_instance()
             self._pick_physical(os.environ.get("VKX_DEVICE") if selector is None else selector)
@@ -155,6 +163,11 @@ class Device:
         self.heap_sizes = [int(mp.memoryHeaps[i].size) for i in range(mp.memoryHeapCount)]
         exts = {e.extensionName for e in vk.vkEnumerateDeviceExtensionProperties(self.physical, None)}
         self.has_memory_budget = "VK_EXT_memory_budget" in exts
+        self.import_alignment: int | None = None
+        if EXTERNAL_MEMORY_HOST in exts:
+            host = vk.VkPhysicalDeviceExternalMemoryHostPropertiesEXT()
+            vk.vkGetPhysicalDeviceProperties2(self.physical, vk.VkPhysicalDeviceProperties2(pNext=host))
+            self.import_alignment = int(host.minImportedHostPointerAlignment)
         families = vk.vkGetPhysicalDeviceQueueFamilyProperties(self.physical)
         compute = [i for i, f in enumerate(families) if f.queueFlags & vk.VK_QUEUE_COMPUTE_BIT]
         if not compute:
@@ -188,6 +201,8 @@ class Device:
                                            shaderInt64=feats.features.shaderInt64)
         enabled = vk.VkPhysicalDeviceFeatures2(pNext=ei, features=base)
         exts = ["VK_EXT_memory_budget"] if self.has_memory_budget else []
+        if self.import_alignment is not None:
+            exts.append(EXTERNAL_MEMORY_HOST)
         qci = vk.VkDeviceQueueCreateInfo(queueFamilyIndex=self.queue_family, pQueuePriorities=[1.0])
         dci = vk.VkDeviceCreateInfo(pNext=enabled, pQueueCreateInfos=[qci], ppEnabledExtensionNames=exts)
         self.device = vk.vkCreateDevice(self.physical, dci, None)
@@ -195,6 +210,8 @@ class Device:
         # vkQueueSubmit needs the queue externally synchronised: Programs on one device may be
         # called from different threads (each Program serialises its own calls)
         self.submit_lock = threading.Lock()
+        self._pointer_properties = (None if self.import_alignment is None else
+                                    vk.vkGetDeviceProcAddr(self.device, "vkGetMemoryHostPointerPropertiesEXT"))
         self.command_pool = vk.vkCreateCommandPool(self.device, vk.VkCommandPoolCreateInfo(
             flags=vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT, queueFamilyIndex=self.queue_family), None)
 
@@ -202,6 +219,24 @@ class Device:
     @property
     def is_cpu(self) -> bool:
         return self.device_type == vk.VK_PHYSICAL_DEVICE_TYPE_CPU
+
+    @property
+    def integrated(self) -> bool:
+        """An integrated GPU or a CPU device: its device memory is host memory."""
+        return self.device_type in (vk.VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU, vk.VK_PHYSICAL_DEVICE_TYPE_CPU)
+
+    def host_pointer_types(self, address: int) -> int:
+        """Memory type bits the driver allows for importing host memory at `address` (0: refused).
+
+        `address` must be a multiple of `import_alignment`."""
+        if self._pointer_properties is None:
+            return 0
+        props = vk.VkMemoryHostPointerPropertiesEXT()  # built here: the binding's own has sType 0
+        try:
+            self._pointer_properties(self.device, HOST_ALLOCATION, ffi.cast("void *", address), props)
+        except vk.VkError:
+            return 0
+        return int(props.memoryTypeBits)
 
     def heap_budget(self) -> list[tuple[int, int]] | None:
         """(budget, usage) per heap from VK_EXT_memory_budget, or None."""
@@ -219,6 +254,7 @@ class Device:
             "maxMemoryAllocationSize": self.max_memory_allocation_size,
             "memory_types": [(t.index, hex(t.flags), t.heap) for t in self.memory_types],
             "heaps": self.heap_sizes, "features": self.features, "validation": self.validation,
+            "minImportedHostPointerAlignment": self.import_alignment,
         }
 
     # -- sync points -------------------------------------------------------

@@ -15,6 +15,11 @@ class DeviceError(LoadError):
     """No usable Vulkan device, or a Vulkan call failed."""
 
 
+class ImportRefusedError(DeviceError):
+    """A weight's file bytes cannot be used in place as device memory (upload="import"):
+    no VK_EXT_external_memory_host, a misaligned range, or the driver refused the pointer."""
+
+
 class OutOfDeviceMemoryError(LoadError):
     """A device allocation failed (the driver said so, or the configured budget is spent)."""
 

@@ -2,20 +2,29 @@
 
 Constants are freeable buffers over byte ranges of the files (external files
 are searched first, then the .pte's named data, as `resolve_constants` does),
-read with pread into their destination; nothing is memory-mapped. When
-prepacking ends, every file is checked to be as it was when opened (size and
-mtime: a file rewritten meanwhile is a `BadFileError`) and closed.
+read with pread into their destination. When prepacking ends, every file is
+checked to be as it was when opened (size and mtime: a file rewritten meanwhile
+is a `BadFileError`) and closed.
+
+The one mapping: a weight offered to the device for import (`in_place`, upload
+"import" or "auto" on an integrated/CPU device) is a range of a MAP_PRIVATE
+mapping of its file, never written, so its pages stay clean page cache. Such a
+mapping stays until the program closes, after its device memory is freed; a
+file truncated under it then faults in the driver (docs/safety.md).
 
 With no external data given, a .pte whose named constants are not all inside
 it gets the same-stem .ptd / .safetensors beside it, with a warning that says so.
 """
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
 import warnings
 from typing import Callable, Sequence
 
 from vkx.format import ExternalData, FileRange, FormatError, ProgramFile, resolve_constants
+from vkx.format.common import align
 from vkx.format.describe import external_beside, missing_keys
 from vkx.format.pte import VulkanDelegate
 from vkx.loader.errors import BadProgramError, FileError, LoadError, MissingDataError, as_load_error
@@ -34,6 +43,8 @@ class FileConstants:
         self.delegate = delegate or pf.vulkan
         self.ranges: list[FileRange] = resolve_constants(pf, externals, self.delegate)
         self._files = {f.path: f for f in [pf, *externals]}
+        self._maps: dict[str, tuple[mmap.mmap, ctypes.Array]] = {}
+        """path -> a private mapping of that file and the pin that keeps its address (imports only)."""
 
     def get(self, cid: int) -> FreeableBuffer:
         try:
@@ -46,21 +57,47 @@ class FileConstants:
         """Where constant `cid`'s bytes are: constants with one range share one device tensor."""
         return self.ranges[cid]
 
+    def in_place(self, cid: int) -> tuple[int, int, int] | str:
+        """(address, size, end of the mapping) of the constant's file bytes, for a device
+        to import and use as they are, or the reason they cannot be. A file asked for an
+        address stays mapped until `close()`."""
+        r = self.ranges[cid]
+        if not self.delegate.graph.constants[cid].is_named:
+            return f"constant {cid} is in the legacy delegate blob, which is released after prepacking"
+        if r.path not in self._maps:
+            f = self._files[r.path]
+            # MAP_PRIVATE (ACCESS_COPY), never written: drivers import it (NVIDIA refuses a shared
+            # read-only one) and its pages stay the file's. The ctypes view pins the mapping.
+            mapping = mmap.mmap(f.fd, f.size, access=mmap.ACCESS_COPY)
+            self._maps[r.path] = (mapping, (ctypes.c_char * f.size).from_buffer(mapping))
+        mapping, pin = self._maps[r.path]
+        base = ctypes.addressof(pin)
+        return base + r.offset, r.size, base + align(len(mapping), mmap.PAGESIZE)
+
     def finish_prepack(self) -> None:
-        """Prepacking is over: check that no file changed while it was read, and close them all."""
+        """Prepacking is over: check that no file changed while it was read, and close them all
+        (the mappings of imported weights stay until `close()`)."""
         try:
             for f in self._files.values():
                 f.check_unchanged()
         except FormatError as error:
             raise as_load_error(error) from error
         finally:
-            self.close()
+            self._close_files()
 
-    def close(self) -> None:
-        self._files = {}
+    def _close_files(self) -> None:
         for f in [self.pf, *self.externals]:
             f.close()
+
+    def close(self) -> None:
+        """Close the files and unmap what imported weights used (their device memory is gone by now)."""
+        self._files = {}
+        self._close_files()
         self.externals = []
+        while self._maps:
+            _, (mapping, pin) = self._maps.popitem()
+            del pin  # the pin is an export of the mapping: it must go before the unmap
+            mapping.close()
 
 
 def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None, upload: str = "auto",

@@ -1,6 +1,9 @@
 """Device memory: an allocator with a ledger of live and peak bytes per kind.
 
-Kinds: "weights", "activations", "staging", "io". Every tensor is its own
+Kinds: "weights", "activations", "staging", "io", and "imported": host memory
+(a mapped file's pages) that the device uses in place through
+VK_EXT_external_memory_host; it is counted apart because vkx allocated none of
+it (the memory budget does not count it). Every tensor is its own
 VkBuffer. Small buffers (< `small_limit`) are bound at aligned offsets inside
 shared blocks (4 MiB, doubling up to 64 MiB, one pool per kind and memory
 type) so that glibc returns their memory on free (lavapipe's vkAllocateMemory
@@ -15,12 +18,13 @@ from dataclasses import dataclass, field
 
 import vulkan as vk
 
-from vkx.loader.device import Device, MemoryType
-from vkx.loader.errors import DeviceError, OutOfDeviceMemoryError
+from vkx.format.common import align
+from vkx.loader.device import HOST_ALLOCATION, Device, MemoryType
+from vkx.loader.errors import DeviceError, ImportRefusedError, OutOfDeviceMemoryError
 
 ffi = vk.ffi
 lib = vk._vulkan.lib
-KINDS = ("weights", "activations", "staging", "io")
+KINDS = ("weights", "activations", "staging", "io", "imported")
 MiB = 1 << 20
 USAGE = (vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT
          | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT)
@@ -148,10 +152,11 @@ class Allocator:
             raise OutOfDeviceMemoryError(
                 f"{kind}: allocation of {size} bytes exceeds maxMemoryAllocationSize "
                 f"({self.device.max_memory_allocation_size})")
-        if self.budget is not None and self.ledger.total + size > self.budget:
+        in_use = self.ledger.total - self.ledger.live["imported"]
+        if self.budget is not None and in_use + size > self.budget:
             raise OutOfDeviceMemoryError(
                 f"{kind}: out of device memory: {size} bytes requested, "
-                f"{self.ledger.total} of the {self.budget}-byte budget in use")
+                f"{in_use} of the {self.budget}-byte budget in use")
         t0 = time.perf_counter()
         try:
             memory = vk.vkAllocateMemory(self.device.device, vk.VkMemoryAllocateInfo(
@@ -199,6 +204,66 @@ class Allocator:
             raise
         alloc.users += 1
         return self._track(Buffer(handle, max(int(size), 16), alloc, offset, kind, self))
+
+    def import_host(self, address: int, size: int, limit: int) -> Buffer:
+        """A buffer over the `size` host bytes at `address`, used in place (no device memory, no copy).
+
+        The import covers the enclosing range aligned to the device's import alignment
+        and the buffer is bound at `address`'s offset inside it, so a weight need not
+        start on a page of its own, only on the buffer offset alignment. The host bytes
+        must stay mapped until the buffer is freed; `limit` is the end address of that
+        mapping. Raises `ImportRefusedError` (nothing left allocated) where the device cannot.
+        """
+        dev = self.device
+        if dev.import_alignment is None:
+            raise ImportRefusedError(f"{dev.name}: no VK_EXT_external_memory_host")
+        size = max(int(size), 16)
+        base = address - address % dev.import_alignment
+        span = align(address + size, dev.import_alignment) - base
+        offset = address - base
+        if base + span > limit:
+            raise ImportRefusedError(f"alignment: the {dev.import_alignment}-byte import pages around the "
+                                     f"bytes run past the end of the mapping")
+        try:
+            handle = vk.vkCreateBuffer(dev.device, vk.VkBufferCreateInfo(
+                pNext=vk.VkExternalMemoryBufferCreateInfo(handleTypes=HOST_ALLOCATION),
+                size=size, usage=USAGE, sharingMode=vk.VK_SHARING_MODE_EXCLUSIVE), None)
+        except _OOM as error:
+            raise OutOfDeviceMemoryError(f"cannot create a buffer of {size} bytes") from error
+        try:
+            req = vk.vkGetBufferMemoryRequirements(dev.device, handle)
+            if offset % int(req.alignment):
+                raise ImportRefusedError(f"alignment: the bytes start {offset} bytes into a "
+                                         f"{dev.import_alignment}-byte import page; a buffer needs a "
+                                         f"multiple of {int(req.alignment)}")
+            if offset + int(req.size) > span or span > dev.max_memory_allocation_size:
+                raise ImportRefusedError(f"size: {span} bytes cannot be imported as one allocation "
+                                         f"(maxMemoryAllocationSize {dev.max_memory_allocation_size})")
+            bits = dev.host_pointer_types(base) & int(req.memoryTypeBits)
+            if not bits:
+                raise ImportRefusedError(f"{dev.name}: the driver refuses this host memory for import")
+            mtype = self.choose_type(bits, "device")
+            try:
+                memory = vk.vkAllocateMemory(dev.device, vk.VkMemoryAllocateInfo(
+                    pNext=vk.VkImportMemoryHostPointerInfoEXT(handleType=HOST_ALLOCATION,
+                                                              pHostPointer=ffi.cast("void *", base)),
+                    allocationSize=span, memoryTypeIndex=mtype.index), None)
+            except vk.VkError as error:
+                raise ImportRefusedError(f"{dev.name}: the driver refused the import "
+                                         f"({type(error).__name__})") from error
+            alloc = Allocation(memory, span, mtype, "imported")
+            self.ledger.add("imported", span)
+            try:
+                vk.vkBindBufferMemory(dev.device, handle, memory, offset)
+            except BaseException:
+                self._release(alloc)
+                raise
+            self._dedicated.add(alloc)
+        except BaseException:
+            vk.vkDestroyBuffer(dev.device, handle, None)
+            raise
+        alloc.users += 1
+        return self._track(Buffer(handle, size, alloc, offset, "imported", self))
 
     def alias_group(self, sizes: list[int], kind: str = "activations") -> list[Buffer]:
         """Buffers of `sizes` that all alias one allocation at offset 0 (a shared memory object)."""

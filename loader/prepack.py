@@ -1,7 +1,11 @@
 """Uploading constants to their GPU tensors ("prepack"): their bytes, as stored in the file.
 
 A device tensor has its constant's dtype, so an upload is a byte copy and the
-device bytes of a weight equal its bytes in the file. Three ways, one per load mode:
+device bytes of a weight equal its bytes in the file. With `imports` (upload "import",
+or "auto" on an integrated or CPU device) a weight whose file bytes the device can use
+in place is not uploaded at all: its buffer is bound to the imported file pages
+(`Allocator.import_host`); any other weight falls back, one by one, to the copy of
+the load mode. Three ways to copy, one per load mode:
 - "direct": the destination is DEVICE_LOCAL|HOST_VISIBLE; the file's bytes
   are read (pread) straight into it: one copy of every byte, no host copy.
 - "ring": the destination is device memory; bytes are read into the fixed
@@ -15,7 +19,7 @@ from __future__ import annotations
 import vulkan as vk
 
 from vkx.loader.device import Device
-from vkx.loader.errors import BadProgramError
+from vkx.loader.errors import BadProgramError, ImportRefusedError
 from vkx.loader.graph import RTensor
 from vkx.loader.memory import Allocator, Buffer
 from vkx.loader.named_data import FreeableBuffer
@@ -34,15 +38,40 @@ def check_size(t: RTensor, host: FreeableBuffer) -> int:
 
 
 class Uploader:
-    def __init__(self, device: Device, allocator: Allocator, mode: str, ring: StagingRing | None = None):
+    def __init__(self, device: Device, allocator: Allocator, mode: str, ring: StagingRing | None = None,
+                 imports: bool = False, forced: bool = False):
         if mode not in ("direct", "ring", "eager"):
             raise ValueError(mode)
         self.device, self.allocator, self.mode, self.ring = device, allocator, mode, ring
-        self.host_copy_bytes = 0     # bytes written by the CPU (cast copies)
+        self.imports, self.forced = imports, forced
+        self.host_copy_bytes = 0     # bytes written by the CPU
         self.device_copy_bytes = 0   # bytes moved by vkCmdCopyBuffer
         self.weight_bytes = 0        # device bytes of all constants (== their file bytes)
+        self.path_bytes = {"imported": 0, "direct": 0, "staged": 0}
+        """Weight bytes per way to the device: used in place, written directly, through staging."""
         self._cmd = None
         self._fence = None
+
+    def place(self, t: RTensor, host: FreeableBuffer, in_place: tuple[int, int, int] | str) -> Buffer:
+        """The device buffer of constant tensor `t`, filled: its file bytes imported where
+        `in_place` (`(address, size, limit)` or the reason there is none) allows, else copied."""
+        check_size(t, host)
+        if self.imports:
+            try:
+                if isinstance(in_place, str):
+                    raise ImportRefusedError(in_place)
+                buf = self.allocator.import_host(*in_place)
+            except ImportRefusedError as error:
+                if self.forced:
+                    raise ImportRefusedError(f"upload='import', constant {t.constant_id}: {error}") from None
+            else:
+                self.weight_bytes += t.nbytes
+                self.path_bytes["imported"] += t.nbytes
+                host.free()
+                return buf
+        buf = self.allocate(t)  # on a failure below the allocator frees it, after the ring is idle
+        self.upload(t, host, buf, release=True)
+        return buf
 
     @property
     def want(self) -> str:
@@ -56,6 +85,7 @@ class Uploader:
         without, its host copy is kept until `host.free()` (the old runtime's order)."""
         n = check_size(t, host)
         self.weight_bytes += n
+        self.path_bytes["direct" if self.mode == "direct" else "staged"] += n
         if not release and host.hold():
             self.host_copy_bytes += n
         if self.mode == "direct":

@@ -10,6 +10,12 @@ Each stage is a function that takes what the one before returned. `Resources`
 owns every Vulkan object the stages create, so a failure at any point releases
 all of it (the ledger goes back to zero).
 
+Weights used in place: with upload="import" (or "auto" on an integrated or CPU
+device) a weight whose file range the device can import (VK_EXT_external_memory_host)
+is bound to those file pages; no device memory, no copy, and the file stays mapped
+until `Program.close()` (after the device memory is freed). Other weights fall back
+one by one; upload="import" refuses instead (`ImportRefusedError`).
+
 lazy (the seed's order) runs the stages as listed: peak W + max(A, S). eager
 (the old order, for comparison) allocates every weight and every activation
 first, copies each weight through a full-size staging buffer, and keeps the
@@ -24,7 +30,7 @@ import vulkan as vk
 
 from vkx.format import vkgraph as g
 from vkx.loader.device import Device, default_device
-from vkx.loader.errors import BadProgramError, DeviceError, LoadError, OutOfDeviceMemoryError
+from vkx.loader.errors import BadProgramError, DeviceError, ImportRefusedError, LoadError, OutOfDeviceMemoryError
 from vkx.loader.graph import GraphBuilder, RTensor
 from vkx.loader.memory import Allocator, Buffer, MiB
 from vkx.loader.named_data import FreeableBuffer
@@ -36,7 +42,7 @@ from vkx.loader.staging import StagingRing
 from vkx.loader.trace import Timeline
 
 SCHEDULES = ("lazy", "eager")
-UPLOADS = ("auto", "staging", "direct")
+UPLOADS = ("auto", "staging", "direct", "import")
 
 Progress = Callable[[int, int], None]
 """`progress(done_bytes, total_bytes)`, called after each weight's upload."""
@@ -55,6 +61,9 @@ class InMemoryConstants:
 
     def key(self, cid: int) -> int:
         return cid
+
+    def in_place(self, cid: int) -> str:
+        return f"constant {cid} is given in memory, not in a mapped file"
 
     def finish_prepack(self) -> None:
         pass
@@ -78,8 +87,8 @@ class Options:
             raise LoadError(f"schedule must be one of {', '.join(SCHEDULES)}, not {self.schedule!r}")
         if self.upload not in UPLOADS:
             raise LoadError(f"upload must be one of {', '.join(UPLOADS)}, not {self.upload!r}")
-        if self.schedule == "eager" and self.upload == "direct":
-            raise LoadError("upload='direct' needs schedule='lazy'")
+        if self.schedule == "eager" and self.upload in ("direct", "import"):
+            raise LoadError(f"upload={self.upload!r} needs schedule='lazy'")
         for name in ("staging_chunks", "staging_chunk_bytes"):
             if not _positive_int(getattr(self, name)):
                 raise LoadError(f"{name} must be a positive integer, not {getattr(self, name)!r}")
@@ -178,7 +187,9 @@ def _check_budget(built: Built, allocator: Allocator, device: Device, options: O
             groups[t.mem_obj_id] = max(groups.get(t.mem_obj_id, 0), t.nbytes)
         else:
             dedicated += t.nbytes
-    weights = sum(ts[0].nbytes for ts in built.constants.values()) + sum(t.nbytes for t in built.dedicated)
+    # upload="import" loads every constant in place or fails: constants need no device memory then
+    constants = 0 if options.upload == "import" else sum(ts[0].nbytes for ts in built.constants.values())
+    weights = constants + sum(t.nbytes for t in built.dedicated)
     activations = dedicated + sum(groups.values())
     # A driver may hand out more than its heap (lavapipe's heap is a nominal 2 GiB of host
     # memory), so weights are checked against an explicit budget only; activations alone
@@ -206,7 +217,7 @@ def upload_weights(built: Built, res: Resources, options: Options, progress: Pro
     mode = _upload_mode(options, allocator, dev)
     if mode == "ring":
         res.ring = StagingRing(dev, allocator, options.staging_chunks, options.staging_chunk_bytes)
-    res.uploader = up = Uploader(dev, allocator, mode, res.ring)
+    res.uploader = up = Uploader(dev, allocator, mode, res.ring, imports(options, dev), options.upload == "import")
     total = sum(ts[0].nbytes for ts in built.constants.values())
     done = 0
     kept: dict[int, tuple] = {}
@@ -223,9 +234,8 @@ def upload_weights(built: Built, res: Resources, options: Options, progress: Pro
     res.timeline.mark("prepack start")
     for cid, ts in order:
         host = res.source.get(cid)                                           # M = W
-        buf = up.allocate(ts[0])                                             # + w (GPU)
-        _give(ts, buf)
-        up.upload(ts[0], host, buf, release=True)                            # host pages freed
+        # imported: + 0; else + w (GPU), host pages freed as they are copied
+        _give(ts, up.place(ts[0], host, res.source.in_place(cid)))
         done += ts[0].nbytes
         if progress is not None:
             progress(done, total)
@@ -334,7 +344,8 @@ def load_source(graph: g.VkGraph, source, schedule: str = "lazy", device=None, u
         timeline.mark("after activation allocation")
         executor = record(built, res, io_in, io_out)
         dev.check()
-        return Program(res, graph, executor, io_in, io_out, options.schedule, res.uploader.mode)
+        return Program(res, graph, executor, io_in, io_out, options.schedule,
+                       "import" if res.uploader.imports else res.uploader.mode)
     except BaseException as error:
         try:
             res.close()
@@ -355,6 +366,22 @@ def _device(device) -> tuple[Device, bool]:
     if isinstance(device, Device):
         return device, False
     return Device(str(device)), True
+
+
+def imports(options: Options, device: Device) -> bool:
+    """Whether weights are used in place from their files where the device allows it.
+
+    "auto" imports only where the device's memory is host memory anyway (an integrated
+    GPU, or lavapipe, whose every memory type is device-local): there it is as fast as
+    a copy. A discrete GPU reads imported host memory over PCIe on every use, so "auto"
+    copies there; "import" still forces it.
+    """
+    if options.upload == "import":
+        if device.import_alignment is None:
+            raise ImportRefusedError(f"upload='import': {device.name} has no VK_EXT_external_memory_host")
+        return True
+    return (options.upload == "auto" and options.schedule == "lazy" and device.import_alignment is not None
+            and device.integrated)
 
 
 def _upload_mode(options: Options, allocator: Allocator, device: Device) -> str:

@@ -99,13 +99,16 @@ class Program:
         self.schedule = schedule
         """The load order that was used: "lazy" or "eager"."""
         self.upload = upload
-        """How weights reached the device: "direct", "ring" or "eager"."""
+        """How weights reached the device: "import" (used in place where possible, the rest
+        copied directly or staged), "direct", "ring" or "eager"."""
         self.device = resources.device
         self.ledger = resources.allocator.ledger
         self.timeline = resources.timeline
         self.copies_per_weight_byte = resources.uploader.copies_per_byte
         self.weight_bytes = resources.uploader.weight_bytes
         """Device bytes of the constants: equal to their bytes in the file."""
+        self.weight_paths = dict(resources.uploader.path_bytes)
+        """Weight bytes "imported" (used in place, no copy), copied "direct", or "staged"."""
         self.dispatch_count = len(executor.dispatches)
         self._executor = executor
         self._in = [_Port(t, io) for io, t in io_in]
@@ -169,6 +172,7 @@ class Program:
                 "device": self.device.name,
                 "weight_bytes": self.weight_bytes,
                 "copies_per_weight_byte": self.copies_per_weight_byte,
+                "weight_paths": dict(self.weight_paths),
                 "ledger": self.ledger.snapshot(),
                 "heap_budget": self.device.heap_budget() if not self.closed else None,
                 "phases": self.timeline.as_list()}

@@ -35,6 +35,7 @@ class Upload(str, Enum):
     auto = "auto"
     staging = "staging"
     direct = "direct"
+    import_ = "import"
 
 
 def _mib(n: int) -> str:
@@ -131,7 +132,8 @@ def run(
                                       help="lazy: the new load order; eager: the old one, for comparison."),
     upload: Upload = typer.Option(Upload.auto, "--upload",
                                   help="staging: through a ring of host buffers; direct: into mapped device "
-                                       "memory; auto: direct where the device has it."),
+                                       "memory; import: the file's own pages as device memory (no copy); "
+                                       "auto: import on integrated/CPU devices, else direct where it exists."),
     trace_memory: bool = typer.Option(False, "--trace-memory", help="Print host RSS and device bytes per phase."),
     repeat: int = typer.Option(10, "--repeat", min=0, metavar="N",
                                help="Run N times (0: load only); the first run is timed on its own."),

@@ -208,7 +208,8 @@ def test_describe_schema_and_totals():
                       "vulkan", "totals"}
     assert d["schema"] == "vkx.describe/1"
     # A_live counts the input as live over the whole chain (format/liveness.py); this hand-made plan reuses it.
-    assert d["totals"] == {"W": 72, "w": 48, "A": 28, "A_live": 40, "peak_old": 220, "peak_lazy": 168}
+    assert d["totals"] == {"W": 72, "w": 48, "A": 28, "A_live": 40, "peak_old": 220, "peak_lazy": 168,
+                           "import_ready": 0, "import_ready_bytes": 0}
     g = d["vulkan"]["graph"]
     assert g["ops"] == {"et_vk.prepack.default": 1, "aten.linear.default": 1, "aten.relu.default": 1, "aten.add.Tensor": 1}
     assert g["inputs"] == [{"id": 3, "dtype": "FLOAT32", "dims": [1, 4], "bytes": 16}]

@@ -10,6 +10,7 @@ from vkx.format import (ConstantPayload, DuplicateKeyError, ExternalData, Invali
                         ScalarType, resolve_constants, validate, write_program)
 from vkx.format import vkgraph as vk
 from vkx.format.common import FileRange
+from vkx.format.describe import describe
 
 
 def _constants(pf, exts=()):
@@ -77,15 +78,21 @@ def _write_sizes(path, sizes, **kw):
 
 
 def test_default_alignment_policy(tmp_path):
-    sizes = [100, 2 * 1024 * 1024, 3000, 2 * 1024 * 1024 + 5]
+    sizes = [100, 2 * 1024 * 1024, 3000, 2 * 1024 * 1024 + 5, 512 * 1024 + 4, 5000]
     _write_sizes(tmp_path / "a.pte", sizes)
     with ProgramFile.open(tmp_path / "a.pte") as pf:
         named = [pf.named_data[f"k{i}"] for i in range(len(sizes))]
         assert named[1].offset % 16384 == 0 and named[3].offset % 16384 == 0
-        assert named[0].offset % 128 == 0 and named[2].offset % 128 == 0
+        assert named[4].offset % 4096 == 0  # import-ready: a page of its own
+        assert named[0].offset % 128 == 0 and named[2].offset % 128 == 0 and named[5].offset % 128 == 0
+        assert named[5].offset - named[4].end < 128  # a small one is not pushed onto a page
         waste = pf.size - sum(sizes)
         assert waste < 0.01 * pf.size + 2 * 16384  # docs/format.md: padding is < 1% for big weights
     validate(tmp_path / "a.pte")
+    ready = [i for i, r in enumerate(named) if r.offset % 4096 == 0]  # k2 too: it follows k1's 2 MiB
+    assert {1, 3, 4} <= set(ready)
+    totals = describe(tmp_path / "a.pte")["totals"]
+    assert (totals["import_ready"], totals["import_ready_bytes"]) == (len(ready), sum(sizes[i] for i in ready))
 
 
 @pytest.mark.parametrize("alignment,expect", [(16, 128), (4096, 4096), (96, 384)])
