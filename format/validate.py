@@ -51,11 +51,12 @@ def validate(path: str | os.PathLike, external: Sequence[str | os.PathLike] = ()
                 _check_delegate_calls(pf, v)
                 with _in_delegate(v, len(delegates) > 1):
                     _check_graph(v, pf.path)
-                    ranges += _check_constants(pf, v, exts, report)
+                    # a byte range several constants of one delegate share is one device tensor
+                    ranges += set(_check_constants(pf, v, exts, report))
             _check_named_data_use(pf, delegates, exts, report)
             report.delegates = len(delegates)
             report.constants = sum(len(v.graph.constants) for v in delegates)
-            report.constant_bytes = sum(r.size for r in ranges)  # each delegate's constants go to the device
+            report.constant_bytes = sum(r.size for r in ranges)  # W: what goes to the device (loader's weight_bytes)
             layouts = {v.graph.constant_layout for v in delegates} - {"none"}
             report.layout = layouts.pop() if len(layouts) == 1 else "mixed" if layouts else "none"
             return report

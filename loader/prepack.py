@@ -52,9 +52,10 @@ class Uploader:
         self._cmd = None
         self._fence = None
 
-    def place(self, t: RTensor, host: FreeableBuffer, in_place: tuple[int, int, int] | str) -> Buffer:
+    def place(self, t: RTensor, host: FreeableBuffer, in_place: tuple[int, int, int] | str | None) -> Buffer:
         """The device buffer of constant tensor `t`, filled: its file bytes imported where
-        `in_place` (`(address, size, limit)` or the reason there is none) allows, else copied."""
+        `in_place` (`(address, size, limit)` or the reason there is none; None when this load
+        does not import) allows, else copied."""
         check_size(t, host)
         if self.imports:
             try:

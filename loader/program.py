@@ -235,7 +235,7 @@ def upload_weights(built: Built, res: Resources, options: Options, progress: Pro
     for cid, ts in order:
         host = res.source.get(cid)                                           # M = W
         # imported: + 0; else + w (GPU), host pages freed as they are copied
-        _give(ts, up.place(ts[0], host, res.source.in_place(cid)))
+        _give(ts, up.place(ts[0], host, res.source.in_place(cid) if up.imports else None))
         done += ts[0].nbytes
         if progress is not None:
             progress(done, total)

@@ -42,7 +42,7 @@ def test_help_has_no_type_placeholders_and_no_boxes(command):
 
 def test_run_help_lists_the_choices():
     text = " ".join(vkx("run", "-h", COLUMNS="100").stdout.split())
-    assert "--schedule <lazy|eager>" in text and "--upload <auto|staging|direct>" in text
+    assert "--schedule <lazy|eager>" in text and "--upload <auto|staging|direct|import>" in text
 
 
 def test_devices_table_and_json():

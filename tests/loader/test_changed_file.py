@@ -46,7 +46,7 @@ try:
         once(Uploader, "upload")
     else:
         from vkx.format.pte import ProgramFile
-        once(ProgramFile, "_vulkan")
+        once(ProgramFile, "vulkan_delegate")
     if call == "inspect":
         from vkx.cli import app
         app(["inspect", pte, *sum((["--external-data", e] for e in external), [])])
@@ -67,7 +67,7 @@ except VkxError as e:
 """
 
 
-def _child(*args: str, upload: str = "auto/lazy", timeout: int = 120) -> subprocess.CompletedProcess:
+def _child(*args: str, upload: str = "direct/lazy", timeout: int = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "VKX_VALIDATION": "1", "UPLOAD": upload}
     return subprocess.run([sys.executable, "-c", CHILD, *map(str, args)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
@@ -106,7 +106,7 @@ def _fresh(files, name, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["named", "legacy", "ptd", "safetensors"])
-@pytest.mark.parametrize("upload", ["auto/lazy", "staging/lazy", "auto/eager"])
+@pytest.mark.parametrize("upload", ["direct/lazy", "staging/lazy", "auto/eager"])  # the copy paths (import: docs/safety.md)
 def test_truncated_while_weights_load(files, tmp_path, name, upload):
     pte, ext = _fresh(files, name, tmp_path)
     victim = ext or pte
