@@ -618,8 +618,8 @@ UNARY: dict[str, str] = {
     "abs": "abs(x)",
     "exp": "exp(x)",
     "rsqrt": "rsqrt_(x)",
-    "sin": "sin(x)",
-    "cos": "cos(x)",
+    "sin": "sin_(x)",
+    "cos": "cos_(x)",
     "hardswish": "(x * clamp(x + 3.0, 0.0, 6.0) / 6.0)",
     "hardsigmoid": "mix(clamp(x + 3.0, 0.0, 6.0) / 6.0, x, isnan(x))",
 }

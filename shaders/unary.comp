@@ -56,6 +56,24 @@ T rsqrt_(T x) {
     return mix(r, 1.0 / x, EQ(x, T(0.0)));
 }
 
+// sin and cos of an argument reduced to [-pi, pi] first, in two steps (Cody-Waite: k * 6.28125
+// is exact for |k| < 2^16): drivers' sin/cos are accurate only near zero (Vulkan asks 2^-11
+// absolute on [-pi, pi]; the H200's lose 6e-4 at 5000), rotary embeddings pass thousands.
+T reduce_2pi(T x) {
+    T k = round(x * 0.15915494309189535);
+    precise T hi = x - k * 6.28125;  // precise: the two steps must not be merged back into one
+    precise T r = hi - k * 0.0019353071795864769;
+    return r;
+}
+
+T sin_(T x) {
+    return sin(reduce_2pi(x));
+}
+
+T cos_(T x) {
+    return cos(reduce_2pi(x));
+}
+
 // erfc(z) for z >= 0 with fractional error < 1.2e-7 everywhere
 // (Chebyshev-fitted rational form, Numerical Recipes "erfcc").
 T erfc_pos(T z) {

@@ -16,7 +16,8 @@ from vkx.loader.device import default_device
 from vkx.loader.trace import read_status, reset_peak
 path, trace = sys.argv[1], sys.argv[2] == "1"
 default_device()
-spike = np.ones(512 << 20, np.uint8)  # raise the high-water mark well over what the load reaches
+spike = np.ones(1 << 30, np.uint8)  # raise the high-water mark well over what the load reaches
+# (1 GiB: a discrete GPU's driver alone keeps ~0.5 GiB resident after its first load)
 del spike
 before = read_status()["VmHWM"]
 with load(path, trace_memory=trace) as p:
