@@ -105,8 +105,9 @@ def measure(base: nn.Module, dtype: str, folder: Path, runs: int) -> Row:
     try:
         report = vkx.export_model(module, (x,), path, dtype=export_dtype)
         child = peak_over_baseline(path)
+        xin = x.half() if export_dtype == "fp16" else x  # an fp16 program takes fp16 inputs
         with vkx.load(path) as program:
-            row.vkx_seconds = median_seconds(lambda: program(x), runs)
+            row.vkx_seconds = median_seconds(lambda: program(xin), runs)
     except Exception as error:  # the row says why; the other dtypes still run
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         row.error = f"not run: {first}" if isinstance(error, LoadFailed) else f"{type(error).__name__}: {first}"

@@ -116,6 +116,8 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
     process-wide counter touched).
     Options: staging_chunks, staging_chunk_bytes, memory_budget (bytes).
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise FileError(f"vkx.load takes the path of a .pte file, not {type(path).__name__}")
     from vkx.loader.program import _device
     device, own = _device(device)  # the device exists before the baseline is taken
     timeline = Timeline(trace=trace_memory)

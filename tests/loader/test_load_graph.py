@@ -67,3 +67,46 @@ def test_prepack_that_converts_runs_once_at_load():
         assert p.dispatch_count == 1
         for _ in range(3):
             np.testing.assert_array_equal(p(x).numpy(), x + w.astype(np.float32))
+
+
+def test_tensors_of_one_constant_must_have_one_size():
+    """A 4096-byte tensor bound to a 40-byte constant: refused before anything runs (validate's rule)."""
+    from vkx.loader.errors import BadProgramError
+    from .helpers import tensor
+    values = [tensor([10], cid=0), tensor([1024], cid=0), tensor([10]), tensor([1024])]
+    chain = [g.OperatorCall(0, "test.relu.default", (0, 2)), g.OperatorCall(1, "test.relu.default", (1, 3))]
+    graph = g.VkGraph(values=values, chain=chain, output_ids=[2, 3],
+                      constants=[g.ConstantRef(g.NAMED_OFFSET, 40, "c")])
+    with pytest.raises(BadProgramError, match="one size"):
+        load_graph(graph, [bytes(40)])
+
+
+def test_activations_past_the_device_heap_are_refused_before_any_work():
+    """A graph whose shapes agree but whose activations cannot fit: a typed error, no allocation."""
+    from vkx.loader.device import default_device
+    from vkx.loader.errors import OutOfDeviceMemoryError
+    from .helpers import tensor
+    n = max(default_device().heap_sizes) // 4 + 1024  # one fp32 tensor past the largest heap
+    graph = g.VkGraph(values=[tensor([n]), tensor([n], mem=0)], input_ids=[0], output_ids=[1],
+                      chain=[g.OperatorCall(0, "test.relu_split.default", (0, 1))])
+    with pytest.raises(OutOfDeviceMemoryError, match="activations") as info:
+        load_graph(graph, [])
+    assert info.value.ledger["total"] == 0
+
+
+@pytest.mark.parametrize("bad,error", [({"memory_budget": "lots"}, "memory_budget"), ({"memory_budget": -5}, "memory_budget"),
+                                       ({"staging_chunks": 0}, "staging_chunks"), ({"schedule": "soon"}, "schedule")])
+def test_bad_load_options_are_typed(bad, error):
+    from vkx.loader.errors import LoadError
+    from .helpers import relu_add_graph, weights
+    graph = relu_add_graph()
+    options = {"schedule": "lazy", **bad}
+    with pytest.raises(LoadError, match=error):
+        load_graph(graph, [weights()], **options)
+
+
+def test_load_of_no_path_is_typed():
+    import vkx
+    from vkx.loader.errors import FileError
+    with pytest.raises(FileError, match="path of a .pte"):
+        vkx.load(None)
