@@ -26,7 +26,7 @@ from vkx.loader.errors import (BadProgramError, FileError, InputError, LoadError
                                UnsupportedOpError, as_load_error)
 from vkx.loader.kernels import Kernel, Refused, bind, op_name, static_value, torch_dtype
 from vkx.loader.program import load_source
-from vkx.loader.runner import Program
+from vkx.loader.runner import Closes, Program
 
 PLAN = 0
 """vkx runs the first execution plan ("forward")."""
@@ -168,7 +168,7 @@ def _load_delegate(path, external_data: Sequence, di: int, schedule: str, device
     return load_source(source.delegate.graph, source, schedule, device, upload, **options)
 
 
-class PlanProgram:
+class PlanProgram(Closes):
     """A loaded execution plan: call it with tensors; `close()` (or `with`) closes every delegate."""
 
     def __init__(self, plan: ExecutionPlan, kernels: dict[tuple[int, int], Kernel], constants: dict[int, Any],
@@ -304,18 +304,6 @@ class PlanProgram:
             if self._on_close is not None:
                 self._on_close()
 
-    def __enter__(self) -> "PlanProgram":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        if not getattr(self, "closed", True):
-            try:
-                self.close()
-            except Exception:
-                pass
 
 
 def _condition(value) -> bool:

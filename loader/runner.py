@@ -87,7 +87,24 @@ class _Port:
         return v.astype(want, copy=True).reshape(self.shape)
 
 
-class Program:
+class Closes:
+    """`with` support and a last-resort close for objects that own device memory (`close()`, `closed`)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        if not getattr(self, "closed", True):
+            try:
+                self.close()
+            except Exception:  # interpreter shutdown: nothing to report to
+                pass
+
+
+class Program(Closes):
     """A loaded graph: call it with tensors; `close()` (or `with`) releases its device memory.
 
     Safe to call from several threads: calls run one at a time.
@@ -189,16 +206,4 @@ class Program:
             self._resources.close()
         self.device.check()
 
-    def __enter__(self) -> "Program":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        if not getattr(self, "closed", True):
-            try:
-                self.close()
-            except Exception:
-                pass
 
