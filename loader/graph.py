@@ -135,10 +135,7 @@ class GraphBuilder:
         for op, call, fn in zip(self.graph.chain, bound, fns):
             self._node = call.node
             try:
-                if fn in ops.BUILDERS.values():
-                    fn(self, call)
-                else:
-                    fn(self, tuple(op.args))
+                fn(self, call)
             except UnsupportedOpError:
                 raise
             except ops.UnsupportedOpError as error:
@@ -146,49 +143,6 @@ class GraphBuilder:
         return self
 
     # -- the OpBuilder protocol ------------------------------------------------
-    def _value(self, vid: int):
-        try:
-            return self.graph.values[vid]
-        except (IndexError, TypeError):
-            raise BadProgramError(f"{self._node}: value id {vid} out of range") from None
-
-    def tensor(self, vid: int) -> ops.TensorArg:
-        t = self.tensors.get(vid)
-        if t is None:
-            raise BadProgramError(f"{self._node}: value {vid} is {type(self._value(vid)).__name__}, not Tensor")
-        return t.arg
-
-    def scalar(self, vid: int) -> ops.Scalar:
-        v = self._value(vid)
-        if isinstance(v, g.Null):
-            return None
-        if isinstance(v, (g.Int, g.Double, g.Bool, g.String, g.SymInt)):
-            return v.value
-        raise BadProgramError(f"{self._node}: value {vid} is {type(v).__name__}, not a scalar")
-
-    def int_list(self, vid: int) -> tuple[int, ...]:
-        v = self._value(vid)
-        if isinstance(v, g.IntList):
-            return tuple(int(i) for i in v.items)
-        if isinstance(v, g.ValueList):
-            out = []
-            for item in v.items:
-                s = self.scalar(item)
-                if not isinstance(s, int) or isinstance(s, bool):
-                    raise BadProgramError(f"{self._node}: value {vid} is not a list of ints")
-                out.append(s)
-            return tuple(out)
-        raise BadProgramError(f"{self._node}: value {vid} is {type(v).__name__}, not IntList")
-
-    def value_list(self, vid: int) -> tuple[int, ...]:
-        v = self._value(vid)
-        if not isinstance(v, g.ValueList):
-            raise BadProgramError(f"{self._node}: value {vid} is {type(v).__name__}, not ValueList")
-        return tuple(int(i) for i in v.items)
-
-    def is_null(self, vid: int) -> bool:
-        return isinstance(self._value(vid), g.Null)
-
     def temp(self, shape: Sequence[int], dtype: DType = dtypes.FLOAT32) -> ops.TensorArg:
         vid = len(self.graph.values) + len(self.temps)
         arg = ops.TensorArg(vid, tuple(int(d) for d in shape), dtype)

@@ -20,7 +20,6 @@ from vkx.format import contract, dtypes
 from vkx.format.contract import Call
 from vkx.format.dtypes import DType
 
-Scalar = Union[int, float, bool, str, None]
 
 
 @dataclass(frozen=True)
@@ -95,11 +94,6 @@ class OpBuilder(Protocol):
     offset_alignment: int
     """Required alignment of `SubRange.offset` (minStorageBufferOffsetAlignment)."""
 
-    def tensor(self, vid: int) -> TensorArg: ...
-    def scalar(self, vid: int) -> Scalar: ...
-    def int_list(self, vid: int) -> tuple[int, ...]: ...
-    def value_list(self, vid: int) -> tuple[int, ...]: ...
-    def is_null(self, vid: int) -> bool: ...
     def temp(self, shape: Sequence[int], dtype: DType = dtypes.FLOAT32) -> TensorArg:
         """Scratch tensor, allocated with the activations, alive for the whole graph."""
     def dispatch(self, shader: str, bindings: Sequence[Binding], push: bytes,
@@ -111,23 +105,12 @@ class OpBuilder(Protocol):
         """Dispatches recorded inside run once, at load, after the weights are in."""
 
 
-OpFn = Callable[[OpBuilder, tuple[int, ...]], None]
-OPS: dict[str, OpFn] = {}
 Builder = Callable[[OpBuilder, Call], None]
 BUILDERS: dict[str, Builder] = {}
 
 
 class UnsupportedOpError(Exception):
     """The graph uses an op or an argument combination that vkx cannot run."""
-
-
-def register(*names: str) -> Callable[[OpFn], OpFn]:
-    """Old-style registration (positional value ids); being replaced by `builds`."""
-    def wrap(fn: OpFn) -> OpFn:
-        for name in names:
-            OPS[name] = fn
-        return fn
-    return wrap
 
 
 def builds(*names: str) -> Callable[[Builder], Builder]:
@@ -154,11 +137,11 @@ def builds_family(family: str) -> Callable[[Builder], Builder]:
 _OP_MODULES = ("elementwise", "reduce", "shape", "matmul", "conv", "attention", "prepack", "quant")
 
 
-def lookup(name: str) -> Builder | OpFn:
-    """The builder of `name` (new style first); UnsupportedOpError when vkx has none."""
+def lookup(name: str) -> Builder:
+    """The builder of `name`; UnsupportedOpError when vkx has none."""
     if not _loaded:
         _load_all()
-    fn = BUILDERS.get(name) or OPS.get(name)
+    fn = BUILDERS.get(name)
     if fn is None:
         raise UnsupportedOpError(f"unsupported op {name!r}")
     return fn
