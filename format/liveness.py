@@ -17,7 +17,6 @@ from typing import Sequence
 from . import vkgraph as vk
 
 PREPACK = "et_vk.prepack.default"
-GPU_ITEMSIZE = 4
 
 
 @dataclass(frozen=True)
@@ -59,7 +58,7 @@ def lifetimes(graph: vk.VkGraph) -> list[Lifetime]:
             last.setdefault(value_id, index)
             if call.name == PREPACK:
                 dedicated.add(value_id)
-    return [Lifetime(value_id, graph.values[value_id].numel * GPU_ITEMSIZE, first[value_id], last[value_id])
+    return [Lifetime(value_id, graph.values[value_id].nbytes, first[value_id], last[value_id])
             for value_id in sorted(first) if value_id not in dedicated]
 
 
@@ -81,5 +80,5 @@ def shared_object_bytes(graph: vk.VkGraph) -> int:
     objects: dict[int, int] = {}
     for value in graph.values:
         if isinstance(value, vk.Tensor) and value.constant_id < 0 and value.mem_obj_id >= 0:
-            objects[value.mem_obj_id] = max(objects.get(value.mem_obj_id, 0), value.numel * GPU_ITEMSIZE)
+            objects[value.mem_obj_id] = max(objects.get(value.mem_obj_id, 0), value.nbytes)
     return sum(objects.values())
