@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import torch
 from torch.fx import Node
 
-from vkx.format import contract
+from vkx.format import contract, op_decls
 
 if TYPE_CHECKING:
     from vkx.export.lower import GraphBuilder
@@ -240,8 +240,8 @@ RULES: dict[Any, Rule] = {
     A.mm.default: same("aten.mm.default", tref={"mat2"}),
     A.bmm.default: same("aten.bmm.default", tref={"mat2"}),
     A.matmul.default: same("aten.matmul.default"),
-    **{getattr(A, op).Tensor: same(f"aten.{op}.Tensor") for op in contract.BINARY},
-    **{getattr(A, op).Scalar: same(f"aten.{op}.Tensor") for op in contract.BINARY},
+    **{getattr(A, op).Tensor: same(f"aten.{op}.Tensor") for op in op_decls.BINARY},
+    **{getattr(A, op).Scalar: same(f"aten.{op}.Tensor") for op in op_decls.BINARY},
     A.reciprocal.default: Rule(_reciprocal),
     A.neg.default: Rule(_neg),
     **{getattr(A, op).default: same(f"aten.{op}.default") for op in ("relu", "sigmoid", "tanh", "silu", "gelu")},

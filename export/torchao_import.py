@@ -29,7 +29,7 @@ from torch.fx import Graph, Node
 
 from vkx.export.errors import ExportError
 from vkx.export.ops import RULES, Rule
-from vkx.format.contract import VALUES_PER_WORD
+from vkx.format.op_quant import VALUES_PER_WORD
 
 if TYPE_CHECKING:
     from vkx.export.lower import GraphBuilder

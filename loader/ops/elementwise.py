@@ -18,7 +18,7 @@ from __future__ import annotations
 import struct
 from typing import Union
 
-from vkx.format import contract, dtypes
+from vkx.format import dtypes, op_decls
 from vkx.format.contract import Call
 from vkx.format.dtypes import DType
 
@@ -143,7 +143,7 @@ def unary_op(builder: OpBuilder, call: Call) -> None:
 
 @builds("aten.gelu.default")
 def gelu(builder: OpBuilder, call: Call) -> None:
-    unary(builder, call, contract.GELU[call["approximate"]])
+    unary(builder, call, op_decls.GELU[call["approximate"]])
 
 
 @builds("aten.clone.default")

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import struct
 
-from vkx.format.contract import VALUES_PER_WORD, Call
+from vkx.format.contract import Call
+from vkx.format.op_quant import VALUES_PER_WORD
 
 from . import OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines
 from .shape import convert_copy, dispatch_groups, row_chunks, rows_binding

@@ -13,7 +13,8 @@ import math
 import struct
 from typing import Iterator, Sequence
 
-from vkx.format.contract import Call, slice_length
+from vkx.format.contract import Call
+from vkx.format.op_rules import slice_length
 
 from . import Binding, OpBuilder, SubRange, TensorArg, UnsupportedOpError, builds, elem_defines
 

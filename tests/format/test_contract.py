@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from vkx.format import InvalidValueError, contract, validate
+from vkx.format import InvalidValueError, contract, op_rules, validate
 from vkx.format import vkgraph as vk
 
 from .fmt_tiny import GOLDEN, tiny_graph, tiny_payloads
@@ -99,12 +99,12 @@ def test_shape_rules_match_torch():
     torch = pytest.importorskip("torch")
     F = torch.nn.functional
     for a, b in [((3,), (3,)), ((2, 3), (3,)), ((3,), (3, 4)), ((5, 2, 3), (3, 4)), ((2, 1, 3, 4), (5, 4, 2))]:
-        assert contract.matmul_shape(a, b) == tuple(torch.matmul(torch.ones(a), torch.ones(b)).shape)
-    assert contract.matmul_shape((2, 3), (4, 5)) is None
+        assert op_rules.matmul_shape(a, b) == tuple(torch.matmul(torch.ones(a), torch.ones(b)).shape)
+    assert op_rules.matmul_shape((2, 3), (4, 5)) is None
     for size in (5, 6, 7):
         for start, end, step in [(None, None, 2), (-3, None, 1), (1, -1, 3), (10, 20, 1), (-100, 2, 1)]:
-            s, n = contract.slice_length(size, start, end, step)
+            s, n = op_rules.slice_length(size, start, end, step)
             assert n == len(range(size)[start:end:step]) and (n == 0 or s == range(size)[start:end:step][0])
     for size, k, st, pad, dil, ceil in [(7, 3, 2, 1, 1, True), (8, 2, 2, 0, 1, True), (9, 3, 3, 1, 2, False)]:
         want = F.max_pool2d(torch.ones(1, 1, size, size), k, st, pad, dil, ceil_mode=ceil).shape[-1]
-        assert contract._window(size, k, st, pad, dil, ceil) == want
+        assert op_rules.window_size(size, k, st, pad, dil, ceil) == want

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vkx.format import contract
+from vkx.format import contract, op_decls
 from vkx.loader import ops
 
 from .conftest import (EXPORT_DTYPES, FLOAT_DTYPES, Const, Fn, assert_close, assert_close_in, rand, run_graph, run_vkx)
@@ -187,7 +187,7 @@ UNARY = {
 
 
 def test_unary_table_is_tested():
-    assert set(UNARY) == set(contract.UNARY)
+    assert set(UNARY) == set(op_decls.UNARY)
 
 
 def _unary_input(op, shape, dtype, seed=12):

@@ -1,0 +1,80 @@
+"""What the op declarations share: shape helpers for rules, and the shorthands declarations are written in."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from . import dtypes
+from .contract import Arg, Call, Kind
+
+T, TS, I, N, B, L, S = Kind.TENSOR, Kind.TENSORS, Kind.INT, Kind.NUMBER, Kind.BOOL, Kind.INTS, Kind.STRING
+ALL_TYPES = dtypes.ON_DEVICE
+
+
+def optional(name: str, kind: Kind, default: Any = ..., saturates: bool = False) -> Arg:
+    return Arg(name, kind, optional=True, default=default, saturates=saturates)
+
+
+def broadcast(*shapes: Sequence[int]) -> tuple[int, ...] | None:
+    """numpy's broadcast of `shapes`, or None when they do not broadcast."""
+    rank = max((len(s) for s in shapes), default=0)
+    out = []
+    for d in range(rank):
+        sizes = {s[len(s) - rank + d] for s in shapes if len(s) - rank + d >= 0} - {1}
+        if len(sizes) > 1:
+            return None
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
+def dim_index(call: Call, dim: int, rank: int, what: str = "dim") -> int:
+    n = max(rank, 1)
+    call.require(-n <= dim < n, f"{what} {dim} out of range for {rank} dims")
+    return dim % n
+
+
+def same_shape(call: Call, name: str = "self") -> None:
+    call.expect_shape("the output", call.out.shape, call.tensor(name).shape)
+
+
+
+def matmul_shape(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...] | None:
+    """torch.matmul's result shape, or None when the operands do not multiply."""
+    if not a or not b:
+        return None
+    a2 = (1, *a) if len(a) == 1 else tuple(a)
+    b2 = (*b, 1) if len(b) == 1 else tuple(b)
+    if a2[-1] != b2[-2]:
+        return None
+    batch = broadcast(a2[:-2], b2[:-2])
+    if batch is None:
+        return None
+    out = (*batch, *(a2[-2:-1] if len(a) > 1 else ()), *(b2[-1:] if len(b) > 1 else ()))
+    return out
+
+
+def window_size(size: int, kernel: int, stride: int, pad: int, dilation: int, ceil: bool) -> int:
+    span = size + 2 * pad - dilation * (kernel - 1) - 1
+    if span < 0:
+        return -1
+    out = (span + (stride - 1 if ceil else 0)) // stride + 1
+    if ceil and (out - 1) * stride >= size + pad:  # the last window must start inside the input
+        out -= 1
+    return out
+
+
+def int_pairs(call: Call, name: str, n: int, positive: bool = True) -> tuple[int, ...]:
+    v = tuple(call[name])
+    if len(v) == 1:
+        v = v * n
+    call.require(len(v) == n, f"{name} {list(v)} must have {n} entries")
+    call.require(all((x > 0) if positive else (x >= 0) for x in v), f"{name} {list(v)} out of range")
+    return v
+
+
+def slice_length(size: int, start: int | None, end: int | None, step: int) -> tuple[int, int]:
+    """(start, length) of Python's slice [start:end:step] over `size` elements (step > 0)."""
+    start = 0 if start is None else start
+    end = size if end is None else end
+    start = min(max(start + size if start < 0 else start, 0), size)
+    end = min(max(end + size if end < 0 else end, start), size)
+    return start, -(-(end - start) // step)
