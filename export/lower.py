@@ -1,4 +1,4 @@
-"""An ExportedProgram → one VkGraph of contract ops (value order as in formats.md §4.4).
+"""An ExportedProgram → one VkGraph of contract ops (vkx.format.contract).
 
 Lowering runs the op table twice over the FX graph. The first pass only scans:
 it records which constants (parameters, buffers, lifted tensors) are used, and
