@@ -178,19 +178,25 @@ def build(graph: g.VkGraph, device: Device, options: Options, source) -> Built:
     return built
 
 
-def _check_budget(built: Built, allocator: Allocator, device: Device, options: Options) -> None:
-    """Refuse, before any work, a graph whose weights and activations cannot fit the device."""
-    groups: dict[int, int] = {}
-    dedicated = 0
+def _memory_objects(built: Built) -> tuple[dict[int, list[RTensor]], list[RTensor]]:
+    """The activations by shared memory object, and those with memory of their own (temps included)."""
+    groups: dict[int, list[RTensor]] = {}
+    dedicated: list[RTensor] = []
     for t in built.activations:
         if t.mem_obj_id >= 0 and not t.is_temp:
-            groups[t.mem_obj_id] = max(groups.get(t.mem_obj_id, 0), t.nbytes)
+            groups.setdefault(t.mem_obj_id, []).append(t)
         else:
-            dedicated += t.nbytes
+            dedicated.append(t)
+    return groups, dedicated
+
+
+def _check_budget(built: Built, device: Device, options: Options) -> None:
+    """Refuse, before any work, a graph whose weights and activations cannot fit the device."""
+    groups, dedicated = _memory_objects(built)
     # upload="import" loads every constant in place or fails: constants need no device memory then
     constants = 0 if options.upload == "import" else sum(ts[0].nbytes for ts in built.constants.values())
     weights = constants + sum(t.nbytes for t in built.dedicated)
-    activations = dedicated + sum(groups.values())
+    activations = sum(t.nbytes for t in dedicated) + sum(max(t.nbytes for t in ts) for ts in groups.values())
     # A driver may hand out more than its heap (lavapipe's heap is a nominal 2 GiB of host
     # memory), so weights are checked against an explicit budget only; activations alone
     # past the largest device heap cannot be meant.
@@ -287,12 +293,9 @@ def _run_prepack(built: Built, res: Resources) -> None:
 def allocate_activations(built: Built, graph: g.VkGraph, res: Resources) -> tuple[list, list]:
     """Stage 3: one allocation per shared memory object (dedicated ones apart), then the io buffers."""
     allocator = res.allocator
-    groups: dict[int, list[RTensor]] = {}
-    for t in built.activations:
-        if t.mem_obj_id >= 0 and not t.is_temp:
-            groups.setdefault(t.mem_obj_id, []).append(t)
-        else:
-            t.buffer = allocator.buffer(t.nbytes, "activations", "device")
+    groups, dedicated = _memory_objects(built)
+    for t in dedicated:
+        t.buffer = allocator.buffer(t.nbytes, "activations", "device")
     for mid in sorted(groups):
         members = groups[mid]
         for t, b in zip(members, allocator.alias_group([t.nbytes for t in members])):
@@ -333,7 +336,7 @@ def load_source(graph: g.VkGraph, source, schedule: str = "lazy", device=None, u
     res = Resources(dev, own_device, allocator, source, timeline, on_close)
     try:
         built = build(graph, dev, options, source)
-        _check_budget(built, allocator, dev, options)
+        _check_budget(built, dev, options)
         kept = upload_weights(built, res, options, progress)
         if options.schedule == "eager":
             timeline.mark("after graph build")
