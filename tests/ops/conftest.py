@@ -35,7 +35,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 __all__ = ["Const", "Values", "Fn", "run_graph", "run_vkx", "assert_close", "assert_norm_close", "max_error",
-           "vulkan_available", "requires_vulkan", "rand", "FLOAT_DTYPES", "EXPORT_DTYPES", "assert_close_in", "tolerance"]
+           "vulkan_available", "requires_vulkan", "rand", "rand_of", "FLOAT_DTYPES", "EXPORT_DTYPES", "assert_close_in", "tolerance"]
 
 
 # --------------------------------------------------------------------------- device
@@ -75,6 +75,16 @@ def pytest_collection_modifyitems(config, items):
 def rand(*shape, seed: int = 0, dtype=torch.float32, scale: float = 1.0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return (torch.randn(tuple(shape), generator=g) * scale).to(dtype)
+
+
+def rand_of(shape, seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Random values of real magnitude in any dtype: floats ~3σ, bools half true, ints over their range."""
+    x = rand(*shape, seed=seed, scale=3.0)
+    if dtype == torch.bool:
+        return x > 0
+    if dtype.is_floating_point:
+        return x.to(dtype)
+    return (x * 40).clamp(0 if dtype == torch.uint8 else -128, 127).to(dtype)
 
 
 def max_error(got, want) -> float:

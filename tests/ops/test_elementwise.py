@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from vkx.format import contract, op_decls
 from vkx.loader import ops
 
-from .conftest import (EXPORT_DTYPES, FLOAT_DTYPES, Const, Fn, assert_close, assert_close_in, rand, run_graph, run_vkx)
+from .conftest import (EXPORT_DTYPES, FLOAT_DTYPES, Const, Fn, assert_close, assert_close_in, rand, rand_of,
+                       run_graph, run_vkx)
 
 pytestmark = pytest.mark.vulkan
 
@@ -134,20 +135,11 @@ MIXED = [
 ]
 
 
-def _typed(shape, seed, dtype):
-    x = rand(*shape, seed=seed, scale=3.0)
-    if dtype == torch.bool:
-        return x > 0
-    if dtype.is_floating_point:
-        return x.to(dtype)
-    return (x * 40).clamp(0 if dtype == torch.uint8 else -128, 127).to(dtype)
-
-
 @pytest.mark.parametrize("da,db", MIXED, ids=lambda d: str(d).removeprefix("torch."))
 @pytest.mark.parametrize("op", ["add", "mul"])
 @pytest.mark.parametrize("shapes", [((3, 8), (3, 8)), ((3, 5), (5,)), ((3, 5), (1,))], ids=str)
 def test_mixed_dtypes(op, da, db, shapes):
-    a, b = _typed(shapes[0], 8, da), _typed(shapes[1], 9, db)
+    a, b = rand_of(shapes[0], 8, da), rand_of(shapes[1], 9, db)
     _check(*_binary(op, a, Const(b)))
     _check(*_binary(op, b, a))
 
@@ -287,14 +279,14 @@ ALL_DTYPES = (*FLOAT_DTYPES, *INT_DTYPES, torch.bool)
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 @pytest.mark.parametrize("shape", [(5,), (2, 8), (), (3, 11)])
 def test_clone(shape, dtype):
-    x = _typed(shape, 14, dtype)
+    x = rand_of(shape, 14, dtype)
     got = run_graph("aten.clone.default", [x, None], (shape, dtype))
     assert got.dtype == dtype and torch.equal(got, x)
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_prepack(dtype):
-    w = _typed((3, 11), 15, dtype)
+    w = rand_of((3, 11), 15, dtype)
     got = run_graph("et_vk.prepack.default", [Const(w)], ((3, 11), dtype))
     assert got.dtype == dtype and torch.equal(got, w)
 

@@ -5,21 +5,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from .conftest import EXPORT_DTYPES, FLOAT_DTYPES, Const, Fn, Values, assert_close, assert_close_in, rand, run_graph, run_vkx
+from .conftest import (EXPORT_DTYPES, FLOAT_DTYPES, Const, Fn, Values, assert_close, assert_close_in, rand, rand_of,
+                       run_graph, run_vkx)
 
 pytestmark = pytest.mark.vulkan
 
 ALL_DTYPES = (*FLOAT_DTYPES, torch.int32, torch.int8, torch.uint8, torch.bool)
 DTYPE_IDS = [str(d).removeprefix("torch.") for d in ALL_DTYPES]
-
-
-def _typed(shape, seed, dtype=torch.float32):
-    x = rand(*shape, seed=seed, scale=3.0)
-    if dtype == torch.bool:
-        return x > 0
-    if dtype.is_floating_point:
-        return x.to(dtype)
-    return (x * 40).clamp(0 if dtype == torch.uint8 else -128, 127).to(dtype)
 
 
 def _equal(got, want):
@@ -36,12 +28,12 @@ by_dtype = pytest.mark.parametrize("dtype", ALL_DTYPES, ids=DTYPE_IDS)
                                         ((5,), (5,)), ((), (1,))])
 @by_dtype
 def test_view_copy(shape, size, dtype):
-    x = _typed(shape, 1, dtype)
+    x = rand_of(shape, 1, dtype)
     _equal(run_graph("aten.view_copy.default", [x, list(size)], (size, dtype)), x.reshape(size))
 
 
 def test_view_copy_infers_minus_one():
-    x = _typed((3, 8), 1, torch.float16)
+    x = rand_of((3, 8), 1, torch.float16)
     _equal(run_graph("aten.view_copy.default", [x, [-1, 4]], ((6, 4), torch.float16)), x.reshape(-1, 4))
 
 
@@ -56,7 +48,7 @@ def test_view_copy_infers_minus_one():
 ])
 @by_dtype
 def test_permute_copy(shape, dims, dtype):
-    x = _typed(shape, 2, dtype)
+    x = rand_of(shape, 2, dtype)
     want = x.permute(dims).contiguous()
     _equal(run_graph("aten.permute_copy.default", [x, list(dims)], (tuple(want.shape), dtype)), want)
 
@@ -75,14 +67,14 @@ def test_permute_copy(shape, dims, dtype):
 ])
 @by_dtype
 def test_slice_copy(shape, dim, start, end, step, dtype):
-    x = _typed(shape, 3, dtype)
+    x = rand_of(shape, 3, dtype)
     want = torch.ops.aten.slice_copy.Tensor(x, dim, start, end, step)
     _equal(run_graph("aten.slice_copy.Tensor", [x, dim, start, end, step], (tuple(want.shape), dtype)), want)
 
 
 def test_slice_copy_defaults():
     """ExecuTorch may leave out dim, start, end and step: 0, None, None, 1."""
-    x = _typed((5, 3), 3, torch.bfloat16)
+    x = rand_of((5, 3), 3, torch.bfloat16)
     _equal(run_graph("aten.slice_copy.Tensor", [x], ((5, 3), torch.bfloat16)), x)
 
 
@@ -96,7 +88,7 @@ def test_slice_copy_defaults():
 ])
 @by_dtype
 def test_cat(shapes, dim, dtype):
-    xs = [_typed(s, 10 + i, dtype) for i, s in enumerate(shapes)]
+    xs = [rand_of(s, 10 + i, dtype) for i, s in enumerate(shapes)]
     want = torch.cat(xs, dim)
     _equal(run_graph("aten.cat.default", [Values(xs), dim], (tuple(want.shape), dtype)), want)
 
@@ -105,7 +97,7 @@ def test_cat(shapes, dim, dtype):
                                     (torch.int8, torch.int32), (torch.bool, torch.uint8)], ids=str)
 def test_cat_promotes(dtypes):
     """torch.cat of mixed dtypes gives the promoted dtype: the parts convert at load."""
-    xs = [_typed((2, 3), 12, dtypes[0]), _typed((2, 5), 13, dtypes[1]), _typed((2, 1), 14, dtypes[0])]
+    xs = [rand_of((2, 3), 12, dtypes[0]), rand_of((2, 5), 13, dtypes[1]), rand_of((2, 1), 14, dtypes[0])]
     want = torch.cat(xs, 1)
     _equal(run_graph("aten.cat.default", [Values(xs), 1], ((2, 9), want.dtype)), want)
 
@@ -121,7 +113,7 @@ def test_cat_with_constant():
 @pytest.mark.parametrize("idx_shape", [(1,), (7,), (2, 5), (2, 3, 3)])
 @by_dtype
 def test_embedding(idx_shape, dtype):
-    w = _typed((17, 6), 30, dtype)
+    w = rand_of((17, 6), 30, dtype)
     idx = torch.randint(0, 17, idx_shape, generator=torch.Generator().manual_seed(31), dtype=torch.int32)
     want = F.embedding(idx, w) if dtype.is_floating_point else w[idx.long()]
     _equal(run_graph("aten.embedding.default", [Const(w), idx, -1, False, False], (tuple(want.shape), dtype)), want)
@@ -129,7 +121,7 @@ def test_embedding(idx_shape, dtype):
 
 @pytest.mark.parametrize("idx_dtype", [torch.int32, torch.int8, torch.uint8])
 def test_embedding_index_types(idx_dtype):
-    w = _typed((33, 5), 32, torch.float16)
+    w = rand_of((33, 5), 32, torch.float16)
     idx = torch.tensor([[0, 32, 5], [7, 7, 1]], dtype=idx_dtype)
     want = w[idx.long()]
     _equal(run_graph("aten.embedding.default", [Const(w), idx], ((2, 3, 5), torch.float16)), want)
@@ -139,7 +131,7 @@ def test_embedding_index_types(idx_dtype):
                                        (torch.float32, torch.float16)], ids=str)
 def test_embedding_converts(table, out):
     """A table stored in another dtype than the activations (an fp16-weight export)."""
-    w = _typed((33, 5), 33, table)
+    w = rand_of((33, 5), 33, table)
     idx = torch.tensor([[0, 32, 5], [7, 7, 1]], dtype=torch.int32)
     got = run_graph("aten.embedding.default", [Const(w), idx], ((2, 3, 5), out))
     assert_close_in(got, w[idx.long()].to(out), out, each=True)
@@ -148,7 +140,7 @@ def test_embedding_converts(table, out):
 @pytest.mark.parametrize("binding", [None, 128])
 def test_embedding_out_of_range_is_zero(binding):
     """torch raises for such indices; a file may hold them: they read no memory outside the table."""
-    w = _typed((9, 4), 34, torch.float32) + 100  # no zero rows
+    w = rand_of((9, 4), 34, torch.float32) + 100  # no zero rows
     idx = torch.tensor([0, -1, 9, 8, 2**31 - 1, -2**31, 4], dtype=torch.int32)
     want = w[idx.clamp(0, 8).long()]
     want[(idx < 0) | (idx > 8)] = 0
@@ -170,7 +162,7 @@ SMALL_BINDING = 1024  # bytes: forces the split paths on tiny tensors
 
 @by_dtype
 def test_view_clone_split(dtype):
-    x = _typed((3, 1203), 34, dtype)  # 3609 elements: over 1024 bytes in every dtype
+    x = rand_of((3, 1203), 34, dtype)  # 3609 elements: over 1024 bytes in every dtype
     got = run_graph("aten.view_copy.default", [x, [3609]], ((3609,), dtype), max_binding_bytes=SMALL_BINDING)
     _equal(got, x.reshape(3609))
     got = run_graph("aten.clone.default", [x, None], ((3, 1203), dtype), max_binding_bytes=SMALL_BINDING)
@@ -180,10 +172,10 @@ def test_view_clone_split(dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.uint8], ids=str)
 def test_cat_into_large_output(dtype):
     k = 4 // dtype.itemsize  # the same byte sizes in every dtype
-    a, b = _typed((2, 350 * k), 35, dtype), _typed((2, 201 * k), 36, dtype)  # out 4408 bytes
+    a, b = rand_of((2, 350 * k), 35, dtype), rand_of((2, 201 * k), 36, dtype)  # out 4408 bytes
     got = run_graph("aten.cat.default", [Values([a, b]), 1], ((2, 551 * k), dtype), max_binding_bytes=4096)
     _equal(got, torch.cat([a, b], 1))
-    a, b = _typed((700 * k,), 35, dtype), _typed((401 * k,), 36, dtype)
+    a, b = rand_of((700 * k,), 35, dtype), rand_of((401 * k,), 36, dtype)
     got = run_graph("aten.cat.default", [Values([a, b]), 0], ((1101 * k,), dtype), max_binding_bytes=4096)
     _equal(got, torch.cat([a, b]))
 
