@@ -163,10 +163,11 @@ def validate(
                              "constant_bytes": r.constant_bytes, "layout": r.layout, "warnings": r.warnings},
                             indent=1))
         return
+    # One line each, however long the path: scripts read them line by line.
     console.print(f"[green]ok[/] {safe(r.path)}: {r.segments} segments, {r.delegates} delegate(s), "
-                  f"{r.constants} constants ({_size(r.constant_bytes)}, {safe(r.layout)})")
+                  f"{r.constants} constants ({_size(r.constant_bytes)}, {safe(r.layout)})", soft_wrap=True)
     if r.cpu_ops:
-        console.print(f"CPU ops: {', '.join(safe(op) for op in r.cpu_ops)}")
+        console.print(f"CPU ops: {', '.join(safe(op) for op in r.cpu_ops)}", soft_wrap=True)
     for w in r.warnings:
         console.print(f"[yellow]warning:[/] {safe(w)}")
 
