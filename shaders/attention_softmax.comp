@@ -55,18 +55,19 @@ void main() {
     const int sbase = p.soff + r * p.S;
     const int mbase = p.moff + b1 * p.smb1 + b2 * p.smb2 + l * p.sml;
 
-    // A NaN score makes the maximum NaN, and with it the row (softmax propagates NaN, as
-    // torch's reference SDPA does; GLSL's max leaves NaN operands undefined).
+    // A NaN score makes the row NaN (softmax propagates NaN, as torch's reference SDPA does).
+    // isnan, not a comparison trick: GLSL's max and NVIDIA's compiler both drop NaN operands.
     float mx = NEG_INF;
+    bool has_nan = false;
     for (int s = 0; s < p.S; ++s) {
         const float v = score(sbase, mbase, l, s);
-        if (!(v <= mx)) {
-            mx = v;
-        }
+        has_nan = has_nan || isnan(v);
+        mx = v > mx ? v : mx;
     }
-    if (mx == NEG_INF) {
+    if (has_nan || mx == NEG_INF) {
+        const float fill = has_nan ? uintBitsToFloat(0x7FC00000u) : 0.0;
         for (int s = 0; s < p.S; ++s) {
-            sc[sbase + s] = 0.0;
+            sc[sbase + s] = fill;
         }
         return;
     }
