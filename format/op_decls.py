@@ -271,7 +271,7 @@ UNARY: dict[str, str] = {
 (helpers in shaders/unary.comp). NaN stays NaN, as in torch (GLSL's max/clamp leave NaN undefined)."""
 
 GELU: dict[str, str] = {
-    "none": "(x * normal_cdf(x))",
+    "none": "gelu_erf_(x)",
     "tanh": "(x * sigmoid_(2.0 * (0.79788456080286536 * (x + 0.044715 * x * x * x))))",
 }
 """aten.gelu.default by `approximate`, as UNARY expressions (0.5 * (1 + tanh(u)) == sigmoid(2u):

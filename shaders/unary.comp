@@ -14,11 +14,13 @@ layout(local_size_x = 64) in;
 #ifdef VEC4
 #define T vec4
 #define GE(a, b) greaterThanEqual(a, b)
+#define GT(a, b) greaterThan(a, b)
 #define LT(a, b) lessThan(a, b)
 #define EQ(a, b) equal(a, b)
 #else
 #define T float
 #define GE(a, b) ((a) >= (b))
+#define GT(a, b) ((a) > (b))
 #define LT(a, b) ((a) < (b))
 #define EQ(a, b) ((a) == (b))
 #endif
@@ -56,25 +58,41 @@ T rsqrt_(T x) {
     return mix(r, 1.0 / x, EQ(x, T(0.0)));
 }
 
-// sin and cos of an argument reduced to [-pi, pi] first, in two steps (Cody-Waite: k * 6.28125
-// is exact for |k| < 2^16): drivers' sin/cos are accurate only near zero (Vulkan asks 2^-11
-// absolute on [-pi, pi]; the H200's lose 6e-4 at 5000), rotary embeddings pass thousands.
-// cos(x) = sin(x + pi/2), the quarter turn added inside the reduction (1.5703125 is exact and
-// so is its sum with the first step) so that cos near its zeros keeps sin's relative precision
-// near 0 (cos of the reduced argument lost 2.6e-7 absolute there on the H200).
-T reduce_2pi(T x, float quarters) {
-    T k = round(x * 0.15915494309189535 + quarters * 0.25);
-    precise T hi = x - k * 6.28125 + quarters * 1.5703125;  // precise: the steps stay apart
-    precise T r = hi - (k * 0.0019353071795864769 - quarters * 0.00048382679489661923);
-    return r;
+// sin and cos from the quadrant: x = q * pi/2 + r with |r| <= pi/4 (Cody-Waite: pi/2 split in
+// parts of 8 significant bits, so every q * part is exact for |q| < 2^16, |x| < 1e5, whether or
+// not the driver fuses a multiply-add), then minimax polynomials of r. Drivers' own sin/cos are
+// accurate in absolute terms only (Vulkan asks 2^-11 on [-pi, pi]; the H200's lose 6e-4 at 5000
+// and ~3e-7 near sin's zeros), and rotary embeddings take angles in the thousands.
+T sin_poly(T r) {
+    T z = r * r;
+    return r + r * z * (-1.6666654611e-1 + z * (8.3321608736e-3 + z * -1.9515295891e-4));
+}
+
+T cos_poly(T r) {
+    T z = r * r;
+    return 1.0 - 0.5 * z + z * z * (4.166664568298827e-2 + z * (-1.388731625493765e-3 + z * 2.443315711809948e-5));
+}
+
+// sin(x + quarters * pi/2)
+T sin_quadrant(T x, float quarters) {
+    T q = round(x * 0.63661977236758134);
+    precise T r = x - q * 1.5703125;
+    r = r - q * 4.825592041015625e-4;
+    r = r - q * 1.2665987014770508e-6;
+    r = r - q * 9.92093629470503e-10;
+    T m = q + quarters;
+    m = m - 4.0 * floor(m * 0.25);  // the quadrant, 0..3
+    T odd = m - 2.0 * floor(m * 0.5);
+    T v = mix(sin_poly(r), cos_poly(r), EQ(odd, T(1.0)));
+    return mix(v, -v, GE(m, T(2.0)));
 }
 
 T sin_(T x) {
-    return sin(reduce_2pi(x, 0.0));
+    return sin_quadrant(x, 0.0);
 }
 
 T cos_(T x) {
-    return sin(reduce_2pi(x, 1.0));
+    return sin_quadrant(x, 1.0);
 }
 
 // erfc(z) for z >= 0 with fractional error < 1.2e-7 everywhere
@@ -84,7 +102,8 @@ T erfc_pos(T z) {
     T poly = -1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 +
              t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 +
              t * (-0.82215223 + t * 0.17087277))))))));
-    return t * exp(-z * z + poly);
+    // Past z = 10, erfc(z) / 2 is below the smallest fp32 subnormal: 0.
+    return mix(t * exp(-z * z + poly), T(0.0), GE(z, T(10.0)));
 }
 
 // Phi(x) = 0.5 * erfc(-x / sqrt(2)); the tail side keeps its relative precision.
@@ -92,6 +111,12 @@ T normal_cdf(T x) {
     T z = abs(x) * 0.70710678118654752;
     T h = 0.5 * erfc_pos(z);
     return mix(h, 1.0 - h, GE(x, T(0.0)));
+}
+
+// gelu(x) = x * Phi(x), and x itself past 10 (where Phi(x) rounds to 1): NVIDIA's compiler
+// distributes the product over Phi's select, which made x = inf into inf - inf * 0 = NaN.
+T gelu_erf_(T x) {
+    return mix(x * normal_cdf(x), x, GT(x, T(10.0)));
 }
 
 void main() {
