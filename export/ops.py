@@ -260,6 +260,15 @@ def _cast_only(node: Node) -> str | None:
     return None
 
 
+def _tensor_indices(node: Node) -> str | None:
+    indices = node.args[1]
+    if any(i is None for i in indices) or len(indices) > op_models.MAX_INDICES:
+        return f"only index tensors on the first {op_models.MAX_INDICES} dims (no slices between them) are supported"
+    if any(i.meta["val"].dtype == torch.bool for i in indices):
+        return "indexing with a bool mask is not supported"
+    return None
+
+
 MODEL_RULES: dict[Any, Rule] = {
     **{getattr(A, op).Tensor: same(f"aten.{op}.Tensor") for op in (*op_models.COMPARE, *op_models.LOGICAL)},
     **{getattr(A, op).Scalar: same(f"aten.{op}.Tensor") for op in (*op_models.COMPARE, *op_models.LOGICAL)},
@@ -273,6 +282,7 @@ MODEL_RULES: dict[Any, Rule] = {
     A.where.self: same("aten.where.self"),
     A.gather.default: same("aten.gather.default", prepare=_dim),
     A.cumsum.default: same("aten.cumsum.default", prepare=_cumsum_dim),
+    A.index.Tensor: same("aten.index.Tensor", check=_tensor_indices),
 }
 """Comparisons, masks, selection and casts; each elementwise family is derived from its table."""
 

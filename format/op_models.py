@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from . import dtypes
 from .contract import Arg, Call, Kind, OpDecl, declare
-from .op_rules import ALL_TYPES, B, I, L, N, T, broadcast, dim_index, optional, same_shape
+from .op_rules import ALL_TYPES, B, I, L, N, T, TS, broadcast, dim_index, optional, same_shape
 
 COMPARE: dict[str, str] = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 """Comparisons `aten.<name>.Tensor(self, other)` (either side a number): the GLSL operator; the result
@@ -98,6 +98,21 @@ def _gather(call: Call) -> None:
     call.expect_shape("the output", call.out.shape, index.shape)
 
 
+MAX_INDICES = 3
+"""aten.index.Tensor: index tensors on at most this many leading dims."""
+
+
+def _index(call: Call) -> None:
+    src, indices = call.tensor("self"), call["indices"]
+    call.require(1 <= len(indices) <= min(MAX_INDICES, len(src.shape)),
+                 f"{len(indices)} index tensors for self {list(src.shape)} (1 to {MAX_INDICES}, one per leading dim)")
+    call.require(all(not i.dtype.is_float and i.dtype is not dtypes.BOOL for i in indices),
+                 "index tensors must be integer (a bool mask is not supported)")
+    batch = broadcast(*(i.shape for i in indices))
+    call.require(batch is not None, f"index tensors {[list(i.shape) for i in indices]} do not broadcast")
+    call.expect_shape("the output", call.out.shape, (*batch, *src.shape[len(indices):]))
+
+
 def _cumsum(call: Call) -> None:
     dim_index(call, call["dim"], len(call.tensor("self").shape))
     same_shape(call)
@@ -125,5 +140,6 @@ declare(OpDecl("aten.where.self", (Arg("condition", T), Arg("self", T), Arg("oth
                rule=_where))
 declare(OpDecl("aten.gather.default", (Arg("self", T), Arg("dim", I), Arg("index", T),
                                        Arg("sparse_grad", B, default=False)), dtypes=ALL_TYPES, rule=_gather))
+declare(OpDecl("aten.index.Tensor", (Arg("self", T), Arg("indices", TS)), dtypes=ALL_TYPES, rule=_index))
 declare(OpDecl("aten.cumsum.default", (Arg("self", T), Arg("dim", I), optional("dtype", I, None)),
                dtypes=ALL_TYPES, rule=_cumsum))

@@ -11,6 +11,7 @@ import math
 import struct
 
 from vkx.format.contract import Call
+from vkx.format.op_models import MAX_INDICES
 
 from . import OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines
 from .elementwise import unary
@@ -104,6 +105,33 @@ def gather(builder: OpBuilder, call: Call) -> None:
     push = struct.pack("<IIIi12I", out.numel, rank, dim, shape[dim], *pad_dims(index_shape),
                        *pad_dims(contiguous_strides(shape)))
     builder.dispatch("gather", [src, index, out], push, dispatch_groups(out.numel), defines)
+
+
+@builds("aten.index.Tensor")
+def index(builder: OpBuilder, call: Call) -> None:
+    src, indices, out = call.tensor("self"), call["indices"], call.out
+    if out.numel == 0:
+        return
+    _whole(builder, src, *indices, out)
+    k = len(indices)
+    batch = tuple(out.shape[:len(out.shape) - (len(src.shape) - k)]) or (1,)
+    strides = [broadcast_strides(i.shape, batch) for i in indices]
+    sizes, collapsed = collapse_dims(batch, *strides)
+    if len(sizes) > 4:
+        raise UnsupportedOpError(f"index tensors broadcast over {len(sizes)} non-mergeable dims (max 4)")
+    binds = [*indices, *[indices[0]] * (MAX_INDICES - k)]
+    defines = {**elem_defines("S", "s", src.dtype), **elem_defines("O", "o", out.dtype)}
+    for j, t in enumerate(binds):
+        defines.update(elem_defines(f"I{j}", f"i{j}", t.dtype))
+    if not out.dtype.is_float:
+        defines["INT_PATH"] = 1
+    istride = [x for j in range(MAX_INDICES)
+               for x in ((list(collapsed[j]) if j < k else []) + [0] * 4)[:4]]
+    src_strides = contiguous_strides(src.shape)
+    push = struct.pack("<8I12I3i3I", out.numel, len(sizes), k, math.prod(src.shape[k:]),
+                       *(sizes + [0] * 4)[:4], *istride, *(list(src.shape[:k]) + [0] * 3)[:3],
+                       *(list(src_strides[:k]) + [0] * 3)[:3])
+    builder.dispatch("index", [src, *binds, out], push, dispatch_groups(out.numel), defines)
 
 
 @builds("aten.cumsum.default")
