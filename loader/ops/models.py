@@ -18,8 +18,10 @@ from .elementwise import unary
 from .shape import (MAX_DIMS, broadcast_strides, collapse_dims, contiguous_strides, convert_copy, dispatch_groups,
                     pad_dims, strided_copy)
 
-_POW = {0.0: "T(1.0)", 1.0: "x", 2.0: "(x * x)", 3.0: "(x * x * x)", -0.5: "rsqrt_(x)", -1.0: "(1.0 / x)"}
-"""Exponents with an exact (or driver-precise) expression; any other goes through pow_."""
+_POW = {0.0: "T(1.0)", 1.0: "x", 2.0: "(x * x)", 3.0: "(x * x * x)", -1.0: "(1.0 / x)", -2.0: "(1.0 / (x * x))",
+        0.5: "mix(sqrt(abs(x)), T(uintBitsToFloat(0x7FC00000u)), LT(x, T(0.0)))", -0.5: "rsqrt_(x)"}
+"""The exponents torch computes as products, reciprocals and square roots (so sqrt(-inf) is NaN
+where C's pow(-inf, 0.5) is inf); any other goes through pow_."""
 
 
 def _float(x: float) -> str:
