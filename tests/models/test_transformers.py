@@ -53,6 +53,12 @@ def test_causal_lm(family, attn):
     check_model(_causal_lm(config, model, attn), (_ids(),))
 
 
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_llama_in_half(dtype):
+    """The whole model in fp16/bf16 (masks and rotary tables folded in that dtype)."""
+    check_model(_causal_lm(transformers.LlamaConfig, transformers.LlamaForCausalLM, "sdpa"), (_ids(),), dtype=dtype)
+
+
 def test_gpt2():
     """Learned positions, fused QKV (Conv1D), tanh GELU, layer norm, tied head."""
     config = transformers.GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=1, n_head=4, n_positions=64,
