@@ -25,7 +25,9 @@ where C's pow(-inf, 0.5) is inf); any other goes through pow_."""
 
 
 def _float(x: float) -> str:
-    """A GLSL float literal of `x` (±inf as an expression)."""
+    """A GLSL float literal of `x` (±inf and NaN as expressions)."""
+    if math.isnan(x):
+        return "uintBitsToFloat(0x7FC00000u)"
     if math.isinf(x):
         return f"uintBitsToFloat({'0xFF800000u' if x < 0 else '0x7F800000u'})"
     return f"{float(x)!r}"
@@ -34,7 +36,10 @@ def _float(x: float) -> str:
 @builds("aten.pow.Tensor_Scalar")
 def pow_scalar(builder: OpBuilder, call: Call) -> None:
     e = float(call["exponent"])
-    unary(builder, call, _POW[e] if e in _POW else "pow_(x)", {"E": _float(e)})
+    if e in _POW:
+        unary(builder, call, _POW[e])
+    else:
+        unary(builder, call, "pow_(x)", {"E": _float(e)})
 
 
 @builds("aten.clamp.default")
