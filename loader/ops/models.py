@@ -1,5 +1,5 @@
 """Builders of the ops real models add (vkx.format.op_models): scalar powers, clamps, casts,
-broadcasting copies, selection, gather and running sums.
+broadcasting copies, selection, gather, running sums and tensor factories.
 
 The comparisons, bitwise ops, minimum/maximum and logical_not are elementwise declarations
 built by `elementwise` (their `glsl` expressions); the ops here need their own shaders or
@@ -156,3 +156,32 @@ def cumsum(builder: OpBuilder, call: Call) -> None:
         defines["INT_PATH"] = 1
     builder.dispatch("cumsum", [src, out], struct.pack("<III", lines, shape[dim], inner), dispatch_groups(lines),
                      defines)
+
+
+def _fill(builder: OpBuilder, out: TensorArg, start: float | int, step: float | int) -> None:
+    """out[i] = start + i * step."""
+    if out.numel == 0:
+        return
+    _whole(builder, out)
+    defines = elem_defines("O", "o", out.dtype)
+    int_math = not out.dtype.is_float
+    if int_math:
+        defines["INT_PATH"] = 1
+    push = struct.pack("<Iffii", out.numel, float(start), float(step), int(start) if int_math else 0,
+                       int(step) if int_math else 0)
+    builder.dispatch("fill", [out], push, dispatch_groups(out.numel), defines)
+
+
+@builds("aten.full.default")
+def full(builder: OpBuilder, call: Call) -> None:
+    _fill(builder, call.out, call["fill_value"], 0)
+
+
+@builds("aten.scalar_tensor.default")
+def scalar_tensor(builder: OpBuilder, call: Call) -> None:
+    _fill(builder, call.out, call["s"], 0)
+
+
+@builds("aten.arange.start_step")
+def arange(builder: OpBuilder, call: Call) -> None:
+    _fill(builder, call.out, call["start"], call["step"])

@@ -223,3 +223,47 @@ def test_exported(name):
     module = Fn(fn, w=rand(6, 4, 3, seed=9), b=rand(6, seed=10)) if name == "conv1d" else Fn(fn)
     want = module(*inputs)
     assert_close(run_vkx(module, inputs), want)
+
+
+# --------------------------------------------------------------------------- tensor factories
+
+FACTORY = [None, None, None, None]
+"""dtype, layout, device, pin_memory: Null, as ExecuTorch writes them."""
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_full_and_scalar_tensor(dtype):
+    value = True if dtype == torch.bool else (-7 if dtype in (torch.int32, torch.int8) else 5)
+    value = -1.75 if dtype.is_floating_point else value
+    got = run_graph("aten.full.default", [[3, 5], value, *FACTORY], ((3, 5), dtype))
+    assert_close(got, torch.full((3, 5), value, dtype=dtype))
+    got = run_graph("aten.scalar_tensor.default", [value, *FACTORY], ((), dtype))
+    assert_close(got, torch.scalar_tensor(value, dtype=dtype))
+
+
+def test_full_of_minus_infinity():
+    """transformers' masks fill with -inf and with float32's lowest value."""
+    for value in (float("-inf"), torch.finfo(torch.float32).min):
+        got = run_graph("aten.full.default", [[2, 4], value, *FACTORY], ((2, 4), torch.float32))
+        assert_close(got, torch.full((2, 4), value))
+
+
+ARANGES = {"range": (0, 7, 1), "step": (3, 40, 3), "down": (10, -5, -2), "fraction": (0.5, 4.0, 0.25)}
+
+
+@pytest.mark.parametrize("case, dtype", [(case, dtype) for case in ARANGES
+                                         for dtype in FLOAT_DTYPES + (torch.int32, torch.int8, torch.uint8)
+                                         if dtype.is_floating_point or (case != "fraction"
+                                                                        and (case != "down" or dtype != torch.uint8))],
+                         ids=str)
+def test_arange(case, dtype):
+    start, end, step = ARANGES[case]
+    want = torch.arange(start, end, step, dtype=dtype)
+    got = run_graph("aten.arange.start_step", [start, end, step, *FACTORY], (tuple(want.shape), dtype))
+    assert_close_in(got, want, dtype, each=True) if dtype.is_floating_point else assert_close(got, want)
+
+
+def test_arange_refuses_a_fraction_for_ints():
+    from vkx.loader.errors import BadProgramError
+    with pytest.raises(BadProgramError, match="start = 0.5"):
+        run_graph("aten.arange.start_step", [0.5, 4, 1, *FACTORY], ((4,), torch.int32))
