@@ -261,7 +261,11 @@ def _cast_only(node: Node) -> str | None:
 
 
 def _bool_only(node: Node) -> str | None:
-    return None if node.meta["val"].dtype == torch.bool else "only on bool tensors (as logical_not)"
+    """logical and bitwise ops agree on bool tensors."""
+    operands = [a for a in node.args if isinstance(a, Node)]
+    if all(a.meta["val"].dtype == torch.bool for a in operands):
+        return None
+    return "only on bool tensors"
 
 
 def _tensor_indices(node: Node) -> str | None:
@@ -279,6 +283,8 @@ MODEL_RULES: dict[Any, Rule] = {
     **{getattr(A, op).default: same(f"aten.{op}.default") for op in op_models.MIN_MAX},
     A.logical_not.default: same("aten.logical_not.default"),
     A.bitwise_not.default: same("aten.logical_not.default", check=_bool_only),
+    A.logical_and.default: same("aten.bitwise_and.Tensor", check=_bool_only),
+    A.logical_or.default: same("aten.bitwise_or.Tensor", check=_bool_only),
     A.pow.Tensor_Scalar: same("aten.pow.Tensor_Scalar"),
     A.clamp.default: same("aten.clamp.default"),
     A.hardtanh.default: same("aten.clamp.default", prepare=_hardtanh_bounds),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import struct
 
+from vkx.format import op_decls
 from vkx.format.contract import Call
 from vkx.format.op_models import MAX_INDICES
 
@@ -19,7 +20,7 @@ from .shape import (MAX_DIMS, broadcast_strides, collapse_dims, contiguous_strid
                     pad_dims, strided_copy)
 
 _POW = {0.0: "T(1.0)", 1.0: "x", 2.0: "(x * x)", 3.0: "(x * x * x)", -1.0: "(1.0 / x)", -2.0: "(1.0 / (x * x))",
-        0.5: "mix(sqrt(abs(x)), T(uintBitsToFloat(0x7FC00000u)), LT(x, T(0.0)))", -0.5: "rsqrt_(x)"}
+        0.5: op_decls.UNARY["sqrt"], -0.5: op_decls.UNARY["rsqrt"]}
 """The exponents torch computes as products, reciprocals and square roots (so sqrt(-inf) is NaN
 where C's pow(-inf, 0.5) is inf); any other goes through pow_."""
 

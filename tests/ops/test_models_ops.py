@@ -200,7 +200,8 @@ def test_cumsum_of_a_mask_counts():
 # --------------------------------------------------------------------------- through the exporter
 
 EXPORTED = {
-    "compare_and_where": (lambda m, x, y: torch.where((x > y) & (x != 0.5) | ~(y <= 0.1), x, y * 2),
+    "compare_and_where": (lambda m, x, y: torch.where((x > y) & (x != 0.5) | ~(y <= 0.1), x, y * 2)
+                          + torch.where(torch.logical_and(x > 0, torch.logical_or(y > 0, x > 1)), x.sqrt(), -x),
                           (rand(3, 4, seed=1), rand(1, 4, seed=2))),
     "minimum_maximum_clamp": (lambda m, x, y: torch.maximum(torch.minimum(x, y), x.clamp(-0.5, 0.3)) + torch.nn.functional.relu6(x),
                               (rand(3, 4, seed=3), rand(3, 4, seed=4))),
