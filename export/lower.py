@@ -18,7 +18,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Container
 
 import torch
 from torch.export import ExportedProgram
@@ -27,6 +27,7 @@ from torch.fx import Node
 
 from vkx.export.dtypes import check_narrowing, on_device, supported
 from vkx.export.errors import ExportError, UnsupportedOpsError
+from vkx.export.fold import fold_constants
 from vkx.export.ops import FORWARDED, OUTPUT_CLONE, RULES
 from vkx.format import contract
 from vkx.format.contract import Arg, ContractError, Kind
@@ -34,7 +35,7 @@ from vkx.format.liveness import PREPACK  # the name by which the plan knows weig
 from vkx.format.vkgraph import (Bool, Double, Int, IntList, MemoryLayout, Null, OperatorCall, StorageType, String,
                                 Tensor, Value, ValueList, VkGraph)
 
-_TORCH_DIR = os.path.dirname(torch.__file__)
+_TORCH_DIR = os.path.join(os.path.dirname(torch.__file__), "")  # the separator: not torchvision, torchao
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in [^\n]*\n[ \t]*([^\n]*)')
 _NOT_TENSORS = (torch.dtype, torch.memory_format, torch.layout, torch.device)
 INT32 = torch.iinfo(torch.int32)
@@ -63,8 +64,10 @@ class Lowered:
 
 def lower(program: ExportedProgram) -> Lowered:
     """Check every op first (UnsupportedOpsError lists them all), then build the graph."""
-    check_supported(program)
-    placeholders = classify_placeholders(program)
+    folded = fold_constants(program)
+    check_supported(program, folded)
+    user_inputs, constant_nodes = classify_placeholders(program)
+    placeholders = user_inputs, {**constant_nodes, **folded}
     scan = GraphBuilder(program, placeholders, uses=None)
     scan.build()
     builder = GraphBuilder(program, placeholders, uses=scan.uses)
@@ -93,11 +96,12 @@ def _fakes(node: Node) -> list[Any]:
     return list(value) if isinstance(value, (tuple, list)) else [value]
 
 
-def check_supported(program: ExportedProgram) -> None:
-    """Raise UnsupportedOpsError naming each op the contract lacks, with its source line."""
-    problems: list[str] = []
+def check_supported(program: ExportedProgram, folded: Container[Node] = ()) -> None:
+    """Raise UnsupportedOpsError naming each distinct op the contract lacks with the source lines that
+    use it (ops folded at export, `folded`, run on no device)."""
+    uses: dict[str, list[str]] = {}
     for node in program.graph.nodes:
-        if node.op != "call_function":
+        if node.op != "call_function" or node in folded:
             continue
         rule = RULES.get(node.target)
         reason = "not supported" if rule is None else rule.check(node)
@@ -105,11 +109,16 @@ def check_supported(program: ExportedProgram) -> None:
             dtypes = {f.dtype for f in _fakes(node) if isinstance(f, torch.Tensor) and not supported(f.dtype)}
             reason = f"dtype {sorted(map(str, dtypes))[0]} is not supported" if dtypes else None
         if reason is not None:
-            line = f"{_op_name(node)} ({reason}) at {source_line(node)}"
-            if line not in problems:
-                problems.append(line)
-    if problems:
-        raise UnsupportedOpsError(problems)
+            lines = uses.setdefault(f"{_op_name(node)} ({reason})", [])
+            if source_line(node) not in lines:
+                lines.append(source_line(node))
+    if uses:
+        raise UnsupportedOpsError([f"{op} at {_some(lines)}" for op, lines in uses.items()])
+
+
+def _some(lines: list[str], shown: int = 3) -> str:
+    more = f"; and {len(lines) - shown} more" if len(lines) > shown else ""
+    return "; ".join(lines[:shown]) + more
 
 
 Placeholders = tuple[list[Node], dict[Node, tuple[str, torch.Tensor]]]
@@ -166,7 +175,7 @@ class GraphBuilder:
             self.bind(node, self.graph.input_ids[-1])
             self.io_inputs.append(IOTensor(fake.dtype, tuple(fake.shape)))
         for node in self.program.graph.nodes:
-            if node.op == "call_function":
+            if node.op == "call_function" and node not in self.constant_nodes:
                 self.node = node
                 RULES[node.target].lower(self, node)
         self._emit_outputs()

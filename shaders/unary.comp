@@ -58,6 +58,30 @@ T rsqrt_(T x) {
     return mix(r, 1.0 / x, EQ(x, T(0.0)));
 }
 
+// log with IEEE edge cases (GLSL leaves log undefined for x <= 0): 0 -> -inf, negative -> NaN.
+T log_(T x) {
+    T r = mix(log(abs(x)), T(uintBitsToFloat(0xFF800000u)), EQ(x, T(0.0)));
+    return mix(r, T(uintBitsToFloat(0x7FC00000u)), LT(x, T(0.0)));
+}
+
+#ifdef E
+// x ** E for a scalar exponent E (a define; the loader writes E = 2, 1, 0.5 ... as plain
+// expressions): |x| ** E, with the sign of x for an odd integer E, as torch does. GLSL leaves pow
+// undefined for x < 0 and for x = 0, E <= 0: a negative x with a fractional E gives NaN, and
+// 0 ** E is 1, 0 or inf for E = 0, E > 0, E < 0.
+T pow_(T x) {
+    T r = pow(max(abs(x), T(1.17549435e-38)), T(E));
+    r = E > 0.0 ? mix(r, T(0.0), EQ(x, T(0.0))) : mix(r, T(uintBitsToFloat(0x7F800000u)), EQ(x, T(0.0)));
+    if (fract(E) != 0.0) {  // -inf ** E is inf ** E, as in C
+        r = mix(r, T(uintBitsToFloat(0x7FC00000u)), LT(x, T(0.0)));
+        r = mix(r, T(E > 0.0 ? uintBitsToFloat(0x7F800000u) : 0.0), isinf(x));
+    } else if (mod(E, 2.0) == 1.0) {
+        r = mix(r, -r, LT(x, T(0.0)));
+    }
+    return mix(r, x, isnan(x));
+}
+#endif
+
 // sin and cos from the quadrant: x = q * pi/2 + r with |r| <= pi/4 (Cody-Waite: pi/2 split in
 // parts of 8 significant bits, so every q * part is exact for |q| < 2^16, |x| < 1e5, whether or
 // not the driver fuses a multiply-add), then minimax polynomials of r. Drivers' own sin/cos are
