@@ -236,3 +236,21 @@ def test_et_sdpa(masked, scale, dtype):
     want = (torch.softmax(scores, -1) @ v.double()).to(dtype)
     got = run_graph("et_vk.sdpa.default", args, ((2, 3, 5, 16), dtype))
     assert_close_in(got, want, dtype, terms=16)
+
+
+def test_unread_outputs_are_not_computed():
+    """max-pool indices and split pieces that no op reads and the graph does not return: no work, no memory."""
+    from vkx.format import vkgraph as gr
+    from vkx.loader.graph import GraphBuilder
+    f32, i32 = gr.DataType.FLOAT32, gr.DataType.INT32
+    values = [gr.Tensor(f32, (1, 2, 8, 8)), gr.IntList((2, 2)), gr.Tensor(f32, (1, 2, 4, 4)), gr.Tensor(i32, (1, 2, 4, 4)),
+              None, gr.IntList((1, 3)), gr.Int(-1), gr.Tensor(f32, (1, 2, 4, 1)), gr.Tensor(f32, (1, 2, 4, 3)), None]
+    values[4] = gr.ValueList((2, 3))
+    values[9] = gr.ValueList((7, 8))
+    chain = [gr.OperatorCall(0, "aten.max_pool2d_with_indices.default", (0, 1, 4)),
+             gr.OperatorCall(1, "aten.split_with_sizes_copy.default", (2, 5, 6, 9))]
+    graph = gr.VkGraph(chain=chain, values=values, input_ids=[0], output_ids=[8], constants=[])
+    built = GraphBuilder(graph, 1 << 27, 16).build()
+    assert [d.shader for d in built.dispatches] == ["pool2d", "copy_strided"]
+    assert ("INDICES", "1") not in built.dispatches[0].defines
+    assert {t.vid for t in built.used_tensors()} == {0, 2, 8}
