@@ -51,7 +51,8 @@ def test_select_copy(shape, dim, index, dtype):
     _equal(run_graph("aten.select_copy.int", [x, dim, index], (tuple(want.shape), dtype)), want)
 
 
-@pytest.mark.parametrize("shape,sizes,dim", [((2, 3, 12), [2, 4, 6], -1), ((9, 4), [0, 9], 0), ((3, 7, 2), [3, 1, 3], 1)])
+@pytest.mark.parametrize("shape,sizes,dim", [((2, 3, 12), [2, 4, 6], -1), ((9, 4), [0, 9], 0),
+                                            ((3, 7, 2), [3, 1, 3], 1)])
 @by_dtype
 def test_split_with_sizes_copy(shape, sizes, dim, dtype):
     x = rand_of(shape, 4, dtype)
@@ -243,8 +244,8 @@ def test_unread_outputs_are_not_computed():
     from vkx.format import vkgraph as gr
     from vkx.loader.graph import GraphBuilder
     f32, i32 = gr.DataType.FLOAT32, gr.DataType.INT32
-    values = [gr.Tensor(f32, (1, 2, 8, 8)), gr.IntList((2, 2)), gr.Tensor(f32, (1, 2, 4, 4)), gr.Tensor(i32, (1, 2, 4, 4)),
-              None, gr.IntList((1, 3)), gr.Int(-1), gr.Tensor(f32, (1, 2, 4, 1)), gr.Tensor(f32, (1, 2, 4, 3)), None]
+    values = [gr.Tensor(f32, (1, 2, 8, 8)), gr.IntList((2, 2)), gr.Tensor(f32, (1, 2, 4, 4)),
+              gr.Tensor(i32, (1, 2, 4, 4)), None, gr.IntList((1, 3)), gr.Int(-1), gr.Tensor(f32, (1, 2, 4, 1)), gr.Tensor(f32, (1, 2, 4, 3)), None]
     values[4] = gr.ValueList((2, 3))
     values[9] = gr.ValueList((7, 8))
     chain = [gr.OperatorCall(0, "aten.max_pool2d_with_indices.default", (0, 1, 4)),
