@@ -12,8 +12,8 @@ a multi-output op) last. Trailing arguments with a default may be left out
 (ExecuTorch writes some ops with fewer arguments). This module is the machinery
 (declaring, binding, checking a graph); the declarations are in `op_decls` (ATen and
 ExecuTorch float and shape ops), `op_models` (the ops real models add: comparisons, masks, selection,
-casts) and `op_quant` (quantized ops), with what they share in
-`op_rules`. docs/architecture.md lists the ops in prose.
+casts), `op_et` (the rest of what ExecuTorch's Vulkan partitioner emits) and `op_quant` (quantized
+ops), with what they share in `op_rules`. docs/architecture.md lists the ops in prose.
 """
 from __future__ import annotations
 
@@ -60,12 +60,14 @@ class Arg:
 
 @dataclass(frozen=True)
 class Out:
-    """The output: one tensor, or (`names`) a ValueList of tensors."""
+    """The output: one tensor, (`names`) a ValueList of that many tensors, or (`listed`) a ValueList
+    of any number of them (split)."""
     names: tuple[str, ...] = ("out",)
+    listed: bool = False
 
     @property
     def multi(self) -> bool:
-        return len(self.names) > 1
+        return self.listed or len(self.names) > 1
 
 
 TensorLike = Any
@@ -154,6 +156,9 @@ class OpDecl:
                 return a
         raise KeyError(name)
 
+    def has(self, name: str) -> bool:
+        return any(a.name == name for a in self.args)
+
 
 OPS: dict[str, OpDecl] = {}
 
@@ -213,13 +218,19 @@ def bind(decl: OpDecl, op: g.OperatorCall, values: Sequence[g.Value],
             continue
         bound[a.name] = _convert(a, vid, v, values, node, tensor)
     ov = value(out_vid, "the output")
-    if decl.out.multi:
-        if not isinstance(ov, g.ValueList) or len(ov.items) != len(decl.out.names):
-            raise ContractError(f"{node}: the output must be a ValueList of {len(decl.out.names)} tensors")
+    names = decl.out.names
+    if decl.out.listed:
+        if not isinstance(ov, g.ValueList):
+            raise ContractError(f"{node}: the output must be a ValueList of tensors")
+        out_vids = list(ov.items)
+        names = tuple(f"{names[0]}[{i}]" for i in range(len(out_vids)))
+    elif decl.out.multi:
+        if not isinstance(ov, g.ValueList) or len(ov.items) != len(names):
+            raise ContractError(f"{node}: the output must be a ValueList of {len(names)} tensors")
         out_vids = list(ov.items)
     else:
         out_vids = [out_vid]
-    outputs = [tensor(v, f"output {name}") for v, name in zip(out_vids, decl.out.names)]
+    outputs = [tensor(v, f"output {name}") for v, name in zip(out_vids, names)]
     call = Call(decl, node, vids, bound, outputs, out_vids)
     _check_dtypes(call)
     decl.rule(call)
@@ -318,4 +329,4 @@ def check_graph(graph: g.VkGraph) -> list[Call]:
 
 
 # The declarations fill OPS when the contract is imported (they import the machinery above).
-from . import op_decls, op_models, op_quant  # noqa: E402,F401
+from . import op_decls, op_et, op_models, op_quant  # noqa: E402,F401

@@ -11,7 +11,7 @@ from typing import Sequence
 from . import dtypes
 from .contract import Arg, Call, Kind, OpDecl, Out, TensorLike, declare
 from .op_rules import (ALL_TYPES, B, I, L, N, S, T, TS, broadcast, dim_index, int_pairs, matmul_shape, optional,
-                       same_shape, slice_length, window_size)
+                       pool_shape, same_shape, slice_length, window_size)
 
 def _floats(call: Call, *names: str) -> None:
     """The named tensor arguments (None: left out) and every output are floating."""
@@ -148,18 +148,7 @@ def _convolution(call: Call) -> None:
 
 def _pool(call: Call) -> None:
     _floats(call, "self")
-    x = call.tensor("self")
-    call.require(len(x.shape) in (3, 4), f"input {list(x.shape)} must be 3-D or 4-D")
-    kernel = int_pairs(call, "kernel_size", 2)
-    stride = int_pairs(call, "stride", 2) if call["stride"] else kernel
-    padding = int_pairs(call, "padding", 2, positive=False)
-    dilation = int_pairs(call, "dilation", 2) if "dilation" in call._values else (1, 1)
-    call.require(all(p * 2 <= k for p, k in zip(padding, kernel)), "padding over half the kernel")
-    sizes = [window_size(x.shape[-2 + d], kernel[d], stride[d], padding[d], dilation[d], call["ceil_mode"])
-             for d in range(2)]
-    call.require(all(s > 0 for s in sizes), "the window is larger than the padded input")
-    call.require(call._values.get("divisor_override") != 0, "divisor_override 0")
-    call.expect_shape("the output", call.out.shape, (*x.shape[:-2], *sizes))
+    call.expect_shape("the output", call.out.shape, pool_shape(call))
 
 
 def _reduce(call: Call) -> None:

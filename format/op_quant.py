@@ -6,7 +6,7 @@ import math
 
 from . import dtypes
 from .contract import Arg, Call, OpDecl, Rule, TensorLike, declare
-from .op_rules import ALL_TYPES, B, I, L, N, T, dim_index, optional, same_shape
+from .op_rules import ALL_TYPES, B, I, L, N, T, optional, same_shape
 
 # --------------------------------------------------------------------------- weight-only quantization
 # Symmetric, weight-only: w[n, k] = q[n, k] * scales[n, k // group_size]. bits 8: `weight` is int8
@@ -137,13 +137,6 @@ def _dequantize_affine(call: Call) -> None:
     same_shape(call, "input")
 
 
-def _squeeze_dims(call: Call) -> None:
-    src = call.tensor("self")
-    rank = len(src.shape)
-    dims = {dim_index(call, d, rank) for d in call["dim"]}
-    call.expect_shape("the output", call.out.shape, [s for d, s in enumerate(src.shape) if d not in dims or s != 1])
-
-
 declare(OpDecl("et_vk.linear_q4gsw.default",
                (Arg("self", T), Arg("weights", T), Arg("weight_scales", T), Arg("group_size", I),
                 optional("bias", T, None)), dtypes=ALL_TYPES, rule=_linear_q4gsw))
@@ -154,7 +147,6 @@ declare(OpDecl("torchao.dequantize_affine.default",
                (Arg("input", T), Arg("block_size", L), Arg("scale", T), optional("zero_point", T),
                 optional("input_dtype", I, None), optional("quant_min", N, None), optional("quant_max", N, None),
                 optional("output_dtype", I, 6)), dtypes=ALL_TYPES, rule=_dequantize_affine))
-declare(OpDecl("aten.squeeze_copy.dims", (Arg("self", T), Arg("dim", L)), dtypes=ALL_TYPES, rule=_squeeze_dims))
 
 
 def _per_channel(bits: int, weight: str) -> Rule:

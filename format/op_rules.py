@@ -36,7 +36,6 @@ def same_shape(call: Call, name: str = "self") -> None:
     call.expect_shape("the output", call.out.shape, call.tensor(name).shape)
 
 
-
 def matmul_shape(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...] | None:
     """torch.matmul's result shape, or None when the operands do not multiply."""
     if not a or not b:
@@ -60,6 +59,23 @@ def window_size(size: int, kernel: int, stride: int, pad: int, dilation: int, ce
     if ceil and (out - 1) * stride >= size + pad:  # the last window must start inside the input
         out -= 1
     return out
+
+
+def pool_shape(call: Call) -> tuple[int, ...]:
+    """The output shape of a 2-D pooling call (max_pool2d's and avg_pool2d's arguments)."""
+    x = call.tensor("self")
+    call.require(len(x.shape) in (3, 4), f"input {list(x.shape)} must be 3-D or 4-D")
+    kernel = int_pairs(call, "kernel_size", 2)
+    stride = int_pairs(call, "stride", 2) if call["stride"] else kernel
+    padding = int_pairs(call, "padding", 2, positive=False)
+    dilation = int_pairs(call, "dilation", 2) if call.decl.has("dilation") else (1, 1)
+    call.require(all(p * 2 <= k for p, k in zip(padding, kernel)), "padding over half the kernel")
+    sizes = [window_size(x.shape[-2 + d], kernel[d], stride[d], padding[d], dilation[d], call["ceil_mode"])
+             for d in range(2)]
+    call.require(all(s > 0 for s in sizes), "the window is larger than the padded input")
+    if call.decl.has("divisor_override"):
+        call.require(call["divisor_override"] != 0, "divisor_override 0")
+    return (*x.shape[:-2], *sizes)
 
 
 def int_pairs(call: Call, name: str, n: int, positive: bool = True) -> tuple[int, ...]:

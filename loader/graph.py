@@ -87,6 +87,7 @@ class GraphBuilder:
         """Dispatches that run once at load (a weight converted to its device form)."""
         self._load_time = False
         self._node = "?"
+        self._read: set[int] | None = None
         for vid, v in enumerate(graph.values):
             if isinstance(v, g.Tensor):
                 try:
@@ -154,6 +155,15 @@ class GraphBuilder:
     def alias(self, vid: int, of: int) -> None:
         """Make tensor `vid` the very device tensor of `of` (a prepack whose weight is used as stored)."""
         self.tensors[vid] = self.tensors[of]
+
+    def is_read(self, vid: int) -> bool:
+        if self._read is None:
+            self._read = set(self.graph.output_ids)
+            for op in self.graph.chain:
+                for arg in op.args[:-1]:
+                    v = self.graph.values[arg] if 0 <= arg < len(self.graph.values) else None
+                    self._read.update(v.items if isinstance(v, g.ValueList) else [arg])
+        return vid in self._read
 
     @contextlib.contextmanager
     def at_load(self):

@@ -2,9 +2,11 @@
 // 2-D max / average pooling over the last two dims of a contiguous [..., H, W] tensor
 // (planes = product of the leading dims). One invocation per output element; the
 // linear index folds the y group count into x (idx = gid.y * (numGroups.x * 64) + gid.x).
-// Bindings: 0 = x, 1 = out.
+// Bindings: 0 = x, 1 = out, 2 = indices (int32, with INDICES).
 // Defines: elem_defines for X and O (any float type; sums in fp32), MAX_POOL (else
-// average pooling; max pooling propagates NaN like torch).
+// average pooling; max pooling propagates NaN like torch), INDICES (max pooling also writes
+// the flat index iy * W + ix of each maximum in its plane, as torch's max_pool2d_with_indices:
+// the first maximum of the window, or its first NaN).
 // Average pooling divisor, like torch: divisor_override if nonzero, else the window
 // clipped to the padded input (count_include_pad) or to the input itself.
 layout(local_size_x = 64) in;
@@ -12,6 +14,9 @@ layout(local_size_x = 64) in;
 
 layout(std430, set = 0, binding = 0) readonly buffer BufX { X_T x[]; };
 layout(std430, set = 0, binding = 1) writeonly buffer BufO { O_T o[]; };
+#ifdef INDICES
+layout(std430, set = 0, binding = 2) writeonly buffer BufI { int indices[]; };
+#endif
 
 layout(push_constant) uniform Push {
     int total;          // planes * OH * OW
@@ -33,6 +38,7 @@ void main() {
     const int xs = ox * p.sx - p.px;
 #ifdef MAX_POOL
     float best = uintBitsToFloat(0xff800000u);  // -inf
+    int at = -1;
     for (int ky = 0; ky < p.KH; ++ky) {
         const int iy = ys + ky * p.dy;
         if (iy < 0 || iy >= p.H) {
@@ -44,8 +50,9 @@ void main() {
                 continue;
             }
             const float v = LOAD_X(base + iy * p.W + ix);
-            if (v > best || isnan(v)) {
+            if (v > best || isnan(v) || at < 0) {
                 best = v;
+                at = iy * p.W + ix;
             }
             if (isnan(best)) {
                 break;
@@ -53,6 +60,9 @@ void main() {
         }
     }
     STORE_O(idx, best);
+#ifdef INDICES
+    indices[idx] = at;
+#endif
 #else
     const int ye_pad = min(ys + p.KH, p.H + p.py);
     const int xe_pad = min(xs + p.KW, p.W + p.px);

@@ -103,6 +103,8 @@ class OpBuilder(Protocol):
         """Make tensor `vid` the very device tensor of `of`."""
     def at_load(self) -> ContextManager[None]:
         """Dispatches recorded inside run once, at load, after the weights are in."""
+    def is_read(self, vid: int) -> bool:
+        """Whether some op reads tensor `vid` or it is a graph output (an op may skip an unread output)."""
 
 
 Builder = Callable[[OpBuilder, Call], None]
@@ -134,7 +136,8 @@ def builds_family(family: str) -> Callable[[Builder], Builder]:
     return builds(*names)
 
 
-_OP_MODULES = ("elementwise", "reduce", "shape", "matmul", "conv", "attention", "prepack", "quant", "models")
+_OP_MODULES = ("elementwise", "reduce", "shape", "matmul", "conv", "attention", "prepack", "quant", "models",
+               "executorch")
 
 
 def lookup(name: str) -> Builder:

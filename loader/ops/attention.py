@@ -18,7 +18,7 @@ import math
 import struct
 
 from vkx.format.contract import Call
-from vkx.loader.ops import OpBuilder, UnsupportedOpError, builds, elem_defines
+from vkx.loader.ops import OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines
 from vkx.loader.ops.matmul import Operand, batch_plan, batch_strides, gemm
 from vkx.loader.ops.shape import bind_elems, broadcast_strides, contiguous_strides, dispatch_groups
 
@@ -28,22 +28,28 @@ _SOFTMAX_PUSH = struct.Struct("<11i")
 @builds("aten.scaled_dot_product_attention.default")
 def scaled_dot_product_attention(builder: OpBuilder, call: Call) -> None:
     """The rule has checked the shapes (mask broadcast, GQA head counts) and dtypes."""
-    q, k, v, out, mask = call.tensor("query"), call.tensor("key"), call.tensor("value"), call.out, call["attn_mask"]
     if call["dropout_p"]:
         raise UnsupportedOpError(f"{call.node}: dropout_p={call['dropout_p']} is not supported (only 0.0)")
+    attention(builder, call.node, call.tensor("query"), call.tensor("key"), call.tensor("value"), call.out,
+              call["attn_mask"], call["scale"], call["is_causal"], call["enable_gqa"])
+
+
+def attention(builder: OpBuilder, node: str, q: TensorArg, k: TensorArg, v: TensorArg, out: TensorArg,
+              mask: TensorArg | None, scale: float | None, is_causal: bool, enable_gqa: bool) -> None:
+    """out = softmax(scale * q @ k^T [+ mask]) @ v (scale None: 1 / sqrt(E)), as described above."""
     L, E = q.shape[-2:]
     S, Ev = v.shape[-2:]
     out_batch = tuple(out.shape[:-2])
     if out.numel == 0:
         return
     if S == 0 or E == 0:
-        raise UnsupportedOpError(f"{call.node}: empty key sequence or embedding is not supported")
-    scale = 1.0 / math.sqrt(E) if call["scale"] is None else float(call["scale"])
+        raise UnsupportedOpError(f"{node}: empty key sequence or embedding is not supported")
+    scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
 
     # Matmul view: batch dims `mb`, rows M = rep * L.
     rep = 1
     kb, vb = tuple(k.shape[:-2]), tuple(v.shape[:-2])
-    if call["enable_gqa"] and len(q.shape) >= 3 and q.shape[-3] != k.shape[-3]:
+    if enable_gqa and len(q.shape) >= 3 and q.shape[-3] != k.shape[-3]:
         hq, hkv = q.shape[-3], k.shape[-3]
         rep = hq // hkv
         mb = out_batch[:-1] + (hkv,)
@@ -67,7 +73,7 @@ def scaled_dot_product_attention(builder: OpBuilder, call: Call) -> None:
 
     # 2. softmax rows, in place; rows are [out_batch..., L].
     defines: dict[str, int | str] = {}
-    if call["is_causal"]:
+    if is_causal:
         defines["CAUSAL"] = 1
     rows_per_batch = L
     sr = contiguous_strides(tuple(out_batch) + (L * S,))[:-1]

@@ -15,7 +15,7 @@ import struct
 from typing import Sequence
 
 from vkx.format.contract import FLT_MAX, Call
-from vkx.loader.ops import OpBuilder, UnsupportedOpError, builds, elem_defines
+from vkx.loader.ops import OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines
 from vkx.loader.ops.shape import MAX_GROUPS, bind_elems, dispatch_groups
 
 _CONV_PUSH = struct.Struct("<24i2f")
@@ -119,9 +119,11 @@ def _convolution(builder: OpBuilder, call: Call, clamp: tuple[float, float] | No
         builder.dispatch("conv2d", [xbind, wbind, obind, *bias_binding], push, groups_xyz, dict(defines))
 
 
-def _pool(builder: OpBuilder, call: Call, dilation: Sequence[int], count_include_pad: bool,
-          divisor_override: int, is_max: bool) -> None:
-    """The rule has checked the window sizes and the output shape."""
+def pool2d(builder: OpBuilder, call: Call, dilation: Sequence[int], count_include_pad: bool,
+           divisor_override: int, is_max: bool, indices: TensorArg | None = None) -> None:
+    """Max or average pooling of a call with max_pool2d's or avg_pool2d's arguments (the rule has
+    checked the window sizes and the output shape); `indices` (int32, max only): also each maximum's
+    flat index in its plane."""
     x, out = call.tensor("self"), call.out
     kh, kw = _pair(call["kernel_size"], 2)
     sy, sx = _pair(call["stride"], 2) if call["stride"] else (kh, kw)
@@ -132,7 +134,7 @@ def _pool(builder: OpBuilder, call: Call, dilation: Sequence[int], count_include
     total = out.numel
     if total == 0:
         return
-    for t in (x, out):
+    for t in (x, out, *([indices] if indices else [])):
         if t.nbytes > builder.max_binding_bytes:
             raise UnsupportedOpError(f"{call.node}: a {t.nbytes}-byte tensor exceeds the "
                                      f"{builder.max_binding_bytes}-byte storage-buffer binding limit")
@@ -141,14 +143,16 @@ def _pool(builder: OpBuilder, call: Call, dilation: Sequence[int], count_include
     defines = {**elem_defines("X", "x", x.dtype), **elem_defines("O", "o", out.dtype)}
     if is_max:
         defines["MAX_POOL"] = "1"
-    builder.dispatch("pool2d", [x, out], push, dispatch_groups(total), defines)
+    if indices is not None:
+        defines["INDICES"] = "1"
+    builder.dispatch("pool2d", [x, out, *([indices] if indices else [])], push, dispatch_groups(total), defines)
 
 
 @builds("aten.max_pool2d.default")
 def max_pool2d(builder: OpBuilder, call: Call) -> None:
-    _pool(builder, call, call["dilation"], False, 0, True)
+    pool2d(builder, call, call["dilation"], False, 0, True)
 
 
 @builds("aten.avg_pool2d.default")
 def avg_pool2d(builder: OpBuilder, call: Call) -> None:
-    _pool(builder, call, (1, 1), call["count_include_pad"], call["divisor_override"] or 0, False)  # 0: none
+    pool2d(builder, call, (1, 1), call["count_include_pad"], call["divisor_override"] or 0, False)  # 0: none

@@ -159,7 +159,7 @@ def cumsum(builder: OpBuilder, call: Call) -> None:
                      defines)
 
 
-def _fill(builder: OpBuilder, out: TensorArg, start: float | int, step: float | int) -> None:
+def fill(builder: OpBuilder, out: TensorArg, start: float | int, step: float | int) -> None:
     """out[i] = start + i * step."""
     if out.numel == 0:
         return
@@ -175,14 +175,14 @@ def _fill(builder: OpBuilder, out: TensorArg, start: float | int, step: float | 
 
 @builds("aten.full.default")
 def full(builder: OpBuilder, call: Call) -> None:
-    _fill(builder, call.out, call["fill_value"], 0)
+    fill(builder, call.out, call["fill_value"], 0)
 
 
 @builds("aten.scalar_tensor.default")
 def scalar_tensor(builder: OpBuilder, call: Call) -> None:
-    _fill(builder, call.out, call["s"], 0)
+    fill(builder, call.out, call["s"], 0)
 
 
 @builds("aten.arange.start_step")
 def arange(builder: OpBuilder, call: Call) -> None:
-    _fill(builder, call.out, call["start"], call["step"])
+    fill(builder, call.out, call["start"], call["step"])

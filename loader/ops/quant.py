@@ -1,6 +1,6 @@
 """Weight-only quantized ops: `vkx.linear_q` and `vkx.embedding_q` (layout in vkx.format.contract),
 and those of ExecuTorch's quantized Vulkan files (`et_vk.linear_q4gsw`, `et_vk.embedding_q4gsw`,
-`torchao.dequantize_affine` with the `aten.squeeze_copy.dims` it comes with, and from its PT2E
+`torchao.dequantize_affine`, and from its PT2E
 weight-only flow `aten._weight_int8pack_mm`, `et_vk.linear_qcs4w`).
 
 The packed weight goes to the device as its file bytes and is dequantized in the
@@ -15,7 +15,7 @@ from vkx.format.contract import Call
 from vkx.format.op_quant import VALUES_PER_WORD
 
 from . import OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines
-from .shape import convert_copy, dispatch_groups, row_chunks, rows_binding
+from .shape import dispatch_groups, row_chunks, rows_binding
 
 ROWS = 4
 """Output rows per linear_q workgroup (ROWS in shaders/linear_q.comp)."""
@@ -129,9 +129,3 @@ def dequantize_affine(builder: OpBuilder, call: Call) -> None:
         bindings.append(zp)
     push = struct.pack("<5I", out.numel, cols, block_r, block_c, cols // block_c)
     builder.dispatch("dequantize_affine", bindings, push, dispatch_groups(out.numel), defines)
-
-
-@builds("aten.squeeze_copy.dims")
-def squeeze_copy(builder: OpBuilder, call: Call) -> None:
-    """The bytes are unchanged (ExecuTorch's quantized files squeeze the batch dim before linear)."""
-    convert_copy(builder, call.tensor("self"), call.out)

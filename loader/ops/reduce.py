@@ -73,10 +73,14 @@ def native_layer_norm(builder: OpBuilder, call: Call) -> None:
 
 @builds("aten.rms_norm.default")
 def rms_norm(builder: OpBuilder, call: Call) -> None:
-    """y = x * rsqrt(mean(x^2) + eps) [* weight]; eps None is float32's epsilon (as torch)."""
-    src, weight, out = call.tensor("input"), call["weight"], call.out
+    """eps None is float32's epsilon (as torch)."""
     eps = FLOAT32_EPS if call["eps"] is None else float(call["eps"])
-    n = prod(call["normalized_shape"])
+    rms_norm_rows(builder, call.tensor("input"), call["weight"], call.out, prod(call["normalized_shape"]), eps)
+
+
+def rms_norm_rows(builder: OpBuilder, src: TensorArg, weight: TensorArg | None, out: TensorArg, n: int,
+                  eps: float) -> None:
+    """out = src * rsqrt(mean(src^2) + eps) [* weight] over rows of the last `n` elements, in fp32."""
     if src.numel == 0 or n == 0:
         return
     rows = src.numel // n

@@ -1,0 +1,171 @@
+"""The op contract's declarations of the ops ExecuTorch 1.5.1's VulkanPartitioner emits beyond the
+ones vkx's own exporter writes: shape copies, max-pool with indices, dtype copies, fills and the
+Vulkan backend's fused ops (`et_vk.*`).
+
+Arguments come in the schemas' order, keyword-only ones included, the output last (vkx.format.contract):
+ATen's for `aten.*` and `dim_order_ops.*`, executorch/backends/vulkan/custom_ops_lib.py's for
+`et_vk.*`, whose reference kernels give the semantics. docs/architecture.md lists the ops in prose.
+"""
+from __future__ import annotations
+
+from . import dtypes
+from .contract import Arg, Call, OpDecl, Out, declare
+from .op_rules import ALL_TYPES, B, I, L, N, T, broadcast, dim_index, optional, pool_shape, same_shape
+
+
+def _unsqueeze(call: Call) -> None:
+    src = call.tensor("self")
+    dim = dim_index(call, call["dim"], len(src.shape) + 1)
+    want = list(src.shape)
+    want.insert(dim, 1)
+    call.expect_shape("the output", call.out.shape, want)
+
+
+def _squeeze_dims(call: Call) -> None:
+    src = call.tensor("self")
+    rank = len(src.shape)
+    dims = {dim_index(call, d, rank) for d in call["dim"]}
+    call.expect_shape("the output", call.out.shape, [s for d, s in enumerate(src.shape) if d not in dims or s != 1])
+
+
+def _select(call: Call) -> None:
+    src = call.tensor("self")
+    call.require(len(src.shape) > 0, "select of a 0-dim tensor")
+    dim = dim_index(call, call["dim"], len(src.shape))
+    size, index = src.shape[dim], call["index"]
+    call.require(-size <= index < size, f"index {index} out of range for size {size}")
+    call.expect_shape("the output", call.out.shape, src.shape[:dim] + src.shape[dim + 1:])
+
+
+def split_sizes(call: Call) -> list[int]:
+    """The sizes along `dim` of the outputs of split_with_sizes_copy / split_copy."""
+    size = call.tensor("self").shape[dim_index(call, call["dim"], len(call.tensor("self").shape))]
+    if call.decl.has("split_sizes"):
+        sizes = list(call["split_sizes"])
+        call.require(all(s >= 0 for s in sizes) and sum(sizes) == size,
+                     f"split_sizes {sizes} do not add up to {size}")
+        return sizes
+    step = call["split_size"]
+    call.require(step > 0 or (step == 0 and size == 0), f"split_size {step} for size {size}")
+    return [min(step, size - start) for start in range(0, size, step)] if size else [0]
+
+
+def _split(call: Call) -> None:
+    src = call.tensor("self")
+    call.require(len(src.shape) > 0, "split of a 0-dim tensor")
+    dim = dim_index(call, call["dim"], len(src.shape))
+    sizes = split_sizes(call)
+    call.require(len(call.outputs) == len(sizes), f"{len(call.outputs)} outputs for {len(sizes)} pieces")
+    for i, (t, s) in enumerate(zip(call.outputs, sizes)):
+        call.expect_shape(f"output {i}", t.shape, (*src.shape[:dim], s, *src.shape[dim + 1:]))
+
+
+def _max_pool_with_indices(call: Call) -> None:
+    x, (out, indices) = call.tensor("self"), call.outputs
+    call.require(x.dtype.is_float and out.dtype.is_float, f"{x.dtype} input, {out.dtype} output: floats only")
+    call.require(indices.dtype is dtypes.INT32, f"indices of {indices.dtype} (int32 on the device)")
+    call.expect_shape("the output", out.shape, pool_shape(call))
+    call.expect_shape("indices", indices.shape, out.shape)
+
+
+def _dtype_copy(call: Call) -> None:
+    """A copy into the output's dtype; any dim_order of the rank (a device tensor has one layout)."""
+    src = call.tensor("self")
+    order = call["dim_order"]
+    call.require(not order or sorted(order) == list(range(len(src.shape))),
+                 f"dim_order {list(order or ())} for {len(src.shape)} dims")
+    same_shape(call)
+
+
+def _fill_value(call: Call) -> None:
+    value, out = call["fill_value"], call.out
+    if not out.dtype.is_float:
+        call.require(float(value).is_integer() and -2**31 <= value < 2**31,
+                     f"fill_value {value!r} for a {out.dtype} output")
+    same_shape(call)
+
+
+def _rms_norm(call: Call) -> None:
+    x, w = call.tensor("x"), call.tensor("weight")
+    call.require(len(x.shape) >= 1 and x.dtype.is_float and w.dtype.is_float, f"x {x.dtype} {list(x.shape)}")
+    call.expect_shape("weight", w.shape, x.shape[-1:])
+    same_shape(call, "x")
+
+
+def _rotary(call: Call, interleaved: bool) -> None:
+    """xq [B, S, Hq, D], xk [B, S, Hk, D]; freqs_cos/sin [T, R], one row per position (rows start_pos
+    on): R = D / 2 for pairs (2i, 2i + 1) (`interleaved`), else HF's rotate_half over the first R of D
+    (R even). The outputs are shaped like xq and xk."""
+    xq, xk = call.tensor("xq"), call.tensor("xk")
+    for name, x in (("xq", xq), ("xk", xk)):
+        call.require(len(x.shape) == 4 and x.dtype.is_float, f"{name} {x.dtype} {list(x.shape)} must be [B, S, H, D]")
+    call.require(xq.shape[:2] == xk.shape[:2] and xq.shape[3] == xk.shape[3],
+                 f"xq {list(xq.shape)} and xk {list(xk.shape)} disagree")
+    cos, sin = call.tensor("freqs_cos"), call.tensor("freqs_sin")
+    call.require(len(cos.shape) == 2 and cos.shape == sin.shape and cos.dtype.is_float and sin.dtype.is_float,
+                 f"freqs_cos {list(cos.shape)} and freqs_sin {list(sin.shape)} must be one 2-D shape")
+    rows, cols = cos.shape
+    d = xq.shape[3]
+    fits = d % 2 == 0 and cols == d // 2 if interleaved else cols % 2 == 0 and 0 < cols <= d
+    call.require(fits, f"freqs of {cols} columns for head_dim {d}")
+    start = call["start_pos"] if call.decl.has("start_pos") else 0
+    call.require(0 <= start and start + xq.shape[1] <= rows,
+                 f"positions {start}..{start + xq.shape[1]} outside the {rows}-row tables")
+    call.expect_shape("output xq_out", call.outputs[0].shape, xq.shape)
+    call.expect_shape("output xk_out", call.outputs[1].shape, xk.shape)
+
+
+def _sdpa(call: Call) -> None:
+    """q [..., L, E], k [..., S, E], v [..., S, Ev] (batch dims broadcast), attn_mask added to the scores."""
+    q, k, v = call.tensor("q"), call.tensor("k"), call.tensor("v")
+    call.require(all(t.dtype.is_float for t in (q, k, v)), "q, k and v must be floating")
+    call.require(len(q.shape) >= 2 and len(k.shape) == len(q.shape) == len(v.shape)
+                 and q.shape[-1] == k.shape[-1] and k.shape[-2] == v.shape[-2] and k.shape[:-2] == v.shape[:-2],
+                 f"q {list(q.shape)}, k {list(k.shape)}, v {list(v.shape)} disagree")
+    batch = broadcast(q.shape[:-2], k.shape[:-2])
+    call.require(batch is not None, f"batch dims of q {list(q.shape)} and k {list(k.shape)} do not broadcast")
+    mask = call["attn_mask"]
+    if mask is not None:
+        want = (*batch, q.shape[-2], k.shape[-2])
+        call.require(mask.dtype.is_float and broadcast(mask.shape, want) == want,
+                     f"attn_mask {mask.dtype} {list(mask.shape)} is not a float mask broadcasting to {list(want)}")
+    call.expect_shape("the output", call.out.shape, (*batch, q.shape[-2], v.shape[-1]))
+
+
+_TENSOR_OPTIONS = (optional("dtype", I, None), optional("layout", I, None), optional("device", I, None),
+                   optional("pin_memory", B, None))
+"""The keyword-only factory options of ATen's *_like and copy schemas (ExecuTorch writes Null; the
+output tensor's dtype is the one that counts)."""
+
+declare(OpDecl("aten.unsqueeze_copy.default", (Arg("self", T), Arg("dim", I)), dtypes=ALL_TYPES, rule=_unsqueeze))
+declare(OpDecl("aten.squeeze_copy.dims", (Arg("self", T), Arg("dim", L)), dtypes=ALL_TYPES, rule=_squeeze_dims))
+declare(OpDecl("aten.select_copy.int", (Arg("self", T), Arg("dim", I), Arg("index", I)), dtypes=ALL_TYPES,
+               rule=_select))
+declare(OpDecl("aten.split_with_sizes_copy.default", (Arg("self", T), Arg("split_sizes", L), Arg("dim", I, default=0)),
+               out=Out(listed=True), dtypes=ALL_TYPES, rule=_split))
+declare(OpDecl("aten.split_copy.Tensor", (Arg("self", T), Arg("split_size", I), Arg("dim", I, default=0)),
+               out=Out(listed=True), dtypes=ALL_TYPES, rule=_split))
+declare(OpDecl("aten.max_pool2d_with_indices.default",
+               (Arg("self", T), Arg("kernel_size", L), Arg("stride", L, default=()), Arg("padding", L, default=(0,)),
+                Arg("dilation", L, default=(1,)), Arg("ceil_mode", B, default=False)),
+               out=Out(("out", "indices")), rule=_max_pool_with_indices))
+declare(OpDecl("dim_order_ops._to_dim_order_copy.default",
+               (Arg("self", T), *_TENSOR_OPTIONS, Arg("non_blocking", B, default=False),
+                optional("dim_order", L, None)), dtypes=ALL_TYPES, rule=_dtype_copy))
+declare(OpDecl("dim_order_ops._clone_dim_order.default",
+               (Arg("self", T), Arg("non_blocking", B, default=False), optional("dim_order", L, None)),
+               dtypes=ALL_TYPES, rule=_dtype_copy))
+declare(OpDecl("aten.alias_copy.default", (Arg("self", T),), dtypes=ALL_TYPES, rule=same_shape))
+declare(OpDecl("aten.full_like.default",
+               (Arg("self", T), Arg("fill_value", N), *_TENSOR_OPTIONS, optional("memory_format", I, None)),
+               dtypes=ALL_TYPES, rule=_fill_value))
+declare(OpDecl("et_vk.rms_norm.default", (Arg("x", T), Arg("weight", T), Arg("eps", N)), rule=_rms_norm))
+declare(OpDecl("et_vk.apply_rotary_emb_hf.default",
+               (Arg("xq", T), Arg("xk", T), Arg("freqs_cos", T), Arg("freqs_sin", T), Arg("start_pos", I)),
+               out=Out(("xq_out", "xk_out")), rule=lambda call: _rotary(call, False)))
+declare(OpDecl("et_vk.apply_rotary_emb.default",
+               (Arg("xq", T), Arg("xk", T), Arg("freqs_cos", T), Arg("freqs_sin", T)),
+               out=Out(("xq_out", "xk_out")), rule=lambda call: _rotary(call, True)))
+declare(OpDecl("et_vk.sdpa.default",
+               (Arg("q", T), Arg("k", T), Arg("v", T), optional("attn_mask", T, None), optional("scale", N, None)),
+               rule=_sdpa))

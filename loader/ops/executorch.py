@@ -1,0 +1,101 @@
+"""Builders of the ops of vkx.format.op_et: what ExecuTorch's VulkanPartitioner emits beyond vkx's
+own exporter.
+
+Shape ops are copies (`convert_copy`, `strided_copy` of shape.py); max-pool with indices is
+conv.py's pool shader writing the indices too; `et_vk.rms_norm` and `et_vk.sdpa` reuse the
+RMS-norm rows of reduce.py and the attention of attention.py; the rotary embeddings and fills
+have their own shaders (rotary.comp, fill.comp). Math is fp32, stored in each output's dtype.
+"""
+from __future__ import annotations
+
+import struct
+
+from vkx.format.contract import Call
+from vkx.format.op_et import split_sizes
+
+from . import OpBuilder, TensorArg, builds, elem_defines
+from .attention import attention
+from .conv import pool2d
+from .models import fill
+from .reduce import rms_norm_rows
+from .shape import contiguous_strides, convert_copy, dispatch_groups, normalize_dim, strided_copy
+
+
+@builds("aten.unsqueeze_copy.default", "aten.squeeze_copy.dims", "aten.alias_copy.default",
+        "dim_order_ops._to_dim_order_copy.default", "dim_order_ops._clone_dim_order.default")
+def copy(builder: OpBuilder, call: Call) -> None:
+    """The elements in order, converted to the output's dtype (a device tensor has one layout,
+    whatever the dim_order)."""
+    convert_copy(builder, call.tensor("self"), call.out)
+
+
+@builds("aten.select_copy.int")
+def select_copy(builder: OpBuilder, call: Call) -> None:
+    src = call.tensor("self")
+    dim = normalize_dim(call["dim"], len(src.shape))
+    strides = contiguous_strides(src.shape)
+    index = call["index"] % src.shape[dim]
+    strided_copy(builder, src, call.out, src.shape[:dim] + src.shape[dim + 1:], strides[:dim] + strides[dim + 1:],
+                 src_offset=index * strides[dim])
+
+
+@builds("aten.split_with_sizes_copy.default", "aten.split_copy.Tensor")
+def split_copy(builder: OpBuilder, call: Call) -> None:
+    """Each output is the next `size` rows along `dim`; outputs nothing reads are skipped."""
+    src = call.tensor("self")
+    dim = normalize_dim(call["dim"], len(src.shape))
+    strides = contiguous_strides(src.shape)
+    start = 0
+    for out, vid, size in zip(call.outputs, call.output_vids, split_sizes(call)):
+        if builder.is_read(vid):
+            strided_copy(builder, src, out, out.shape, strides, src_offset=start * strides[dim])
+        start += size
+
+
+@builds("aten.max_pool2d_with_indices.default")
+def max_pool2d_with_indices(builder: OpBuilder, call: Call) -> None:
+    """The indices (flat in each H x W plane, int32) are computed only when something reads them."""
+    indices = call.outputs[1] if builder.is_read(call.output_vids[1]) else None
+    pool2d(builder, call, call["dilation"], False, 0, True, indices)
+
+
+@builds("aten.full_like.default")
+def full_like(builder: OpBuilder, call: Call) -> None:
+    fill(builder, call.out, call["fill_value"], 0)
+
+
+@builds("et_vk.rms_norm.default")
+def et_rms_norm(builder: OpBuilder, call: Call) -> None:
+    """Over the last dim, by weight [D] (ExecuTorch's reference: fp32 math, the input's dtype out)."""
+    x = call.tensor("x")
+    rms_norm_rows(builder, x, call.tensor("weight"), call.out, x.shape[-1], float(call["eps"]))
+
+
+@builds("et_vk.apply_rotary_emb_hf.default")
+def apply_rotary_emb_hf(builder: OpBuilder, call: Call) -> None:
+    _rotary(builder, call, call["start_pos"], interleaved=False)
+
+
+@builds("et_vk.apply_rotary_emb.default")
+def apply_rotary_emb(builder: OpBuilder, call: Call) -> None:
+    _rotary(builder, call, 0, interleaved=True)
+
+
+def _rotary(builder: OpBuilder, call: Call, start: int, interleaved: bool) -> None:
+    """xq and xk, each turned by the same tables at rows start.. in one dispatch (rotary.comp)."""
+    cos, sin = call.tensor("freqs_cos"), call.tensor("freqs_sin")
+    for x, out in zip((call.tensor("xq"), call.tensor("xk")), call.outputs):
+        _, s, h, d = x.shape
+        defines = {**elem_defines("X", "x", x.dtype), **elem_defines("C", "c", cos.dtype),
+                   **elem_defines("N", "n", sin.dtype), **elem_defines("O", "o", out.dtype)}
+        if interleaved:
+            defines["INTERLEAVED"] = "1"
+        push = struct.pack("<6I", x.numel, s, h, d, cos.shape[1], start)
+        builder.dispatch("rotary", [x, cos, sin, out], push, dispatch_groups(x.numel), defines)
+
+
+@builds("et_vk.sdpa.default")
+def et_sdpa(builder: OpBuilder, call: Call) -> None:
+    """softmax(scale * q @ k^T + attn_mask) @ v: no causal mask, no grouped heads (the reference's matmuls)."""
+    attention(builder, call.node, call.tensor("q"), call.tensor("k"), call.tensor("v"), call.out,
+              call["attn_mask"], call["scale"], False, False)
