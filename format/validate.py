@@ -271,6 +271,7 @@ def _check_named_data_use(pf: ProgramFile, delegates: Sequence[VulkanDelegate], 
         for key in e.named_data:
             if key in pf.named_data:
                 report.warnings.append(f"key {key!r} is in both {e.path} and the .pte; the external copy wins")
-    for key in pf.named_data:
-        if key not in keys:
+    used = {pf.named_data[key] for key in keys if key in pf.named_data}  # another name of a used tensor is used
+    for key, r in pf.named_data.items():
+        if r not in used:
             report.warnings.append(f"named data {key!r} is used by no constant")
