@@ -141,24 +141,31 @@ class Program(Closes):
     def __init__(self, resources, graph: g.VkGraph, executor, io_in, io_out, schedule: str, upload: str):
         self._resources = resources
         self.graph = graph
+        """The VkGraph that was loaded (vkx.format.vkgraph)."""
         self.schedule = schedule
         """The load order that was used: "lazy" or "eager"."""
         self.upload = upload
         """How weights reached the device: "import" (used in place where possible, the rest
         copied directly or staged), "direct", "ring" or "eager"."""
         self.device = resources.device
+        """The Vulkan device the program runs on."""
         self.ledger = resources.allocator.ledger
+        """Device bytes per kind (live now, peak, allocation counts)."""
         self.timeline = resources.timeline
+        """Host and device memory at each load phase (`memory["phases"]`)."""
         self.copies_per_weight_byte = resources.uploader.copies_per_byte
+        """Bytes the CPU and the device copied per weight byte on its way (0 imported, 1 direct, 2 staged)."""
         self.weight_bytes = resources.uploader.weight_bytes
         """Device bytes of the constants: equal to their bytes in the file."""
         self.weight_paths = dict(resources.uploader.path_bytes)
         """Weight bytes "imported" (used in place, no copy), copied "direct", or "staged"."""
         self.dispatch_count = len(executor.dispatches)
+        """Compute dispatches recorded in the command buffer that each call replays."""
         self._executor = executor
         self._in = [_Port(t, io) for io, t in io_in]
         self._out = [_Port(t, io) for t, io in io_out]
         self.closed = False
+        """True once `close()` has released the device memory."""
         self._executed = False
         # One recorded command buffer, one fence and one set of io buffers serve every call, so a
         # call (write inputs, submit, wait, read outputs) must not overlap another call or close().
@@ -242,6 +249,8 @@ class Program(Closes):
     # -- memory ----------------------------------------------------------------------
     @property
     def memory(self) -> dict:
+        """The load's memory report: schedule, upload, weight bytes and paths, the ledger, the heap
+        budget (None once closed) and the phases (docs/memory.md)."""
         return {"schedule": self.schedule, "upload": self.upload,
                 "device": self.device.name,
                 "weight_bytes": self.weight_bytes,
