@@ -103,7 +103,7 @@ def _print(d: dict[str, Any], tensors: bool) -> None:
     t = d["totals"]
     tot = _table("Load memory", "", "bytes", "meaning")
     for name, meaning in (("W", "constant bytes"), ("w", "largest constant"),
-                          ("A", "activations (shared objects, 4 B/elem)"), ("A_live", "peak live activations"),
+                          ("A", "activations (shared memory objects)"), ("A_live", "peak live activations"),
                           ("peak_old", "2W + A + w (eager load)"), ("peak_lazy", "W + max(A, 2w) (lazy load)"),
                           ("import_ready_bytes", f"in {t['import_ready']} constants on 4096 B (importable in place)")):
         tot.add_row(name, _size(t[name]), meaning)

@@ -156,3 +156,28 @@ def test_bad_aliases_and_io_names_are_format_errors(tmp_path):
                                (b'{"inputs": ["x", "x"], "outputs": [null]}', 2, "inputs repeat a name")]:
         with pytest.raises(InvalidValueError, match=match):
             io_names([(IO_NAMES, value)], n_in, 1, "d", "m.pte")
+
+
+def test_constants_made_at_export_get_derived_names(tmp_path):
+    torchao = pytest.importorskip("torchao.quantization")
+    from torchao.quantization.granularity import PerGroup
+
+    class Masked(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(64, 32)
+            self.mask = torch.tril(torch.rand(32, 32) + 0.5)  # a plain attribute: a constant of torch.export
+
+        def forward(self, x):
+            return self.fc(x) @ self.mask + torch.tensor([1.0, 2.0]).sum()
+
+    x = torch.randn(2, 64)
+    torch.manual_seed(0)
+    vkx.export_model(Masked().eval(), (x,), tmp_path / "q.pte", quantize="int4")
+    names = [t["names"] for t in describe(tmp_path / "q.pte")["tensors"]]
+    assert sorted(names) == [["fc.bias"], ["fc.scales"], ["fc.weight_q"], ["lifted_tensor_0"], ["mask"]]
+    model = Masked().eval()
+    torchao.quantize_(model, torchao.IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(32)))
+    vkx.export_model(model, (x,), tmp_path / "ao.pte")
+    tensors = {t["names"][0]: (t["dtype"], t["dims"]) for t in describe(tmp_path / "ao.pte")["tensors"]}
+    assert tensors["fc.weight.qdata_int4_packed"] == ("UINT8", [32, 32]) and tensors["fc.weight.scale"][1] == [32, 2]
