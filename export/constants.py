@@ -99,7 +99,9 @@ class KeyCache:
         for tensor in self._held:  # a state dict lists a tied tensor under each of its names
             if self._stopped:
                 return
-            if supported(tensor.dtype) and tensor.numel():  # others are refused later, in order
+            # others are refused later, in order; a tensor subclass (torchao's weights) is repacked
+            # before it is stored, and its bytes are not the numpy view of a plain tensor
+            if supported(tensor.dtype) and tensor.numel() and type(tensor) in (torch.Tensor, torch.nn.Parameter):
                 self._hash(tensor)
 
 

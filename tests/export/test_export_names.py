@@ -158,7 +158,10 @@ def test_bad_aliases_and_io_names_are_format_errors(tmp_path):
             io_names([(IO_NAMES, value)], n_in, 1, "d", "m.pte")
 
 
-def test_constants_made_at_export_get_derived_names(tmp_path):
+def test_constants_made_at_export_get_derived_names(tmp_path, monkeypatch):
+    import threading
+    crashed = []
+    monkeypatch.setattr(threading, "excepthook", crashed.append)  # the hashing thread must not fail on torchao's
     torchao = pytest.importorskip("torchao.quantization")
     from torchao.quantization.granularity import PerGroup
 
@@ -181,3 +184,4 @@ def test_constants_made_at_export_get_derived_names(tmp_path):
     vkx.export_model(model, (x,), tmp_path / "ao.pte")
     tensors = {t["names"][0]: (t["dtype"], t["dims"]) for t in describe(tmp_path / "ao.pte")["tensors"]}
     assert tensors["fc.weight.qdata_int4_packed"] == ("UINT8", [32, 32]) and tensors["fc.weight.scale"][1] == [32, 2]
+    assert crashed == []
