@@ -185,3 +185,13 @@ def test_constants_made_at_export_get_derived_names(tmp_path, monkeypatch):
     tensors = {t["names"][0]: (t["dtype"], t["dims"]) for t in describe(tmp_path / "ao.pte")["tensors"]}
     assert tensors["fc.weight.qdata_int4_packed"] == ("UINT8", [32, 32]) and tensors["fc.weight.scale"][1] == [32, 2]
     assert crashed == []
+
+
+def test_a_bf16_safetensors_reads_back_as_the_bf16_checkpoint(tmp_path):
+    model, inputs = example()
+    vkx.export_model(model, inputs, tmp_path / "m.pte", external_data=tmp_path / "m.safetensors", dtype="bf16")
+    stored = load_file(tmp_path / "m.safetensors")
+    state = model.to(torch.bfloat16).state_dict()
+    assert set(stored) == STORED and all(t.dtype == torch.bfloat16 for t in stored.values())
+    assert all(torch.equal(t, state[name]) for name, t in stored.items())
+    check_file(tmp_path / "m.pte", tmp_path / "m.safetensors")
