@@ -51,10 +51,12 @@ class TensorSpec(tuple):
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The tensor's shape."""
         return self[0]
 
     @property
     def dtype(self) -> str:
+        """The dtype's name as the caller passes and gets it ("float32", "int32", "bfloat16", ...)."""
         return self[1]
 
     def __repr__(self) -> str:
