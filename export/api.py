@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 import torch
+from torch.export.graph_signature import InputKind
 from torch.utils._pytree import treespec_dumps
 
-from vkx.export.constants import KeyCache, make_payloads, stored_nbytes
+from vkx.export.constants import KeyCache, make_payloads, state_names, stored_nbytes
 from vkx.export.dtypes import TARGETS, of
 from vkx.export.errors import ExportError
 from vkx.export.lower import lower
@@ -114,14 +115,15 @@ def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
         lowered = lower(program)
         stages.start("plan", sum(stored_nbytes(source.tensor) for source in lowered.constants))
         memory = plan_memory(lowered.graph)
-        payloads = make_payloads(lowered.constants, keys, progress.advance)
+        payloads = make_payloads(lowered.constants, keys, state_names(module), progress.advance)
     finally:
         keys.stop()
     stages.start("write", sum({p.key: p.nbytes for p in payloads}.values()))
     written: WriteReport = write_program(
         path, lowered.graph, payloads,
-        [IOSpec(of(t.dtype).scalar_type, t.sizes) for t in lowered.inputs],
-        [IOSpec(of(t.dtype).scalar_type, t.sizes) for t in lowered.outputs],
+        [IOSpec(of(t.dtype).scalar_type, t.sizes, name) for t, name in zip(lowered.inputs, input_names(program))],
+        [IOSpec(of(t.dtype).scalar_type, t.sizes, name)
+         for t, name in zip(lowered.outputs, output_names(program, len(lowered.outputs)))],
         layout=layout, external_data=external_data, alignment=alignment,
         pytree_in=treespec_dumps(program.call_spec.in_spec), pytree_out=treespec_dumps(program.call_spec.out_spec),
         on_bytes=progress.advance)
@@ -130,6 +132,20 @@ def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
         external_bytes=written.external_bytes, constant_bytes=written.constant_bytes,
         constants=len(payloads), distinct_constants=len({p.key for p in payloads}),
         operators=len(lowered.graph.chain), memory=memory, seconds=stages.finish())
+
+
+def input_names(program: torch.export.ExportedProgram) -> list[str]:
+    """The forward's argument name of each user input, in order."""
+    return [spec.arg.name for spec in program.graph_signature.input_specs if spec.kind == InputKind.USER_INPUT]
+
+
+def output_names(program: torch.export.ExportedProgram, count: int) -> list[str | None]:
+    """The keys of a forward that returns a dict (or a ModelOutput) of tensors; None for other outputs."""
+    spec = program.call_spec.out_spec
+    keys = spec.context if isinstance(spec.context, (list, tuple)) else None
+    if keys is None or not len(keys) == spec.num_leaves == count or not all(isinstance(k, str) for k in keys):
+        return [None] * count
+    return list(keys)
 
 
 def check_options(path: str | os.PathLike, *, layout: str, external_data: str | os.PathLike | None,

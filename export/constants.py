@@ -1,4 +1,8 @@
-"""Constant tensors → ConstantPayloads: device-dtype bytes under their sha256 key.
+"""Constant tensors → ConstantPayloads: device-dtype bytes under their names.
+
+A stored tensor's key is its first state-dict name; its other names (a tied weight's, or
+another constant's with identical bytes) are its aliases (docs/format.md, "Tensor names").
+Identical bytes are found by sha256 and stored once.
 
 Nothing here holds a second copy of the weights. Each tensor's bytes are made
 when needed — a zero-copy view of a contiguous tensor already in its device dtype
@@ -32,6 +36,18 @@ def constant_bytes(tensor: torch.Tensor) -> memoryview:
 
 def stored_nbytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * on_device(tensor.dtype).itemsize
+
+
+def _identity(tensor: torch.Tensor) -> tuple:
+    return tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tuple(tensor.stride())
+
+
+def state_names(module: torch.nn.Module) -> dict[tuple, list[str]]:
+    """Every state-dict name of each of the module's tensors (several for a tied one), by identity."""
+    names: dict[tuple, list[str]] = {}
+    for name, tensor in module.state_dict(keep_vars=True).items():
+        names.setdefault(_identity(tensor), []).append(name)
+    return names
 
 
 def _reader(tensor: torch.Tensor) -> Callable[[], memoryview]:
@@ -74,7 +90,7 @@ class KeyCache:
 
     def _hash(self, tensor: torch.Tensor) -> str:
         """The tensor's key; its bytes are read only the first time its identity is seen."""
-        identity = tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tuple(tensor.stride())
+        identity = _identity(tensor)
         if identity not in self._keys:
             self._keys[identity] = hashlib.sha256(constant_bytes(tensor)).hexdigest()
         return self._keys[identity]
@@ -83,17 +99,29 @@ class KeyCache:
         for tensor in self._held:  # a state dict lists a tied tensor under each of its names
             if self._stopped:
                 return
-            if supported(tensor.dtype) and tensor.numel():  # others are refused later, in order
+            # others are refused later, in order; a tensor subclass (torchao's weights) is repacked
+            # before it is stored, and its bytes are not the numpy view of a plain tensor
+            if supported(tensor.dtype) and tensor.numel() and type(tensor) in (torch.Tensor, torch.nn.Parameter):
                 self._hash(tensor)
 
 
-def make_payloads(sources: Sequence[ConstantSource], keys: KeyCache,
+def make_payloads(sources: Sequence[ConstantSource], keys: KeyCache, names: dict[tuple, list[str]],
                   on_hashed: Callable[[int], None] | None = None) -> list[ConstantPayload]:
-    """One payload per constant_id; identical bytes (tied weights) get identical keys."""
-    payloads = []
-    for source in sources:
-        nbytes = stored_nbytes(source.tensor)
-        payloads.append(ConstantPayload(keys.key(source.tensor), nbytes, _reader(source.tensor)))
+    """One payload per constant_id, named: identical bytes get one key (the first name) and every
+    name of every constant holding them as aliases.
+
+    `names`: state_names() of the exported module. A constant that is none of its tensors (a
+    lifted or folded constant, a quantized pack) keeps the name torch.export or vkx gave it.
+    """
+    groups: dict[tuple, list[str]] = {}  # (sha256, dtype, shape) -> names, the key first
+    digests = []
+    for source in sources:  # equal bytes of another dtype or shape are another tensor for a checkpoint reader
+        digests.append((keys.key(source.tensor), on_device(source.tensor.dtype), tuple(source.tensor.shape)))
+        own = names.get(_identity(source.tensor), [source.name])
+        group = groups.setdefault(digests[-1], [])
+        group += [name for name in own if name not in group]
         if on_hashed is not None:
-            on_hashed(nbytes)
-    return payloads
+            on_hashed(stored_nbytes(source.tensor))
+    return [ConstantPayload(groups[digest][0], stored_nbytes(source.tensor), _reader(source.tensor),
+                            tuple(groups[digest][1:]))
+            for source, digest in zip(sources, digests)]

@@ -20,6 +20,7 @@ Non-zero zero points (asymmetric quantization) are refused.
 """
 from __future__ import annotations
 
+import re
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -192,9 +193,17 @@ def _layout(b: "GraphBuilder", consumer: Consumer) -> Layout:
     layout = weight.q.meta.get(_LAYOUT_KEY)
     if layout is None:
         layout = weight.q.meta[_LAYOUT_KEY] = _repack(b, weight)
-    b.constant_nodes[weight.q] = (b.constant_nodes[weight.q][0], layout.q)
-    b.constant_nodes[weight.scale] = (b.constant_nodes[weight.scale][0], layout.scales)
+    q_name, scale_name = b.constant_nodes[weight.q][0], b.constant_nodes[weight.scale][0]
+    if _PARAMETRIZED.search(q_name):  # torch.export's names (once renamed, they stay)
+        base = _PARAMETRIZED.sub(r"\1\2", q_name)
+        q_name, scale_name = f"{base}.qdata" if layout.bits == 8 else f"{base}.qdata_int4_packed", f"{base}.scale"
+    b.constant_nodes[weight.q] = (q_name, layout.q)
+    b.constant_nodes[weight.scale] = (scale_name, layout.scales)
     return layout
+
+
+_PARAMETRIZED = re.compile(r"(^|\.)parametrizations\.(\w+)\.original\d+$")
+"""torch.export's name of a torchao weight's inner tensor: `fc.parametrizations.weight.original0` is `fc.weight`'s."""
 
 
 def _repack(b: "GraphBuilder", weight: Weight) -> Layout:

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 from . import vkgraph as vk
 from .common import FileRange
 from .external import ExternalData, constant_tensors
+from .names import io_names
 from .liveness import lifetimes, peak_live_bytes, shared_object_bytes
 from .program import SEGMENT, ExecutionPlan
 from .pte import ProgramFile, VulkanDelegate
@@ -58,11 +59,11 @@ def _alignment(offset: int) -> int:
     return cap if offset % cap == 0 else offset & -offset
 
 
-def _tensor(g: vk.VkGraph, vid: int) -> dict[str, Any]:
+def _tensor(g: vk.VkGraph, vid: int, name: str | None) -> dict[str, Any]:
     t = g.values[vid] if 0 <= vid < len(g.values) else None
     if not isinstance(t, vk.Tensor):
-        return {"id": vid, "kind": type(t).__name__ if t is not None else "missing"}
-    return {"id": vid, "dtype": t.datatype.name, "dims": list(t.dims), "bytes": t.nbytes}
+        return {"id": vid, "name": name, "kind": type(t).__name__ if t is not None else "missing"}
+    return {"id": vid, "name": name, "dtype": t.datatype.name, "dims": list(t.dims), "bytes": t.nbytes}
 
 
 def activation_totals(g: vk.VkGraph) -> tuple[int, int]:
@@ -70,16 +71,18 @@ def activation_totals(g: vk.VkGraph) -> tuple[int, int]:
     return shared_object_bytes(g), peak_live_bytes(lifetimes(g))
 
 
-def _vkgraph(v: VulkanDelegate, constants: list[dict[str, Any]]) -> dict[str, Any]:
+def _vkgraph(v: VulkanDelegate, constants: list[dict[str, Any]], path: str) -> dict[str, Any]:
     g = v.graph
+    names_in, names_out = io_names(v.compile_specs, len(g.input_ids), len(g.output_ids),
+                                   f"execution_plan[{v.plan_index}].delegates[{v.delegate_index}]", path)
     return {
         "version": g.version,
         "values": len(g.values),
         "value_kinds": dict(Counter(type(x).__name__ for x in g.values).most_common()),
         "ops": dict(Counter(op.name for op in g.chain).most_common()),
         "chain_length": len(g.chain),
-        "inputs": [_tensor(g, i) for i in g.input_ids],
-        "outputs": [_tensor(g, i) for i in g.output_ids],
+        "inputs": [_tensor(g, i, name) for i, name in zip(g.input_ids, names_in)],
+        "outputs": [_tensor(g, i, name) for i, name in zip(g.output_ids, names_out)],
         "constant_layout": g.constant_layout,
         "constants": constants,
     }
@@ -138,6 +141,7 @@ def _describe(pf: ProgramFile, exts: list[ExternalData]) -> dict[str, Any]:
             for plan in p.execution_plan]},
         "segments": segments,
         "named_data": named,
+        "tensors": tensor_list(named),
         "external": [{"path": e.path, "kind": e.kind, "bytes": e.size, "entries": len(e.named_data)} for e in exts],
         "delegates": [{"plan": pi, "index": di, "id": d.id, "location": "segment" if d.location == SEGMENT else "inline",
                        "data_index": d.index, "compile_specs": {k: val.hex() for k, val in d.compile_specs},
@@ -182,9 +186,24 @@ def _delegate(v: VulkanDelegate, where: dict[str, FileRange], path: str,
         "vh00": {"header_length": v.header_length, "flatbuffer_offset": v.flatbuffer_offset,
                  "flatbuffer_size": v.flatbuffer_size, "bytes_offset": v.bytes_offset, "bytes_size": v.bytes_size},
         "legacy_section": {"offset": v.legacy_section.offset, "size": v.legacy_section.size},
-        "graph": _vkgraph(v, constants),
+        "graph": _vkgraph(v, constants, path),
         "totals": {"W": W, "w": w, "A": A, "A_live": A_live, "import_ready": ready, "import_ready_bytes": ready_bytes},
     }
+
+
+def tensor_list(named: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per stored tensor (a byte range of a file) with all its names, in file order:
+    the keys of `named` ("named_data" entries) that share its bytes."""
+    tensors: dict[tuple, dict[str, Any]] = {}
+    for n in named:
+        t = tensors.setdefault((n["file"], n["offset"], n["bytes"]), {
+            "names": [], "dtype": None, "dims": None, "bytes": n["bytes"], "file": n["file"], "offset": n["offset"],
+            "users": []})
+        t["names"].append(n["key"])
+        if t["dtype"] is None and n["dtype"] is not None:
+            t["dtype"], t["dims"] = n["dtype"], n["dims"]
+        t["users"] += n["users"]
+    return list(tensors.values())
 
 
 def _totals(delegates: list[dict[str, Any]]) -> dict[str, int]:

@@ -97,9 +97,18 @@ def _named_data(b: flatbuffers.Builder, mod: ModuleType, named: Sequence[tuple[s
     return entries
 
 
+def _compile_spec(b: flatbuffers.Builder, key: str, value: bytes) -> int:
+    k = b.CreateString(key)
+    v = b.CreateByteVector(value)
+    pg.CompileSpecStart(b)
+    pg.CompileSpecAddKey(b, k)
+    pg.CompileSpecAddValue(b, v)
+    return pg.CompileSpecEnd(b)
+
+
 def encode_program(inputs: Sequence[IOTensor], outputs: Sequence[IOTensor], arena: int,
                    segments: Sequence[tuple[int, int]], named: Sequence[tuple[str, int]] | None,
-                   pytree_in: str, pytree_out: str) -> bytes:
+                   pytree_in: str, pytree_out: str, compile_specs: Sequence[tuple[str, bytes]] = ()) -> bytes:
     """One "forward" plan whose only instruction calls the VulkanBackend delegate in segment 1."""
     b = flatbuffers.Builder(1024)
     io = list(inputs) + list(outputs)
@@ -126,7 +135,8 @@ def encode_program(inputs: Sequence[IOTensor], outputs: Sequence[IOTensor], aren
     pg.BackendDelegateDataReferenceAddLocation(b, pg.DataLocation.SEGMENT)
     pg.BackendDelegateDataReferenceAddIndex(b, 1)
     processed = pg.BackendDelegateDataReferenceEnd(b)
-    specs = build_offsets(b, pg.BackendDelegateStartCompileSpecsVector, [])
+    specs = build_offsets(b, pg.BackendDelegateStartCompileSpecsVector,
+                          [_compile_spec(b, key, value) for key, value in compile_specs])
     pg.BackendDelegateStart(b)
     pg.BackendDelegateAddId(b, backend)
     pg.BackendDelegateAddProcessed(b, processed)

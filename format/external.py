@@ -16,6 +16,8 @@ from .pte import VULKAN_BACKEND, ProgramFile, VulkanDelegate
 
 FT_HEADER_LENGTH = 40
 SAFETENSORS_MAX_HEADER = 100 * 1024 * 1024  # the safetensors library's own limit
+ALIASES_METADATA = "vkx.aliases"
+"""The safetensors `__metadata__` entry with a stored tensor's other names: JSON {alias: stored key}."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,25 @@ class ExternalData(InputFile):
                 raise OutOfBoundsError(f"{where}.data_offsets", f"[{begin}, {end}) outside the data ({data} bytes)", path)
             self._add(key, FileRange(path, base + begin, end - begin), where)
             self.dtypes[key] = (dtype, tuple(shape))
+        self._load_aliases(meta.get("__metadata__"))
+
+    def _load_aliases(self, metadata: object) -> None:
+        """The other names of stored tensors (docs/format.md, "Tensor names"): more keys for their bytes."""
+        if not isinstance(metadata, dict) or ALIASES_METADATA not in metadata:
+            return
+        where = f"__metadata__[{ALIASES_METADATA!r}]"
+        try:
+            aliases = json.loads(metadata[ALIASES_METADATA], object_pairs_hook=self._unique_pairs)
+        except (TypeError, ValueError, RecursionError):
+            aliases = None
+        if not isinstance(aliases, dict) or not all(isinstance(key, str) for key in aliases.values()):
+            raise InvalidValueError(where, "is not a JSON object of names", self.path)
+        stored = set(self.dtypes)
+        for alias, key in aliases.items():
+            if key not in stored:
+                raise MissingKeyError(where, f"alias {alias!r} names {key!r}, which is no tensor of the file", self.path)
+            self._add(alias, self.named_data[key], where)
+            self.dtypes[alias] = self.dtypes[key]
 
 
 def constant_tensors(graph: vk.VkGraph) -> dict[int, vk.Tensor]:

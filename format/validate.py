@@ -10,6 +10,7 @@ from . import contract, vkgraph as vk
 from .common import FileRange
 from .errors import FormatError, InvalidValueError, OutOfBoundsError, OverlapError, TruncatedError
 from .external import ExternalData, constant_tensors, resolve_constants
+from .names import io_names
 from .program import Program
 from .pte import VH_LENGTH, VULKAN_BACKEND, ProgramFile, VulkanDelegate
 
@@ -237,6 +238,8 @@ def _check_delegate_calls(pf: ProgramFile, v: VulkanDelegate) -> None:
             if ins.kind == "DelegateCall" and ins.index == v.delegate_index and len(ins.args) != want:
                 _fail(InvalidValueError, f"execution_plan[{v.plan_index}].chains[{ci}].instructions[{ii}].args",
                       f"{len(ins.args)} args, the VkGraph has {len(v.graph.input_ids)} inputs + {len(v.graph.output_ids)} outputs", pf.path)
+    io_names(v.compile_specs, len(v.graph.input_ids), len(v.graph.output_ids),
+             f"execution_plan[{v.plan_index}].delegates[{v.delegate_index}]", pf.path)
 
 
 def _check_constants(pf: ProgramFile, v: VulkanDelegate, exts: Sequence[ExternalData],
@@ -271,6 +274,7 @@ def _check_named_data_use(pf: ProgramFile, delegates: Sequence[VulkanDelegate], 
         for key in e.named_data:
             if key in pf.named_data:
                 report.warnings.append(f"key {key!r} is in both {e.path} and the .pte; the external copy wins")
-    for key in pf.named_data:
-        if key not in keys:
+    used = {pf.named_data[key] for key in keys if key in pf.named_data}  # another name of a used tensor is used
+    for key, r in pf.named_data.items():
+        if r not in used:
             report.warnings.append(f"named data {key!r} is used by no constant")

@@ -19,29 +19,38 @@ from .common import ScalarType, align, lcm, segment_alignment
 from .encode import (PTD_HEADER_LENGTH, PTE_HEADER_LENGTH, encode_flat_tensor, encode_program, encode_vkgraph,
                      insert_header, plan_io)
 from .errors import DuplicateKeyError, InvalidValueError
-from .external import constant_tensors
+from .external import ALIASES_METADATA, constant_tensors
+from .names import encode_io_names
 
 Buffer = Any  # any C-contiguous buffer-protocol object: bytes, memoryview, numpy array, mmap
 CHUNK = 8 * 1024 * 1024
 SAFETENSORS_DTYPES = {
     vk.DataType.BOOL: "BOOL", vk.DataType.UINT8: "U8", vk.DataType.INT8: "I8", vk.DataType.INT32: "I32",
     vk.DataType.FLOAT16: "F16", vk.DataType.FLOAT32: "F32", vk.DataType.FLOAT64: "F64", vk.DataType.INT64: "I64",
+    vk.DataType.BFLOAT16: "BF16",
 }
+
 
 
 @dataclass(frozen=True)
 class ConstantPayload:
-    """The bytes of one constant: `read()` is called once, when they are written."""
+    """The bytes of one constant: `read()` is called once, when they are written.
+
+    `aliases`: the tensor's other names; each is one more named-data key for the same bytes
+    (docs/format.md, "Tensor names").
+    """
     key: str
     nbytes: int
     read: Callable[[], Buffer]
+    aliases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class IOSpec:
-    """A program input or output tensor as the ExecuTorch runtime sees it."""
+    """A program input or output tensor as the ExecuTorch runtime sees it, and its name in the model."""
     scalar_type: ScalarType
     sizes: tuple[int, ...]
+    name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -98,7 +107,16 @@ def _unique(graph: vk.VkGraph, payloads: Sequence[ConstantPayload]) -> dict[str,
         if p.key in out and out[p.key][1].nbytes != p.nbytes:
             raise DuplicateKeyError(f"payloads[{i}]", f"key {p.key!r} used for {out[p.key][1].nbytes} and {p.nbytes} bytes")
         out.setdefault(p.key, (i, p))
+    names = [name for _, p in out.values() for name in (p.key, *p.aliases)]
+    if len(set(names)) != len(names):
+        twice = next(name for name in names if names.count(name) > 1)
+        raise DuplicateKeyError("payloads", f"name {twice!r} is given to two tensors (or twice to one)")
     return out
+
+
+def _entries(named: Sequence[ConstantPayload], first: int) -> list[tuple[str, int]]:
+    """(key, segment index) of every name of every payload; payload i is segment `first + i`."""
+    return [(name, first + i) for i, p in enumerate(named) for name in (p.key, *p.aliases)]
 
 
 def _fill_constants(graph: vk.VkGraph, payloads: Sequence[ConstantPayload],
@@ -118,6 +136,13 @@ def _fill_constants(graph: vk.VkGraph, payloads: Sequence[ConstantPayload],
     return legacy
 
 
+def _io_specs(inputs: Sequence[IOSpec], outputs: Sequence[IOSpec]) -> list[tuple[str, bytes]]:
+    """The delegate's compile specs: the io names, when any input or output has one."""
+    if all(s.name is None for s in [*inputs, *outputs]):
+        return []
+    return [encode_io_names([s.name for s in inputs], [s.name for s in outputs])]
+
+
 def _blob_head(graph: vk.VkGraph, section_size: int) -> bytes:
     """VH00 header + VkGraph flatbuffer, padded to 16 (the constant section follows)."""
     fb = encode_vkgraph(graph)
@@ -133,7 +158,8 @@ def write_program(path: str | os.PathLike, graph: vk.VkGraph, payloads: Sequence
                   on_bytes: Callable[[int], None] | None = None) -> WriteReport:
     """Write `graph` and its constants as an ExecuTorch-1.5.1-compatible .pte.
 
-    payloads[i] holds the bytes of constant_id i; fills `graph.constants`.
+    payloads[i] holds the bytes of constant_id i; fills `graph.constants`. An input's or
+    output's `IOSpec.name` is recorded in the file (vkx.format.names).
     With `external_data` (.ptd or .safetensors) the weights go there instead.
     """
     if layout not in ("named", "legacy"):
@@ -157,7 +183,8 @@ def write_program(path: str | os.PathLike, graph: vk.VkGraph, payloads: Sequence
     segments += [_Segment(o, p.nbytes, p) for o, p in zip(offsets[2:], in_pte)]
     io, arena = plan_io([(s.scalar_type, s.sizes) for s in list(inputs) + list(outputs)])
     fb = encode_program(io[:len(inputs)], io[len(inputs):], arena, [(s.offset, s.size) for s in segments],
-                        [(p.key, 2 + i) for i, p in enumerate(in_pte)] if in_pte else None, pytree_in, pytree_out)
+                        _entries(in_pte, 2) if in_pte else None, pytree_in, pytree_out,
+                        _io_specs(inputs, outputs))
     program_size = PTE_HEADER_LENGTH + len(fb)
     sbo = align(program_size, max([128] + aligns))
     header = b"eh00" + struct.pack("<IQQQ", 32, program_size, sbo, segments[-1].offset + segments[-1].size)
@@ -198,7 +225,7 @@ def write_program(path: str | os.PathLike, graph: vk.VkGraph, payloads: Sequence
 def _write_ptd(out: AtomicFile, named: Sequence[ConstantPayload], alignment: int | None) -> None:
     aligns = [segment_alignment(p.nbytes, alignment) for p in named]
     offsets = _place([(p.nbytes, a) for p, a in zip(named, aligns)])
-    fb = encode_flat_tensor([(o, p.nbytes) for o, p in zip(offsets, named)], [(p.key, i) for i, p in enumerate(named)])
+    fb = encode_flat_tensor([(o, p.nbytes) for o, p in zip(offsets, named)], _entries(named, 0))
     sbo = align(PTD_HEADER_LENGTH + len(fb), max([128] + aligns))
     seg_data = offsets[-1] + named[-1].nbytes if named else 0
     header = b"FH01" + struct.pack("<IQQQQ", 40, PTD_HEADER_LENGTH, len(fb), sbo, seg_data)
@@ -220,6 +247,9 @@ def _write_safetensors(out: AtomicFile, graph: vk.VkGraph, named: Sequence[Const
         dtype, shape = (SAFETENSORS_DTYPES[t.datatype], list(t.dims)) if t is not None else ("U8", [p.nbytes])
         meta[p.key] = {"dtype": dtype, "shape": shape, "data_offsets": [pos, pos + p.nbytes]}
         pos += p.nbytes
+    aliases = {alias: p.key for p in named for alias in p.aliases}
+    if aliases:  # safetensors keys cannot share bytes: a tied tensor's other names go in the metadata
+        meta["__metadata__"] = {ALIASES_METADATA: json.dumps(aliases, separators=(",", ":"))}
     text = json.dumps(meta, separators=(",", ":")).encode()
     start = align(8 + len(text), max([8] + [segment_alignment(p.nbytes, alignment) for p in named]))
     out.write(struct.pack("<Q", start - 8) + text + b" " * (start - 8 - len(text)))

@@ -26,6 +26,7 @@ from typing import Callable, Sequence
 from vkx.format import ExternalData, FileRange, FormatError, ProgramFile, resolve_constants
 from vkx.format.common import align
 from vkx.format.describe import external_beside, missing_keys
+from vkx.format.names import io_names
 from vkx.format.pte import VulkanDelegate
 from vkx.loader.errors import BadProgramError, FileError, LoadError, MissingDataError, as_load_error
 from vkx.loader.named_data import FreeableBuffer
@@ -144,6 +145,8 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
         for p in external_data:
             opened.append(ExternalData.open(p))
         graph = pf.vulkan.graph
+        names = io_names(pf.vulkan.compile_specs, len(graph.input_ids), len(graph.output_ids),
+                         "execution_plan[0].delegates[0]", pf.path)
         source = FileConstants(pf, opened[1:])
     except BaseException as error:
         _close(opened)
@@ -159,7 +162,9 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
     if not runs_as_one_delegate(pf.program.execution_plan[0]):
         source.close()  # each delegate of the plan opens the files for its own constants
         return load_plan(path, external_data, schedule, device, upload, progress=progress, **options)
-    return load_source(graph, source, schedule, device, upload, timeline=timeline, progress=progress, **options)
+    program = load_source(graph, source, schedule, device, upload, timeline=timeline, progress=progress, **options)
+    program.name_io(*names)
+    return program
 
 
 def _chain(first, second):

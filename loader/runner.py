@@ -1,9 +1,11 @@
-"""`Program`: a loaded graph you can call with torch tensors (or numpy arrays).
+"""`Program`: a loaded graph you can call with numpy arrays or torch tensors.
 
 Inputs are checked (count, shape, dtype: the dtype each input was exported with;
 int64 is also taken for int32 inputs), written into host-visible io buffers, the
 pre-recorded command buffer is replayed, and outputs come back in the dtype
-the graph declares. One output gives one tensor; several give a tuple.
+the graph declares: torch tensors when any input was one, else numpy arrays (torch
+is not needed to run). One output gives one value; several give a tuple. Inputs
+may be given by name (the model's forward argument names, recorded in the file).
 
 numpy has no bfloat16: `run_numpy` takes and returns float32 arrays for
 bfloat16 inputs and outputs (rounded to bfloat16 on the way in, as torch rounds);
@@ -28,7 +30,7 @@ def _to_numpy(x) -> tuple[np.ndarray, str]:
     """The array, and the dtype name the caller gave (torch's bfloat16 arrives as its uint16 bits)."""
     if isinstance(x, np.ndarray):
         return x, x.dtype.name
-    if type(x).__module__.startswith("torch"):
+    if _is_torch(x):
         x = x.detach().cpu().contiguous()
         if str(x.dtype) == _BF16_TORCH:
             import torch
@@ -36,6 +38,33 @@ def _to_numpy(x) -> tuple[np.ndarray, str]:
         return x.numpy(), x.numpy().dtype.name
     a = np.asarray(x)
     return a, a.dtype.name
+
+
+class TensorSpec(tuple):
+    """(shape, dtype name) of one input or output, with `.name`: its name in the model (None without one)."""
+    name: str | None
+
+    def __new__(cls, shape: tuple[int, ...], dtype: str, name: str | None = None):
+        spec = super().__new__(cls, (shape, dtype))
+        spec.name = name
+        return spec
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The tensor's shape."""
+        return self[0]
+
+    @property
+    def dtype(self) -> str:
+        """The dtype's name as the caller passes and gets it ("float32", "int32", "bfloat16", ...)."""
+        return self[1]
+
+    def __repr__(self) -> str:
+        return f"TensorSpec(shape={self[0]}, dtype={self[1]!r}, name={self.name!r})"
+
+
+def _is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch")
 
 
 def bf16_bits(a: np.ndarray) -> np.ndarray:
@@ -52,9 +81,10 @@ def bf16_values(bits: np.ndarray) -> np.ndarray:
 
 class _Port:
     """One graph input or output: its shape, its dtype as the caller sees it, and its io buffer."""
-    __slots__ = ("shape", "dtype", "device", "accepts", "view")
+    __slots__ = ("shape", "dtype", "device", "accepts", "view", "name")
 
     def __init__(self, t: RTensor, io: Buffer):
+        self.name: str | None = None
         self.shape = t.arg.shape
         self.dtype: DType = t.staging
         self.device: DType = t.arg.dtype
@@ -113,24 +143,31 @@ class Program(Closes):
     def __init__(self, resources, graph: g.VkGraph, executor, io_in, io_out, schedule: str, upload: str):
         self._resources = resources
         self.graph = graph
+        """The VkGraph that was loaded (vkx.format.vkgraph)."""
         self.schedule = schedule
         """The load order that was used: "lazy" or "eager"."""
         self.upload = upload
         """How weights reached the device: "import" (used in place where possible, the rest
         copied directly or staged), "direct", "ring" or "eager"."""
         self.device = resources.device
+        """The Vulkan device the program runs on."""
         self.ledger = resources.allocator.ledger
+        """Device bytes per kind (live now, peak, allocation counts)."""
         self.timeline = resources.timeline
+        """Host and device memory at each load phase (`memory["phases"]`)."""
         self.copies_per_weight_byte = resources.uploader.copies_per_byte
+        """Bytes the CPU and the device copied per weight byte on its way (0 imported, 1 direct, 2 staged)."""
         self.weight_bytes = resources.uploader.weight_bytes
         """Device bytes of the constants: equal to their bytes in the file."""
         self.weight_paths = dict(resources.uploader.path_bytes)
         """Weight bytes "imported" (used in place, no copy), copied "direct", or "staged"."""
         self.dispatch_count = len(executor.dispatches)
+        """Compute dispatches recorded in the command buffer that each call replays."""
         self._executor = executor
         self._in = [_Port(t, io) for io, t in io_in]
         self._out = [_Port(t, io) for t, io in io_out]
         self.closed = False
+        """True once `close()` has released the device memory."""
         self._executed = False
         # One recorded command buffer, one fence and one set of io buffers serve every call, so a
         # call (write inputs, submit, wait, read outputs) must not overlap another call or close().
@@ -138,26 +175,49 @@ class Program(Closes):
 
     # -- signatures --------------------------------------------------------------
     @property
-    def input_specs(self) -> list[tuple[tuple[int, ...], str]]:
-        """(shape, dtype name) of each input, in order."""
-        return [(p.shape, p.dtype.name) for p in self._in]
+    def input_specs(self) -> list[TensorSpec]:
+        """(shape, dtype name) of each input, in order; `.name` is its name in the model."""
+        return [TensorSpec(p.shape, p.dtype.name, p.name) for p in self._in]
 
     @property
-    def output_specs(self) -> list[tuple[tuple[int, ...], str]]:
-        """(shape, dtype name) of each output, in order."""
-        return [(p.shape, p.dtype.name) for p in self._out]
+    def output_specs(self) -> list[TensorSpec]:
+        """(shape, dtype name) of each output, in order; `.name` is its name in the model."""
+        return [TensorSpec(p.shape, p.dtype.name, p.name) for p in self._out]
+
+    def name_io(self, inputs: list[str | None], outputs: list[str | None]) -> None:
+        """Give the inputs and outputs the names the file records (vkx.format.names)."""
+        for port, name in zip(self._in + self._out, inputs + outputs):
+            port.name = name
 
     # -- calling -------------------------------------------------------------------
-    def _run(self, arrays, torch_out: bool) -> list[np.ndarray]:
+    def _arguments(self, arrays: tuple, named: dict) -> list:
+        """The inputs in order: positional ones first, then those given by name."""
+        if named:
+            names = [p.name for p in self._in]
+            unknown = [k for k in named if k not in names]
+            if unknown:
+                known = ", ".join(n for n in names if n) or "none (the file records no input names)"
+                raise InputError(f"no input named {unknown[0]!r} (inputs: {known})")
+            twice = [k for k in named if names.index(k) < len(arrays)]
+            if twice:
+                raise InputError(f"input {twice[0]!r} given by position and by name")
+            missing = [n or str(i) for i, n in enumerate(names) if i >= len(arrays) and n not in named]
+            if missing:
+                raise InputError(f"input {missing[0]!r} not given")
+            arrays = (*arrays, *(named[n] for n in names[len(arrays):]))
         if len(arrays) != len(self._in):
             raise InputError(f"expected {len(self._in)} input(s), got {len(arrays)}")
+        return list(arrays)
+
+    def _run(self, arrays, torch_out: bool) -> list[np.ndarray]:
         given = []
         for i, (x, p) in enumerate(zip(arrays, self._in)):
             a, name = _to_numpy(x)
+            label = f"input {i}" if p.name is None else f"input {i} ({p.name})"
             if tuple(a.shape) != p.shape:
-                raise InputError(f"input {i}: shape {tuple(a.shape)}, expected {p.shape}")
+                raise InputError(f"{label}: shape {tuple(a.shape)}, expected {p.shape}")
             if name not in p.accepts:
-                raise InputError(f"input {i}: dtype {name}, expected {p.dtype}")
+                raise InputError(f"{label}: dtype {name}, expected {p.dtype}")
             given.append((p, a, name))
         with self._lock:
             if self.closed:
@@ -170,14 +230,20 @@ class Program(Closes):
                 self.timeline.mark("after execute")
             return [p.read(torch_out) for p in self._out]
 
-    def run_numpy(self, *arrays) -> list[np.ndarray]:
-        """Run on numpy arrays (or anything numpy takes); returns one array per output."""
-        return self._run(arrays, torch_out=False)
+    def run_numpy(self, *arrays, **named) -> list[np.ndarray]:
+        """Run on numpy arrays (or anything numpy takes), by position or input name; returns
+        one array per output (bfloat16 ones as float32)."""
+        return self._run(self._arguments(arrays, named), torch_out=False)
 
-    def __call__(self, *tensors):
-        """Run on torch tensors; returns a tensor, or a tuple of them for several outputs."""
+    def __call__(self, *inputs, **named):
+        """Run on numpy arrays or torch tensors, by position or input name; returns one output,
+        or a tuple for several: torch tensors when any input is one, else numpy arrays."""
+        arrays = self._arguments(inputs, named)
+        if not any(_is_torch(x) for x in arrays):
+            res = self._run(arrays, torch_out=False)
+            return res[0] if len(res) == 1 else tuple(res)
         import torch
-        outs = self._run(tensors, torch_out=True)
+        outs = self._run(arrays, torch_out=True)
         res = [torch.from_numpy(o).view(torch.bfloat16) if p.dtype is dtypes.BFLOAT16 else torch.from_numpy(o)
                for o, p in zip(outs, self._out)]
         return res[0] if len(res) == 1 else tuple(res)
@@ -185,6 +251,8 @@ class Program(Closes):
     # -- memory ----------------------------------------------------------------------
     @property
     def memory(self) -> dict:
+        """The load's memory report: schedule, upload, weight bytes and paths, the ledger, the heap
+        budget (None once closed) and the phases (docs/memory.md)."""
         return {"schedule": self.schedule, "upload": self.upload,
                 "device": self.device.name,
                 "weight_bytes": self.weight_bytes,

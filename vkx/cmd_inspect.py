@@ -88,25 +88,37 @@ def _print(d: dict[str, Any], tensors: bool) -> None:
         for name, n in g["ops"].items():
             ops.add_row(safe(name), str(n))
         console.print(ops)
-        io = _table("Inputs / outputs", "", "id", "dtype", "dims")
+        io = _table("Inputs / outputs", "", "id", "name", "dtype", "dims")
         for kind in ("inputs", "outputs"):
             for t in g[kind]:
-                io.add_row(kind[:-1], str(t["id"]), safe(t.get("dtype", t.get("kind", ""))), str(t.get("dims", "")))
+                io.add_row(kind[:-1], str(t["id"]), safe(t["name"] or "-"), safe(t.get("dtype", t.get("kind", ""))),
+                           str(t.get("dims", "")))
         console.print(io)
-        if tensors:
-            ct = _table("Constants", "id", "dtype", "dims", "bytes", "key", "where")
-            for c in g["constants"]:
-                ct.add_row(str(c["id"]), safe(c["dtype"]), str(c["dims"]), _size(c["bytes"]), _short(c["key"]),
-                           "[red]missing[/]" if c["location"] == "missing" else safe(c["location"]))
-            console.print(ct)
+        legacy = [c for c in g["constants"] if c["location"] == "legacy"]
+        if tensors and legacy:
+            console.print(f"{len(legacy)} legacy constants in the delegate blob (no names): ids "
+                          f"{', '.join(str(c['id']) for c in legacy)}")
+    if tensors:
+        _print_tensors(d["tensors"])
     t = d["totals"]
     tot = _table("Load memory", "", "bytes", "meaning")
     for name, meaning in (("W", "constant bytes"), ("w", "largest constant"),
-                          ("A", "activations (shared objects, 4 B/elem)"), ("A_live", "peak live activations"),
+                          ("A", "activations (shared memory objects)"), ("A_live", "peak live activations"),
                           ("peak_old", "2W + A + w (eager load)"), ("peak_lazy", "W + max(A, 2w) (lazy load)"),
                           ("import_ready_bytes", f"in {t['import_ready']} constants on 4096 B (importable in place)")):
         tot.add_row(name, _size(t[name]), meaning)
     console.print(tot)
+
+
+def _print_tensors(tensors: list[dict[str, Any]]) -> None:
+    """The stored tensors by name (each name of a tied tensor after "="), as gguf-dump lists them."""
+    table = _table(f"Tensors: {len(tensors)}", "#", "name", "dtype", "shape", "bytes", "where")
+    for i, t in enumerate(tensors):
+        where = "pte" if t["file"] == "pte" else Path(t["file"]).name
+        table.add_row(str(i), " = ".join(safe(n) for n in t["names"]), safe(t["dtype"] or "-"),
+                      "x".join(map(str, t["dims"])) if t["dims"] is not None else "-", _size(t["bytes"]),
+                      f"{safe(where)} @{t['offset']}" + ("" if t["users"] else " [yellow]unused[/]"))
+    console.print(table)
 
 
 def _inputs(file: Path, external: list[Path], complete: bool) -> list[Path]:
@@ -128,7 +140,7 @@ def inspect(
     file: Path = FILE,
     external_data: List[Path] = EXTERNAL,
     json: bool = typer.Option(False, "--json", help="Print the describe() report as JSON (schema vkx.describe/1)."),
-    tensors: bool = typer.Option(False, "--tensors", help="Also list every constant tensor."),
+    tensors: bool = typer.Option(False, "--tensors", help="Also list every stored tensor by name."),
 ) -> None:
     """Show what is inside the .pte FILE: segments, delegate, VkGraph, constants, load-memory estimates."""
     from vkx.format.describe import describe

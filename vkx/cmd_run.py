@@ -79,13 +79,14 @@ def _read_inputs(path: Path, specs):
         tensors = load_file(str(path))
     except SafetensorError as error:
         fail(f"--inputs {path}: {error}")
-    names = [f"input_{i}" for i in range(len(specs))]
-    if all(n in tensors for n in names):
-        return [tensors[n] for n in names]
+    for names in ([getattr(s, "name", None) for s in specs], [f"input_{i}" for i in range(len(specs))]):
+        if all(n in tensors for n in names):  # the model's input names, else input_0, input_1, ...
+            return [tensors[n] for n in names]
     if len(tensors) == len(specs):
         return [tensors[k] for k in sorted(tensors)]
-    fail(f"{path}: expected tensors input_0..input_{len(specs) - 1} (or exactly {len(specs)} tensors), "
-         f"found {sorted(tensors)}")
+    named = [getattr(s, "name", None) for s in specs]
+    wanted = ", ".join(named) if all(named) else f"input_0..input_{len(specs) - 1}"
+    fail(f"{path}: expected tensors {wanted} (or exactly {len(specs)} tensors), found {sorted(tensors)}")
 
 
 def _phase_tables(memory: dict) -> tuple[Table, Table]:
@@ -124,7 +125,7 @@ def run(
     model: Path = FILE,
     external_data: List[Path] = EXTERNAL,
     inputs: Optional[Path] = typer.Option(None, "--inputs", metavar="FILE.safetensors",
-                                          help="Inputs input_0, input_1, ... "
+                                          help="Inputs by the model's input names (or input_0, input_1, ...) "
                                                "[default: random inputs of the right shapes]."),
     output: Optional[Path] = typer.Option(None, "--output", metavar="FILE.safetensors",
                                           help="Write the first run's outputs here (output_0, ...)."),

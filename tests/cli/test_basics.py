@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -65,10 +64,31 @@ def test_public_api():
     assert api.VkxError is VkxError
 
 
-def test_py_typed_ships():
-    package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
-    assert "py.typed" in package_data["vkx"]
-    assert (Path(api.__file__).parent / "py.typed").is_file()
+def test_the_wheel_ships_py_typed_and_needs_torch_only_to_export(tmp_path):
+    """pip's own build of the wheel (from a copy of the sources, so that the checkout gets no build/)."""
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    for folder in ("vkx", "format", "export", "loader", "shaders"):
+        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__", "*.spv"))
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                           "-w", str(tmp_path / "dist"), str(source)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (wheel,) = (tmp_path / "dist").glob("vkx-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        metadata = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert {"vkx/py.typed", "vkx/loader/runner.py", "vkx/format/names.py"} <= names
+    assert any(n.startswith("vkx/shaders/") and n.endswith(".comp") for n in names)
+    requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    torch = [r for r in requires if r.startswith("torch")]
+    assert torch == ['torch<2.14,>=2.13; extra == "export"'], requires
+    assert any(r.startswith("numpy") for r in requires) and any(r.startswith("vulkan") for r in requires)
 
 
 def test_docs_cli_covers_every_command_and_schema():
@@ -78,3 +98,25 @@ def test_docs_cli_covers_every_command_and_schema():
     for schema in ("vkx.export/1", "vkx.describe/1", "vkx.validate/1", "vkx.run/1", "vkx.devices/1"):
         assert schema in text, schema
     assert "## Exit codes" in text
+
+
+def test_program_documents_all_it_exposes():
+    """Every public method and property of Program has a docstring, and so has every public attribute
+    its __init__ sets (an attribute docstring: the string right after the assignment)."""
+    import ast
+    import inspect
+
+    from vkx.loader.runner import Program
+    missing = [name for name, member in inspect.getmembers(Program)
+               if not name.startswith("_") and not inspect.getdoc(member)]
+    init = ast.parse(inspect.getsource(Program)).body[0]
+    body = next(f for f in init.body if isinstance(f, ast.FunctionDef) and f.name == "__init__").body
+    for statement, after in zip(body, body[1:] + [None]):
+        targets = statement.targets if isinstance(statement, ast.Assign) else []
+        for target in targets:
+            if isinstance(target, ast.Attribute) and not target.attr.startswith("_"):
+                documented = (isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                              and isinstance(after.value.value, str))
+                if not documented:
+                    missing.append(target.attr)
+    assert missing == [], missing

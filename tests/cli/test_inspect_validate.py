@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import shutil
 
 from tests.format.fmt_tiny import tiny_constants, tiny_graph
@@ -41,12 +42,27 @@ def test_crafted_strings_are_escaped(tmp_path):
     assert done.returncode == 0, done.stderr
     assert_no_raw_controls(done.stdout + done.stderr)
     assert "\\x1b[2J[/]aten.relu.default" in done.stdout  # shown, visibly, as it is in the file
-    assert "[/]\\x1b]0;owned\\x07[bo…" in done.stdout  # keys are cut to 16 characters (of the file's text)
+    assert "named [/]\\x1b]0;owned\\x07[bo…" in done.stdout  # the segment table cuts keys to 16 characters
+    assert "[/]\\x1b]0;owned\\x07[bold red]key" in done.stdout  # the tensor list shows names whole
     assert "[/]x\\x1b[31m/evil.pte" in done.stdout
     done = vkx("validate", folder / "evil.pte", COLUMNS="200")
     assert done.returncode in (0, 2) and "Traceback" not in done.stderr
     assert_no_raw_controls(done.stdout + done.stderr)
     assert "[/]x\\x1b[31m/evil.pte" in done.stdout + done.stderr
+
+
+def test_inspect_lists_tensors_and_inputs_by_name(exported):
+    done = vkx("inspect", exported / "mlp.pte", "--tensors", COLUMNS="100")
+    assert done.returncode == 0, done.stderr
+    rows = {line.split("│")[1].strip(): [cell.strip() for cell in line.split("│")[2:]]
+            for line in done.stdout.splitlines() if line.count("│") == 5}
+    assert rows["fc1.weight"] == ["FLOAT32", "256x64", "64.0 KiB (65,536 B)", rows["fc1.weight"][3]]
+    assert rows["fc1.weight"][3].startswith("pte @") and set(rows) >= {"fc2.bias", "fc3.weight", "fc3.bias"}
+    assert re.search(r"input +│ +\d+ │ x +│ FLOAT32", done.stdout), done.stdout
+    ext = json.loads(vkx("inspect", exported / "ext.pte", "--json").stdout)
+    assert {t["names"][0]: (t["dims"], t["file"].endswith("ext.ptd")) for t in ext["tensors"]}["fc3.weight"] == \
+        ([10, 256], True)
+    assert [t["name"] for t in ext["vulkan"]["graph"]["inputs"]] == ["x"]
 
 
 def test_error_lines_escape_control_characters(tmp_path):

@@ -14,7 +14,7 @@ import pytest
 import vkx as api
 from vkx.format.errors import VkxError
 
-from .conftest import VKX, vkx
+from .conftest import VKX, one_error_line, vkx
 
 TABLE = re.compile(r"[┃│━╇]")
 
@@ -122,3 +122,29 @@ def test_missing_file_is_a_file_error_and_an_os_error(tmp_path):
     with pytest.raises(FileError) as caught:
         api.load(tmp_path / "absent.pte")
     assert isinstance(caught.value, OSError) and isinstance(caught.value, VkxError)
+
+
+def test_run_takes_inputs_by_name_and_writes_outputs(exported, tmp_path):
+    import sys
+
+    import numpy as np
+    import torch
+    from safetensors.numpy import load_file, save_file
+
+    sys.path.insert(0, str(exported))
+    try:
+        from mlp import get_model
+    finally:
+        sys.path.remove(str(exported))
+    module, (x,) = get_model()
+    save_file({"x": x.numpy()}, tmp_path / "in.safetensors")  # the forward's argument name
+    done = vkx("run", exported / "mlp.pte", "--inputs", tmp_path / "in.safetensors", "--output",
+               tmp_path / "out.safetensors", "--repeat", "1", "-q")
+    assert done.returncode == 0, done.stderr
+    with torch.no_grad():
+        want = module(x).numpy()
+    got = load_file(tmp_path / "out.safetensors")["output_0"]
+    assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+    save_file({"y": x.numpy(), "z": x.numpy()}, tmp_path / "bad.safetensors")
+    line = one_error_line(vkx("run", exported / "mlp.pte", "--inputs", tmp_path / "bad.safetensors"))
+    assert "expected tensors x (or exactly 1 tensors)" in line

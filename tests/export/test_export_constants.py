@@ -1,5 +1,5 @@
 """Constant bytes: device dtype (64-bit narrowed), only a view's own elements, zero-copy reads,
-sha256 keys, and tied (or identical) weights stored once, in every --dtype."""
+keys named after the state dict, and tied (or identical) weights stored once, in every --dtype."""
 from __future__ import annotations
 
 import hashlib
@@ -54,11 +54,14 @@ def test_device_dtypes():
     assert as_list(bf16, np.uint16)[:2] == [0x3F80, 0xC020]  # the upper halves of float32 1.0 and -2.5
 
 
-def test_keys_are_sha256_of_the_stored_bytes():
-    tensor = torch.randn(3, 5)
-    (payload,) = make_payloads([ConstantSource("w", tensor)], KeyCache())
-    assert payload.key == hashlib.sha256(tensor.numpy().tobytes()).hexdigest()
-    assert payload.nbytes == 60 and bytes(payload.read()) == tensor.numpy().tobytes()
+def test_keys_are_names_and_equal_bytes_share_the_first():
+    tensor, other = torch.randn(3, 5), torch.randn(3, 5)
+    sources = [ConstantSource("w", tensor), ConstantSource("lifted_0", other), ConstantSource("v", tensor.clone()),
+               ConstantSource("as_int", tensor.view(torch.int32))]
+    payloads = make_payloads(sources, KeyCache(), {constants._identity(tensor): ["w", "tied_w"]})
+    assert [(p.key, p.aliases) for p in payloads] == [("w", ("tied_w", "v")), ("lifted_0", ()), ("w", ("tied_w", "v")),
+                                                       ("as_int", ())]  # equal bytes of another dtype: another tensor
+    assert payloads[0].nbytes == 60 and bytes(payloads[0].read()) == tensor.numpy().tobytes()
 
 
 def test_keys_hashed_ahead_are_reused_and_views_are_told_apart():
@@ -105,7 +108,8 @@ def test_tied_and_identical_weights_are_stored_once(dtype, itemsize, tmp_path):
     weight_bytes = 100 * 32 * itemsize
     assert report.constant_bytes == weight_bytes + (32 * 32 + 32) * itemsize
     with ProgramFile.open(path) as program:
-        assert len(program.named_data) == 3
+        assert sorted(program.named_data) == ["a.bias", "a.weight", "b.bias", "b.weight", "embed.weight", "head.weight"]
+        assert len(set(program.named_data.values())) == 3
         graph = program.vulkan.graph
-    assert len({ref.named_key for ref in graph.constants}) == 3
+    assert {ref.named_key for ref in graph.constants} == {"embed.weight", "a.weight", "a.bias"}
     assert path.stat().st_size < report.constant_bytes + weight_bytes  # not twice

@@ -204,7 +204,7 @@ def test_external_files_are_searched_first():
 def test_describe_schema_and_totals():
     d = describe(GOLDEN / "tiny_named.pte")
     assert json.loads(json.dumps(d)) == d
-    assert set(d) == {"schema", "file", "header", "program", "segments", "named_data", "external", "delegates",
+    assert set(d) == {"schema", "file", "header", "program", "segments", "named_data", "tensors", "external", "delegates",
                       "vulkan", "totals"}
     assert d["schema"] == "vkx.describe/1"
     # A_live counts the input as live over the whole chain (format/liveness.py); this hand-made plan reuses it.
@@ -212,7 +212,7 @@ def test_describe_schema_and_totals():
                            "import_ready": 0, "import_ready_bytes": 0}
     g = d["vulkan"]["graph"]
     assert g["ops"] == {"et_vk.prepack.default": 1, "aten.linear.default": 1, "aten.relu.default": 1, "aten.add.Tensor": 1}
-    assert g["inputs"] == [{"id": 3, "dtype": "FLOAT32", "dims": [1, 4], "bytes": 16}]
+    assert g["inputs"] == [{"id": 3, "name": None, "dtype": "FLOAT32", "dims": [1, 4], "bytes": 16}]
     assert [c["location"] for c in g["constants"]] == ["pte"] * 3
     assert [s["used_by"] for s in d["segments"]][:2] == [["constant_segment"], ["execution_plan[0].delegates[0] (VulkanBackend)"]]
     assert all(s["offset"] % s["alignment"] == 0 for s in d["segments"])
