@@ -1,0 +1,224 @@
+"""`target="executorch"`: every op, dtype, storage type and memory layout in the written file is one
+that the installed ExecuTorch's Vulkan op registry says its C++ runtime implements (checked through
+the registry itself, on an FX node made from each call); vkx's loader runs the file and matches torch;
+what the runtime cannot run is refused with one line naming the ops."""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("VKX_VALIDATION", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+
+import vkx  # noqa: E402
+from vkx.export import ExportError, load_model_file  # noqa: E402
+from vkx.format import ProgramFile, contract  # noqa: E402
+from vkx.format.validate import validate  # noqa: E402
+from vkx.format.vkgraph import (Bool, Double, Int, IntList, Null, StorageType, String, Tensor,  # noqa: E402
+                                ValueList, VkGraph)
+
+from ..ops.conftest import assert_close_in  # noqa: E402
+from .export_helpers import EXAMPLES, Fn, randn  # noqa: E402
+
+registry = pytest.importorskip("executorch.backends.vulkan.op_registry")
+vk_utils = pytest.importorskip("executorch.backends.vulkan.utils")
+schema = pytest.importorskip("executorch.backends.vulkan.serialization.vulkan_graph_schema")
+from executorch.exir.dialects._ops import ops as exir_ops  # noqa: E402
+
+PREPACK, CLONE = "et_vk.prepack.default", "aten.clone.default"
+
+
+def edge_op(name: str):
+    """ExecuTorch's edge-dialect op for a VkGraph op name (`aten.linear.default`)."""
+    namespace, op, overload = name.split(".")
+    return getattr(getattr(getattr(exir_ops.edge, namespace), op), overload)
+
+
+def tensor_repr(tensor: Tensor):
+    return vk_utils.TensorRepr(schema.VkStorageType(int(tensor.storage_type)),
+                               schema.VkMemoryLayout(int(tensor.memory_layout)))
+
+
+def check_against_registry(graph: VkGraph) -> set[str]:
+    """Assert that the runtime implements every call as written (its registry's dtype, input and
+    storage checks and sync rules; clones are its layout transitions). Returns the op names."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    fx = torch.fx.Graph()
+    nodes: dict[int, torch.fx.Node] = {}
+    with FakeTensorMode():
+        for vid, value in enumerate(graph.values):
+            if isinstance(value, Tensor):
+                nodes[vid] = fx.placeholder(f"v{vid}")
+                nodes[vid].meta["val"] = torch.empty(value.dims, dtype=getattr(torch, value.dtype.name))
+
+    def arg(vid: int):
+        value = graph.values[vid]
+        if isinstance(value, Tensor):
+            return nodes[vid]
+        if isinstance(value, ValueList):
+            return [nodes[item] for item in value.items]
+        if isinstance(value, (Int, Double, Bool, String)):
+            return value.value
+        if isinstance(value, IntList):
+            return list(value.items)
+        assert isinstance(value, Null), value
+        return None
+
+    def activations(vid: int) -> list[Tensor]:
+        value = graph.values[vid]
+        items = [graph.values[i] for i in value.items] if isinstance(value, ValueList) else [value]
+        return [t for t in items if isinstance(t, Tensor) and t.constant_id < 0]
+
+    for call in graph.chain:
+        *args, out = call.args
+        for tensor in [t for vid in call.args for t in activations(vid)]:
+            assert tensor.storage_type in (StorageType.BUFFER, StorageType.TEXTURE_3D), (call.name, tensor)
+            assert tensor_repr(tensor).memory_layout in vk_utils.all_memory_layouts, (call.name, tensor)
+        if call.name == PREPACK:  # inserted by ExecuTorch's own preprocess: in the runtime, not the registry
+            assert graph.values[args[0]].constant_id >= 0
+            continue
+        target = edge_op(call.name)
+        assert registry.has_impl(target), f"{call.name} is not in ExecuTorch's Vulkan op registry"
+        features = registry.get_op_features(target)
+        node = fx.call_function(target, tuple(arg(vid) for vid in args))
+        node.meta["val"] = (tuple(n.meta["val"] for n in arg(out)) if isinstance(graph.values[out], ValueList)
+                            else nodes[out].meta["val"])
+        ok, why = features.check_dtypes(node)
+        assert ok, f"{call.name}: {why}"
+        assert features.are_node_inputs_supported_fn(node), f"{call.name}: the registry refuses these inputs"
+        if call.name == CLONE:  # the transition between any two representations
+            assert all(vk_utils.ANY_STORAGE.is_compatible(tensor_repr(t)) for vid in call.args for t in activations(vid))
+            continue
+        repsets = features.make_op_repsets(node)
+        reprs = {}
+        for i, vid in enumerate(args):
+            for tensor in activations(vid):
+                reprs.setdefault("args", []).append(tensor_repr(tensor))
+                assert repsets.get_arg_repset(i).is_compatible(tensor_repr(tensor)), \
+                    f"{call.name} arg {i}: {tensor_repr(tensor)} not in {repsets.get_arg_repset(i)}"
+        for j, tensor in enumerate(activations(out)):
+            reprs.setdefault("outs", []).append(tensor_repr(tensor))
+            assert repsets.get_out_repset(j).is_compatible(tensor_repr(tensor)), \
+                f"{call.name} output {j}: {tensor_repr(tensor)} not in {repsets.get_out_repset(j)}"
+        if repsets.sync_args_repr and reprs.get("args"):
+            assert all(r == reprs["args"][0] for r in reprs["args"]), f"{call.name}: args in {reprs['args']}"
+        if repsets.sync_outs_repr:
+            assert all(r == reprs["outs"][0] for r in reprs["outs"]), f"{call.name}: outputs in {reprs['outs']}"
+        primary = activations(args[repsets.primary_arg_idx]) if repsets.sync_primary_io_repr else []
+        if primary:  # (a constant is prepacked by the op itself)
+            assert tensor_repr(primary[0]) == reprs["outs"][0], f"{call.name}: {tensor_repr(primary[0])} → {reprs['outs']}"
+    return {call.name for call in graph.chain}
+
+
+def export_checked(module, inputs, path, **options) -> VkGraph:
+    """Export for ExecuTorch; the file validates, keeps vkx's contract and the runtime's registry."""
+    vkx.export_model(module, inputs, path, target="executorch", **options)
+    validate(path)
+    with ProgramFile.open(path) as program:
+        graph = program.vulkan.graph
+    contract.check_graph(graph)
+    check_against_registry(graph)
+    return graph
+
+
+def run(path, inputs):
+    with vkx.load(path) as program:
+        return program(*inputs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", "transformer", "llama_block"])
+def test_examples(name, dtype, tmp_path):
+    module, inputs = load_model_file(EXAMPLES / f"{name}.py")
+    path = tmp_path / "m.pte"
+    graph = export_checked(module, inputs, path, dtype="fp16" if dtype == torch.float16 else "fp32")
+    names = {call.name for call in graph.chain}
+    assert not names & {"aten.scaled_dot_product_attention.default", "aten.silu.default", "aten.rms_norm.default"}
+    if name == "cnn":  # the convolutions' chain in channels-packed textures, the classifier in buffers
+        reprs = {(call.name, graph.values[call.args[0]].storage_type) for call in graph.chain}
+        assert ("aten.convolution.default", StorageType.TEXTURE_3D) in reprs
+        assert ("aten.linear.default", StorageType.BUFFER) in reprs
+        assert CLONE in names
+    inputs = tuple(x.to(dtype) for x in inputs)
+    with torch.no_grad():
+        want = module.to(dtype)(*inputs)
+    assert_close_in(run(path, inputs), want, dtype, terms=256)
+
+
+def _attention(m, q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=m.mask)
+
+
+MODELS = {
+    "matmul_batched": (Fn(lambda m, a, b: torch.matmul(a, b)), (randn(2, 3, 5, 8), randn(2, 3, 8, 4))),
+    "matmul_by_matrix": (Fn(lambda m, a: a @ m.w, w=nn.Parameter(randn(8, 6))), (randn(2, 5, 8),)),
+    "matmul_2d": (Fn(lambda m, a, b: a @ b), (randn(5, 8), randn(8, 3))),
+    "sdpa_full_mask": (Fn(_attention, mask=nn.Buffer(randn(1, 2, 6, 7))), (randn(1, 2, 6, 8), randn(1, 2, 7, 8),
+                                                                          randn(1, 2, 7, 4))),
+    "sdpa_row_mask": (Fn(_attention, mask=nn.Buffer(randn(6, 7))), (randn(1, 2, 6, 8), randn(1, 2, 7, 8),
+                                                                    randn(1, 2, 7, 4))),
+    "sdpa_gqa_scaled": (Fn(lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3,
+                                                                            enable_gqa=True)),
+                        (randn(2, 6, 5, 8), randn(2, 2, 5, 8), randn(2, 2, 5, 8))),
+    "silu_rms_norm": (nn.Sequential(nn.RMSNorm(16, elementwise_affine=False), nn.SiLU()), (randn(3, 16),)),
+    "scalars": (Fn(lambda m, x: (1 - x) * 2.5 + x / 4), (randn(4, 8),)),
+    "conv_from_buffer": (Fn(lambda m, x: m.conv(x.view(1, 3, 6, 6)).sigmoid(), conv=nn.Conv2d(3, 2, 3, bias=True)),
+                         (randn(108),)),
+    "mean_over_channels": (Fn(lambda m, x: x.mean(dim=1, keepdim=True) + x), (randn(1, 5, 6, 7),)),
+    "embedding_layer_norm": (Fn(lambda m, i: m.norm(m.table(i)), table=nn.Embedding(10, 8), norm=nn.LayerNorm(8)),
+                             (torch.tensor([[1, 4, 9]]),)),
+    "cat_and_input_out": (Fn(lambda m, x, y: (torch.cat([x, y], dim=0).relu(), x)), (randn(2, 3), randn(1, 3))),
+}
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_models(name, tmp_path):
+    module, inputs = MODELS[name]
+    path = tmp_path / "m.pte"
+    export_checked(module, inputs, path)
+    with torch.no_grad():
+        want = module.eval()(*inputs)
+    assert_close_in(run(path, inputs), want, torch.float32, terms=16)
+
+
+REFUSED = {
+    "quantized": (nn.Sequential(nn.Embedding(10, 64), nn.Linear(64, 8)), (torch.tensor([1, 2]),),
+                  {"quantize": "int8"}, "2 op(s): vkx.embedding_q.default (not in the runtime); vkx.linear_q.default"),
+    "conv_batch": (nn.Conv2d(3, 4, 3), (randn(2, 3, 8, 8),), {}, "aten.convolution.default (a batch of 2"),
+    "bf16": (nn.Linear(4, 4), (randn(2, 4),), {"dtype": "bf16"}, "aten.linear.default (on bfloat16)"),
+    "bool_mask": (Fn(lambda m, q: F.scaled_dot_product_attention(q, q, q, attn_mask=m.mask),
+                     mask=nn.Buffer(torch.ones(4, 4, dtype=torch.bool).tril())), (randn(1, 1, 4, 8),), {},
+                  "a bool attn_mask"),
+    "mean_no_keepdim": (Fn(lambda m, x: x.mean(dim=(1, 2))), (randn(1, 5, 6, 7),), {}, "aten.mean.dim (over dims"),
+}
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_refused_with_one_line(name, tmp_path):
+    module, inputs, options, names = REFUSED[name]
+    path = tmp_path / "m.pte"
+    with pytest.raises(ExportError) as error:
+        vkx.export_model(module, inputs, path, target="executorch", **options)
+    message = str(error.value)
+    assert message.startswith("ExecuTorch's Vulkan runtime cannot run") and "\n" not in message
+    assert names in message
+    assert not path.exists()
+
+
+def test_unknown_target(tmp_path):
+    with pytest.raises(ExportError, match="target must be vkx or executorch"):
+        vkx.export_model(nn.ReLU(), (randn(2),), tmp_path / "m.pte", target="phone")
+
+
+@pytest.mark.parametrize("name, why", [("cnn", r"convolution.default arg 0: TensorRepr\(BUFFER"), ("transformer", "is not in ExecuTorch's Vulkan")])
+def test_the_check_refuses_files_for_vkx(name, why, tmp_path):
+    """The registry check bites: vkx's own target writes conv inputs as buffers and keeps SDPA."""
+    module, inputs = load_model_file(EXAMPLES / f"{name}.py")
+    vkx.export_model(module, inputs, tmp_path / "m.pte")
+    with ProgramFile.open(tmp_path / "m.pte") as program:
+        graph = program.vulkan.graph
+    with pytest.raises(AssertionError, match=why):
+        check_against_registry(graph)
