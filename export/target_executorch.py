@@ -40,6 +40,8 @@ _PACKED_BY_WHCN = (MemoryLayout.WIDTH_PACKED, MemoryLayout.HEIGHT_PACKED, Memory
 TEXTURE_LIMITS = (16384, 16384, 2048)
 """The 3-D image extents (x, y, z) the runtime's partitioner assumes a device has."""
 CLONE = "aten.clone.default"
+LAYER_NORM = "aten.native_layer_norm.default"
+BATCH_NORM = "aten._native_batch_norm_legit_no_training.default"
 
 FLOAT = frozenset({dtypes.FLOAT32, dtypes.FLOAT16})
 NUMERIC = FLOAT | {dtypes.INT32}
@@ -65,12 +67,12 @@ RUNTIME: dict[str, Rule] = {
     "aten.linear.default": Rule("buffer"), "aten.addmm.default": Rule("buffer"),
     "aten.mm.default": Rule("buffer"), "aten.bmm.default": Rule("buffer"),
     "aten._softmax.default": Rule("buffer"), "aten._log_softmax.default": Rule("buffer"),
-    "aten.native_layer_norm.default": Rule("buffer"),
+    LAYER_NORM: Rule("buffer"),
     "aten.embedding.default": Rule("buffer", FLOAT, indices="indices"),
     "aten.view_copy.default": Rule("buffer", ANY), "aten.permute_copy.default": Rule("buffer", ANY),
     "aten.slice_copy.Tensor": Rule("buffer", ANY), "aten.cat.default": Rule("buffer", NUMERIC),
     "aten.convolution.default": Rule("conv"), "et_vk.conv_with_clamp.default": Rule("conv"),
-    "aten._native_batch_norm_legit_no_training.default": Rule("texture"),
+    BATCH_NORM: Rule("texture"),
     "aten.max_pool2d.default": Rule("texture"), "aten.avg_pool2d.default": Rule("texture"),
     "aten.mean.dim": Rule("reduce"), "aten.sum.dim_IntList": Rule("reduce"),
 }
@@ -149,16 +151,21 @@ class _Rewrite:
     def op(self, name: str, like: int, dims, *args: int) -> int:
         return self.emit(name, *args, self.tensor(like, dims))
 
+    def tref(self, data: torch.Tensor, like: int) -> int:
+        """A new constant holding `data` in the dtype of tensor `like`."""
+        datatype = self.graph.values[like].datatype
+        self.constants.append(ConstantSource(f"executorch_target.{len(self.constants)}",
+                                             data.to(torch_dtype(dtypes.of(datatype)))))
+        return self.value(Tensor(datatype, tuple(data.shape), constant_id=len(self.constants) - 1,
+                                 staging_datatype=datatype))
+
     def constant(self, data: torch.Tensor, like: int) -> int:
         """A prepacked constant holding `data` in the dtype of tensor `like` (one per dtype and value)."""
         datatype = self.graph.values[like].datatype
-        data = data.to(torch_dtype(dtypes.of(datatype)))
-        key = (datatype, tuple(data.shape), bytes(data.contiguous().view(torch.uint8).numpy()))
+        key = (datatype, tuple(data.shape), bytes(data.to(torch_dtype(dtypes.of(datatype))).contiguous()
+                                                  .view(torch.uint8).numpy()))
         if key not in self._scalars:
-            tref = self.value(Tensor(datatype, tuple(data.shape), constant_id=len(self.constants),
-                                     staging_datatype=datatype))
-            self.constants.append(ConstantSource(f"executorch_target.{len(self.constants)}", data))
-            self._scalars[key] = self.emit(PREPACK, tref, self.tensor(like, data.shape))
+            self._scalars[key] = self.emit(PREPACK, self.tref(data, like), self.tensor(like, data.shape))
             self.open.add(self._scalars[key])
         return self._scalars[key]
 
@@ -194,10 +201,26 @@ class _Rewrite:
         elif op.name in ("aten.add.Tensor", "aten.sub.Tensor", "aten.mul.Tensor", "aten.div.Tensor"):
             operands = [self._operand(vid, op.args[-1]) for vid in op.args[:2]]
             self.emit(op.name, *operands, *op.args[2:])
+        elif op.name in (LAYER_NORM, BATCH_NORM):
+            self._norm(op, call)
         elif op.name in RUNTIME:
             self.chain.append(op)
         else:
             raise Refused(f"{op.name} (not in the runtime)")
+
+    def _norm(self, op: OperatorCall, call: Call) -> None:
+        """Layer and batch norm as the runtime takes them: over one dim or of 4-D input, with weight and bias."""
+        x = call.tensor("input").shape
+        if op.name == LAYER_NORM and len(call["normalized_shape"]) != 1:
+            raise Refused(f"{op.name} (over {len(call['normalized_shape'])} dims; the runtime normalizes one)")
+        if op.name == BATCH_NORM and len(x) != 4:
+            raise Refused(f"{op.name} (of a {len(x)}-D input; the runtime takes 4-D)")
+        features = x[-1] if op.name == LAYER_NORM else x[1]
+        args = list(op.args)
+        for name, fill in (("weight", torch.ones(features)), ("bias", torch.zeros(features))):
+            if call[name] is None:
+                args[[a.name for a in call.decl.args].index(name)] = self.tref(fill, call.vid("input"))
+        self.emit(op.name, *args)
 
     def _operand(self, vid: int, out: int) -> int:
         """A binary op's operand as a tensor: a scalar becomes a one-element constant of the output's dtype."""
@@ -295,10 +318,12 @@ class _Rewrite:
         outputs = self._tensor_ids(op.args[-1:])
         self._check_dtypes(op, call, rule)
         want = self._want(op, call, rule, inputs, outputs)
-        args = op.args[:-1] if op.name == CLONE else [self._moved(vid, want) for vid in op.args[:-1]]
+        name, args = op.name, [self._moved(vid, want) for vid in op.args[:-1]]
+        if name == CLONE and want == BUFFER:  # the runtime copies no buffer into a buffer with clone
+            name, args = "aten.view_copy.default", [args[0], self.ints(self.graph.values[args[0]].dims)]
         for vid in outputs:
             self._set(vid, want)
-        self.chain.append(OperatorCall(0, op.name, (*args, op.args[-1])))
+        self.chain.append(OperatorCall(0, name, (*args, op.args[-1])))
 
     def _tensor_ids(self, vids) -> list[int]:
         found = []

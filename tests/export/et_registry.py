@@ -75,8 +75,10 @@ def check_against_registry(graph: VkGraph) -> set[str]:
         ok, why = features.check_dtypes(node)
         assert ok, f"{call.name}: {why}"
         assert features.are_node_inputs_supported_fn(node), f"{call.name}: the registry refuses these inputs"
-        if call.name == CLONE:  # the transition between any two representations
-            assert all(vk_utils.ANY_STORAGE.is_compatible(tensor_repr(t)) for vid in call.args for t in activations(vid))
+        if call.name == CLONE:  # the transition between two representations (the runtime has none from
+            reprs = [tensor_repr(t) for vid in call.args for t in activations(vid)]  # a buffer to a buffer)
+            assert all(vk_utils.ANY_STORAGE.is_compatible(r) for r in reprs)
+            assert not all(r.storage_type == schema.VkStorageType.BUFFER for r in reprs), f"{call.name}: {reprs}"
             continue
         repsets = features.make_op_repsets(node)
         reprs = {}

@@ -83,6 +83,8 @@ MODELS = {
     "mean_over_channels": (Fn(lambda m, x: x.mean(dim=1, keepdim=True) + x), (randn(1, 5, 6, 7),)),
     "embedding_layer_norm": (Fn(lambda m, i: m.norm(m.table(i)), table=nn.Embedding(10, 8), norm=nn.LayerNorm(8)),
                              (torch.tensor([[1, 4, 9]]),)),
+    "norms_without_affine": (nn.Sequential(nn.BatchNorm2d(3, affine=False), nn.Flatten(2),
+                                           nn.LayerNorm(16, elementwise_affine=False)), (randn(1, 3, 4, 4),)),
     "cat_and_input_out": (Fn(lambda m, x, y: (torch.cat([x, y], dim=0).relu(), x)), (randn(2, 3), randn(1, 3))),
 }
 
@@ -105,6 +107,8 @@ REFUSED = {
     "bool_mask": (Fn(lambda m, q: F.scaled_dot_product_attention(q, q, q, attn_mask=m.mask),
                      mask=nn.Buffer(torch.ones(4, 4, dtype=torch.bool).tril())), (randn(1, 1, 4, 8),), {},
                   "a bool attn_mask"),
+    "layer_norm_2d": (nn.LayerNorm((3, 4)), (randn(2, 3, 4),), {}, "aten.native_layer_norm.default (over 2 dims"),
+    "batch_norm_1d": (nn.BatchNorm1d(3), (randn(2, 3, 5),), {}, "(of a 3-D input; the runtime takes 4-D)"),
     "mean_no_keepdim": (Fn(lambda m, x: x.mean(dim=(1, 2))), (randn(1, 5, 6, 7),), {}, "aten.mean.dim (over dims"),
 }
 
