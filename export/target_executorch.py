@@ -6,12 +6,16 @@ for some of them only, and lacks some of vkx's ops. The pass runs in two steps o
 1. Decompose what the runtime lacks into ops it has (and vkx's loader runs): SDPA into
    view/permute/bmm/mul/add/softmax with a prepacked additive causal mask, SiLU into
    `x * sigmoid(x)`, RMSNorm into mul/mean/add/rsqrt/mul, matmul into mm/bmm; binary ops'
-   scalar operands become prepacked one-element constants (the runtime reads both as tensors).
+   scalar operands become prepacked one-element constants (the runtime reads both as tensors);
+   layer and batch norm without weight or bias get ones and zeros (the runtime requires both).
 2. Tag every activation (docs/format.md, "Storage and layout"): conv, batch-norm and pooling take
    channels-packed 3-D textures, 2-D reductions a texture packed along a kept dim, elementwise ops
    the representation of their inputs, everything else a width-packed buffer. Where an op needs
    another representation than its input has, an `aten.clone.default` transition is inserted (one per
-   tensor and representation). Graph inputs and prepacked constants take their first user's.
+   tensor and representation). Graph inputs and prepacked constants take their first user's. A copy
+   from a buffer into a buffer is a `view_copy` (the runtime's clone has no such path).
+
+The lowered graph is rewritten in place.
 
 A model the runtime cannot run is refused with one ExportError naming every op and the reason.
 What the runtime implements is the installed ExecuTorch's `backends/vulkan/op_registry.py`;
@@ -28,7 +32,7 @@ from vkx.export.dtypes import torch_dtype
 from vkx.export.errors import ExportError
 from vkx.export.lower import ConstantSource, Lowered
 from vkx.format import contract, dtypes
-from vkx.format.contract import Call, ContractError
+from vkx.format.contract import Call
 from vkx.format.liveness import PREPACK
 from vkx.format.vkgraph import (Bool, Double, Int, IntList, MemoryLayout, Null, OperatorCall, StorageType, Tensor,
                                 Value, ValueList)

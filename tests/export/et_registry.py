@@ -97,5 +97,6 @@ def check_against_registry(graph: VkGraph) -> set[str]:
             assert all(r == reprs["outs"][0] for r in reprs["outs"]), f"{call.name}: outputs in {reprs['outs']}"
         primary = activations(args[repsets.primary_arg_idx]) if repsets.sync_primary_io_repr else []
         if primary:  # (a constant is prepacked by the op itself)
-            assert tensor_repr(primary[0]) == reprs["outs"][0], f"{call.name}: {tensor_repr(primary[0])} → {reprs['outs']}"
+            assert tensor_repr(primary[0]) == reprs["outs"][0], \
+                f"{call.name}: {tensor_repr(primary[0])} → {reprs['outs']}"
     return {call.name for call in graph.chain}
