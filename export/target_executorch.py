@@ -115,9 +115,10 @@ class _Rewrite:
         self._scalars: dict[tuple, int] = {}
         self._prepacked: dict[int, int] = {}
         self._transitions: dict[tuple[int, Repr], int] = {}
-        self.open = set(self.graph.input_ids)
+        self.weights = {op.args[-1]: op.args[0] for op in self.graph.chain if op.name == PREPACK}
+        """Each prepacked constant's constant."""
+        self.open = set(self.graph.input_ids) | set(self.weights)
         """Tensors whose representation their first user picks (graph inputs, prepacked constants)."""
-        self.open |= {op.args[-1] for op in self.graph.chain if op.name == PREPACK}
 
     def run(self, step) -> None:
         """Apply `step` to every call of the chain; refuse once, listing every op that failed."""
@@ -169,17 +170,21 @@ class _Rewrite:
         key = (datatype, tuple(data.shape), bytes(data.to(torch_dtype(dtypes.of(datatype))).contiguous()
                                                   .view(torch.uint8).numpy()))
         if key not in self._scalars:
-            self._scalars[key] = self.emit(PREPACK, self.tref(data, like), self.tensor(like, data.shape))
-            self.open.add(self._scalars[key])
+            self._scalars[key] = self._prepack(self.tref(data, like))
         return self._scalars[key]
+
+    def _prepack(self, tref: int) -> int:
+        out = self.emit(PREPACK, tref, self.tensor(tref, self.graph.values[tref].dims))
+        self.weights[out] = tref
+        self.open.add(out)
+        return out
 
     def prepacked(self, vid: int) -> int:
         """Tensor `vid` as an op reads it: a constant through `et_vk.prepack` (the weight of a decomposed op)."""
         if self.graph.values[vid].constant_id < 0:
             return vid
         if vid not in self._prepacked:
-            self._prepacked[vid] = self.emit(PREPACK, vid, self.tensor(vid, self.graph.values[vid].dims))
-            self.open.add(self._prepacked[vid])
+            self._prepacked[vid] = self._prepack(vid)
         return self._prepacked[vid]
 
     def ints(self, items) -> int:
@@ -385,17 +390,19 @@ class _Rewrite:
         self.graph.values[vid] = replace(self.graph.values[vid], storage_type=want[0], memory_layout=want[1])
 
     def _as(self, vid: int, want: Repr) -> int:
-        """`vid` in representation `want`: itself (tagged so, if still open) or a transition clone."""
+        """`vid` in representation `want`: itself (tagged so, if still open), else a transition clone, or
+        for a prepacked constant a second prepack (done once, at load)."""
         if vid in self.open:
             self.open.discard(vid)
             self._set(vid, want)
         if self.repr_of(vid) == want:
             return vid
         if (vid, want) not in self._transitions:
-            clone = self.tensor(vid, self.graph.values[vid].dims)
-            self._set(clone, want)
-            self.chain.append(OperatorCall(0, CLONE, (vid, self.value(Null()), clone)))
-            self._transitions[vid, want] = clone
+            copy = self.tensor(vid, self.graph.values[vid].dims)
+            self._set(copy, want)
+            source = (self.weights[vid],) if vid in self.weights else (vid, self.value(Null()))
+            self.chain.append(OperatorCall(0, PREPACK if vid in self.weights else CLONE, (*source, copy)))
+            self._transitions[vid, want] = copy
         return self._transitions[vid, want]
 
     def _moved(self, vid: int, want: Repr) -> int:

@@ -43,7 +43,7 @@ def run(path, inputs):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
-@pytest.mark.parametrize("name", ["mlp", "cnn", "transformer", "llama_block"])
+@pytest.mark.parametrize("name", sorted(path.stem for path in EXAMPLES.glob("*.py")))
 def test_examples(name, dtype, tmp_path):
     module, inputs = load_model_file(EXAMPLES / f"{name}.py")
     path = tmp_path / "m.pte"
@@ -85,6 +85,8 @@ MODELS = {
                              (torch.tensor([[1, 4, 9]]),)),
     "norms_without_affine": (nn.Sequential(nn.BatchNorm2d(3, affine=False), nn.Flatten(2),
                                            nn.LayerNorm(16, elementwise_affine=False)), (randn(1, 3, 4, 4),)),
+    "constant_in_two_layouts": (Fn(lambda m, x: (m.conv(x) * 3.0).flatten(1) * 3.0, conv=nn.Conv2d(2, 2, 1)),
+                                (randn(1, 2, 3, 3),)),
     "cat_and_input_out": (Fn(lambda m, x, y: (torch.cat([x, y], dim=0).relu(), x)), (randn(2, 3), randn(1, 3))),
 }
 
