@@ -19,6 +19,7 @@ from vkx.export.lower import lower
 from vkx.export.model_file import check_model
 from vkx.export.plan import MemoryPlan, plan_memory
 from vkx.export.quantize import quantize_module
+from vkx.export.target_executorch import for_executorch
 from vkx.export import torchao_import  # noqa: F401  (registers the rules for torchao-quantized weights)
 from vkx.export.trace import convert, trace
 from vkx.format import IOSpec, WriteReport, write_program
@@ -82,7 +83,7 @@ def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
                  layout: Literal["named", "legacy"] = "named", external_data: str | os.PathLike | None = None,
                  dtype: Literal["keep", "fp32", "fp16", "bf16"] = "keep", alignment: int | None = None,
                  quantize: Literal["int8", "int4"] | None = None, group_size: int | None = None,
-                 progress: Progress | None = None) -> ExportReport:
+                 target: Literal["vkx", "executorch"] = "vkx", progress: Progress | None = None) -> ExportReport:
     """Export `module` (put in eval mode) to a Vulkan-delegated `.pte` at `path`.
 
     `dtype`: the floating type of every parameter, buffer, activation, input and output
@@ -91,12 +92,14 @@ def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
     `quantize`: weight-only int8 (per output channel by default) or int4 (groups of 32 by
     default; `group_size` 32, 64, 128 or 256) for every Linear and Embedding weight
     (vkx.export.quantize). A model already quantized with torchao exports as it is.
+    `target`: "executorch" rewrites the graph for ExecuTorch's C++ Vulkan runtime
+    (vkx.export.target_executorch); vkx's loader runs both.
 
     Raises ExportError, before anything is written, for a bad option, an unwritable
     destination, an op outside the contract or a constant that narrowing would change.
     """
     progress = progress or _Silent()
-    check_options(path, layout=layout, external_data=external_data, dtype=dtype, alignment=alignment)
+    check_options(path, layout=layout, external_data=external_data, dtype=dtype, alignment=alignment, target=target)
     module, example_inputs = check_model((module, example_inputs), where="export_model()")
     stages = _Stages(progress)
     module.eval()
@@ -113,6 +116,8 @@ def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
         program = trace(module, example_inputs)
         stages.start("lower")
         lowered = lower(program)
+        if target == "executorch":
+            lowered = for_executorch(lowered)
         stages.start("plan", sum(stored_nbytes(source.tensor) for source in lowered.constants))
         memory = plan_memory(lowered.graph)
         payloads = make_payloads(lowered.constants, keys, state_names(module), progress.advance)
@@ -149,8 +154,10 @@ def output_names(program: torch.export.ExportedProgram, count: int) -> list[str 
 
 
 def check_options(path: str | os.PathLike, *, layout: str, external_data: str | os.PathLike | None,
-                  dtype: str, alignment: int | None) -> None:
+                  dtype: str, alignment: int | None, target: str) -> None:
     """Reject bad options and unwritable destinations before any work is done."""
+    if target not in ("vkx", "executorch"):
+        raise ExportError(f"target must be vkx or executorch, not {target!r}")
     if layout not in ("named", "legacy"):
         raise ExportError(f"layout must be named or legacy, not {layout!r}")
     if dtype not in TARGETS:

@@ -40,6 +40,11 @@ class Dtype(str, Enum):
     bf16 = "bf16"
 
 
+class Target(str, Enum):
+    vkx = "vkx"
+    executorch = "executorch"
+
+
 class Quantize(str, Enum):
     int8 = "int8"
     int4 = "int4"
@@ -157,6 +162,8 @@ def export(
         None, help="Weight-only quantization of every Linear and Embedding weight (symmetric, fp16 scales)."),
     group_size: Optional[int] = typer.Option(
         None, metavar="N", help="Values per scale: 32, 64, 128 or 256 [default: int4 32, int8 one per row]."),
+    target: Target = typer.Option(Target.vkx, help="The runtime the graph is for: vkx's loader, or ExecuTorch's "
+                                                 "C++ Vulkan runtime (vkx's loader runs both)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print one line instead of the progress display."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as one JSON object (schema vkx.export/1)."),
     verbose: bool = typer.Option(False, "--verbose", "-v",
@@ -182,7 +189,7 @@ def export(
                 report = export_model(module, example_inputs, output, layout=layout.value,
                                       external_data=external_data, dtype=dtype.value, alignment=alignment,
                                       quantize=quantize.value if quantize else None, group_size=group_size,
-                                      progress=display)
+                                      target=target.value, progress=display)
             display.done()
     except VkxError as error:
         if verbose:
