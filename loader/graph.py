@@ -11,7 +11,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Mapping, Sequence, Union
 
-from vkx.format import contract, dtypes, vkgraph as g
+from vkx.format import contract, dtypes, liveness, vkgraph as g
 from vkx.format.dtypes import DType
 from vkx.format.errors import FormatError
 from vkx.loader import ops
@@ -87,6 +87,7 @@ class GraphBuilder:
         """Dispatches that run once at load (a weight converted to its device form)."""
         self._load_time = False
         self._node = "?"
+        self._spans: tuple | None = None  # alias_view's lifetimes, made on first use
         for vid, v in enumerate(graph.values):
             if isinstance(v, g.Tensor):
                 try:
@@ -154,6 +155,52 @@ class GraphBuilder:
     def alias(self, vid: int, of: int) -> None:
         """Make tensor `vid` the very device tensor of `of` (a prepack whose weight is used as stored)."""
         self.tensors[vid] = self.tensors[of]
+
+    def alias_view(self, out: ops.TensorArg, src: ops.TensorArg) -> bool:
+        """Make `out` (the same bytes as `src`, another shape) `src`'s device tensor, when that is safe.
+
+        Safe when `out` is no graph output (its io port keeps its own shape) and nothing
+        can overwrite `src`'s bytes while `out` is read: `src` is a constant, or a tensor
+        written once (a graph input: never) whose memory is its own or whose memory object
+        no other tensor uses until the last read of `out`. The file's plan gave `out`
+        memory of its own, so `src`'s lifetime is extended here. False: the caller copies.
+        """
+        root = self.tensors[src.vid]
+        if out.vid in self.graph.output_ids or out.nbytes != root.nbytes or out.dtype != root.arg.dtype:
+            return False
+        if not root.is_constant:
+            spans, writes, members = self._lifetimes()
+            if root.is_temp or writes.get(root.vid, 0) != (0 if root.vid in self.graph.input_ids else 1):
+                return False  # scratch, or written in place somewhere: a copy keeps out's bytes
+            if root.mem_obj_id >= 0:
+                mine, theirs = spans.get(root.vid), spans.get(out.vid)
+                if mine is None or theirs is None:
+                    return False
+                first, last = mine[0], max(mine[1], theirs[1])
+                for vid in members.get(root.mem_obj_id, ()):
+                    span = spans[vid]
+                    if vid != root.vid and self.tensors[vid].vid == vid and span[0] <= last and span[1] >= first:
+                        return False
+                mine[1] = last
+        self.tensors[out.vid] = root
+        return True
+
+    def _lifetimes(self) -> tuple[dict[int, list[int]], dict[int, int], dict[int, list[int]]]:
+        """For alias_view: [first, last] of every activation (vkx.format.liveness; `last` grows
+        as views alias), how many ops write each tensor, and the activations of each memory object."""
+        if self._spans is None:
+            writes: dict[int, int] = {}
+            for op in self.graph.chain:
+                for vid in liveness.activation_ids(self.graph, op.args[-1:]):
+                    writes[vid] = writes.get(vid, 0) + 1
+            spans = {s.value_id: [s.first, s.last] for s in liveness.lifetimes(self.graph)}
+            members: dict[int, list[int]] = {}
+            for vid in spans:
+                t = self.tensors.get(vid)
+                if t is not None and t.mem_obj_id >= 0:
+                    members.setdefault(t.mem_obj_id, []).append(vid)
+            self._spans = (spans, writes, members)
+        return self._spans
 
     @contextlib.contextmanager
     def at_load(self):

@@ -15,7 +15,7 @@ from vkx.format.contract import Call
 from vkx.format.op_quant import VALUES_PER_WORD
 
 from . import OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines
-from .shape import convert_copy, dispatch_groups, row_chunks, rows_binding
+from .shape import dispatch_groups, row_chunks, rows_binding, view_or_copy
 
 ROWS = 4
 """Output rows per linear_q workgroup (ROWS in shaders/linear_q.comp)."""
@@ -134,4 +134,4 @@ def dequantize_affine(builder: OpBuilder, call: Call) -> None:
 @builds("aten.squeeze_copy.dims")
 def squeeze_copy(builder: OpBuilder, call: Call) -> None:
     """The bytes are unchanged (ExecuTorch's quantized files squeeze the batch dim before linear)."""
-    convert_copy(builder, call.tensor("self"), call.out)
+    view_or_copy(builder, call.tensor("self"), call.out)
