@@ -1,6 +1,9 @@
 """Matrix products: linear, addmm, mm, bmm, matmul.
 
-Two shaders: `shaders/matmul.comp`, a strided batched matmul with a 4x4 register
+Three shaders: `shaders/matmul_tiled.comp` for products of at least TILED_MIN rows
+and columns (128x128 tiles of C per workgroup, A's and B's slices staged through
+shared memory with coalesced loads whichever way B is laid out, 8x8 per invocation),
+`shaders/matmul.comp` for the rest, a strided batched matmul with a 4x4 register
 tile per invocation, and `shaders/matvec.comp` for one row of activations against
 a k-contiguous B (the LLM decode case: x[1, K] @ W[N, K]^T), which splits K over a
 workgroup so the weight streams once with 16-byte loads. Operands of any float
@@ -176,18 +179,23 @@ def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
         defines.update(B_VEC_K=1, **_load4("B", "b4", b.tensor.dtype))
     elif b.sj == 1 and N % 4 == 0 and _vec_ok(boff, [(b.si, K), (b.sb1, nb1), (b.sb2, nb2)]):
         defines.update(B_VEC_N=1, **_load4("B", "b4", b.tensor.dtype))
-    tm = 1 if M == 1 else 4
-    if tm != 4:
-        defines["TM"] = tm
-    tiles_m, tiles_n = -(-M // tm), -(-N // 4)
-    if tiles_m == 1:
-        wg = (64, 1)
-    elif tiles_n == 1:
-        wg = (1, 64)
+    if M >= TILED_MIN and N >= TILED_MIN:
+        shader = "matmul_tiled"
+        groups = (-(-N // TILE), -(-M // TILE), nb1 * nb2)
     else:
-        wg = (8, 8)
-    defines["WG_X"], defines["WG_Y"] = wg
-    groups = (-(-tiles_n // wg[0]), -(-tiles_m // wg[1]), nb1 * nb2)
+        shader = "matmul"
+        tm = 1 if M == 1 else 4
+        if tm != 4:
+            defines["TM"] = tm
+        tiles_m, tiles_n = -(-M // tm), -(-N // 4)
+        if tiles_m == 1:
+            wg = (64, 1)
+        elif tiles_n == 1:
+            wg = (1, 64)
+        else:
+            wg = (8, 8)
+        defines["WG_X"], defines["WG_Y"] = wg
+        groups = (-(-tiles_n // wg[0]), -(-tiles_m // wg[1]), nb1 * nb2)
     if groups[0] > MAX_GROUPS or groups[1] > MAX_GROUPS:
         raise UnsupportedOpError(f"matmul output {M}x{N} is too large for one dispatch grid")
     push = _PUSH.pack(M, N, K, nb2,
@@ -196,8 +204,13 @@ def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
                       coff, c.si, c.sb1, c.sb2,
                       biasoff, sbm, sbn,
                       float(alpha), float(beta))
-    builder.dispatch("matmul", bindings, push, groups, defines)
+    builder.dispatch(shader, bindings, push, groups, defines)
 
+
+TILED_MIN = 32
+"""Products with at least this many rows and columns take shaders/matmul_tiled.comp."""
+TILE = 128
+"""Its output tile: TILE x TILE elements per workgroup."""
 
 MATVEC_ROWS = 16
 """Output columns per matvec workgroup (A is read once per MATVEC_ROWS columns)."""
