@@ -161,45 +161,43 @@ class GraphBuilder:
 
         Safe when `out` is no graph output (its io port keeps its own shape) and nothing
         can overwrite `src`'s bytes while `out` is read: `src` is a constant, or a tensor
-        written once (a graph input: never) whose memory is its own or whose memory object
-        no other tensor uses until the last read of `out`. The file's plan gave `out`
-        memory of its own, so `src`'s lifetime is extended here. False: the caller copies.
+        written once (a graph input: never) whose memory is its own, or the object the
+        file's plan gave `out` too (vkx plans views so: vkx.format.liveness), or an object
+        that no other tensor uses while `src` or its views are read. False: the caller copies.
         """
         root = self.tensors[src.vid]
         if out.vid in self.graph.output_ids or out.nbytes != root.nbytes or out.dtype != root.arg.dtype:
             return False
         if not root.is_constant:
-            spans, writes, members = self._lifetimes()
+            spans, writes, members, sources = self._lifetimes()
             if root.is_temp or writes.get(root.vid, 0) != (0 if root.vid in self.graph.input_ids else 1):
                 return False  # scratch, or written in place somewhere: a copy keeps out's bytes
-            if root.mem_obj_id >= 0:
-                mine, theirs = spans.get(root.vid), spans.get(out.vid)
-                if mine is None or theirs is None:
+            if root.mem_obj_id >= 0 and self.tensors[out.vid].mem_obj_id != root.mem_obj_id:
+                mine = spans.get(root.vid)  # the lifetime of root and its views (liveness)
+                if mine is None or sources.get(out.vid) != root.vid:
                     return False
-                first, last = mine[0], max(mine[1], theirs[1])
                 for vid in members.get(root.mem_obj_id, ()):
                     span = spans[vid]
-                    if vid != root.vid and self.tensors[vid].vid == vid and span[0] <= last and span[1] >= first:
+                    if vid != root.vid and span.first <= mine.last and span.last >= mine.first:
                         return False
-                mine[1] = last
         self.tensors[out.vid] = root
         return True
 
-    def _lifetimes(self) -> tuple[dict[int, list[int]], dict[int, int], dict[int, list[int]]]:
-        """For alias_view: [first, last] of every activation (vkx.format.liveness; `last` grows
-        as views alias), how many ops write each tensor, and the activations of each memory object."""
+    def _lifetimes(self) -> tuple:
+        """For alias_view (made once): the lifetime of every activation (views within their
+        source's), how many ops write each, the activations of each memory object, view_sources."""
         if self._spans is None:
             writes: dict[int, int] = {}
             for op in self.graph.chain:
                 for vid in liveness.activation_ids(self.graph, op.args[-1:]):
                     writes[vid] = writes.get(vid, 0) + 1
-            spans = {s.value_id: [s.first, s.last] for s in liveness.lifetimes(self.graph)}
+            spans = {s.value_id: s for s in liveness.lifetimes(self.graph)}
             members: dict[int, list[int]] = {}
             for vid in spans:
                 t = self.tensors.get(vid)
                 if t is not None and t.mem_obj_id >= 0:
                     members.setdefault(t.mem_obj_id, []).append(vid)
-            self._spans = (spans, writes, members)
+            self._spans = (spans, writes, members, liveness.view_sources(self.graph))
         return self._spans
 
     @contextlib.contextmanager
