@@ -2,18 +2,27 @@
 // Tiled strided batched matmul for products of many rows (prefill, batch >= 32):
 //   C[b, m, n] = alpha * sum_k A[b, m, k] * B[b, k, n]  (+ beta * BIAS[m, n])
 // Same operands, push constants and bindings as shaders/matmul.comp (element strides, so
-// linear's W[N, K] is read in place). A workgroup of 16x16 invocations owns a 128x128 tile
-// of C, each invocation an 8x8 block of it in registers. K is walked in steps of BK = 8:
-// the workgroup copies A's 128x8 and B's 8x128 slices into shared memory (one 4-element
-// load per invocation and operand, neighbouring invocations reading neighbouring bytes
-// whichever way B is laid out), and loads the next step's slices while it multiplies.
+// linear's W[N, K] is read in place). A workgroup of 16x16 invocations owns a BM x BN tile
+// of C, each invocation an RT x CT block of it in registers (BM = 16 RT, BN = 16 CT). K is
+// walked in steps of BK = 8: the workgroup copies A's BM x 8 and B's 8 x BN slices into
+// shared memory (one 4-element load per invocation and operand at most, neighbouring
+// invocations reading neighbouring bytes whichever way B is laid out), and loads the next
+// step's slices while it multiplies.
 // Defines: elem_defines for A, B, C and BIAS; A_VEC, B_VEC_K, B_VEC_N with A_V / B_V and
-// LOAD4_A / LOAD4_B as in shaders/matmul.comp; HAS_BIAS.
+// LOAD4_A / LOAD4_B as in shaders/matmul.comp; HAS_BIAS; RT and CT (4 or 8, default 8).
 // Edge tiles clamp their load rows/columns into range and skip out-of-range stores;
 // k past K loads zeros.
-#define BM 128
-#define BN 128
+#ifndef RT
+#define RT 8
+#endif
+#ifndef CT
+#define CT 8
+#endif
+#define BM (16 * RT)
+#define BN (16 * CT)
 #define BK 8
+#define A_CHUNKS (BM * BK / 4)  // 4-element loads per slice of A, and of B
+#define B_CHUNKS (BN * BK / 4)
 layout(local_size_x = 16, local_size_y = 16, local_size_z = 1) in;
 #include "dtype.glslh"
 #include "pairs.glslh"
@@ -94,14 +103,16 @@ void main() {
     const int abase = p.aoff + b1 * p.sAb1 + b2 * p.sAb2;
     const int bbase = p.boff + b1 * p.sBb1 + b2 * p.sBb2;
 
-    // This invocation's share of each slice: A row la_m, k la_k..la_k+3.
+    // This invocation's share of each slice (invocations past A_CHUNKS / B_CHUNKS load none):
+    // A row la_m, k la_k..la_k+3.
     const int la_m = tid >> 1;
     const int la_k = (tid & 1) * 4;
+    const bool loads_a = tid < A_CHUNKS;
     const int a_row = abase + min(m_tile + la_m, p.M - 1) * p.sAm;
 #ifdef B_VEC_N
     // B row lb_k, columns lb_n..lb_n+3 (N % 4 == 0: a clamped group stays whole).
-    const int lb_k = tid >> 5;
-    const int lb_n = (tid & 31) * 4;
+    const int lb_k = tid / (BN / 4);
+    const int lb_n = (tid % (BN / 4)) * 4;
     const int b_col = bbase + min(n_tile + lb_n, p.N - 4) * p.sBn;
 #else
     // B column lb_n, k lb_k..lb_k+3.
@@ -109,51 +120,63 @@ void main() {
     const int lb_k = (tid & 1) * 4;
     const int b_col = bbase + min(n_tile + lb_n, p.N - 1) * p.sBn;
 #endif
+    const bool loads_b = tid < B_CHUNKS;
 
-    vec4 acc[8][2];  // acc[i][h][j] = C(m_tile + ty*8 + i, n_tile + tx*8 + h*4 + j)
-    for (int i = 0; i < 8; ++i) {
-        acc[i][0] = vec4(0.0);
-        acc[i][1] = vec4(0.0);
+    vec4 acc[RT][CT / 4];  // acc[i][h][j] = C(m_tile + ty*RT + i, n_tile + tx*CT + h*4 + j)
+    for (int i = 0; i < RT; ++i) {
+        for (int h = 0; h < CT / 4; ++h) {
+            acc[i][h] = vec4(0.0);
+        }
     }
-    vec4 ra = load_a(a_row, la_k);
-    vec4 rb = load_b(b_col, lb_k);
+    vec4 ra = loads_a ? load_a(a_row, la_k) : vec4(0.0);
+    vec4 rb = loads_b ? load_b(b_col, lb_k) : vec4(0.0);
     for (int k0 = 0; k0 < p.K; k0 += BK) {
-        for (int j = 0; j < 4; ++j) {
-            As[la_k + j][la_m >> 2][la_m & 3] = ra[j];
+        if (loads_a) {
+            for (int j = 0; j < 4; ++j) {
+                As[la_k + j][la_m >> 2][la_m & 3] = ra[j];
+            }
         }
+        if (loads_b) {
 #ifdef B_VEC_N
-        Bs[lb_k][lb_n >> 2] = rb;
+            Bs[lb_k][lb_n >> 2] = rb;
 #else
-        for (int j = 0; j < 4; ++j) {
-            Bs[lb_k + j][lb_n >> 2][lb_n & 3] = rb[j];
-        }
+            for (int j = 0; j < 4; ++j) {
+                Bs[lb_k + j][lb_n >> 2][lb_n & 3] = rb[j];
+            }
 #endif
+        }
         barrier();
         if (k0 + BK < p.K) {  // the next step's slices, in flight while this one multiplies
-            ra = load_a(a_row, k0 + BK + la_k);
-            rb = load_b(b_col, k0 + BK + lb_k);
+            if (loads_a) {
+                ra = load_a(a_row, k0 + BK + la_k);
+            }
+            if (loads_b) {
+                rb = load_b(b_col, k0 + BK + lb_k);
+            }
         }
         for (int k = 0; k < BK; ++k) {
-            const vec4 a0 = As[k][ty * 2];
-            const vec4 a1 = As[k][ty * 2 + 1];
-            const vec4 bl = Bs[k][tx * 2];
-            const vec4 bh = Bs[k][tx * 2 + 1];
-            for (int i = 0; i < 4; ++i) {
-                acc[i][0] += a0[i] * bl;
-                acc[i][1] += a0[i] * bh;
-                acc[i + 4][0] += a1[i] * bl;
-                acc[i + 4][1] += a1[i] * bh;
+            vec4 bv[CT / 4];
+            for (int h = 0; h < CT / 4; ++h) {
+                bv[h] = Bs[k][tx * (CT / 4) + h];
+            }
+            for (int q = 0; q < RT / 4; ++q) {
+                const vec4 av = As[k][ty * (RT / 4) + q];
+                for (int i = 0; i < 4; ++i) {
+                    for (int h = 0; h < CT / 4; ++h) {
+                        acc[q * 4 + i][h] += av[i] * bv[h];
+                    }
+                }
             }
         }
         barrier();
     }
 
     const int cbase = p.coff + b1 * p.sCb1 + b2 * p.sCb2;
-    for (int i = 0; i < 8; ++i) {
-        const int m = m_tile + ty * 8 + i;
+    for (int i = 0; i < RT; ++i) {
+        const int m = m_tile + ty * RT + i;
         if (m < p.M) {
-            for (int j = 0; j < 8; ++j) {
-                const int n = n_tile + tx * 8 + j;
+            for (int j = 0; j < CT; ++j) {
+                const int n = n_tile + tx * CT + j;
                 if (n < p.N) {
                     float v = p.alpha * acc[i][j >> 2][j & 3];
 #ifdef HAS_BIAS

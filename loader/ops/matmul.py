@@ -1,8 +1,9 @@
 """Matrix products: linear, addmm, mm, bmm, matmul.
 
 Three shaders: `shaders/matmul_tiled.comp` for products of at least TILED_MIN rows
-and columns (128x128 tiles of C per workgroup, A's and B's slices staged through
-shared memory with coalesced loads whichever way B is laid out, 8x8 per invocation),
+and columns (128x128 tiles of C per workgroup, 8x8 per invocation, or 64x64 and 4x4
+when there would be few tiles; A's and B's slices staged through shared memory with
+coalesced loads whichever way B is laid out),
 `shaders/matmul.comp` for the rest, a strided batched matmul with a 4x4 register
 tile per invocation, and `shaders/matvec.comp` for one row of activations against
 a k-contiguous B (the LLM decode case: x[1, K] @ W[N, K]^T), which splits K over a
@@ -181,7 +182,11 @@ def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
         defines.update(B_VEC_N=1, **_load4("B", "b4", b.tensor.dtype))
     if M >= TILED_MIN and N >= TILED_MIN:
         shader = "matmul_tiled"
-        groups = (-(-N // TILE), -(-M // TILE), nb1 * nb2)
+        tile = TILE
+        if -(-M // TILE) * -(-N // TILE) * nb1 * nb2 < FEW_TILES:
+            tile = TILE // 2  # 64x64 tiles, 4x4 per invocation: 4x the workgroups (M = 64: no idle rows)
+            defines.update(RT=4, CT=4)
+        groups = (-(-N // tile), -(-M // tile), nb1 * nb2)
     else:
         shader = "matmul"
         tm = 1 if M == 1 else 4
@@ -210,7 +215,9 @@ def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
 TILED_MIN = 32
 """Products with at least this many rows and columns take shaders/matmul_tiled.comp."""
 TILE = 128
-"""Its output tile: TILE x TILE elements per workgroup."""
+"""Its output tile: TILE x TILE elements per workgroup (half that for products of FEW_TILES)."""
+FEW_TILES = 128
+"""Fewer TILE-sized tiles than this would leave a large GPU's cores idle (an H200 has 132 SMs)."""
 
 MATVEC_ROWS = 16
 """Output columns per matvec workgroup (A is read once per MATVEC_ROWS columns)."""

@@ -344,3 +344,20 @@ def test_linear_tiled_nan_and_inf_propagate(dtype):
     finite = want.isfinite()
     assert torch.equal(got.isinf(), want.isinf())
     assert_close_in(got[finite], want[finite], dtype, terms=24)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_tiled_tile_sizes(dtype, tiled_dispatches):
+    """A product of >= FEW_TILES 128x128 tiles takes them (8x8 per invocation); fewer take
+    64x64 tiles (RT = CT = 4), e.g. 64 rows of activations."""
+    from vkx.loader.ops.matmul import FEW_TILES
+    x, w = rand(1030, 36, seed=1, dtype=dtype), rand(1800, 36, seed=2, dtype=dtype)  # 9 x 15 tiles
+    assert 9 * 15 >= FEW_TILES
+    assert_close_in(run_graph("aten.linear.default", [x, Const(w), None], ((1030, 1800), dtype)),
+                    F.linear(x, w), dtype, terms=36)
+    a, b = rand(3, 700, 20, seed=3, dtype=dtype), rand(3, 20, 900, seed=4, dtype=dtype)  # 3 x 6 x 8 tiles
+    assert_close_in(run_graph("aten.bmm.default", [a, b], ((3, 700, 900), dtype)), torch.bmm(a, b), dtype, terms=20)
+    x64, w64 = rand(64, 40, seed=5, dtype=dtype), rand(300, 40, seed=6, dtype=dtype)
+    assert_close_in(run_graph("aten.linear.default", [x64, Const(w64), None], ((64, 300), dtype)),
+                    F.linear(x64, w64), dtype, terms=40)
+    assert [(d.get("RT"), d.get("CT")) for d in tiled_dispatches] == [(None, None), (None, None), (4, 4)]
