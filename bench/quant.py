@@ -1,6 +1,7 @@
 """Quantization benchmark: size, load memory and batch-1 decode speed of one model in four dtypes.
 
-The model is 4 × Linear(2048, 2048) (64 MiB of fp32 weights), exported by vkx in fp32,
+The model is `--layers` × Linear(`--width`, `--width`) (default 4 × 2048: 64 MiB of fp32 weights;
+16 × 4096 is 1 GiB, large enough that a GPU's per-call cost does not hide the weight bytes), exported by vkx in fp32,
 fp16 (`dtype="fp16"`) and with vkx's own weight-only quantization in int8 and int4 (groups
 of 32, fp16 scales: vkx.export.quantize). For each file, measured in one run:
 
@@ -8,10 +9,12 @@ of 32, fp16 scales: vkx.export.quantize). For each file, measured in one run:
 * the load's peak over W + A (W = device weight bytes, A = activations), measured in a fresh
   process from /proc as tests/memory does (`python -m tests.memory.peak_child`);
 * batch-1 decode latency on this device (median of timed calls after warm-up) and the
-  weight bytes it streams per second, next to torch on the CPU running the same weights
-  dequantized to fp32 (`F.linear`, torch's default threads).
+  weight bytes it streams per second, also as a fraction of the copy bandwidth (bytes read and
+  written per second by a 1 GiB tensor copy in torch on the same device) and of torch's own
+  weight bandwidth; torch runs the same weights dequantized to fp32 (`F.linear`) on CUDA when
+  torch has it (TF32 off), else on the CPU (its default threads), in the same run.
 
-    .venv/bin/python bench/quant.py [--runs 50]
+    .venv/bin/python bench/quant.py [--runs 50] [--width 2048] [--layers 4]
 
 A dtype that fails to export or load gets a row saying why (the others still run).
 """
@@ -33,7 +36,6 @@ from torch import nn
 from torch.nn import functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
-WIDTH, LAYERS = 2048, 4
 DTYPES = ("fp32", "fp16", "int8", "int4")
 GROUP = 32
 MiB = 1 << 20
@@ -50,9 +52,30 @@ class Row:
     error: str = ""
 
 
-def model() -> nn.Module:
+def model(width: int, layers: int) -> nn.Module:
     torch.manual_seed(0)
-    return nn.Sequential(*(nn.Linear(WIDTH, WIDTH, bias=False) for _ in range(LAYERS))).eval()
+    return nn.Sequential(*(nn.Linear(width, width, bias=False) for _ in range(layers))).eval()
+
+
+TORCH_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def synchronize() -> None:
+    if TORCH_DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def copy_bandwidth(runs: int) -> float:
+    """Bytes read + written per second by a 1 GiB copy in torch on TORCH_DEVICE."""
+    src = torch.empty(1 << 28, dtype=torch.float32, device=TORCH_DEVICE).fill_(1.0)
+    dst = torch.empty_like(src)
+
+    def copy():
+        dst.copy_(src)
+        synchronize()
+
+    seconds = median_seconds(copy, max(5, runs // 5))
+    return 2 * src.numel() * 4 / seconds
 
 
 def variant(base: nn.Module, dtype: str) -> tuple[nn.Module, str, list[torch.Tensor]]:
@@ -99,9 +122,12 @@ def measure(base: nn.Module, dtype: str, folder: Path, runs: int) -> Row:
 
     row = Row(dtype)
     module, export_dtype, weights = variant(base, dtype)
-    x = torch.randn(1, WIDTH)
-    row.torch_seconds = median_seconds(lambda: _torch_decode(x, weights), runs)
-    path = folder / f"linear4-{dtype}.pte"
+    x = torch.randn(1, base[0].in_features)
+    on = [w.to(TORCH_DEVICE) for w in weights]
+    x_on = x.to(TORCH_DEVICE)
+    row.torch_seconds = median_seconds(lambda: _torch_decode(x_on, on), runs)
+    del on
+    path = folder / f"linears-{dtype}.pte"
     try:
         report = vkx.export_model(module, (x,), path, dtype=export_dtype)
         child = peak_over_baseline(path)
@@ -122,36 +148,43 @@ def _torch_decode(x: torch.Tensor, weights: list[torch.Tensor]) -> torch.Tensor:
     with torch.no_grad():
         for w in weights:
             x = F.linear(x, w)
+    synchronize()
     return x
 
 
-def table(rows: list[Row], device: str) -> str:
+def table(rows: list[Row], device: str, width: int, layers: int, copy: float) -> str:
     fp32 = next(r for r in rows if r.dtype == "fp32")
-    fp32_weights = LAYERS * WIDTH * WIDTH * 4
-    lines = [f"4 × Linear({WIDTH}, {WIDTH}), batch 1, {device}; torch CPU on the same weights dequantized "
-             f"to fp32 ({torch.get_num_threads()} threads)", "",
+    fp32_weights = layers * width * width * 4
+    where = "CUDA, TF32 off" if TORCH_DEVICE == "cuda" else f"the CPU, {torch.get_num_threads()} threads"
+    lines = [f"{layers} × Linear({width}, {width}), batch 1, {device}; torch on {where}, the same weights "
+             f"dequantized to fp32; copy bandwidth (torch, 1 GiB copy, read + write) {copy / 1e9:.0f} GB/s", "",
              "| dtype | file MiB | file / fp32 | device MiB | device / fp32 | load peak / (W+A) "
-             "| vkx ms/token | vkx weight GB/s | torch CPU ms/token | torch GB/s |",
-             "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+             "| vkx ms/token | vkx weight GB/s | / copy | / torch | torch ms/token | torch GB/s |",
+             "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for r in rows:
-        torch_cells = f"{r.torch_seconds * 1e3:.2f} | {fp32_weights / r.torch_seconds / 1e9:.2f}"
+        torch_bw = fp32_weights / r.torch_seconds
+        torch_cells = f"{r.torch_seconds * 1e3:.3f} | {torch_bw / 1e9:.1f}"
         if r.error:
-            lines.append(f"| {r.dtype} | {r.error} | | | | | | | {torch_cells} |")
+            lines.append(f"| {r.dtype} | {r.error} | | | | | | | | | {torch_cells} |")
             continue
+        bw = r.device_bytes / r.vkx_seconds
         lines.append(
             f"| {r.dtype} | {r.file_bytes / MiB:.2f} | {r.file_bytes / fp32.file_bytes:.3f} "
             f"| {r.device_bytes / MiB:.2f} | {r.device_bytes / fp32.device_bytes:.3f} | {r.peak_ratio:.3f} "
-            f"| {r.vkx_seconds * 1e3:.2f} | {r.device_bytes / r.vkx_seconds / 1e9:.2f} | {torch_cells} |")
+            f"| {r.vkx_seconds * 1e3:.3f} | {bw / 1e9:.1f} | {bw / copy:.3f} | {bw / torch_bw:.3f} | {torch_cells} |")
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=50, help="timed calls per dtype (after 3 warm-up calls)")
+    parser.add_argument("--width", type=int, default=2048, help="in = out features of each layer")
+    parser.add_argument("--layers", type=int, default=4)
     args = parser.parse_args()
     from vkx.loader.device import default_device
 
-    base = model()
+    base = model(args.width, args.layers)
+    copy = copy_bandwidth(args.runs)
     with tempfile.TemporaryDirectory() as tmp:
         rows = []
         for dtype in DTYPES:
@@ -159,7 +192,7 @@ def main() -> None:
             print(f"  {dtype}: {rows[-1].error or 'done'}", file=sys.stderr)
     if rows[0].error:
         raise SystemExit(f"fp32, the reference row, failed: {rows[0].error}")
-    print(table(rows, default_device().name))
+    print(table(rows, default_device().name, args.width, args.layers, copy))
 
 
 if __name__ == "__main__":

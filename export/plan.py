@@ -4,7 +4,8 @@ Lifetimes come from `vkx.format.liveness` (so `vkx inspect` reports the same
 A and A_live). Prepack outputs hold weights for good and keep their dedicated
 memory (mem_obj_id -1). Objects are assigned greedily, each tensor
 into an object that is free for its whole lifetime, in two orders (largest
-first, earliest first); the smaller plan wins. Zero-element tensors (batch norm's unused
+first, earliest first); the smaller plan wins. An aliasing view's output takes its source's object (their
+lifetimes are one: vkx.format.liveness). Zero-element tensors (batch norm's unused
 mean/invstd) join object 0: they touch no memory.
 """
 from __future__ import annotations
@@ -13,7 +14,7 @@ import bisect
 import dataclasses
 from dataclasses import dataclass, field
 
-from vkx.format.liveness import Lifetime, lifetimes, peak_live_bytes
+from vkx.format.liveness import Lifetime, lifetimes, peak_live_bytes, view_sources
 from vkx.format.vkgraph import VkGraph
 
 
@@ -58,6 +59,9 @@ def plan_memory(graph: VkGraph) -> MemoryPlan:
     orders = [sorted(spans, key=lambda s: (-s.nbytes, s.first, s.value_id)),
               sorted(spans, key=lambda s: (s.first, -s.nbytes, s.value_id))]
     plan = min((MemoryPlan(*_assign(order), peak) for order in orders), key=lambda p: p.total_nbytes)
+    for out, src in view_sources(graph).items():  # a view shares its source's object (liveness)
+        if src in plan.mem_obj_ids:
+            plan.mem_obj_ids[out] = plan.mem_obj_ids[src]
     for value_id, mem_obj_id in plan.mem_obj_ids.items():
         graph.values[value_id] = dataclasses.replace(graph.values[value_id], mem_obj_id=mem_obj_id)
     return plan

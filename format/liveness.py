@@ -7,7 +7,10 @@ memory (a conservative rule; reuse after the last reader would also be valid,
 since inputs are copied in afresh on every run), and A_live follows the same
 rule so that A and A_live compare like for like. Graph outputs live from their
 producer to the end (they are copied out when the run ends). Constants and prepack outputs (weights, kept for good) are not
-activations. Every tensor is float32 or int32 on the GPU: 4 bytes an element.
+activations. A view (`VIEWS`: the same bytes under another shape) of an activation
+that is written once is no tensor of its own: its lifetime is its source's, which
+it extends (`view_sources`), so the plan gives both one memory object and the
+loader binds one buffer for both (no copy). Every tensor is float32 or int32 on the GPU: 4 bytes an element.
 """
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ from typing import Sequence
 from . import vkgraph as vk
 
 PREPACK = "et_vk.prepack.default"
+VIEWS = frozenset({"aten.view_copy.default", "aten.squeeze_copy.dims"})
+"""Ops whose output is their first argument's bytes (same dtype: then the output aliases it)."""
 
 
 @dataclass(frozen=True)
@@ -41,8 +46,34 @@ def activation_ids(graph: vk.VkGraph, value_ids: Sequence[int]) -> list[int]:
     return found
 
 
+def view_sources(graph: vk.VkGraph) -> dict[int, int]:
+    """Each aliasing view's output -> the tensor whose memory it is (through chains of views).
+
+    A view aliases when its output has its source's dtype and size and is no graph output,
+    and the source is an activation that no op but its producer writes (a graph input: none).
+    """
+    inputs, outputs = set(graph.input_ids), set(graph.output_ids)
+    writes: dict[int, int] = {}
+    for call in graph.chain:
+        for value_id in activation_ids(graph, call.args[-1:]):
+            writes[value_id] = writes.get(value_id, 0) + 1
+    sources: dict[int, int] = {}
+    for call in graph.chain:
+        if call.name not in VIEWS or len(call.args) < 2:
+            continue
+        src, out = call.args[0], call.args[-1]
+        if not activation_ids(graph, [src]) or activation_ids(graph, [out]) != [out] or out in outputs:
+            continue
+        a, b = graph.values[src], graph.values[out]
+        if a.datatype != b.datatype or a.nbytes != b.nbytes or writes.get(src, 0) != (0 if src in inputs else 1):
+            continue
+        sources[out] = sources.get(src, src)
+    return sources
+
+
 def lifetimes(graph: vk.VkGraph) -> list[Lifetime]:
-    """The lifetime of every activation (every tensor that gets planned memory)."""
+    """The lifetime of every activation (every tensor that gets planned memory; an aliasing
+    view's output is part of its source's)."""
     end = len(graph.chain)
     first: dict[int, int] = {value_id: -1 for value_id in activation_ids(graph, graph.input_ids)}
     last: dict[int, int] = {value_id: end for value_id in activation_ids(graph, [*graph.input_ids, *graph.output_ids])}
@@ -58,6 +89,9 @@ def lifetimes(graph: vk.VkGraph) -> list[Lifetime]:
             last.setdefault(value_id, index)
             if call.name == PREPACK:
                 dedicated.add(value_id)
+    for out, src in view_sources(graph).items():
+        if src in first and src not in dedicated and out in first:
+            first[src], last[src] = min(first[src], first.pop(out)), max(last[src], last.pop(out))
     return [Lifetime(value_id, graph.values[value_id].nbytes, first[value_id], last[value_id])
             for value_id in sorted(first) if value_id not in dedicated]
 

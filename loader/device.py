@@ -154,6 +154,8 @@ class Device:
         self.max_push_constants_size = int(lim.maxPushConstantsSize)
         self.non_coherent_atom_size = int(lim.nonCoherentAtomSize)
         self.max_compute_work_group_count = tuple(lim.maxComputeWorkGroupCount)
+        self.timestamp_period = float(lim.timestampPeriod)
+        """Nanoseconds per timestamp tick (profiling, loader/record.py)."""
         m3 = vk.VkPhysicalDeviceMaintenance3Properties()
         vk.vkGetPhysicalDeviceProperties2(self.physical, vk.VkPhysicalDeviceProperties2(pNext=m3))
         self.max_memory_allocation_size = int(m3.maxMemoryAllocationSize) or (1 << 31)
@@ -175,6 +177,8 @@ class Device:
         # Prefer a compute-only family (async compute on discrete GPUs).
         plain = [i for i in compute if not families[i].queueFlags & vk.VK_QUEUE_GRAPHICS_BIT]
         self.queue_family = (plain or compute)[0]
+        self.timestamp_bits = int(families[self.queue_family].timestampValidBits)
+        """Valid bits of the queue's timestamps; 0: it has none."""
 
     def _create_device(self) -> None:
         f16 = vk.VkPhysicalDevice16BitStorageFeatures()

@@ -5,6 +5,11 @@ visible; copies of the host-visible input buffers into the input tensors;
 every dispatch followed by a compute->compute barrier; copies of the output
 tensors into host-visible readback buffers; a barrier to host reads. Hot
 paths use raw `vk._vulkan.lib` calls with structs built once.
+
+`Executor.profile` records the same commands once more with a timestamp after
+the input copies and after each dispatch's barrier (the barriers serialise the
+dispatches, so the difference of two neighbouring stamps is one dispatch's GPU
+time) and replays that command buffer.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ _COMPUTE = vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
 _TRANSFER = vk.VK_PIPELINE_STAGE_TRANSFER_BIT
 _HOST = vk.VK_PIPELINE_STAGE_HOST_BIT
 _BIND = vk.VK_PIPELINE_BIND_POINT_COMPUTE
+_BOTTOM = vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT
 
 
 def _barrier(src_access: int, dst_access: int):
@@ -54,17 +60,16 @@ class Executor:
                                              descriptorCount=max(nbind, 1))]
             self.pool = vk.vkCreateDescriptorPool(d, vk.VkDescriptorPoolCreateInfo(
                 maxSets=nsets, pPoolSizes=sizes), None)
-        pipes = self.pipelines
-        sets = []
+        self._sets = []
         if nsets:
-            sets = vk.vkAllocateDescriptorSets(d, vk.VkDescriptorSetAllocateInfo(
-                descriptorPool=self.pool, pSetLayouts=[p.set_layout for p in pipes]))
+            self._sets = vk.vkAllocateDescriptorSets(d, vk.VkDescriptorSetAllocateInfo(
+                descriptorPool=self.pool, pSetLayouts=[p.set_layout for p in self.pipelines]))
             writes = []
             for i, x in enumerate(self.dispatches):
                 for j, (t, offset, size) in enumerate(x.bindings):
                     info = vk.VkDescriptorBufferInfo(buffer=t.buffer.handle, offset=offset, range=size)
                     writes.append(vk.VkWriteDescriptorSet(
-                        dstSet=sets[i], dstBinding=j, descriptorCount=1,
+                        dstSet=self._sets[i], dstBinding=j, descriptorCount=1,
                         descriptorType=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, pBufferInfo=[info]))
                 if len(writes) >= 256:
                     vk.vkUpdateDescriptorSets(d, len(writes), writes, 0, None)
@@ -74,8 +79,23 @@ class Executor:
 
         self.cmd = self.device.command_buffer()
         self.fence = vk.vkCreateFence(d, vk.VkFenceCreateInfo(), None)
-        cmd = self.cmd
+        self._keep = self._commands(self.cmd)
+
+        # Prebuilt submit structures for replay.
+        self._cmds = ffi.new("VkCommandBuffer[1]", [self.cmd])
+        self._submit = ffi.new("VkSubmitInfo*")
+        self._submit.sType = vk.VK_STRUCTURE_TYPE_SUBMIT_INFO
+        self._submit.commandBufferCount = 1
+        self._submit.pCommandBuffers = self._cmds
+        self._fences = ffi.new("VkFence[1]", [self.fence])
+        self.device.check()
+
+    def _commands(self, cmd, queries=None) -> tuple:
+        """Record the execution into `cmd` (with timestamps into query pool `queries`); returns
+        the structs the recording points at, which must live as long as it."""
         vk.vkBeginCommandBuffer(cmd, vk.VkCommandBufferBeginInfo())
+        if queries is not None:
+            lib.vkCmdResetQueryPool(cmd, queries, 0, len(self.dispatches) + 1)
         rw = vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT
         tr = vk.VK_ACCESS_TRANSFER_READ_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT
         start = _barrier(vk.VK_ACCESS_TRANSFER_WRITE_BIT | vk.VK_ACCESS_HOST_WRITE_BIT | rw, rw | tr)
@@ -88,17 +108,21 @@ class Executor:
                 lib.vkCmdCopyBuffer(cmd, io.handle, t.buffer.handle, 1, region)
         after_in = _barrier(vk.VK_ACCESS_TRANSFER_WRITE_BIT, rw)
         lib.vkCmdPipelineBarrier(cmd, _TRANSFER, _COMPUTE, 0, 1, after_in, 0, ffi.NULL, 0, ffi.NULL)
+        if queries is not None:
+            lib.vkCmdWriteTimestamp(cmd, _BOTTOM, queries, 0)
         between = _barrier(vk.VK_ACCESS_SHADER_WRITE_BIT, rw)
         set_ptr = ffi.new("VkDescriptorSet[1]")
         stage = vk.VK_SHADER_STAGE_COMPUTE_BIT
-        for i, (x, p) in enumerate(zip(self.dispatches, pipes)):
+        for i, (x, p) in enumerate(zip(self.dispatches, self.pipelines)):
             lib.vkCmdBindPipeline(cmd, _BIND, p.handle)
-            set_ptr[0] = sets[i]
+            set_ptr[0] = self._sets[i]
             lib.vkCmdBindDescriptorSets(cmd, _BIND, p.layout, 0, 1, set_ptr, 0, ffi.NULL)
             if x.push:
                 lib.vkCmdPushConstants(cmd, p.layout, stage, 0, len(x.push), ffi.from_buffer(x.push))
             lib.vkCmdDispatch(cmd, *x.groups)
             lib.vkCmdPipelineBarrier(cmd, _COMPUTE, _COMPUTE, 0, 1, between, 0, ffi.NULL, 0, ffi.NULL)
+            if queries is not None:
+                lib.vkCmdWriteTimestamp(cmd, _BOTTOM, queries, i + 1)
         before_out = _barrier(vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT,
                               vk.VK_ACCESS_TRANSFER_READ_BIT)
         lib.vkCmdPipelineBarrier(cmd, _COMPUTE | _TRANSFER, _TRANSFER, 0, 1, before_out, 0, ffi.NULL, 0, ffi.NULL)
@@ -109,16 +133,49 @@ class Executor:
         to_host = _barrier(vk.VK_ACCESS_TRANSFER_WRITE_BIT, vk.VK_ACCESS_HOST_READ_BIT)
         lib.vkCmdPipelineBarrier(cmd, _TRANSFER, _HOST, 0, 1, to_host, 0, ffi.NULL, 0, ffi.NULL)
         vk.vkEndCommandBuffer(cmd)
+        return (start, after_in, between, before_out, to_host, region, set_ptr)
 
-        # Prebuilt submit structures for replay.
-        self._cmds = ffi.new("VkCommandBuffer[1]", [cmd])
-        self._submit = ffi.new("VkSubmitInfo*")
-        self._submit.sType = vk.VK_STRUCTURE_TYPE_SUBMIT_INFO
-        self._submit.commandBufferCount = 1
-        self._submit.pCommandBuffers = self._cmds
-        self._fences = ffi.new("VkFence[1]", [self.fence])
-        self._keep = (start, after_in, between, before_out, to_host, region, set_ptr)
-        self.device.check()
+    def profile(self, runs: int) -> list[float]:
+        """GPU seconds of each dispatch, in order: the median over `runs` replays of a
+        timestamped recording (made for this call; the inputs are what the io buffers hold)."""
+        dev = self.device
+        if not dev.timestamp_bits or dev.timestamp_period <= 0:
+            raise DeviceError(f"{dev.name}: its compute queue has no timestamps to profile with")
+        n = len(self.dispatches) + 1
+        d = dev.device
+        queries = vk.vkCreateQueryPool(d, vk.VkQueryPoolCreateInfo(
+            queryType=vk.VK_QUERY_TYPE_TIMESTAMP, queryCount=n), None)
+        cmd = dev.command_buffer()
+        try:
+            keep = self._commands(cmd, queries)
+            submit = ffi.new("VkSubmitInfo*")
+            submit.sType = vk.VK_STRUCTURE_TYPE_SUBMIT_INFO
+            submit.commandBufferCount = 1
+            cmds = ffi.new("VkCommandBuffer[1]", [cmd])
+            submit.pCommandBuffers = cmds
+            stamps = ffi.new("uint64_t[]", n)
+            mask = (1 << dev.timestamp_bits) - 1 if dev.timestamp_bits < 64 else (1 << 64) - 1
+            samples: list[list[float]] = [[] for _ in self.dispatches]
+            for _ in range(runs):
+                with dev.submit_lock:
+                    r = lib.vkQueueSubmit(dev.queue, 1, submit, self.fence)
+                if r != vk.VK_SUCCESS:
+                    raise DeviceError(f"vkQueueSubmit failed ({r})")
+                dev.wait_fence(self.fence)
+                lib.vkResetFences(d, 1, self._fences)
+                r = lib.vkGetQueryPoolResults(d, queries, 0, n, n * 8, stamps, 8,
+                                              vk.VK_QUERY_RESULT_64_BIT | vk.VK_QUERY_RESULT_WAIT_BIT)
+                if r != vk.VK_SUCCESS:
+                    raise DeviceError(f"vkGetQueryPoolResults failed ({r})")
+                for i in range(n - 1):
+                    ticks = (int(stamps[i + 1]) - int(stamps[i])) & mask
+                    samples[i].append(ticks * dev.timestamp_period * 1e-9)
+            del keep
+            return [sorted(s)[len(s) // 2] for s in samples]
+        finally:
+            vk.vkFreeCommandBuffers(d, dev.command_pool, 1, [cmd])
+            vk.vkDestroyQueryPool(d, queries, None)
+            dev.check()
 
     def run(self) -> None:
         d = self.device

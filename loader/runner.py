@@ -248,6 +248,16 @@ class Program(Closes):
                for o, p in zip(outs, self._out)]
         return res[0] if len(res) == 1 else tuple(res)
 
+    def profile(self, *tensors, runs: int = 10) -> list[tuple[str, str, float]]:
+        """(node, shader, GPU seconds) of every dispatch in order, the median of `runs`
+        timestamped calls on these inputs (bench/infer.py --profile)."""
+        self._run(tensors, torch_out=False)  # checks and writes the inputs
+        with self._lock:
+            if self.closed:
+                raise LoadError("program is closed")
+            times = self._executor.profile(runs)
+            return [(x.node, x.shader, t) for x, t in zip(self._executor.dispatches, times)]
+
     # -- memory ----------------------------------------------------------------------
     @property
     def memory(self) -> dict:

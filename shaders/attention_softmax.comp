@@ -8,9 +8,9 @@
 // mask[moff + b1*smb1 + b2*smb2 + l*sml + s*sms].
 // Bindings: 0 = scores (fp32, read-write), 1 = mask (only with MASK_FLOAT / MASK_BOOL;
 // elem_defines for M: a bool mask is one byte per element, a float mask any float type).
-// One invocation per row; the y group count folds into x.
-layout(local_size_x = 64) in;
+// Each row by a workgroup (ROW_WG) or an invocation (shaders/rows.glslh).
 #include "dtype.glslh"
+#include "rows.glslh"
 
 layout(std430, set = 0, binding = 0) buffer BufS { float sc[]; };
 #if defined(MASK_FLOAT) || defined(MASK_BOOL)
@@ -43,10 +43,12 @@ float score(int sbase, int mbase, int l, int s) {
 }
 
 void main() {
-    const int idx = int(gl_GlobalInvocationID.y * gl_NumWorkGroups.x * 64u + gl_GlobalInvocationID.x);
+    const int idx = int(row_index());
     if (idx >= p.nrows) {
         return;
     }
+    const int lane = int(row_lane());
+    const int lanes = int(ROW_LANES);
     const int r = p.row0 + idx;
     const int bt = r / p.L;
     const int l = r - bt * p.L;
@@ -58,27 +60,27 @@ void main() {
     // A NaN score makes the row NaN (softmax propagates NaN, as torch's reference SDPA does).
     // isnan, not a comparison trick: GLSL's max and NVIDIA's compiler both drop NaN operands.
     float mx = NEG_INF;
-    bool has_nan = false;
-    for (int s = 0; s < p.S; ++s) {
+    for (int s = lane; s < p.S; s += lanes) {
         const float v = score(sbase, mbase, l, s);
-        has_nan = has_nan || isnan(v);
-        mx = v > mx ? v : mx;
+        mx = (v > mx || isnan(v)) && !isnan(mx) ? v : mx;
     }
-    if (has_nan || mx == NEG_INF) {
-        const float fill = has_nan ? uintBitsToFloat(0x7FC00000u) : 0.0;
-        for (int s = 0; s < p.S; ++s) {
+    mx = row_max(mx);
+    if (isnan(mx) || mx == NEG_INF) {
+        const float fill = isnan(mx) ? uintBitsToFloat(0x7FC00000u) : 0.0;
+        for (int s = lane; s < p.S; s += lanes) {
             sc[sbase + s] = fill;
         }
         return;
     }
+    // Each invocation rereads only the elements it wrote.
     float sum = 0.0;
-    for (int s = 0; s < p.S; ++s) {
+    for (int s = lane; s < p.S; s += lanes) {
         const float e = exp(score(sbase, mbase, l, s) - mx);
         sc[sbase + s] = e;
         sum += e;
     }
-    const float inv = 1.0 / sum;
-    for (int s = 0; s < p.S; ++s) {
+    const float inv = 1.0 / row_sum(sum);
+    for (int s = lane; s < p.S; s += lanes) {
         sc[sbase + s] *= inv;
     }
 }

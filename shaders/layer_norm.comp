@@ -1,11 +1,12 @@
 #version 450
-// Layer norm over the last N elements (one contiguous row per invocation).
+// Layer norm over the last N elements of each contiguous row (shaders/rows.glslh: a
+// workgroup per row with ROW_WG, else an invocation per row).
 // Bindings: 0 = in, 1 = out, 2 = weight[N], 3 = bias[N], 4 = mean[rows], 5 = rstd[rows].
 // Absent weight/bias are bound to a placeholder and never touched.
-// Defines: elem_defines for X, Y, W, B, M (mean), R (rstd); HAS_W, HAS_B.
+// Defines: elem_defines for X, Y, W, B, M (mean), R (rstd); HAS_W, HAS_B; ROW_WG.
 // Two passes for the statistics (mean, then the centred sum of squares), biased variance.
-layout(local_size_x = 64) in;
 #include "dtype.glslh"
+#include "rows.glslh"
 
 layout(std430, set = 0, binding = 0) readonly buffer BufIn { X_T x[]; };
 layout(std430, set = 0, binding = 1) writeonly buffer BufOut { Y_T y[]; };
@@ -22,24 +23,24 @@ layout(push_constant) uniform Push {
 } p;
 
 void main() {
-    uint gid = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * gl_WorkGroupSize.x
-               + gl_LocalInvocationID.x;
-    if (gid >= p.rows) {
+    const uint row = row_index();
+    if (row >= p.rows) {
         return;
     }
-    uint base = gid * p.n;
+    const uint lane = row_lane();
+    const uint base = row * p.n;
     float s = 0.0;
-    for (uint k = 0u; k < p.n; ++k) {
+    for (uint k = lane; k < p.n; k += ROW_LANES) {
         s += LOAD_X(base + k);
     }
-    float mean = s / float(p.n);
+    const float mean = row_sum(s) / float(p.n);
     float q = 0.0;
-    for (uint k = 0u; k < p.n; ++k) {
-        float c = LOAD_X(base + k) - mean;
+    for (uint k = lane; k < p.n; k += ROW_LANES) {
+        const float c = LOAD_X(base + k) - mean;
         q += c * c;
     }
-    float rstd = inversesqrt(q / float(p.n) + p.eps);
-    for (uint k = 0u; k < p.n; ++k) {
+    const float rstd = inversesqrt(row_sum(q) / float(p.n) + p.eps);
+    for (uint k = lane; k < p.n; k += ROW_LANES) {
         float v = (LOAD_X(base + k) - mean) * rstd;
 #ifdef HAS_W
         v *= LOAD_W(k);
@@ -49,6 +50,8 @@ void main() {
 #endif
         STORE_Y(base + k, v);
     }
-    STORE_M(p.stat_off + gid, mean);
-    STORE_R(p.stat_off + gid, rstd);
+    if (lane == 0u) {
+        STORE_M(p.stat_off + row, mean);
+        STORE_R(p.stat_off + row, rstd);
+    }
 }

@@ -3,11 +3,13 @@
 // Bindings: 0 = in, 1 = out (contiguous; the kept dims in their original order).
 // The caller splits the input dims into kept dims (ksize/kstride) and reduced dims
 // (rsize/rstride), each merged where adjacent and contiguous, at most 6 of each.
-// One invocation per output element; it walks its reduced elements with the
-// innermost reduced dim as a plain strided loop. Compensated (Kahan) summation.
-// Define MEAN to divide by the number of reduced elements; elem_defines for X and Y.
-layout(local_size_x = 64) in;
+// Each output element by a workgroup (ROW_WG) or an invocation (shaders/rows.glslh):
+// invocation `lane` sums reduced elements lane, lane + ROW_LANES, ... (flat index over the
+// reduced dims, the innermost fastest) with compensated (Kahan) summation; the partials
+// are then added in a tree. Define MEAN to divide by the number of reduced elements;
+// elem_defines for X and Y.
 #include "dtype.glslh"
+#include "rows.glslh"
 
 layout(std430, set = 0, binding = 0) readonly buffer BufIn { X_T x[]; };
 layout(std430, set = 0, binding = 1) writeonly buffer BufOut { Y_T y[]; };
@@ -24,8 +26,7 @@ layout(push_constant) uniform Push {
 } p;
 
 void main() {
-    uint gid = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * gl_WorkGroupSize.x
-               + gl_LocalInvocationID.x;
+    const uint gid = row_index();
     if (gid >= p.n_out) {
         return;
     }
@@ -37,38 +38,40 @@ void main() {
         base += (r - q * s) * p.kstride[d];
         r = q;
     }
-    uint last = p.nr - 1u;
-    uint len = p.rsize[last];
-    uint st = p.rstride[last];
-    uint outer = p.count / len;  // 0 for an empty reduction: the sum is 0, the mean NaN (as torch)
+    const uint last = p.nr - 1u;
+    const uint len = p.rsize[last];
+    const uint st = p.rstride[last];
 
     precise float sum = 0.0;
     precise float comp = 0.0;
     float plain = 0.0;  // uncompensated: the result once an inf or NaN is summed (comp is NaN then)
-    for (uint o = 0u; o < outer; ++o) {
-        uint off = base;
-        uint t = o;
+    // p.count == 0 (an empty reduction): the sum is 0, the mean NaN (as torch)
+    for (uint i = row_lane(); i < p.count; i += ROW_LANES) {
+        uint t = i / len;
+        uint off = base + (i - t * len) * st;
         for (int d = int(last) - 1; d >= 0; --d) {
             uint s = p.rsize[d];
             uint q = t / s;
             off += (t - q * s) * p.rstride[d];
             t = q;
         }
-        for (uint k = 0u; k < len; ++k) {
-            float e = LOAD_X(off + k * st);
-            plain += e;
-            precise float v = e - comp;
-            precise float nsum = sum + v;
-            comp = (nsum - sum) - v;
-            sum = nsum;
-        }
+        float e = LOAD_X(off);
+        plain += e;
+        precise float v = e - comp;
+        precise float nsum = sum + v;
+        comp = (nsum - sum) - v;
+        sum = nsum;
     }
+    float total = row_sum(sum - comp);
+    plain = row_sum(plain);
     if (isinf(plain) || isnan(plain)) {
-        sum = plain;
+        total = plain;
     }
+    if (row_lane() == 0u) {
 #ifdef MEAN
-    STORE_Y(gid, p.count == 0u ? uintBitsToFloat(0x7FC00000u) : sum / float(p.count));
+        STORE_Y(gid, p.count == 0u ? uintBitsToFloat(0x7FC00000u) : total / float(p.count));
 #else
-    STORE_Y(gid, sum);
+        STORE_Y(gid, total);
 #endif
+    }
 }

@@ -1,10 +1,10 @@
 #version 450
-// RMS norm over the last N elements: y = x * rsqrt(mean(x^2) + eps) [* w].
+// RMS norm over the last N elements: y = x * rsqrt(mean(x^2) + eps) [* w], each contiguous
+// row by a workgroup (ROW_WG) or an invocation (shaders/rows.glslh).
 // Bindings: 0 = in, 1 = out, 2 = weight[N] (placeholder unless HAS_W).
-// Defines: elem_defines for X, Y, W; HAS_W.
-// One contiguous row per invocation.
-layout(local_size_x = 64) in;
+// Defines: elem_defines for X, Y, W; HAS_W; ROW_WG.
 #include "dtype.glslh"
+#include "rows.glslh"
 
 layout(std430, set = 0, binding = 0) readonly buffer BufIn { X_T x[]; };
 layout(std430, set = 0, binding = 1) writeonly buffer BufOut { Y_T y[]; };
@@ -17,19 +17,19 @@ layout(push_constant) uniform Push {
 } p;
 
 void main() {
-    uint gid = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * gl_WorkGroupSize.x
-               + gl_LocalInvocationID.x;
-    if (gid >= p.rows) {
+    const uint row = row_index();
+    if (row >= p.rows) {
         return;
     }
-    uint base = gid * p.n;
+    const uint lane = row_lane();
+    const uint base = row * p.n;
     float q = 0.0;
-    for (uint k = 0u; k < p.n; ++k) {
-        float v = LOAD_X(base + k);
+    for (uint k = lane; k < p.n; k += ROW_LANES) {
+        const float v = LOAD_X(base + k);
         q += v * v;
     }
-    float r = inversesqrt(q / float(p.n) + p.eps);
-    for (uint k = 0u; k < p.n; ++k) {
+    const float r = inversesqrt(row_sum(q) / float(p.n) + p.eps);
+    for (uint k = lane; k < p.n; k += ROW_LANES) {
 #ifdef HAS_W
         STORE_Y(base + k, LOAD_X(base + k) * r * LOAD_W(k));
 #else

@@ -101,6 +101,9 @@ class OpBuilder(Protocol):
         """Record `shaders/<shader>.comp` (built with `defines`), binding i = bindings[i]."""
     def alias(self, vid: int, of: int) -> None:
         """Make tensor `vid` the very device tensor of `of`."""
+    def alias_view(self, out: TensorArg, src: TensorArg) -> bool:
+        """Make `out` share `src`'s device tensor (a view: same bytes, another shape) when
+        nothing can overwrite them while `out` is read; False when the caller must copy."""
     def at_load(self) -> ContextManager[None]:
         """Dispatches recorded inside run once, at load, after the weights are in."""
     def is_read(self, vid: int) -> bool:

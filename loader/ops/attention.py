@@ -3,7 +3,8 @@
 Three dispatches through an fp32 scratch tensor of scores [batch, L, S]:
   1. scores = scale * q @ k^T      (matmul.gemm; k is read transposed in place, and
      one query row, the decode case, takes the matvec shader)
-  2. masked, stable softmax of each scores row, in place (attention_softmax shader;
+  2. masked, stable softmax of each scores row, in place (attention_softmax shader, a
+     workgroup per row of S >= reduce.ROW_MIN scores;
      bool mask, one byte per element: 0 = masked out; float mask of any float
      dtype: added; is_causal: top-left aligned)
   3. out = scores @ v              (matmul.gemm)
@@ -20,7 +21,8 @@ import struct
 from vkx.format.contract import Call
 from vkx.loader.ops import OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines
 from vkx.loader.ops.matmul import Operand, batch_plan, batch_strides, gemm
-from vkx.loader.ops.shape import bind_elems, broadcast_strides, contiguous_strides, dispatch_groups
+from vkx.loader.ops.reduce import row_dispatch
+from vkx.loader.ops.shape import bind_elems, broadcast_strides, contiguous_strides
 
 _SOFTMAX_PUSH = struct.Struct("<11i")
 
@@ -97,7 +99,8 @@ def attention(builder: OpBuilder, node: str, q: TensorArg, k: TensorArg, v: Tens
             bindings = [sbind] + ([mbind] if mask is not None else [])
             push = _SOFTMAX_PUSH.pack(n, r0, L, S, nb2, offs[0] - sshift,
                                       offs[1], inner[1][0], inner[1][1], sml, sms)
-            builder.dispatch("attention_softmax", bindings, push, dispatch_groups(n), defines)
+            groups, wg = row_dispatch(n, S)
+            builder.dispatch("attention_softmax", bindings, push, groups, {**defines, **wg})
 
     # 3. out = p @ v
     outer, (nb1, nb2), inner = batch_plan(mb, [ss, sv, so])

@@ -18,15 +18,15 @@ from .attention import attention
 from .conv import pool2d
 from .models import fill
 from .reduce import rms_norm_rows
-from .shape import contiguous_strides, convert_copy, dispatch_groups, normalize_dim, strided_copy
+from .shape import contiguous_strides, convert_copy, dispatch_groups, normalize_dim, strided_copy, view_or_copy
 
 
 @builds("aten.unsqueeze_copy.default", "aten.squeeze_copy.dims", "aten.alias_copy.default",
         "dim_order_ops._to_dim_order_copy.default", "dim_order_ops._clone_dim_order.default")
 def copy(builder: OpBuilder, call: Call) -> None:
     """The elements in order, converted to the output's dtype (a device tensor has one layout,
-    whatever the dim_order)."""
-    convert_copy(builder, call.tensor("self"), call.out)
+    whatever the dim_order); an alias where that is safe (`OpBuilder.alias_view`)."""
+    view_or_copy(builder, call.tensor("self"), call.out)
 
 
 @builds("aten.select_copy.int")

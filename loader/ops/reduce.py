@@ -1,8 +1,11 @@
 """Reductions and normalisations: softmax, log-softmax, layer/RMS/batch norm, sum, mean.
 
-Row-wise ops (softmax, layer norm, RMS norm) run one invocation per row, looping
-over the reduced elements; tensors larger than one storage binding are split
-into blocks of whole rows. `sum`/`mean` walk any set of dims with strides.
+Row-wise ops (softmax, layer norm, RMS norm; attention's softmax too) share
+shaders/rows.glslh: a row of at least ROW_MIN elements is one workgroup's, its
+invocations reducing together in shared memory (`row_dispatch`); shorter rows are
+one invocation's. `sum`/`mean` do the same per output element, whatever dims they
+reduce. Tensors larger than one storage binding are split into blocks
+of whole rows; `sum`/`mean` walk any set of dims with strides.
 Every tensor keeps its dtype (converted on load and store through elem_defines);
 the math is fp32.
 """
@@ -17,6 +20,17 @@ from .shape import (MAX_DIMS, bind_elems, chunk_elems, contiguous_strides, dispa
                     normalize_dim, pad_dims, prod, row_chunks, rows_binding)
 
 FLOAT32_EPS = 1.1920928955078125e-07  # torch.finfo(torch.float32).eps
+
+
+ROW_MIN = 64
+"""Rows at least this long take a workgroup each (shorter ones: an invocation each)."""
+
+
+def row_dispatch(rows: int, n: int) -> tuple[tuple[int, int, int], dict[str, int]]:
+    """(groups, defines) of a shaders/rows.glslh op over `rows` rows of `n` elements."""
+    if n < ROW_MIN:
+        return dispatch_groups(rows), {}
+    return dispatch_groups(rows, 1), {"ROW_WG": 256 if n >= 1024 else 64}
 
 
 def _types(*buffers: tuple[str, str, TensorArg]) -> dict[str, str]:
@@ -43,8 +57,9 @@ def softmax(builder: OpBuilder, call: Call) -> None:
     for o0, oc in row_chunks(builder, outer, slab, [src, out]):
         rows = oc * inner
         push = struct.pack("<III", rows, d, inner)
+        groups, wg = row_dispatch(rows, d)
         builder.dispatch("softmax", [rows_binding(src, o0, oc, slab), rows_binding(out, o0, oc, slab)],
-                         push, dispatch_groups(rows), defines)
+                         push, groups, {**defines, **wg})
 
 
 @builds("aten.native_layer_norm.default")
@@ -68,7 +83,8 @@ def native_layer_norm(builder: OpBuilder, call: Call) -> None:
         sb, _ = bind_elems(builder, rstd, r0, rc)  # the same shift: mean and rstd have the same size
         binds = [xb, rows_binding(out, r0, rc, n), weight or xb, bias or xb, mb, sb]
         push = struct.pack("<IIfI", rc, n, call["eps"], r0 - shift)
-        builder.dispatch("layer_norm", binds, push, dispatch_groups(rc), defines)
+        groups, wg = row_dispatch(rc, n)
+        builder.dispatch("layer_norm", binds, push, groups, {**defines, **wg})
 
 
 @builds("aten.rms_norm.default")
@@ -91,7 +107,8 @@ def rms_norm_rows(builder: OpBuilder, src: TensorArg, weight: TensorArg | None, 
         xb = rows_binding(src, r0, rc, n)
         yb = rows_binding(out, r0, rc, n)
         push = struct.pack("<IIf", rc, n, eps)
-        builder.dispatch("rms_norm", [xb, yb, weight or xb], push, dispatch_groups(rc), defines)
+        groups, wg = row_dispatch(rc, n)
+        builder.dispatch("rms_norm", [xb, yb, weight or xb], push, groups, {**defines, **wg})
 
 
 @builds("aten._native_batch_norm_legit_no_training.default")
@@ -156,4 +173,5 @@ def reduce_dims(builder: OpBuilder, call: Call) -> None:
     defines = _types(("X", "x", src), ("Y", "y", out))
     if call.decl.name == "aten.mean.dim":
         defines["MEAN"] = "1"
-    builder.dispatch("reduce_dims", [src, out], push, dispatch_groups(out.numel), defines)
+    groups, wg = row_dispatch(out.numel, count)
+    builder.dispatch("reduce_dims", [src, out], push, groups, {**defines, **wg})

@@ -295,8 +295,15 @@ def convert_copy(builder: OpBuilder, src: TensorArg, dst: TensorArg) -> None:
 
 @builds("aten.view_copy.default")
 def view_copy(builder: OpBuilder, call: Call) -> None:
-    """The bytes are unchanged (converted when the output's dtype differs)."""
-    convert_copy(builder, call.tensor("self"), call.out)
+    """The bytes are unchanged: `out` is `self`'s buffer (no dispatch) where the graph allows,
+    else a copy (converted when the output's dtype differs)."""
+    view_or_copy(builder, call.tensor("self"), call.out)
+
+
+def view_or_copy(builder: OpBuilder, src: TensorArg, out: TensorArg) -> None:
+    """`out` = `src`'s bytes under another shape: an alias (`OpBuilder.alias_view`), else a copy."""
+    if not builder.alias_view(out, src):
+        convert_copy(builder, src, out)
 
 
 @builds("aten.permute_copy.default")

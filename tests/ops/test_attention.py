@@ -141,7 +141,7 @@ def _qkv_in(dtype, b=2, hq=3, hkv=3, L=7, S=5, E=8, Ev=6, seed=0):
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 @pytest.mark.parametrize("causal,scale", [(False, None), (True, None), (False, 0.3), (True, 1.7)],
                          ids=["plain", "causal", "scale", "causal_scale"])
-@pytest.mark.parametrize("L,S", [(7, 5), (3, 9), (1, 33)], ids=lambda d: str(d))
+@pytest.mark.parametrize("L,S", [(7, 5), (3, 9), (1, 33), (9, 70), (2, 1030)], ids=lambda d: str(d))
 def test_sdpa_dtypes(dtype, causal, scale, L, S):
     q, k, v = _qkv_in(dtype, L=L, S=S)
     want = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
@@ -228,3 +228,16 @@ def test_sdpa_nan_like_torch(dtype, where):
     assert torch.equal(got.isnan(), want.isnan()) and want.isnan().any()
     ok = ~want.isnan()
     assert_close_in(got[ok], want[ok], dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_sdpa_long_rows_bool_mask_and_masked_row(dtype):
+    """Rows of 70 scores (a workgroup each): a random bool mask, one row fully masked (zeros)."""
+    q, k, v = _qkv_in(dtype, L=9, S=70, seed=8)
+    mask = torch.rand(9, 70, generator=torch.Generator().manual_seed(9)) > 0.5
+    mask[:, 37] = True
+    mask[4] = False
+    want = F.scaled_dot_product_attention(q, k, v, mask)
+    got = _sdpa_graph(q, k, v, mask)
+    assert torch.equal(got[:, :, 4], torch.zeros_like(got[:, :, 4]))
+    assert_close_in(got, torch.nan_to_num(want), dtype)

@@ -276,3 +276,88 @@ def test_empty_k(dtype):
     assert torch.equal(got, F.linear(x, w, b))
     a, m = rand(1, 4, 0, dtype=dtype), rand(2, 0, 6, dtype=dtype)
     assert torch.equal(run_graph("aten.matmul.default", [a, m], ((2, 4, 6), dtype)), a @ m)
+
+
+# The tiled path (shaders/matmul_tiled.comp: M and N >= TILED_MIN) at odd sizes: every B
+# layout (linear's k-contiguous W, mm's n-contiguous B, attention's transposed k), vector
+# and scalar loads, edge tiles, a K tail shorter than one step, batches and a bias.
+
+@pytest.fixture
+def tiled_dispatches(monkeypatch):
+    """The defines of every matmul_tiled dispatch recorded while the test runs."""
+    from vkx.loader.graph import GraphBuilder
+    seen = []
+    dispatch = GraphBuilder.dispatch
+
+    def counting(self, shader, bindings, push, groups, defines=None):
+        if shader == "matmul_tiled":
+            seen.append(dict(defines or {}))
+        dispatch(self, shader, bindings, push, groups, defines)
+
+    monkeypatch.setattr(GraphBuilder, "dispatch", counting)
+    return seen
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("m,k,n", [(33, 100, 70), (130, 257, 129), (64, 4, 300), (200, 1, 40), (257, 96, 260)],
+                         ids=str)
+def test_linear_tiled(dtype, m, k, n, tiled_dispatches):
+    x, w, b = rand(m, k, seed=1, dtype=dtype), rand(n, k, seed=2, dtype=dtype), rand(n, seed=3, dtype=dtype)
+    got = run_graph("aten.linear.default", [x, Const(w), Const(b)], ((m, n), dtype))
+    assert len(tiled_dispatches) == 1 and ("B_VEC_K" in tiled_dispatches[0]) == (k % 4 == 0)
+    assert_close_in(got, F.linear(x, w, b), dtype, terms=k)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("m,k,n", [(33, 17, 36), (131, 64, 200), (40, 9, 33)], ids=str)
+def test_mm_bmm_tiled(dtype, m, k, n, tiled_dispatches):
+    a, b = rand(m, k, seed=4, dtype=dtype), rand(k, n, seed=5, dtype=dtype)
+    got = run_graph("aten.mm.default", [a, b], ((m, n), dtype))
+    assert ("B_VEC_N" in tiled_dispatches[0]) == (n % 4 == 0)
+    assert_close_in(got, a @ b, dtype, terms=k)
+    a3, b3 = rand(3, m, k, seed=6, dtype=dtype), rand(3, k, n, seed=7, dtype=dtype)
+    assert_close_in(run_graph("aten.bmm.default", [a3, b3], ((3, m, n), dtype)), torch.bmm(a3, b3), dtype, terms=k)
+    s = rand(n, seed=8, dtype=dtype)
+    got = run_graph("aten.addmm.default", [s, a, Const(b), 0.5, 2.0], ((m, n), dtype))
+    assert_close_in(got, torch.addmm(s, a, b, beta=0.5, alpha=2.0), dtype, terms=k)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_attention_scores_tiled(dtype, tiled_dispatches):
+    """q @ k^T with k read transposed in place (B k-contiguous, batched over heads)."""
+    q, k, v = rand(2, 3, 70, 16, seed=9, dtype=dtype), rand(2, 3, 90, 16, seed=10, dtype=dtype), \
+        rand(2, 3, 90, 8, seed=11, dtype=dtype)
+    got = run_graph("aten.scaled_dot_product_attention.default", [q, k, v, None, 0.0, True, None, False],
+                    ((2, 3, 70, 8), dtype))
+    assert len(tiled_dispatches) == 1  # the scores; p @ v has only 8 columns
+    assert_close_in(got, F.scaled_dot_product_attention(q, k, v, is_causal=True), dtype, terms=90)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_linear_tiled_nan_and_inf_propagate(dtype):
+    x, w = rand(40, 24, seed=1, dtype=dtype), rand(50, 24, seed=2, dtype=dtype)
+    x[7, 3] = float("nan")
+    w[44, 5] = float("inf")
+    got = run_graph("aten.linear.default", [x, Const(w), None], ((40, 50), dtype))
+    want = F.linear(x, w)
+    assert torch.equal(got.isnan(), want.isnan()) and got.isnan().any()
+    finite = want.isfinite()
+    assert torch.equal(got.isinf(), want.isinf())
+    assert_close_in(got[finite], want[finite], dtype, terms=24)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_tiled_tile_sizes(dtype, tiled_dispatches):
+    """A product of >= FEW_TILES 128x128 tiles takes them (8x8 per invocation); fewer take
+    64x64 tiles (RT = CT = 4), e.g. 64 rows of activations."""
+    from vkx.loader.ops.matmul import FEW_TILES
+    x, w = rand(1030, 36, seed=1, dtype=dtype), rand(1800, 36, seed=2, dtype=dtype)  # 9 x 15 tiles
+    assert 9 * 15 >= FEW_TILES
+    assert_close_in(run_graph("aten.linear.default", [x, Const(w), None], ((1030, 1800), dtype)),
+                    F.linear(x, w), dtype, terms=36)
+    a, b = rand(3, 700, 20, seed=3, dtype=dtype), rand(3, 20, 900, seed=4, dtype=dtype)  # 3 x 6 x 8 tiles
+    assert_close_in(run_graph("aten.bmm.default", [a, b], ((3, 700, 900), dtype)), torch.bmm(a, b), dtype, terms=20)
+    x64, w64 = rand(64, 40, seed=5, dtype=dtype), rand(300, 40, seed=6, dtype=dtype)
+    assert_close_in(run_graph("aten.linear.default", [x64, Const(w64), None], ((64, 300), dtype)),
+                    F.linear(x64, w64), dtype, terms=40)
+    assert [(d.get("RT"), d.get("CT")) for d in tiled_dispatches] == [(None, None), (None, None), (4, 4)]

@@ -17,6 +17,8 @@ NAN, INF = float("nan"), float("inf")
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
 @pytest.mark.parametrize("shape,dim", [
     ((17,), 0), ((3, 33), -1), ((3, 33), 0), ((2, 7, 5), 1), ((2, 3, 4, 5), -3), ((1,), 0), ((4, 1), 1),
+    # rows of >= 64 elements: a workgroup each (64 or 256 invocations), also along a strided dim
+    ((5, 77), -1), ((3, 1031), -1), ((2, 100, 3), 1),
 ])
 @by_dtype
 def test_softmax(log, shape, dim, dtype):
@@ -37,6 +39,18 @@ def test_softmax_specials(log, dtype):
     name = "aten._log_softmax.default" if log else "aten._softmax.default"
     fn = torch.log_softmax if log else torch.softmax
     assert_close_in(run_graph(name, [x, -1, False], ((7, 4), dtype)), fn(x, -1), dtype, terms=4, each=True)
+    # the same rows, 300 long: each row's specials in a different invocation of its workgroup
+    wide = torch.cat([x, rand(7, 296, seed=2).to(dtype)], 1)[:, torch.randperm(300, generator=torch.Generator().manual_seed(3))]
+    wide[4] = -INF
+    assert_close_in(run_graph(name, [wide, -1, False], ((7, 300), dtype)), fn(wide, -1), dtype, terms=300,
+                    each=True)
+
+
+def test_softmax_rows_past_one_grid():
+    """More rows than one grid dimension holds workgroups: the row index folds y into x."""
+    x = rand(66000, 64, seed=9, scale=3.0)
+    assert_close_in(run_graph("aten._softmax.default", [x, -1, False], ((66000, 64), torch.float32)),
+                    torch.softmax(x, -1), torch.float32, terms=64)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -52,7 +66,8 @@ def _layer_norm_outs(x, n_norm):
 
 
 @pytest.mark.parametrize("shape,norm", [((3, 17), (17,)), ((2, 5, 8), (8,)), ((2, 3, 7), (3, 7)), ((1, 1), (1,)),
-                                        ((33,), (33,))])
+                                        ((33,), (33,)), ((5, 97), (97,)), ((2, 3, 40), (3, 40)),
+                                        ((3, 1100), (1100,))])
 @pytest.mark.parametrize("affine", [True, False])
 @by_dtype
 def test_layer_norm(shape, norm, affine, dtype):
@@ -80,11 +95,12 @@ def test_layer_norm_mixed_dtypes():
     assert_close(got[1:], want[1:])
 
 
-def test_layer_norm_nan_row():
-    x = rand(3, 8, seed=5)
+@pytest.mark.parametrize("n", [8, 200])
+def test_layer_norm_nan_row(n):
+    x = rand(3, n, seed=5)
     x[1, 3] = NAN
-    want = torch.native_layer_norm(x, [8], None, None, 1e-5)
-    got = run_graph("aten.native_layer_norm.default", [x, [8], None, None, 1e-5], _layer_norm_outs(x, 1))
+    want = torch.native_layer_norm(x, [n], None, None, 1e-5)
+    got = run_graph("aten.native_layer_norm.default", [x, [n], None, None, 1e-5], _layer_norm_outs(x, 1))
     assert got[0][1].isnan().all() and not got[0][0].isnan().any()
     assert_close(got, want)
 
@@ -97,7 +113,8 @@ def test_layer_norm_weight_only():
     assert_close(got[0], want)
 
 
-@pytest.mark.parametrize("shape,norm", [((3, 17), (17,)), ((2, 4, 6), (4, 6)), ((7,), (7,))])
+@pytest.mark.parametrize("shape,norm", [((3, 17), (17,)), ((2, 4, 6), (4, 6)), ((7,), (7,)), ((5, 65), (65,)),
+                                        ((2, 1025), (1025,))])
 @pytest.mark.parametrize("affine", [True, False])
 @pytest.mark.parametrize("eps", [None, 1e-6])
 @by_dtype
@@ -163,6 +180,9 @@ REDUCE_CASES = [
     ((5, 7), [], False),           # empty list: every dim
     ((4, 1, 3), [1], False),       # a size-1 dim
     ((), [], False),               # 0-dim
+    ((3, 200), [-1], False),       # >= 64 reduced elements: a workgroup per output
+    ((5, 1500), [1], True),
+    ((70, 2, 33), [0, 2], True),   # two strided reduced dims, 2310 elements each
 ]
 
 
@@ -192,6 +212,10 @@ def test_sum_specials(name, dtype):
                       [NAN, 1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 4.5]]).to(dtype)
     want = x.sum(1) if name.startswith("aten.sum") else x.mean(1)
     assert_close_in(run_graph(name, [x, [1], False, None], ((5,), dtype)), want, dtype, terms=4, each=True)
+    # rows of 300 (a workgroup each): the specials land in different invocations' partials
+    wide = torch.cat([x, rand(5, 296, seed=3).to(dtype)], 1)[:, torch.randperm(300, generator=torch.Generator().manual_seed(4))]
+    want = wide.sum(1) if name.startswith("aten.sum") else wide.mean(1)
+    assert_close_in(run_graph(name, [wide, [1], False, None], ((5,), dtype)), want, dtype, terms=300, each=True)
 
 
 @pytest.mark.parametrize("shape,dims,out", [((0, 5), [0], (5,)), ((3, 0), [1], (3,)), ((3, 0, 2), [1, 2], (3,))])
