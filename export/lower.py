@@ -18,7 +18,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Container
 
 import torch
 from torch.export import ExportedProgram
@@ -27,6 +27,7 @@ from torch.fx import Node
 
 from vkx.export.dtypes import check_narrowing, on_device, supported
 from vkx.export.errors import ExportError, UnsupportedOpsError
+from vkx.export.fold import fold_constants
 from vkx.export.ops import FORWARDED, OUTPUT_CLONE, RULES
 from vkx.format import contract
 from vkx.format.contract import Arg, ContractError, Kind
@@ -63,8 +64,10 @@ class Lowered:
 
 def lower(program: ExportedProgram) -> Lowered:
     """Check every op first (UnsupportedOpsError lists them all), then build the graph."""
-    check_supported(program)
-    placeholders = classify_placeholders(program)
+    user_inputs, constant_nodes = classify_placeholders(program)
+    folded = fold_constants(program, constant_nodes)
+    check_supported(program, folded)
+    placeholders = user_inputs, {**constant_nodes, **folded}
     scan = GraphBuilder(program, placeholders, uses=None)
     scan.build()
     builder = GraphBuilder(program, placeholders, uses=scan.uses)
@@ -93,11 +96,12 @@ def _fakes(node: Node) -> list[Any]:
     return list(value) if isinstance(value, (tuple, list)) else [value]
 
 
-def check_supported(program: ExportedProgram) -> None:
-    """Raise UnsupportedOpsError naming each op the contract lacks, with its source line."""
+def check_supported(program: ExportedProgram, folded: Container[Node] = ()) -> None:
+    """Raise UnsupportedOpsError naming each op the contract lacks, with its source line
+    (ops folded at export, `folded`, run on no device)."""
     problems: list[str] = []
     for node in program.graph.nodes:
-        if node.op != "call_function":
+        if node.op != "call_function" or node in folded:
             continue
         rule = RULES.get(node.target)
         reason = "not supported" if rule is None else rule.check(node)
@@ -166,7 +170,7 @@ class GraphBuilder:
             self.bind(node, self.graph.input_ids[-1])
             self.io_inputs.append(IOTensor(fake.dtype, tuple(fake.shape)))
         for node in self.program.graph.nodes:
-            if node.op == "call_function":
+            if node.op == "call_function" and node not in self.constant_nodes:
                 self.node = node
                 RULES[node.target].lower(self, node)
         self._emit_outputs()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import torch
 from torch.fx import Node
 
-from vkx.format import contract, op_decls
+from vkx.format import contract, op_decls, op_models
 
 if TYPE_CHECKING:
     from vkx.export.lower import GraphBuilder
@@ -141,10 +141,10 @@ def _pool_lists(node: Node, values: Values) -> Values:
 
 # ---- checks -------------------------------------------------------------------------------
 
-def _conv2d_only(node: Node) -> str | None:
+def _conv_1d_2d(node: Node) -> str | None:
     values = schema_values(node)
-    if values["transposed"] or len(shape(values["input"])) != 4:
-        return "only non-transposed 2-D convolution is supported"
+    if values["transposed"] or len(shape(values["input"])) not in (3, 4):
+        return "only non-transposed 1-D and 2-D convolution is supported"
     return None
 
 
@@ -225,6 +225,68 @@ def _reciprocal(b: GraphBuilder, node: Node) -> None:
     b.emit("aten.div.Tensor", [b.number(1), b.tensor(node.args[0]), b.outputs(node)])
 
 
+# ---- the ops real models add (vkx.format.op_models) ---------------------------------------
+
+def _expand_size(node: Node, values: Values) -> Values:
+    """The output's size (no -1 entries)."""
+    values["size"] = list(shape(node))
+    return values
+
+
+def _hardtanh_bounds(node: Node, values: Values) -> Values:
+    return {"self": values["self"], "min": values["min_val"], "max": values["max_val"]}
+
+
+def _dim(node: Node, values: Values) -> Values:
+    values["dim"] = _positive(values["dim"], max(len(shape(values["self"])), 1))
+    return values
+
+
+def _cumsum_dim(node: Node, values: Values) -> Values:
+    values = _dim(node, values)
+    values["dtype"] = None  # the output's dtype says it
+    return values
+
+
+def _to_copy(b: GraphBuilder, node: Node) -> None:
+    """A dtype cast (the output's dtype; layout, device and memory format mean nothing on the device)."""
+    b.emit("aten._to_copy.default", [b.tensor(node.args[0]), b.outputs(node)])
+
+
+def _cast_only(node: Node) -> str | None:
+    source, result = node.args[0], node.meta["val"]
+    if not isinstance(source, Node) or tuple(source.meta["val"].shape) != tuple(result.shape):
+        return "only a dtype cast is supported"
+    return None
+
+
+def _tensor_indices(node: Node) -> str | None:
+    indices = node.args[1]
+    if any(i is None for i in indices) or len(indices) > op_models.MAX_INDICES:
+        return f"only index tensors on the first {op_models.MAX_INDICES} dims (no slices between them) are supported"
+    if any(i.meta["val"].dtype == torch.bool for i in indices):
+        return "indexing with a bool mask is not supported"
+    return None
+
+
+MODEL_RULES: dict[Any, Rule] = {
+    **{getattr(A, op).Tensor: same(f"aten.{op}.Tensor") for op in (*op_models.COMPARE, *op_models.LOGICAL)},
+    **{getattr(A, op).Scalar: same(f"aten.{op}.Tensor") for op in (*op_models.COMPARE, *op_models.LOGICAL)},
+    **{getattr(A, op).default: same(f"aten.{op}.default") for op in op_models.MIN_MAX},
+    A.logical_not.default: same("aten.logical_not.default"),
+    A.pow.Tensor_Scalar: same("aten.pow.Tensor_Scalar"),
+    A.clamp.default: same("aten.clamp.default"),
+    A.hardtanh.default: same("aten.clamp.default", prepare=_hardtanh_bounds),
+    A._to_copy.default: Rule(_to_copy, _cast_only),
+    A.expand.default: same("aten.expand_copy.default", prepare=_expand_size),
+    A.where.self: same("aten.where.self"),
+    A.gather.default: same("aten.gather.default", prepare=_dim),
+    A.cumsum.default: same("aten.cumsum.default", prepare=_cumsum_dim),
+    A.index.Tensor: same("aten.index.Tensor", check=_tensor_indices),
+}
+"""Comparisons, masks, selection and casts; each elementwise family is derived from its table."""
+
+
 def _nothing(b: GraphBuilder, node: Node) -> None:
     """Forwarded or ignored: the builder resolves uses of this node to its input."""
 
@@ -243,8 +305,8 @@ RULES: dict[Any, Rule] = {
     **{getattr(A, op).Tensor: same(f"aten.{op}.Tensor") for op in op_decls.BINARY},
     **{getattr(A, op).Scalar: same(f"aten.{op}.Tensor") for op in op_decls.BINARY},
     A.reciprocal.default: Rule(_reciprocal),
-    A.neg.default: Rule(_neg),
-    **{getattr(A, op).default: same(f"aten.{op}.default") for op in ("relu", "sigmoid", "tanh", "silu", "gelu")},
+    A.neg.default: Rule(_neg),  # mul by -1 takes every dtype; aten.neg.default only floats
+    **{getattr(A, op).default: same(f"aten.{op}.default") for op in (*op_decls.UNARY, "gelu") if op != "neg"},
     A._softmax.default: same("aten._softmax.default", prepare=_softmax_dim),
     A._log_softmax.default: same("aten._log_softmax.default", prepare=_softmax_dim),
     A.native_layer_norm.default: same("aten.native_layer_norm.default", tref={"weight", "bias"}),
@@ -252,7 +314,7 @@ RULES: dict[Any, Rule] = {
     A._native_batch_norm_legit_no_training.default: same(
         "aten._native_batch_norm_legit_no_training.default",
         tref={"weight", "bias", "running_mean", "running_var"}),
-    A.convolution.default: same("aten.convolution.default", tref={"weight", "bias"}, check=_conv2d_only),
+    A.convolution.default: same("aten.convolution.default", tref={"weight", "bias"}, check=_conv_1d_2d),
     A.max_pool2d.default: same("aten.max_pool2d.default", prepare=_pool_lists),
     A.avg_pool2d.default: same("aten.avg_pool2d.default", prepare=_pool_lists),
     A.adaptive_avg_pool2d.default: Rule(_global_avg_pool, _one_by_one),
@@ -274,6 +336,7 @@ RULES: dict[Any, Rule] = {
         "aten.scaled_dot_product_attention.default", check=_no_dropout),
     **{op: Rule(_nothing) for op in FORWARDED},
     A._assert_tensor_metadata.default: Rule(_nothing),
+    **MODEL_RULES,
 }
 
 OUTPUT_CLONE = "aten.clone.default"
@@ -281,7 +344,7 @@ OUTPUT_CLONE = "aten.clone.default"
 
 KEPT_WHOLE = (
     A.linear.default, A.matmul.default, A.scaled_dot_product_attention.default, A.rms_norm.default,
-    A.silu.default, A.max_pool2d.default, A.adaptive_avg_pool2d.default,
+    A.silu.default, A.max_pool2d.default, A.adaptive_avg_pool2d.default, A.hardswish.default, A.hardsigmoid.default,
 )
 """Ops that torch.export's default decompositions would break up but the contract keeps."""
 

@@ -11,7 +11,8 @@ Arguments come in schema order, the output (a Tensor, or a ValueList of them for
 a multi-output op) last. Trailing arguments with a default may be left out
 (ExecuTorch writes some ops with fewer arguments). This module is the machinery
 (declaring, binding, checking a graph); the declarations are in `op_decls` (ATen and
-ExecuTorch float and shape ops) and `op_quant` (quantized ops), with what they share in
+ExecuTorch float and shape ops), `op_models` (the ops real models add: comparisons, masks, selection,
+casts) and `op_quant` (quantized ops), with what they share in
 `op_rules`. docs/architecture.md lists the ops in prose.
 """
 from __future__ import annotations
@@ -317,4 +318,4 @@ def check_graph(graph: g.VkGraph) -> list[Call]:
 
 
 # The declarations fill OPS when the contract is imported (they import the machinery above).
-from . import op_decls, op_quant  # noqa: E402,F401
+from . import op_decls, op_models, op_quant  # noqa: E402,F401

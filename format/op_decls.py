@@ -261,6 +261,7 @@ UNARY: dict[str, str] = {
     "neg": "(-x)",
     "abs": "abs(x)",
     "exp": "exp(x)",
+    "log": "log_(x)",
     "rsqrt": "rsqrt_(x)",
     "sin": "sin_(x)",
     "cos": "cos_(x)",

@@ -4,7 +4,7 @@
 // Defines:
 //   OP(x, y)  the operation: a GLSL expression of x, y (the op's `glsl` in vkx.format.contract);
 //             ALPHA is add/sub's alpha
-//   INT_MATH  compute in int (an integer output), else in float
+//   INT_MATH  compute in int (no floating operand or output), else in float
 //   A_T, LOAD_A, LOADI_A, B_T, ..., O_T, STORE_O  element types (elem_defines): any types,
 //             converted on load and store
 //   VEC4      float operands, flat: mode-0 operands and out are arrays of 4-element vectors
@@ -53,6 +53,14 @@ layout(push_constant) uniform Push {
 #define ALPHA p.falpha
 #define IMM p.fimm
 #endif
+
+// minimum/maximum: NaN wins, as in torch (GLSL's min/max leave NaN undefined).
+float min_(float x, float y) { return isnan(x) || isnan(y) ? x + y : min(x, y); }
+float max_(float x, float y) { return isnan(x) || isnan(y) ? x + y : max(x, y); }
+vec4 min_(vec4 x, vec4 y) { return mix(min(x, y), x + y, bvec4(uvec4(isnan(x)) | uvec4(isnan(y)))); }
+vec4 max_(vec4 x, vec4 y) { return mix(max(x, y), x + y, bvec4(uvec4(isnan(x)) | uvec4(isnan(y)))); }
+int min_(int x, int y) { return min(x, y); }
+int max_(int x, int y) { return max(x, y); }
 
 void main() {
     uint gid = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * gl_WorkGroupSize.x

@@ -56,6 +56,27 @@ T rsqrt_(T x) {
     return mix(r, 1.0 / x, EQ(x, T(0.0)));
 }
 
+// log with IEEE edge cases (GLSL leaves log undefined for x <= 0): 0 -> -inf, negative -> NaN.
+T log_(T x) {
+    T r = mix(log(abs(x)), T(uintBitsToFloat(0xFF800000u)), EQ(x, T(0.0)));
+    return mix(r, T(uintBitsToFloat(0x7FC00000u)), LT(x, T(0.0)));
+}
+
+#ifdef E
+// x ** E for a scalar exponent E (a define; the loader writes E = 2, 1, 0.5 ... as plain
+// expressions): |x| ** E, with the sign of x for an odd integer E, as torch does. GLSL leaves pow
+// undefined for x < 0 and for x = 0, E <= 0: a negative x with a fractional E gives NaN, and
+// 0 ** E is 1, 0 or inf for E = 0, E > 0, E < 0.
+T pow_(T x) {
+    T r = pow(max(abs(x), T(1.17549435e-38)), T(E));
+    r = E > 0.0 ? mix(r, T(0.0), EQ(x, T(0.0))) : mix(r, T(uintBitsToFloat(0x7F800000u)), EQ(x, T(0.0)));
+    if (fract(E) != 0.0) {
+        return mix(r, T(uintBitsToFloat(0x7FC00000u)), LT(x, T(0.0)));
+    }
+    return mod(E, 2.0) == 1.0 ? mix(r, -r, LT(x, T(0.0))) : r;
+}
+#endif
+
 // sin and cos of an argument reduced to [-pi, pi] first, in two steps (Cody-Waite: k * 6.28125
 // is exact for |k| < 2^16): drivers' sin/cos are accurate only near zero (Vulkan asks 2^-11
 // absolute on [-pi, pi]; the H200's lose 6e-4 at 5000), rotary embeddings pass thousands.

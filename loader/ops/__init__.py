@@ -134,7 +134,7 @@ def builds_family(family: str) -> Callable[[Builder], Builder]:
     return builds(*names)
 
 
-_OP_MODULES = ("elementwise", "reduce", "shape", "matmul", "conv", "attention", "prepack", "quant")
+_OP_MODULES = ("elementwise", "reduce", "shape", "matmul", "conv", "attention", "prepack", "quant", "models")
 
 
 def lookup(name: str) -> Builder:

@@ -50,7 +50,9 @@ def binary(builder: OpBuilder, call: Call) -> None:
         return
     imm = next((x for x in (a, b) if not isinstance(x, TensorArg)), 0)
     ma, mb = _mode(a, n), _mode(b, n)
-    int_math = not out.dtype.is_float
+    # float math when anything is floating (a comparison of floats has a bool output)
+    int_math = not any(x.dtype.is_float if isinstance(x, TensorArg) else not float(x).is_integer()
+                       for x in (a, b, out))
     ta = a if isinstance(a, TensorArg) else b  # an immediate binds the other operand (never read)
     tb = b if isinstance(b, TensorArg) else a
     vec4 = n % 4 == 0 and all(x.dtype.is_float for x in (ta, tb, out))
@@ -120,13 +122,15 @@ def vec4_defines(prefix: str, buffer: str, dtype: DType) -> Defines:
     raise UnsupportedOpError(f"no vec4 path for {dtype}")
 
 
-def unary(builder: OpBuilder, call: Call, expr: str) -> None:
-    """Record `out = expr(self)` (a GLSL expression of x), split over bindings if large."""
+def unary(builder: OpBuilder, call: Call, expr: str, extra: Defines | None = None) -> None:
+    """Record `out = expr(self)` (a GLSL expression of x; `extra`: defines it uses), split over
+    bindings if large."""
     src, out = call.tensor("self"), call.out
     n = src.numel
-    vec4 = n % 4 == 0
+    vec4 = n % 4 == 0 and src.dtype.is_float and out.dtype.is_float
     types = vec4_defines if vec4 else elem_defines
-    defines: Defines = {"OP(x)": expr, **types("X", "x_in", src.dtype), **types("Y", "x_out", out.dtype)}
+    defines: Defines = {"OP(x)": expr, **types("X", "x_in", src.dtype), **types("Y", "x_out", out.dtype),
+                        **(extra or {})}
     if vec4:
         defines["VEC4"] = 1
     for start, count in chunk_elems(builder, n, [src, out]):

@@ -1,0 +1,151 @@
+"""Builders of the ops real models add (vkx.format.op_models): scalar powers, clamps, casts,
+broadcasting copies, selection, gather and running sums.
+
+The comparisons, bitwise ops, minimum/maximum and logical_not are elementwise declarations
+built by `elementwise` (their `glsl` expressions); the ops here need their own shaders or
+arguments that become part of the GLSL expression.
+"""
+from __future__ import annotations
+
+import math
+import struct
+
+from vkx.format.contract import Call
+from vkx.format.op_models import MAX_INDICES
+
+from . import OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines
+from .elementwise import unary
+from .shape import (MAX_DIMS, broadcast_strides, collapse_dims, contiguous_strides, convert_copy, dispatch_groups,
+                    pad_dims, strided_copy)
+
+_POW = {0.0: "T(1.0)", 1.0: "x", 2.0: "(x * x)", 3.0: "(x * x * x)", -0.5: "rsqrt_(x)", -1.0: "(1.0 / x)"}
+"""Exponents with an exact (or driver-precise) expression; any other goes through pow_."""
+
+
+def _float(x: float) -> str:
+    """A GLSL float literal of `x` (±inf as an expression)."""
+    if math.isinf(x):
+        return f"uintBitsToFloat({'0xFF800000u' if x < 0 else '0x7F800000u'})"
+    return f"{float(x)!r}"
+
+
+@builds("aten.pow.Tensor_Scalar")
+def pow_scalar(builder: OpBuilder, call: Call) -> None:
+    e = float(call["exponent"])
+    unary(builder, call, _POW[e] if e in _POW else "pow_(x)", {"E": _float(e)})
+
+
+@builds("aten.clamp.default")
+def clamp(builder: OpBuilder, call: Call) -> None:
+    """min(max(x, lo), hi) in that order (torch's, for lo > hi too), NaN kept."""
+    expr = "x"
+    if call["min"] is not None:
+        expr = f"max({expr}, T({_float(call['min'])}))"
+    if call["max"] is not None:
+        expr = f"min({expr}, T({_float(call['max'])}))"
+    unary(builder, call, f"mix({expr}, x, isnan(x))")
+
+
+@builds("aten._to_copy.default")
+def to_copy(builder: OpBuilder, call: Call) -> None:
+    convert_copy(builder, call.tensor("self"), call.out)
+
+
+@builds("aten.expand_copy.default")
+def expand_copy(builder: OpBuilder, call: Call) -> None:
+    """A strided copy reading broadcast dims with stride 0."""
+    src, out = call.tensor("self"), call.out
+    if src.dtype != out.dtype:
+        converted = builder.temp(src.shape, out.dtype)
+        convert_copy(builder, src, converted)
+        src = converted
+    strided_copy(builder, src, out, out.shape, broadcast_strides(src.shape, out.shape))
+
+
+def _whole(builder: OpBuilder, *tensors: TensorArg) -> None:
+    for t in tensors:
+        if t.nbytes > builder.max_binding_bytes:
+            raise UnsupportedOpError(f"a tensor {t.shape} larger than one storage binding")
+
+
+@builds("aten.where.self")
+def where(builder: OpBuilder, call: Call) -> None:
+    cond, a, b, out = call.tensor("condition"), call.tensor("self"), call.tensor("other"), call.out
+    if out.numel == 0:
+        return
+    _whole(builder, cond, a, b, out)
+    shape = tuple(out.shape) or (1,)
+    strides = [broadcast_strides(t.shape, shape) for t in (cond, a, b)]
+    sizes, (sc, sa, sb, _) = collapse_dims(shape, *strides, contiguous_strides(shape))
+    if len(sizes) > MAX_DIMS:
+        raise UnsupportedOpError(f"where over {len(sizes)} non-mergeable dims (max {MAX_DIMS})")
+    defines = {**elem_defines("C", "c", cond.dtype), **elem_defines("A", "a", a.dtype),
+               **elem_defines("B", "b", b.dtype), **elem_defines("O", "o", out.dtype)}
+    if not out.dtype.is_float:
+        defines["INT_PATH"] = 1
+    push = struct.pack("<26I", out.numel, len(sizes), *pad_dims(sizes), *pad_dims(sc), *pad_dims(sa), *pad_dims(sb))
+    builder.dispatch("where", [cond, a, b, out], push, dispatch_groups(out.numel), defines)
+
+
+@builds("aten.gather.default")
+def gather(builder: OpBuilder, call: Call) -> None:
+    src, index, out = call.tensor("self"), call.tensor("index"), call.out
+    if out.numel == 0:
+        return
+    _whole(builder, src, index, out)
+    rank = max(len(src.shape), 1)
+    if rank > MAX_DIMS:
+        raise UnsupportedOpError(f"gather over {rank} dims (max {MAX_DIMS})")
+    dim = call["dim"] % rank
+    shape, index_shape = tuple(src.shape) or (1,), tuple(index.shape) or (1,)
+    defines = {**elem_defines("S", "s", src.dtype), **elem_defines("I", "idx", index.dtype),
+               **elem_defines("O", "o", out.dtype)}
+    if not out.dtype.is_float:
+        defines["INT_PATH"] = 1
+    push = struct.pack("<IIIi12I", out.numel, rank, dim, shape[dim], *pad_dims(index_shape),
+                       *pad_dims(contiguous_strides(shape)))
+    builder.dispatch("gather", [src, index, out], push, dispatch_groups(out.numel), defines)
+
+
+@builds("aten.index.Tensor")
+def index(builder: OpBuilder, call: Call) -> None:
+    src, indices, out = call.tensor("self"), call["indices"], call.out
+    if out.numel == 0:
+        return
+    _whole(builder, src, *indices, out)
+    k = len(indices)
+    batch = tuple(out.shape[:len(out.shape) - (len(src.shape) - k)]) or (1,)
+    strides = [broadcast_strides(i.shape, batch) for i in indices]
+    sizes, collapsed = collapse_dims(batch, *strides)
+    if len(sizes) > 4:
+        raise UnsupportedOpError(f"index tensors broadcast over {len(sizes)} non-mergeable dims (max 4)")
+    binds = [*indices, *[indices[0]] * (MAX_INDICES - k)]
+    defines = {**elem_defines("S", "s", src.dtype), **elem_defines("O", "o", out.dtype)}
+    for j, t in enumerate(binds):
+        defines.update(elem_defines(f"I{j}", f"i{j}", t.dtype))
+    if not out.dtype.is_float:
+        defines["INT_PATH"] = 1
+    istride = [x for j in range(MAX_INDICES)
+               for x in ((list(collapsed[j]) if j < k else []) + [0] * 4)[:4]]
+    src_strides = contiguous_strides(src.shape)
+    push = struct.pack("<8I12I3i3I", out.numel, len(sizes), k, math.prod(src.shape[k:]),
+                       *(sizes + [0] * 4)[:4], *istride, *(list(src.shape[:k]) + [0] * 3)[:3],
+                       *(list(src_strides[:k]) + [0] * 3)[:3])
+    builder.dispatch("index", [src, *binds, out], push, dispatch_groups(out.numel), defines)
+
+
+@builds("aten.cumsum.default")
+def cumsum(builder: OpBuilder, call: Call) -> None:
+    src, out = call.tensor("self"), call.out
+    if out.numel == 0:
+        return
+    _whole(builder, src, out)
+    shape = tuple(src.shape) or (1,)
+    dim = call["dim"] % len(shape)
+    inner = math.prod(shape[dim + 1:])
+    lines = math.prod(shape[:dim]) * inner
+    defines = {**elem_defines("S", "s", src.dtype), **elem_defines("O", "o", out.dtype)}
+    if not out.dtype.is_float:
+        defines["INT_PATH"] = 1
+    builder.dispatch("cumsum", [src, out], struct.pack("<III", lines, shape[dim], inner), dispatch_groups(lines),
+                     defines)

@@ -1,0 +1,71 @@
+#version 450
+// Advanced indexing by K index tensors on the leading dims of src (x[i0, i1, ...]):
+//   out[b, r] = src[i0[b], ..., i{K-1}[b], r]
+// b runs over the index tensors' broadcast shape (collapsed to at most 4 dims), r over the
+// elements of src past its first K dims.
+// Bindings: 0 = src, 1..3 = the index tensors (unused ones bind index 0 again), 4 = out.
+// Defines: elem_defines for S, I0..I2 and O; INT_PATH: an integer output (through int), else
+// through float. An index outside [-size, size) gives 0 (torch raises; the file may not).
+// One invocation per output element. Groups fold into y.
+layout(local_size_x = 64) in;
+#include "dtype.glslh"
+
+layout(std430, set = 0, binding = 0) readonly buffer BufS { S_T s[]; };
+layout(std430, set = 0, binding = 1) readonly buffer BufI0 { I0_T i0[]; };
+layout(std430, set = 0, binding = 2) readonly buffer BufI1 { I1_T i1[]; };
+layout(std430, set = 0, binding = 3) readonly buffer BufI2 { I2_T i2[]; };
+layout(std430, set = 0, binding = 4) writeonly buffer BufO { O_T o[]; };
+
+layout(push_constant) uniform Push {
+    uint n;
+    uint nb;         // collapsed broadcast dims, 1..4
+    uint k;          // index tensors, 1..3
+    uint rest;       // elements of src past its first k dims
+    uint bsize[4];
+    uint istride[12];  // index tensor j's strides over the broadcast dims: istride[4 * j + d]
+    int size[3];     // src's first k sizes
+    uint stride[3];  // and their strides in elements
+} p;
+
+int index_at(uint j, uint e) {
+    if (j == 0u) {
+        return LOADI_I0(e);
+    }
+    if (j == 1u) {
+        return LOADI_I1(e);
+    }
+    return LOADI_I2(e);
+}
+
+void main() {
+    uint gid = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * gl_WorkGroupSize.x
+               + gl_LocalInvocationID.x;
+    if (gid >= p.n) {
+        return;
+    }
+    uint b = gid / p.rest;
+    uint src = gid - b * p.rest;
+    uint e[3] = uint[3](0u, 0u, 0u);
+    for (int d = int(p.nb) - 1; d >= 0; --d) {
+        uint q = b / p.bsize[d];
+        uint c = b - q * p.bsize[d];
+        for (uint j = 0u; j < p.k; ++j) {
+            e[j] += c * p.istride[4u * j + uint(d)];
+        }
+        b = q;
+    }
+    for (uint j = 0u; j < p.k; ++j) {
+        int i = index_at(j, e[j]);
+        i = i < 0 ? i + p.size[j] : i;
+        if (i < 0 || i >= p.size[j]) {
+            STORE_O(gid, 0);
+            return;
+        }
+        src += uint(i) * p.stride[j];
+    }
+#ifdef INT_PATH
+    STORE_O(gid, LOADI_S(src));
+#else
+    STORE_O(gid, LOAD_S(src));
+#endif
+}

@@ -1,0 +1,25 @@
+"""Shared helpers for the model tests: export with vkx, run on the device, compare with torch.
+
+`check_model(module, inputs)` exports `module` (its output a tensor), runs the loaded program and
+asserts the largest error is within `rtol` of the output's scale (its largest magnitude), after
+checking that the output has real magnitude (random weights that give ~0 test nothing).
+"""
+from __future__ import annotations
+
+import torch
+
+from tests.ops.conftest import run_vkx
+
+
+def check_model(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], rtol: float = 1e-4) -> float:
+    """Export and run `module` on the device; returns the error relative to the output's scale."""
+    module = module.eval()
+    with torch.no_grad():
+        want = module(*inputs)
+    got = run_vkx(module, inputs)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    scale = float(want.abs().max())
+    assert scale > 0.1 and float(want.std()) > 0.01, f"the output has no real magnitude (max {scale})"
+    error = float((got.float() - want.float()).abs().max()) / scale
+    assert error < rtol, f"max error {error:.3g} of the output's scale {scale:.3g}"
+    return error

@@ -1,0 +1,125 @@
+"""Hugging Face transformers families in small configurations with random weights, exported by vkx,
+run on the device and compared with torch (no downloads: each model is built from its config)."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from .conftest import check_model
+
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.vulkan
+
+VOCAB, SEQ = 96, 8
+
+
+class Output(nn.Module):
+    """The model's one tensor output (`logits` or `last_hidden_state`) for input ids."""
+
+    def __init__(self, model: nn.Module, field: str):
+        super().__init__()
+        self.model, self.field = model, field
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return getattr(self.model(input_ids=ids), self.field)
+
+
+def _ids(seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (1, SEQ), generator=torch.Generator().manual_seed(seed))
+
+
+def _causal_lm(config_class, model_class, attn: str, **extra) -> nn.Module:
+    config = config_class(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                          use_cache=False, attn_implementation=attn, bos_token_id=1, eos_token_id=2,
+                          pad_token_id=0, **extra)
+    torch.manual_seed(0)
+    return Output(model_class(config), "logits")
+
+
+CAUSAL = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    "mistral": ("MistralConfig", "MistralForCausalLM"),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM"),
+}
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("family", CAUSAL)
+def test_causal_lm(family, attn):
+    """Grouped-query attention (4 query heads over 2 key/value heads), RoPE, RMSNorm, SwiGLU."""
+    config, model = (getattr(transformers, name) for name in CAUSAL[family])
+    check_model(_causal_lm(config, model, attn), (_ids(),))
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_gpt2(attn):
+    """Learned positions, fused QKV (Conv1D), tanh GELU, layer norm, tied head."""
+    config = transformers.GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=64,
+                                     use_cache=False, attn_implementation=attn, bos_token_id=1, eos_token_id=2)
+    torch.manual_seed(0)
+    check_model(Output(transformers.GPT2LMHeadModel(config), "logits"), (_ids(),))
+
+
+class Masked(nn.Module):
+    """An encoder called with input ids and a padding mask (1 = token, 0 = padding)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=ids, attention_mask=mask).last_hidden_state
+
+
+def _bert(attn: str) -> nn.Module:
+    config = transformers.BertConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=128, max_position_embeddings=64, attn_implementation=attn)
+    torch.manual_seed(0)
+    return transformers.BertModel(config, add_pooling_layer=False)
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_bert(attn):
+    check_model(Output(_bert(attn), "last_hidden_state"), (_ids(),))
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_bert_padding_mask(attn):
+    """The padding mask is a model input: its expansion to an additive mask runs on the device."""
+    mask = torch.ones(2, SEQ, dtype=torch.int64)
+    mask[1, 5:] = 0
+    ids = torch.cat([_ids(0), _ids(1)])
+    check_model(Masked(_bert(attn)), (ids, mask))
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_t5_encoder(attn):
+    """Relative position buckets (log, minimum, where), RMS-style layer norm without mean."""
+    config = transformers.T5Config(vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4,
+                                   relative_attention_num_buckets=8, relative_attention_max_distance=16,
+                                   attn_implementation=attn)
+    torch.manual_seed(0)
+    check_model(Output(transformers.T5EncoderModel(config), "last_hidden_state"), (_ids(),))
+
+
+class Features(nn.Module):
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.model(input_features=features).last_hidden_state
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_whisper_encoder(attn):
+    """Two Conv1d layers with GELU over log-mel features, sinusoidal positions, pre-norm blocks."""
+    config = transformers.WhisperConfig(num_mel_bins=16, d_model=64, encoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+                                        encoder_ffn_dim=128, max_source_positions=16, attn_implementation=attn)
+    torch.manual_seed(0)
+    encoder = transformers.WhisperModel(config).get_encoder()
+    features = torch.randn(1, 16, 32, generator=torch.Generator().manual_seed(0))
+    check_model(Features(encoder), (features,))
