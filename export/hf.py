@@ -15,10 +15,14 @@ import json
 import mmap
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from vkx.export.errors import ExportError
+
+if TYPE_CHECKING:
+    from vkx.export.api import ExportReport
 
 try:
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -86,6 +90,27 @@ def load_config(folder: Folder):
         raise ExportError(f"{folder.path / CONFIG}: model_type {config.model_type!r} is not one of "
                           f"{', '.join(FAMILIES)}")
     return config
+
+
+def export_folder(path: str | Path, output: str | Path, *, max_seq_len: int | None = None, prefill_len: int = 32,
+                  dtype: str = "keep", **options) -> "ExportReport":
+    """Export a model folder to a two-method program (prefill `[1, prefill_len]`, decode `[1, 1]`)
+    whose state is the KV cache of `max_seq_len` positions (default: 512, or the model's positions if
+    fewer); `options` go to `export_model`."""
+    from vkx.export.api import export_model
+    from vkx.export.dtypes import TARGETS, torch_dtype
+
+    folder = read_folder(path)
+    config = load_config(folder)
+    positions = getattr(config.get_text_config(), "max_position_embeddings", None) or max_seq_len or 512
+    max_seq_len = max_seq_len or min(512, positions)
+    if not 1 <= prefill_len <= max_seq_len <= positions:
+        raise ExportError(f"need 1 <= prefill length ({prefill_len}) <= max sequence length ({max_seq_len}) "
+                          f"<= the model's {positions} positions")
+    lm = CausalLM(build_model(folder, torch_dtype(TARGETS[dtype]) if TARGETS.get(dtype) else None), max_seq_len)
+    methods = {"prefill": (torch.zeros(1, prefill_len, dtype=torch.long), torch.arange(prefill_len)),
+               "decode": (torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, dtype=torch.long))}
+    return export_model(lm, methods, output, dtype=dtype, **options)
 
 
 def build_model(folder: Folder, dtype: torch.dtype | None = None, seed: int = 0) -> torch.nn.Module:

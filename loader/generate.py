@@ -161,3 +161,29 @@ def _prefill(decoder: Decoder, input_ids: list[int], chunk: int) -> np.ndarray:
         ids[0, :len(piece)] = piece
         logits = np.asarray(decoder.prefill(ids, np.arange(start, start + chunk, dtype=np.int64)))
     return logits.reshape(chunk, -1)[len(piece) - 1]
+
+
+class ProgramDecoder:
+    """The Decoder over a loaded vkx program of methods `prefill` and `decode` (what `vkx export DIR` writes)."""
+
+    def __init__(self, program):
+        methods = set(getattr(program, "methods", ()))
+        if not {"prefill", "decode"} <= methods:
+            raise InputError("not a causal LM program: it needs methods prefill and decode "
+                             f"(it has {', '.join(sorted(methods)) or 'one unnamed method'}); "
+                             "export a Hugging Face folder with vkx export DIR")
+        self.program = program
+        (ids_shape, _), _ = program["prefill"].input_specs
+        (logits_shape, _), = program["prefill"].output_specs
+        # every state is a KV cache [1, kv_heads, max_seq_len, head_dim]
+        cache = program.state(program.states[0])
+        self.shape = LMShape(prefill_len=ids_shape[1], max_seq_len=cache.shape[2], vocab_size=logits_shape[-1])
+
+    def prefill(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
+        return self.program["prefill"].run_numpy(input_ids, cache_position)[0]
+
+    def decode(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
+        return self.program["decode"].run_numpy(input_ids, cache_position)[0]
+
+    def reset(self) -> None:
+        self.program.reset()
