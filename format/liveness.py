@@ -6,8 +6,8 @@ Graph inputs live over the whole chain: vkx's plan never reuses an input's
 memory (a conservative rule; reuse after the last reader would also be valid,
 since inputs are copied in afresh on every run), and A_live follows the same
 rule so that A and A_live compare like for like. Graph outputs live from their
-producer to the end (they are copied out when the run ends). Constants and prepack outputs (weights, kept for good) are not
-activations. Every tensor is float32 or int32 on the GPU: 4 bytes an element.
+producer to the end (they are copied out when the run ends). Constants, prepack outputs (weights, kept for good) and state
+(docs/format.md, "State") are not activations. Every tensor is float32 or int32 on the GPU: 4 bytes an element.
 """
 from __future__ import annotations
 
@@ -15,8 +15,11 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from . import vkgraph as vk
+from .op_state import STATE_OPS
 
 PREPACK = "et_vk.prepack.default"
+DEDICATED = frozenset({PREPACK}) | STATE_OPS
+"""Ops whose outputs keep memory of their own: weights in device form, persistent state."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ def lifetimes(graph: vk.VkGraph) -> list[Lifetime]:
         for value_id in activation_ids(graph, [written]):
             first.setdefault(value_id, index)
             last.setdefault(value_id, index)
-            if call.name == PREPACK:
+            if call.name in DEDICATED:
                 dedicated.add(value_id)
     return [Lifetime(value_id, graph.values[value_id].nbytes, first[value_id], last[value_id])
             for value_id in sorted(first) if value_id not in dedicated]

@@ -36,7 +36,7 @@ class RTensor:
     `staging` is the dtype a graph input/output has on the host side (the
     file's `staging_datatype`, else the tensor's own dtype).
     """
-    __slots__ = ("arg", "staging", "constant_id", "mem_obj_id", "buffer", "is_temp")
+    __slots__ = ("arg", "staging", "constant_id", "mem_obj_id", "buffer", "is_temp", "state")
 
     def __init__(self, arg: ops.TensorArg, staging: DType, constant_id: int = -1,
                  mem_obj_id: int = -1, is_temp: bool = False):
@@ -46,6 +46,8 @@ class RTensor:
         self.mem_obj_id = mem_obj_id
         self.buffer = None
         self.is_temp = is_temp
+        self.state: str | None = None
+        """The name of the persistent state this tensor is (None: not state)."""
 
     @property
     def vid(self) -> int:
@@ -85,6 +87,8 @@ class GraphBuilder:
         self.dispatches: list[Dispatch] = []
         self.prepack_dispatches: list[Dispatch] = []
         """Dispatches that run once at load (a weight converted to its device form)."""
+        self.states: dict[str, tuple[RTensor, RTensor | None]] = {}
+        """Each state's name -> its tensor and its initial value's constant (None: zeros)."""
         self._load_time = False
         self._node = "?"
         for vid, v in enumerate(graph.values):
@@ -155,6 +159,17 @@ class GraphBuilder:
         """Make tensor `vid` the very device tensor of `of` (a prepack whose weight is used as stored)."""
         self.tensors[vid] = self.tensors[of]
 
+    def state(self, vid: int, name: str, initial: int | None) -> None:
+        """Make tensor `vid` the persistent state `name`, initialised from constant `initial` (None: zeros)."""
+        if name in self.states:
+            raise BadProgramError(f"{self._node}: state {name!r} is declared twice")
+        t = self.tensors[vid]
+        init = None if initial is None else self.tensors[initial]
+        if init is not None and not init.is_constant:
+            raise BadProgramError(f"{self._node}: the initial value of state {name!r} is not a constant")
+        t.state = name
+        self.states[name] = (t, init)
+
     @contextlib.contextmanager
     def at_load(self):
         """Dispatches recorded inside run once, at load, after the weights are in."""
@@ -213,4 +228,8 @@ class GraphBuilder:
                 seen[t.vid] = t
         for vid in [*self.graph.input_ids, *self.graph.output_ids]:
             seen[vid] = self.tensors[vid]
+        for t, init in self.states.values():
+            seen[t.vid] = t
+            if init is not None:
+                seen[init.vid] = init
         return [seen[k] for k in sorted(seen)]

@@ -131,6 +131,8 @@ class Program(Closes):
         self._in = [_Port(t, io) for io, t in io_in]
         self._out = [_Port(t, io) for t, io in io_out]
         self.closed = False
+        self._owner = True
+        """Whether close() releases the load (a method of a `Methods` leaves that to it)."""
         self._executed = False
         # One recorded command buffer, one fence and one set of io buffers serve every call, so a
         # call (write inputs, submit, wait, read outputs) must not overlap another call or close().
@@ -182,6 +184,36 @@ class Program(Closes):
                for o, p in zip(outs, self._out)]
         return res[0] if len(res) == 1 else tuple(res)
 
+    # -- state ---------------------------------------------------------------------------
+    @property
+    def states(self) -> list[str]:
+        """The names of the program's persistent state tensors."""
+        return list(self._resources.states.states)
+
+    def reset(self) -> None:
+        """Every state tensor back to its initial value."""
+        with self._lock:
+            if self.closed:
+                raise LoadError("program is closed")
+            self._resources.states.reset()
+
+    def state(self, name: str):
+        """A copy of state tensor `name` as a torch tensor."""
+        import torch
+        store = self._resources.states
+        if name not in store.states:
+            known = ", ".join(store.states) or "none"
+            raise InputError(f"no state {name!r} (states: {known})")
+        t = store.states[name][0]
+        with self._lock:
+            if self.closed:
+                raise LoadError("program is closed")
+            data = store.read(name, self._resources.allocator)
+        dtype = t.arg.dtype
+        array = np.frombuffer(data, np.dtype(dtype.numpy)).reshape(t.arg.shape).copy()
+        out = torch.from_numpy(array)
+        return out.view(torch.bfloat16) if dtype is dtypes.BFLOAT16 else out
+
     # -- memory ----------------------------------------------------------------------
     @property
     def memory(self) -> dict:
@@ -203,7 +235,73 @@ class Program(Closes):
             self.closed = True
             for port in self._in + self._out:
                 port.view = None  # drop views of the io buffers before their memory goes
-            self._resources.close()
+            if self._owner:
+                self._resources.close()
+        if self._owner:
+            self.device.check()
+
+
+class Methods(Closes):
+    """A loaded program of several methods: `program.decode(...)` or `program["decode"](...)`.
+
+    The methods share one load: the weights (each once), the state tensors and the
+    activation memory, so their calls run one at a time. `close()` releases it all.
+    """
+
+    def __init__(self, programs: dict[str, Program]):
+        self._programs = programs
+        lock = threading.Lock()
+        for program in programs.values():
+            program._lock, program._owner = lock, False
+        first = next(iter(programs.values()))
+        self._first, self._lock = first, lock
+        self.device, self.ledger, self.timeline = first.device, first.ledger, first.timeline
+        self.weight_bytes = first.weight_bytes
+        """Device bytes of the constants of all methods, each once."""
+        self.closed = False
+
+    @property
+    def methods(self) -> list[str]:
+        """The method names, in file order."""
+        return list(self._programs)
+
+    def __getitem__(self, name: str) -> Program:
+        program = self._programs.get(name)
+        if program is None:
+            raise InputError(f"no method {name!r} (methods: {', '.join(self._programs)})")
+        return program
+
+    def __getattr__(self, name: str) -> Program:
+        programs = self.__dict__.get("_programs", {})
+        if name in programs:
+            return programs[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute or method {name!r}")
+
+    @property
+    def states(self) -> list[str]:
+        return self._first.states
+
+    def reset(self) -> None:
+        """Every state tensor back to its initial value."""
+        self._first.reset()
+
+    def state(self, name: str):
+        """A copy of state tensor `name` as a torch tensor."""
+        return self._first.state(name)
+
+    @property
+    def memory(self) -> dict:
+        return self._first.memory
+
+    def close(self) -> None:
+        """Release the load (every method's memory, the weights, the state)."""
+        if self.closed:
+            return
+        for program in self._programs.values():
+            program.close()
+        with self._lock:
+            self.closed = True
+            self._first._resources.close()
         self.device.check()
 
 

@@ -103,6 +103,8 @@ class OpBuilder(Protocol):
         """Make tensor `vid` the very device tensor of `of`."""
     def at_load(self) -> ContextManager[None]:
         """Dispatches recorded inside run once, at load, after the weights are in."""
+    def state(self, vid: int, name: str, initial: int | None) -> None:
+        """Make tensor `vid` the persistent state `name`, initialised from constant `initial` (None: zeros)."""
 
 
 Builder = Callable[[OpBuilder, Call], None]
@@ -134,7 +136,8 @@ def builds_family(family: str) -> Callable[[Builder], Builder]:
     return builds(*names)
 
 
-_OP_MODULES = ("elementwise", "reduce", "shape", "matmul", "conv", "attention", "prepack", "quant", "models")
+_OP_MODULES = ("elementwise", "reduce", "shape", "matmul", "conv", "attention", "prepack", "quant", "models",
+               "state")
 
 
 def lookup(name: str) -> Builder:
