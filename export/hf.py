@@ -92,21 +92,29 @@ def load_config(folder: Folder):
     return config
 
 
-def export_folder(path: str | Path, output: str | Path, *, max_seq_len: int | None = None, prefill_len: int = 32,
-                  dtype: str = "keep", **options) -> "ExportReport":
-    """Export a model folder to a two-method program (prefill `[1, prefill_len]`, decode `[1, 1]`)
-    whose state is the KV cache of `max_seq_len` positions (default: 512, or the model's positions if
-    fewer); `options` go to `export_model`."""
-    from vkx.export.api import export_model
-    from vkx.export.dtypes import TARGETS, torch_dtype
-
-    folder = read_folder(path)
-    config = load_config(folder)
-    positions = getattr(config.get_text_config(), "max_position_embeddings", None) or max_seq_len or 512
+def check_lengths(path: str | Path, max_seq_len: int | None = None, prefill_len: int | None = None) -> tuple[int, int]:
+    """The cache length (default: 512, or the model's positions if fewer) and prefill length
+    (default 32, at most the cache length) to export a folder with; ExportError if they do not fit."""
+    config = load_config(read_folder(path)).get_text_config()
+    positions = getattr(config, "max_position_embeddings", None) or max_seq_len or 512
     max_seq_len = max_seq_len or min(512, positions)
+    prefill_len = prefill_len or min(32, max_seq_len)
     if not 1 <= prefill_len <= max_seq_len <= positions:
         raise ExportError(f"need 1 <= prefill length ({prefill_len}) <= max sequence length ({max_seq_len}) "
                           f"<= the model's {positions} positions")
+    return max_seq_len, prefill_len
+
+
+def export_folder(path: str | Path, output: str | Path, *, max_seq_len: int | None = None,
+                  prefill_len: int | None = None, dtype: str = "keep", **options) -> "ExportReport":
+    """Export a model folder to a two-method program (prefill `[1, prefill_len]`, decode `[1, 1]`)
+    whose state is the KV cache of `max_seq_len` positions (check_lengths' defaults); `options`
+    go to `export_model`."""
+    from vkx.export.api import export_model
+    from vkx.export.dtypes import TARGETS, torch_dtype
+
+    max_seq_len, prefill_len = check_lengths(path, max_seq_len, prefill_len)
+    folder = read_folder(path)
     lm = CausalLM(build_model(folder, torch_dtype(TARGETS[dtype]) if TARGETS.get(dtype) else None), max_seq_len)
     methods = {"prefill": (torch.zeros(1, prefill_len, dtype=torch.long), torch.arange(prefill_len)),
                "decode": (torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, dtype=torch.long))}

@@ -293,6 +293,17 @@ class Methods(Closes):
     def memory(self) -> dict:
         return self._first.memory
 
+    def generate(self, input_ids, max_new_tokens: int = 32, *, temperature: float = 0.0, top_k: int | None = None,
+                 top_p: float | None = None, seed: int | None = None, timings=None):
+        """Yield the token ids that follow `input_ids`, for a causal LM program (methods prefill and
+        decode, what `vkx export DIR` writes): greedy unless a temperature is given. The cache starts
+        empty; `timings` (a `vkx.loader.generate.Timings`) receives the measurements."""
+        from vkx.loader.generate import ProgramDecoder, Sampling, generate
+
+        decoder = ProgramDecoder(self)
+        return generate(decoder, input_ids, max_new_tokens, decoder.shape,
+                        sampling=Sampling(temperature, top_k, top_p, seed), timings=timings)
+
     def close(self) -> None:
         """Release the load (every method's memory, the weights, the state)."""
         if self.closed:

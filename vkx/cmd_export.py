@@ -193,6 +193,10 @@ def export(
     replaced = [str(p) for p in (output, external_data) if p is not None and p.exists()]
     from vkx.export import export_model, load_model_file, load_weights
 
+    if folder:
+        with _quiet_torch(verbose):  # transformers warns about configs on stderr
+            from vkx.export.hf import check_lengths
+            max_seq_len, prefill_len = check_lengths(model, max_seq_len, prefill_len)
     bars = Progress(SpinnerColumn(), TextColumn("{task.description:<13}"), BarColumn(), _Bytes(),
                     TimeElapsedColumn(), console=console, disable=quiet or json_out)
     started = time.perf_counter()
@@ -205,8 +209,8 @@ def export(
             if folder:
                 with _quiet_torch(verbose):
                     from vkx.export.hf import export_folder
-                    report = export_folder(model, output, **options, **{
-                        k: v for k, v in (("max_seq_len", max_seq_len), ("prefill_len", prefill_len)) if v})
+                    report = export_folder(model, output, max_seq_len=max_seq_len, prefill_len=prefill_len,
+                                           **options)
             else:
                 module, example_inputs = load_model_file(model)
                 if weights is not None:

@@ -88,8 +88,7 @@ def generate(
 
     from vkx.loader import load
     from vkx.loader.device import Device, default_device
-    from vkx.loader.generate import ProgramDecoder, Sampling, Timings
-    from vkx.loader.generate import generate as run
+    from vkx.loader.generate import ProgramDecoder, Sampling, Timings, generate as generated
 
     sampling = Sampling(temperature, top_k, top_p, seed)
     sampling.check()
@@ -99,10 +98,10 @@ def generate(
     timings = Timings()
     try:
         with load(model, [str(p) for p in external], device=dev) as program:
-            decoder = ProgramDecoder(program)
+            decoder = ProgramDecoder(program)  # refuses a program that is not a causal LM
             stream = _Stream(text_tokenizer) if text_tokenizer is not None and not json else None
             tokens = []
-            for token in run(decoder, ids, max_new_tokens, decoder.shape, sampling=sampling, timings=timings):
+            for token in generated(decoder, ids, max_new_tokens, decoder.shape, sampling=sampling, timings=timings):
                 tokens.append(token)
                 if stream is not None:
                     stream.add(token)
