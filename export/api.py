@@ -16,13 +16,13 @@ from vkx.export.constants import KeyCache, make_payloads, state_names, stored_nb
 from vkx.export.dtypes import TARGETS, of
 from vkx.export.errors import ExportError
 from vkx.export.lower import lower
-from vkx.export.model_file import check_model
+from vkx.export.model_file import check_methods, method_module
 from vkx.export.plan import MemoryPlan, plan_memory
 from vkx.export.quantize import quantize_module
 from vkx.export.target_executorch import for_executorch
 from vkx.export import torchao_import  # noqa: F401  (registers the rules for torchao-quantized weights)
-from vkx.export.trace import convert, trace
-from vkx.format import IOSpec, WriteReport, write_program
+from vkx.export.trace import convert, convert_inputs, trace
+from vkx.format import IOSpec, MethodSpec, WriteReport, write_methods
 
 EXTERNAL_SUFFIXES = (".ptd", ".safetensors")
 
@@ -76,10 +76,12 @@ class ExportReport:
     distinct_constants: int
     operators: int
     memory: MemoryPlan
+    """The plan of the method with the most activation bytes."""
     seconds: dict[str, float] = field(default_factory=dict)
+    methods: list[str] = field(default_factory=lambda: ["forward"])
 
 
-def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...], path: str | os.PathLike, *,
+def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...] | dict, path: str | os.PathLike, *,
                  layout: Literal["named", "legacy"] = "named", external_data: str | os.PathLike | None = None,
                  dtype: Literal["keep", "fp32", "fp16", "bf16"] = "keep", alignment: int | None = None,
                  quantize: Literal["int8", "int4"] | None = None, group_size: int | None = None,
@@ -95,48 +97,64 @@ def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
     `target`: "executorch" rewrites the graph for ExecuTorch's C++ Vulkan runtime
     (vkx.export.target_executorch); vkx's loader runs both.
 
+    Several methods: `example_inputs` a dict of method name -> example inputs (each calls
+    `module`), or -> `(callable, inputs)` for a method that is another function of `module`
+    (a bound method, or a function of the inputs that calls it). Every method is one
+    execution plan of the file; a buffer the methods mutate is state they share; each weight
+    is stored once (docs/format.md, "Methods" and "State").
+
     Raises ExportError, before anything is written, for a bad option, an unwritable
     destination, an op outside the contract or a constant that narrowing would change.
     """
     progress = progress or _Silent()
     check_options(path, layout=layout, external_data=external_data, dtype=dtype, alignment=alignment, target=target)
-    module, example_inputs = check_model((module, example_inputs), where="export_model()")
+    methods = check_methods(module, example_inputs, where="export_model()")
+    if len(methods) > 1 and layout == "legacy":
+        raise ExportError("several methods share their weights through named data; the legacy layout cannot")
     stages = _Stages(progress)
     module.eval()
-    module, example_inputs = convert(module, example_inputs, TARGETS[dtype])
+    stored = TARGETS[dtype]
+    converted, _ = convert(module, (), stored)
     if quantize is not None:
-        module = quantize_module(module, quantize, group_size)
+        converted = quantize_module(converted, quantize, group_size)
     elif group_size is not None:
         raise ExportError("group_size needs quantize='int8' or 'int4'")
 
     keys = KeyCache()
-    keys.start(module.state_dict().values())
+    keys.start(converted.state_dict().values())
+    names = state_names(converted)
+    specs, memories, sources = [], [], 0
     try:
-        stages.start("torch.export")
-        program = trace(module, example_inputs)
-        stages.start("lower")
-        lowered = lower(program)
-        if target == "executorch":
-            lowered = for_executorch(lowered)
-        stages.start("plan", sum(stored_nbytes(source.tensor) for source in lowered.constants))
-        memory = plan_memory(lowered.graph)
-        payloads = make_payloads(lowered.constants, keys, state_names(module), progress.advance)
+        for name, (fn, inputs) in methods.items():
+            inputs = convert_inputs(inputs, stored)
+            stages.start("torch.export" if len(methods) == 1 else f"torch.export {name}")
+            program = trace(method_module(converted, fn), inputs)
+            stages.start("lower" if len(methods) == 1 else f"lower {name}")
+            lowered = lower(program)
+            if target == "executorch":
+                lowered = for_executorch(lowered)
+            stages.start("plan", sum(stored_nbytes(source.tensor) for source in lowered.constants))
+            memories.append(plan_memory(lowered.graph))
+            payloads = make_payloads(lowered.constants, keys, names, progress.advance)
+            sources += len(payloads)
+            specs.append(MethodSpec(
+                name, lowered.graph, payloads,
+                [IOSpec(of(t.dtype).scalar_type, t.sizes, n) for t, n in zip(lowered.inputs, input_names(program))],
+                [IOSpec(of(t.dtype).scalar_type, t.sizes, n)
+                 for t, n in zip(lowered.outputs, output_names(program, len(lowered.outputs)))],
+                treespec_dumps(program.call_spec.in_spec), treespec_dumps(program.call_spec.out_spec)))
     finally:
         keys.stop()
-    stages.start("write", sum({p.key: p.nbytes for p in payloads}.values()))
-    written: WriteReport = write_program(
-        path, lowered.graph, payloads,
-        [IOSpec(of(t.dtype).scalar_type, t.sizes, name) for t, name in zip(lowered.inputs, input_names(program))],
-        [IOSpec(of(t.dtype).scalar_type, t.sizes, name)
-         for t, name in zip(lowered.outputs, output_names(program, len(lowered.outputs)))],
-        layout=layout, external_data=external_data, alignment=alignment,
-        pytree_in=treespec_dumps(program.call_spec.in_spec), pytree_out=treespec_dumps(program.call_spec.out_spec),
-        on_bytes=progress.advance)
+    distinct = {p.key: p.nbytes for spec in specs for p in spec.payloads}
+    stages.start("write", sum(distinct.values()))
+    written: WriteReport = write_methods(path, specs, layout=layout, external_data=external_data,
+                                         alignment=alignment, on_bytes=progress.advance)
     return ExportReport(
         path=str(path), external_path=written.external_path, file_bytes=written.file_bytes,
         external_bytes=written.external_bytes, constant_bytes=written.constant_bytes,
-        constants=len(payloads), distinct_constants=len({p.key for p in payloads}),
-        operators=len(lowered.graph.chain), memory=memory, seconds=stages.finish())
+        constants=sources, distinct_constants=len(distinct),
+        operators=sum(len(spec.graph.chain) for spec in specs), memory=max(memories, key=lambda m: m.total_nbytes),
+        seconds=stages.finish(), methods=[spec.name for spec in specs])
 
 
 def input_names(program: torch.export.ExportedProgram) -> list[str]:

@@ -32,6 +32,7 @@ from vkx.export.ops import FORWARDED, OUTPUT_CLONE, RULES
 from vkx.format import contract
 from vkx.format.contract import Arg, ContractError, Kind
 from vkx.format.liveness import PREPACK  # the name by which the plan knows weights' dedicated memory
+from vkx.format.op_state import COPY, STATE
 from vkx.format.vkgraph import (Bool, Double, Int, IntList, MemoryLayout, Null, OperatorCall, StorageType, String,
                                 Tensor, Value, ValueList, VkGraph)
 
@@ -60,19 +61,21 @@ class Lowered:
     constants: list[ConstantSource]
     inputs: list[IOTensor]
     outputs: list[IOTensor]
+    states: dict[str, int]
+    """Each state's name -> the value id of its `vkx.state` tensor."""
 
 
 def lower(program: ExportedProgram) -> Lowered:
     """Check every op first (UnsupportedOpsError lists them all), then build the graph."""
-    folded = fold_constants(program)
+    user_inputs, constant_nodes, state_nodes = classify_placeholders(program)
+    folded = fold_constants(program)  # never a state (a mutated buffer): its value changes between calls
     check_supported(program, folded)
-    user_inputs, constant_nodes = classify_placeholders(program)
-    placeholders = user_inputs, {**constant_nodes, **folded}
+    placeholders = user_inputs, {**constant_nodes, **folded}, state_nodes
     scan = GraphBuilder(program, placeholders, uses=None)
     scan.build()
     builder = GraphBuilder(program, placeholders, uses=scan.uses)
     builder.build()
-    return Lowered(builder.graph, builder.sources, builder.io_inputs, builder.io_outputs)
+    return Lowered(builder.graph, builder.sources, builder.io_inputs, builder.io_outputs, builder.state_ids)
 
 
 def source_line(node: Node) -> str:
@@ -121,16 +124,21 @@ def _some(lines: list[str], shown: int = 3) -> str:
     return "; ".join(lines[:shown]) + more
 
 
-Placeholders = tuple[list[Node], dict[Node, tuple[str, torch.Tensor]]]
-"""The user input nodes, and each constant node with its name and tensor."""
+Placeholders = tuple[list[Node], dict[Node, tuple[str, torch.Tensor]], dict[Node, tuple[str, torch.Tensor]]]
+"""The user input nodes; each constant node with its name and tensor; each state node (a buffer
+the model mutates) with its name and initial value."""
 
 
 def classify_placeholders(program: ExportedProgram) -> Placeholders:
-    """Sort the placeholders into user inputs (checked) and constants; refuse any other kind."""
+    """Sort the placeholders into user inputs (checked), constants and state; refuse any other kind."""
     specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs}
     stored = {**program.state_dict, **program.constants}
+    mutated = set(program.graph_signature.buffers_to_mutate.values())
+    if program.graph_signature.user_inputs_to_mutate or program.graph_signature.parameters_to_mutate:
+        raise ExportError("the model mutates an input or a parameter; only buffers can be state")
     user_inputs: list[Node] = []
     constant_nodes: dict[Node, tuple[str, torch.Tensor]] = {}
+    state_nodes: dict[Node, tuple[str, torch.Tensor]] = {}
     for node in program.graph.find_nodes(op="placeholder"):
         spec = specs[node.name]
         if spec.kind == InputKind.USER_INPUT:
@@ -139,11 +147,13 @@ def classify_placeholders(program: ExportedProgram) -> Placeholders:
             if not supported(node.meta["val"].dtype):
                 raise ExportError(f"model input {node.name} has dtype {node.meta['val'].dtype}, not supported")
             user_inputs.append(node)
+        elif spec.kind == InputKind.BUFFER and spec.target in mutated:
+            state_nodes[node] = (spec.target, stored[spec.target])
         elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
             constant_nodes[node] = (spec.target, stored[spec.target])
         else:
             raise ExportError(f"model input {node.name} of kind {spec.kind.name} is not supported")
-    return user_inputs, constant_nodes
+    return user_inputs, constant_nodes, state_nodes
 
 
 class GraphBuilder:
@@ -162,13 +172,19 @@ class GraphBuilder:
         self._scalar_ids: dict[tuple, int] = {}
         self._tref_ids: dict[Node, int] = {}
         self._gpu_ids: dict[Node, int] = {}
-        self.user_inputs, self.constant_nodes = placeholders
+        self.user_inputs, self.constant_nodes, self.state_nodes = placeholders
+        self.state_ids: dict[str, int] = {}
+        self._state_of: dict[int, str] = {}
+        """Value id of a state tensor or of an update of it -> the state's name."""
+        self._latest: dict[str, int] = {}
+        """Each state's newest version (what a read of the buffer now sees)."""
 
     # ---- the pass ---------------------------------------------------------------------------
 
     def build(self) -> None:
         if not self.scanning:
             self._emit_constants()
+            self._emit_states()
         for node in self.user_inputs:
             fake = node.meta["val"]
             self.graph.input_ids.append(self.new_tensor(fake))
@@ -197,13 +213,60 @@ class GraphBuilder:
                 self._gpu_ids[node] = self.new_tensor(tensor)
                 self.emit(PREPACK, [self._tref_ids[node], self._gpu_ids[node]])
 
+    def _emit_states(self) -> None:
+        """One `vkx.state` per mutated buffer at the head of the chain: its initial value is
+        Null for zeros, else a constant."""
+        for node, (name, tensor) in self.state_nodes.items():
+            if not supported(tensor.dtype):
+                raise ExportError(f"state {name} has dtype {tensor.dtype}, not supported")
+            check_narrowing(name, tensor)
+            initial = self.null()
+            if bool(tensor.any()):
+                datatype = on_device(tensor.dtype).datatype
+                initial = self._add(Tensor(datatype, tuple(tensor.shape), constant_id=len(self.sources),
+                                           staging_datatype=datatype))
+                self.sources.append(ConstantSource(name, tensor))
+            value_id = self.new_tensor(tensor)
+            self.emit(STATE, [self._add(String(name)), initial, value_id])
+            self.bind(node, value_id)
+            self.state_ids[name] = self._latest[name] = value_id
+            self._state_of[value_id] = name
+
+    def state_of(self, value: Node) -> str | None:
+        """The name of the state `value` is the current content of (None: not state)."""
+        if self.scanning:
+            return None
+        value_id = self.value_of(value)
+        name = self._state_of.get(value_id)
+        return name if name is not None and self._latest[name] == value_id else None
+
+    def update(self, name: str, node: Node, args: list[int]) -> None:
+        """Emit update op `name` writing into the state that is `node`'s first argument, in place."""
+        if self.scanning:
+            self.emit(name, args + [-1])
+            return
+        state = self.state_of(node.args[0])
+        if state is None:
+            raise ExportError(f"{_op_name(node)}: vkx updates model state (a buffer the model mutates) in place; "
+                              f"this one writes into another tensor at {source_line(node)}")
+        out = self.outputs(node)
+        self.emit(name, args + [out])
+        self._state_of[out] = state
+        self._latest[state] = out
+
     def _emit_outputs(self) -> None:
         output = next(node for node in self.program.graph.nodes if node.op == "output")
-        kinds = [spec.kind for spec in self.program.graph_signature.output_specs]
-        if any(kind != OutputKind.USER_OUTPUT for kind in kinds):
-            raise ExportError("the model mutates a buffer or parameter; vkx exports stateless models only")
+        specs = self.program.graph_signature.output_specs
+        user_items = []
+        for spec, item in zip(specs, output.args[0]):
+            if spec.kind == OutputKind.USER_OUTPUT:
+                user_items.append(item)
+            elif spec.kind == OutputKind.BUFFER_MUTATION and not self.scanning:
+                self._write_state(spec.target, item)
+            elif spec.kind != OutputKind.BUFFER_MUTATION:
+                raise ExportError(f"model output of kind {spec.kind.name} is not supported")
         seen: set[Node] = set()
-        for item in output.args[0]:
+        for item in user_items:
             if not isinstance(item, Node) or not isinstance(item.meta.get("val"), torch.Tensor):
                 raise ExportError(f"model output {item!r} is not a tensor")
             node = self.resolve(item)
@@ -218,6 +281,19 @@ class GraphBuilder:
             seen.add(node)
             self.graph.output_ids.append(value_id)
             self.io_outputs.append(IOTensor(fake.dtype, tuple(fake.shape)))
+
+    def _write_state(self, name: str, item: Node) -> None:
+        """The buffer's new content is `item`: nothing to do when an update wrote it in place,
+        else a `vkx.copy` into the state at the end of the chain."""
+        value_id = self.value_of(item)
+        if self._latest[name] == value_id:
+            return
+        self.node = item
+        state = self._latest[name]
+        out = self.new_tensor(self.resolve(item).meta["val"])
+        self.emit(COPY, [state, value_id, out])
+        self._state_of[out] = name
+        self._latest[name] = out
 
     # ---- what rules call ----------------------------------------------------------------------
 
@@ -265,11 +341,28 @@ class GraphBuilder:
         """A tensor operand: a node's value, or a constant (direct if `tref`, else prepacked)."""
         node = self.resolve(value)
         if node not in self.constant_nodes:
-            return self.value_of(node)
+            value_id = self.value_of(node)
+            name = None if self.scanning else self._state_of.get(value_id)
+            if name is not None and self._latest[name] != value_id:
+                raise ExportError(f"{_op_name(self.node)} reads the old content of state {name} after it was "
+                                  f"updated in place at {source_line(self.node)}")
+            return value_id
         if self.scanning:
             self.uses.setdefault(node, set()).add("tref" if tref else "gpu")
             return -1
         return self._tref_ids[node] if tref else self._gpu_ids[node]
+
+    def constant(self, name: str, tensor: torch.Tensor) -> int:
+        """A tensor the lowering computed (an arange, positions) as a constant, prepacked."""
+        if self.scanning:
+            return -1
+        check_narrowing(name, tensor)
+        datatype = on_device(tensor.dtype).datatype
+        tref = self._add(Tensor(datatype, tuple(tensor.shape), constant_id=len(self.sources), staging_datatype=datatype))
+        self.sources.append(ConstantSource(name, tensor))
+        value_id = self.new_tensor(tensor)
+        self.emit(PREPACK, [tref, value_id])
+        return value_id
 
     def int(self, value: int) -> int:
         return self._scalar(Int(value))

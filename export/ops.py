@@ -366,3 +366,7 @@ def decomposition_table() -> dict:
     for op in KEPT_WHOLE:
         table.pop(op, None)
     return table
+
+from vkx.export.state import STATE_RULES  # noqa: E402  (state and cache-mask rules: export/state.py)
+
+RULES.update(STATE_RULES)

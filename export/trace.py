@@ -16,6 +16,14 @@ from vkx.export.ops import RULES, decomposition_table
 from vkx.format.dtypes import DType
 
 
+def convert_inputs(inputs: tuple[torch.Tensor, ...], target: DType | None) -> tuple[torch.Tensor, ...]:
+    """The inputs with every floating tensor in `target` (None: as they are)."""
+    if target is None:
+        return inputs
+    want = torch_dtype(target)
+    return tuple(t.to(want) if t.is_floating_point() and t.dtype != want else t for t in inputs)
+
+
 def convert(module: nn.Module, inputs: tuple[torch.Tensor, ...],
             target: DType | None) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """The module and inputs with every floating tensor in `target` (None: as they are), so that
@@ -33,7 +41,7 @@ def convert(module: nn.Module, inputs: tuple[torch.Tensor, ...],
     def stale(t: torch.Tensor | None) -> bool:
         return t is not None and t.is_floating_point() and t.dtype != want
 
-    inputs = tuple(t.to(want) if stale(t) else t for t in inputs)
+    inputs = convert_inputs(inputs, target)
     if not any(stale(t) for t in itertools.chain(module.parameters(), module.buffers())):
         return module, inputs
     tensors: dict[int, torch.Tensor] = {}

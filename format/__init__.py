@@ -18,10 +18,11 @@ __all__ = [
     "MissingKeyError", "DuplicateKeyError", "NotRegularFileError", "FileChangedError", "WriteError",
     "ScalarType", "FileRange", "ProgramFile", "VulkanDelegate",
     "ExternalData", "resolve_constants", "ConstantPayload", "IOSpec", "write_program", "WriteReport",
+    "MethodSpec", "write_methods",
     "validate", "ValidationReport", "describe",
 ]
 
-_WRITER = frozenset({"ConstantPayload", "IOSpec", "WriteReport", "write_program"})
+_WRITER = frozenset({"ConstantPayload", "IOSpec", "WriteReport", "write_program", "MethodSpec", "write_methods"})
 
 
 def __getattr__(name: str) -> Any:

@@ -329,4 +329,4 @@ def check_graph(graph: g.VkGraph) -> list[Call]:
 
 
 # The declarations fill OPS when the contract is imported (they import the machinery above).
-from . import op_decls, op_et, op_models, op_quant  # noqa: E402,F401
+from . import op_decls, op_et, op_models, op_quant, op_state  # noqa: E402,F401

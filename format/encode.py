@@ -106,12 +106,23 @@ def _compile_spec(b: flatbuffers.Builder, key: str, value: bytes) -> int:
     return pg.CompileSpecEnd(b)
 
 
-def encode_program(inputs: Sequence[IOTensor], outputs: Sequence[IOTensor], arena: int,
-                   segments: Sequence[tuple[int, int]], named: Sequence[tuple[str, int]] | None,
-                   pytree_in: str, pytree_out: str, compile_specs: Sequence[tuple[str, bytes]] = ()) -> bytes:
-    """One "forward" plan whose only instruction calls the VulkanBackend delegate in segment 1."""
-    b = flatbuffers.Builder(1024)
-    io = list(inputs) + list(outputs)
+@dataclass(frozen=True)
+class PlanSpec:
+    """One execution plan: its name, io tensors (memory-planned into `arena` bytes), the segment
+    holding its VulkanBackend delegate, its pytree specs and the delegate's compile specs."""
+    name: str
+    inputs: Sequence[IOTensor]
+    outputs: Sequence[IOTensor]
+    arena: int
+    delegate_segment: int
+    pytree_in: str
+    pytree_out: str
+    compile_specs: Sequence[tuple[str, bytes]] = ()
+
+
+def _encode_plan(b: flatbuffers.Builder, plan: PlanSpec) -> int:
+    """A plan whose only instruction calls its VulkanBackend delegate (inputs then outputs)."""
+    io = list(plan.inputs) + list(plan.outputs)
     values = build_offsets(b, pg.ExecutionPlanStartValuesVector, [_tensor_value(b, t) for t in io])
     ids = list(range(len(io)))
     args = build_vector(b, pg.DelegateCallStartArgsVector, b.PrependInt32, ids)
@@ -133,25 +144,25 @@ def encode_program(inputs: Sequence[IOTensor], outputs: Sequence[IOTensor], aren
     backend = b.CreateString("VulkanBackend")
     pg.BackendDelegateDataReferenceStart(b)
     pg.BackendDelegateDataReferenceAddLocation(b, pg.DataLocation.SEGMENT)
-    pg.BackendDelegateDataReferenceAddIndex(b, 1)
+    pg.BackendDelegateDataReferenceAddIndex(b, plan.delegate_segment)
     processed = pg.BackendDelegateDataReferenceEnd(b)
     specs = build_offsets(b, pg.BackendDelegateStartCompileSpecsVector,
-                          [_compile_spec(b, key, value) for key, value in compile_specs])
+                          [_compile_spec(b, key, value) for key, value in plan.compile_specs])
     pg.BackendDelegateStart(b)
     pg.BackendDelegateAddId(b, backend)
     pg.BackendDelegateAddProcessed(b, processed)
     pg.BackendDelegateAddCompileSpecs(b, specs)
     delegates = build_offsets(b, pg.ExecutionPlanStartDelegatesVector, [pg.BackendDelegateEnd(b)])
-    inp_str, out_str = b.CreateString(pytree_in), b.CreateString(pytree_out)
+    inp_str, out_str = b.CreateString(plan.pytree_in), b.CreateString(plan.pytree_out)
     pg.ContainerMetadataStart(b)
     pg.ContainerMetadataAddEncodedInpStr(b, inp_str)
     pg.ContainerMetadataAddEncodedOutStr(b, out_str)
     meta = pg.ContainerMetadataEnd(b)
-    name = b.CreateString("forward")
-    plan_inputs = build_vector(b, pg.ExecutionPlanStartInputsVector, b.PrependInt32, ids[:len(inputs)])
-    plan_outputs = build_vector(b, pg.ExecutionPlanStartOutputsVector, b.PrependInt32, ids[len(inputs):])
+    name = b.CreateString(plan.name)
+    plan_inputs = build_vector(b, pg.ExecutionPlanStartInputsVector, b.PrependInt32, ids[:len(plan.inputs)])
+    plan_outputs = build_vector(b, pg.ExecutionPlanStartOutputsVector, b.PrependInt32, ids[len(plan.inputs):])
     operators = build_offsets(b, pg.ExecutionPlanStartOperatorsVector, [])
-    buffer_sizes = build_vector(b, pg.ExecutionPlanStartNonConstBufferSizesVector, b.PrependInt64, [0, arena])
+    buffer_sizes = build_vector(b, pg.ExecutionPlanStartNonConstBufferSizesVector, b.PrependInt64, [0, plan.arena])
     pg.ExecutionPlanStart(b)
     pg.ExecutionPlanAddName(b, name)
     pg.ExecutionPlanAddContainerMetaType(b, meta)
@@ -162,7 +173,14 @@ def encode_program(inputs: Sequence[IOTensor], outputs: Sequence[IOTensor], aren
     pg.ExecutionPlanAddOperators(b, operators)
     pg.ExecutionPlanAddDelegates(b, delegates)
     pg.ExecutionPlanAddNonConstBufferSizes(b, buffer_sizes)
-    plans = build_offsets(b, pg.ProgramStartExecutionPlanVector, [pg.ExecutionPlanEnd(b)])
+    return pg.ExecutionPlanEnd(b)
+
+
+def encode_program(plans: Sequence[PlanSpec], segments: Sequence[tuple[int, int]],
+                   named: Sequence[tuple[str, int]] | None) -> bytes:
+    """The Program: one plan per method, each calling its own delegate; one named-data map for all."""
+    b = flatbuffers.Builder(1024)
+    plans_v = build_offsets(b, pg.ProgramStartExecutionPlanVector, [_encode_plan(b, plan) for plan in plans])
     constant_buffer = build_offsets(b, pg.ProgramStartConstantBufferVector, [])
     inline_data = build_offsets(b, pg.ProgramStartBackendDelegateDataVector, [])
     segs = build_offsets(b, pg.ProgramStartSegmentsVector, [_segment_table(b, pg, o, s) for o, s in segments])
@@ -173,7 +191,7 @@ def encode_program(inputs: Sequence[IOTensor], outputs: Sequence[IOTensor], aren
     constant_segment = pg.SubsegmentOffsetsEnd(b)
     named_v = None if named is None else build_offsets(b, pg.ProgramStartNamedDataVector, _named_data(b, pg, named))
     pg.ProgramStart(b)
-    pg.ProgramAddExecutionPlan(b, plans)
+    pg.ProgramAddExecutionPlan(b, plans_v)
     pg.ProgramAddConstantBuffer(b, constant_buffer)
     pg.ProgramAddBackendDelegateData(b, inline_data)
     pg.ProgramAddSegments(b, segs)

@@ -6,8 +6,8 @@ Graph inputs live over the whole chain: vkx's plan never reuses an input's
 memory (a conservative rule; reuse after the last reader would also be valid,
 since inputs are copied in afresh on every run), and A_live follows the same
 rule so that A and A_live compare like for like. Graph outputs live from their
-producer to the end (they are copied out when the run ends). Constants and prepack outputs (weights, kept for good) are not
-activations. A view (`VIEWS`: the same bytes under another shape) of an activation
+producer to the end (they are copied out when the run ends). Constants, prepack outputs (weights, kept for good) and state
+(docs/format.md, "State") are not activations. A view (`VIEWS`: the same bytes under another shape) of an activation
 that is written once is no tensor of its own: its lifetime is its source's, which
 it extends (`view_sources`), so the plan gives both one memory object and the
 loader binds one buffer for both (no copy). Every tensor is float32 or int32 on the GPU: 4 bytes an element.
@@ -18,8 +18,11 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from . import vkgraph as vk
+from .op_state import STATE_OPS
 
 PREPACK = "et_vk.prepack.default"
+DEDICATED = frozenset({PREPACK}) | STATE_OPS
+"""Ops whose outputs keep memory of their own: weights in device form, persistent state."""
 VIEWS = frozenset({"aten.view_copy.default", "aten.squeeze_copy.dims"})
 """Ops whose output is their first argument's bytes (same dtype: then the output aliases it)."""
 
@@ -56,7 +59,8 @@ def view_sources(graph: vk.VkGraph) -> dict[int, int]:
     writes: dict[int, int] = {}
     for call in graph.chain:
         for value_id in activation_ids(graph, call.args[-1:]):
-            writes[value_id] = writes.get(value_id, 0) + 1
+            # state is updated in place after its op writes it: a view of it is never an alias
+            writes[value_id] = writes.get(value_id, 0) + (2 if call.name in STATE_OPS else 1)
     sources: dict[int, int] = {}
     for call in graph.chain:
         if call.name not in VIEWS or len(call.args) < 2:
@@ -87,7 +91,7 @@ def lifetimes(graph: vk.VkGraph) -> list[Lifetime]:
         for value_id in activation_ids(graph, [written]):
             first.setdefault(value_id, index)
             last.setdefault(value_id, index)
-            if call.name == PREPACK:
+            if call.name in DEDICATED:
                 dedicated.add(value_id)
     for out, src in view_sources(graph).items():
         if src in first and src not in dedicated and out in first:

@@ -16,8 +16,8 @@ from typing import Any, Callable, Literal, Sequence
 from . import vkgraph as vk
 from .atomic import AtomicFile
 from .common import ScalarType, align, lcm, segment_alignment
-from .encode import (PTD_HEADER_LENGTH, PTE_HEADER_LENGTH, encode_flat_tensor, encode_program, encode_vkgraph,
-                     insert_header, plan_io)
+from .encode import (PTD_HEADER_LENGTH, PTE_HEADER_LENGTH, PlanSpec, encode_flat_tensor, encode_program,
+                     encode_vkgraph, insert_header, plan_io)
 from .errors import DuplicateKeyError, InvalidValueError
 from .external import ALIASES_METADATA, constant_tensors
 from .names import encode_io_names
@@ -94,20 +94,36 @@ def _write_payload(out: AtomicFile, p: ConstantPayload) -> None:
         out.write(mv[start:start + CHUNK])
 
 
-def _unique(graph: vk.VkGraph, payloads: Sequence[ConstantPayload]) -> dict[str, tuple[int, ConstantPayload]]:
-    """key -> (first constant_id, payload); checks payload sizes against the graph."""
-    tensors = constant_tensors(graph)
-    for cid, t in tensors.items():
-        if cid >= len(payloads):
-            raise InvalidValueError(f"graph constant_id {cid}", f"no payload ({len(payloads)} given)")
-        if t.nbytes != payloads[cid].nbytes:
-            raise InvalidValueError(f"payloads[{cid}]", f"{payloads[cid].nbytes} bytes, the tensor needs {t.nbytes} ({t.datatype.name} {list(t.dims)})")
-    out: dict[str, tuple[int, ConstantPayload]] = {}
-    for i, p in enumerate(payloads):
-        if p.key in out and out[p.key][1].nbytes != p.nbytes:
-            raise DuplicateKeyError(f"payloads[{i}]", f"key {p.key!r} used for {out[p.key][1].nbytes} and {p.nbytes} bytes")
-        out.setdefault(p.key, (i, p))
-    names = [name for _, p in out.values() for name in (p.key, *p.aliases)]
+@dataclass(frozen=True)
+class MethodSpec:
+    """One method of a program: its graph, the payloads of its constant_ids, its io and pytree specs."""
+    name: str
+    graph: vk.VkGraph
+    payloads: Sequence[ConstantPayload]
+    inputs: Sequence[IOSpec]
+    outputs: Sequence[IOSpec]
+    pytree_in: str = ""
+    pytree_out: str = ""
+
+
+def _unique(methods: Sequence[MethodSpec]) -> dict[str, ConstantPayload]:
+    """key -> payload over every method (each distinct key once); checks payload sizes against the
+    graphs, and that no name is given to two tensors."""
+    out: dict[str, ConstantPayload] = {}
+    for m in methods:
+        where = f"method {m.name!r}: " if len(methods) > 1 else ""
+        for cid, t in constant_tensors(m.graph).items():
+            if cid >= len(m.payloads):
+                raise InvalidValueError(f"{where}graph constant_id {cid}", f"no payload ({len(m.payloads)} given)")
+            if t.nbytes != m.payloads[cid].nbytes:
+                raise InvalidValueError(f"{where}payloads[{cid}]", f"{m.payloads[cid].nbytes} bytes, the tensor needs "
+                                        f"{t.nbytes} ({t.datatype.name} {list(t.dims)})")
+        for i, p in enumerate(m.payloads):
+            if p.key in out and out[p.key].nbytes != p.nbytes:
+                raise DuplicateKeyError(f"{where}payloads[{i}]",
+                                        f"key {p.key!r} used for {out[p.key].nbytes} and {p.nbytes} bytes")
+            out.setdefault(p.key, p)
+    names = [name for p in out.values() for name in (p.key, *p.aliases)]
     if len(set(names)) != len(names):
         twice = next(name for name in names if names.count(name) > 1)
         raise DuplicateKeyError("payloads", f"name {twice!r} is given to two tensors (or twice to one)")
@@ -119,16 +135,16 @@ def _entries(named: Sequence[ConstantPayload], first: int) -> list[tuple[str, in
     return [(name, first + i) for i, p in enumerate(named) for name in (p.key, *p.aliases)]
 
 
-def _fill_constants(graph: vk.VkGraph, payloads: Sequence[ConstantPayload],
-                    unique: dict[str, tuple[int, ConstantPayload]], layout: str) -> dict[str, int]:
+def _fill_constants(graph: vk.VkGraph, payloads: Sequence[ConstantPayload], layout: str) -> dict[str, int]:
     """Set graph.constants; return key -> offset in the blob's legacy section (empty when named)."""
     legacy: dict[str, int] = {}
     # legacy entries carry named_key "" rather than none: ExecuTorch's Python reader requires the string
     if layout == "legacy":
         section = 0
-        for key, (_, p) in unique.items():
-            legacy[key] = section
-            section += align(p.nbytes, 16)
+        for p in payloads:
+            if p.key not in legacy:
+                legacy[p.key] = section
+                section += align(p.nbytes, 16)
         graph.constants = [vk.ConstantRef(legacy[p.key], p.nbytes, "") for p in payloads]
     else:
         graph.constants = [vk.ConstantRef(vk.NAMED_OFFSET, p.nbytes, p.key) if p.nbytes else vk.ConstantRef(0, 0, "")
@@ -151,40 +167,74 @@ def _blob_head(graph: vk.VkGraph, section_size: int) -> bytes:
     return header.ljust(32, b"\0") + fb.ljust(align(len(fb), 16), b"\0")
 
 
+@dataclass(frozen=True)
+class _Blob:
+    """One method's delegate blob: its head, and its legacy constants (key -> offset in the section)."""
+    head: bytes
+    legacy: dict[str, int]
+    section: int
+
+    @property
+    def size(self) -> int:
+        return len(self.head) + self.section
+
+
 def write_program(path: str | os.PathLike, graph: vk.VkGraph, payloads: Sequence[ConstantPayload],
                   inputs: Sequence[IOSpec], outputs: Sequence[IOSpec], *,
                   layout: Literal["named", "legacy"] = "named", external_data: str | os.PathLike | None = None,
                   alignment: int | None = None, pytree_in: str = "", pytree_out: str = "",
                   on_bytes: Callable[[int], None] | None = None) -> WriteReport:
-    """Write `graph` and its constants as an ExecuTorch-1.5.1-compatible .pte.
+    """Write `graph` and its constants as an ExecuTorch-1.5.1-compatible .pte with one "forward" method.
 
     payloads[i] holds the bytes of constant_id i; fills `graph.constants`. An input's or
     output's `IOSpec.name` is recorded in the file (vkx.format.names).
     With `external_data` (.ptd or .safetensors) the weights go there instead.
     """
+    return write_methods(path, [MethodSpec("forward", graph, payloads, inputs, outputs, pytree_in, pytree_out)],
+                         layout=layout, external_data=external_data, alignment=alignment, on_bytes=on_bytes)
+
+
+def write_methods(path: str | os.PathLike, methods: Sequence[MethodSpec], *,
+                  layout: Literal["named", "legacy"] = "named", external_data: str | os.PathLike | None = None,
+                  alignment: int | None = None, on_bytes: Callable[[int], None] | None = None) -> WriteReport:
+    """Write a .pte with one execution plan per method, each with its own VulkanBackend delegate.
+
+    The methods' constants share one named-data map: a key several methods use is stored once.
+    """
     if layout not in ("named", "legacy"):
         raise ValueError(f"layout must be 'named' or 'legacy', not {layout!r}")
     if layout == "legacy" and external_data is not None:
         raise ValueError("the legacy layout keeps weights in the delegate blob; it cannot use external_data")
+    if layout == "legacy" and len(methods) > 1:
+        raise ValueError("several methods share their weights through named data; the legacy layout cannot")
     if external_data is not None and Path(external_data).suffix not in (".ptd", ".safetensors"):
         raise ValueError(f"external_data must end in .ptd or .safetensors: {external_data}")
-    if len(inputs) != len(graph.input_ids) or len(outputs) != len(graph.output_ids):
-        raise ValueError(f"{len(inputs)} inputs / {len(outputs)} outputs given, the graph has "
-                         f"{len(graph.input_ids)} / {len(graph.output_ids)}")
-    unique = _unique(graph, payloads)
-    legacy = _fill_constants(graph, payloads, unique, layout)
-    section = sum(align(unique[key][1].nbytes, 16) for key in legacy)
-    named = [p for _, p in unique.values() if p.nbytes] if layout == "named" else []
+    if not methods or len({m.name for m in methods}) != len(methods):
+        raise ValueError(f"methods must be non-empty with distinct names: {[m.name for m in methods]}")
+    for m in methods:
+        if len(m.inputs) != len(m.graph.input_ids) or len(m.outputs) != len(m.graph.output_ids):
+            raise ValueError(f"{m.name}: {len(m.inputs)} inputs / {len(m.outputs)} outputs given, the graph has "
+                             f"{len(m.graph.input_ids)} / {len(m.graph.output_ids)}")
+    unique = _unique(methods)
+    blobs = []
+    for m in methods:
+        legacy = _fill_constants(m.graph, m.payloads, layout)
+        section = sum(align(unique[key].nbytes, 16) for key in legacy)
+        blobs.append(_Blob(_blob_head(m.graph, section), legacy, section))
+    named = [p for p in unique.values() if p.nbytes] if layout == "named" else []
     in_pte = named if external_data is None else []
-    blob_head = _blob_head(graph, section)
     aligns = [segment_alignment(p.nbytes, alignment) for p in in_pte]
-    offsets = _place([(0, 1), (len(blob_head) + section, 1)] + [(p.nbytes, a) for p, a in zip(in_pte, aligns)])
-    segments = [_Segment(offsets[0], 0), _Segment(offsets[1], len(blob_head) + section)]
-    segments += [_Segment(o, p.nbytes, p) for o, p in zip(offsets[2:], in_pte)]
-    io, arena = plan_io([(s.scalar_type, s.sizes) for s in list(inputs) + list(outputs)])
-    fb = encode_program(io[:len(inputs)], io[len(inputs):], arena, [(s.offset, s.size) for s in segments],
-                        _entries(in_pte, 2) if in_pte else None, pytree_in, pytree_out,
-                        _io_specs(inputs, outputs))
+    offsets = _place([(0, 1)] + [(b.size, 1) for b in blobs] + [(p.nbytes, a) for p, a in zip(in_pte, aligns)])
+    first_named = 1 + len(blobs)
+    segments = [_Segment(offsets[0], 0)] + [_Segment(o, b.size) for o, b in zip(offsets[1:first_named], blobs)]
+    segments += [_Segment(o, p.nbytes, p) for o, p in zip(offsets[first_named:], in_pte)]
+    plans = []
+    for i, m in enumerate(methods):
+        io, arena = plan_io([(s.scalar_type, s.sizes) for s in list(m.inputs) + list(m.outputs)])
+        plans.append(PlanSpec(m.name, io[:len(m.inputs)], io[len(m.inputs):], arena, 1 + i, m.pytree_in, m.pytree_out,
+                              _io_specs(m.inputs, m.outputs)))
+    fb = encode_program(plans, [(s.offset, s.size) for s in segments],
+                        _entries(in_pte, first_named) if in_pte else None)
     program_size = PTE_HEADER_LENGTH + len(fb)
     sbo = align(program_size, max([128] + aligns))
     header = b"eh00" + struct.pack("<IQQQ", 32, program_size, sbo, segments[-1].offset + segments[-1].size)
@@ -193,22 +243,23 @@ def write_program(path: str | os.PathLike, graph: vk.VkGraph, payloads: Sequence
     ext_bytes = 0
     with AtomicFile(path, on_bytes) as out:
         out.write(insert_header(fb, header, PTE_HEADER_LENGTH))
-        for s in segments:
+        out.pad_to(sbo)
+        for s, blob in zip(segments[1:first_named], blobs):
             out.pad_to(sbo + s.offset)
-            if s.payload is not None:
-                _write_payload(out, s.payload)
-            elif s.size:  # the delegate blob
-                out.write(blob_head)
-                for key, off in legacy.items():
-                    out.pad_to(sbo + s.offset + len(blob_head) + off)
-                    _write_payload(out, unique[key][1])
-                out.pad_to(sbo + s.offset + s.size)
+            out.write(blob.head)
+            for key, off in blob.legacy.items():
+                out.pad_to(sbo + s.offset + len(blob.head) + off)
+                _write_payload(out, unique[key])
+            out.pad_to(sbo + s.offset + s.size)
+        for s in segments[first_named:]:
+            out.pad_to(sbo + s.offset)
+            _write_payload(out, s.payload)
         if ext_target is None:
             out.commit()
         else:
             with AtomicFile(ext_target, on_bytes) as ext:
                 if ext_target.suffix == ".safetensors":
-                    _write_safetensors(ext, graph, named, alignment)
+                    _write_safetensors(ext, [m.graph for m in methods], named, alignment)
                 else:
                     _write_ptd(ext, named, alignment)
                 ext_bytes = ext.pos
@@ -218,7 +269,7 @@ def write_program(path: str | os.PathLike, graph: vk.VkGraph, payloads: Sequence
                 except BaseException:
                     ext.uncommit()
                     raise
-    return WriteReport(str(path), out.pos, sum(p.nbytes for _, p in unique.values()),
+    return WriteReport(str(path), out.pos, sum(p.nbytes for p in unique.values()),
                        len(named), None if ext_target is None else str(ext_target), ext_bytes)
 
 
@@ -235,12 +286,12 @@ def _write_ptd(out: AtomicFile, named: Sequence[ConstantPayload], alignment: int
         _write_payload(out, p)
 
 
-def _write_safetensors(out: AtomicFile, graph: vk.VkGraph, named: Sequence[ConstantPayload],
+def _write_safetensors(out: AtomicFile, graphs: Sequence[vk.VkGraph], named: Sequence[ConstantPayload],
                        alignment: int | None) -> None:
-    tensors = constant_tensors(graph)
     by_key = {}
-    for cid, t in sorted(tensors.items()):
-        by_key.setdefault(graph.constants[cid].named_key, t)
+    for graph in graphs:
+        for cid, t in sorted(constant_tensors(graph).items()):
+            by_key.setdefault(graph.constants[cid].named_key, t)
     meta, pos = {}, 0
     for p in named:
         t = by_key.get(p.key)

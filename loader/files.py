@@ -27,22 +27,33 @@ from vkx.format import ExternalData, FileRange, FormatError, ProgramFile, resolv
 from vkx.format.common import align
 from vkx.format.describe import external_beside, missing_keys
 from vkx.format.names import io_names
-from vkx.format.pte import VulkanDelegate
+from vkx.format.pte import VULKAN_BACKEND, VulkanDelegate
 from vkx.loader.errors import BadProgramError, FileError, LoadError, MissingDataError, as_load_error
 from vkx.loader.named_data import FreeableBuffer
 from vkx.loader.plan import PlanProgram, load_plan, runs_as_one_delegate
-from vkx.loader.program import load_source
-from vkx.loader.runner import Program
+from vkx.loader.program import load_methods, load_source
+from vkx.loader.runner import Methods, Program
 from vkx.loader.trace import Timeline
 
 
 class FileConstants:
-    """The constant source of a program file: constant_id -> FreeableBuffer."""
+    """The constant source of a program file: constant_id -> FreeableBuffer.
 
-    def __init__(self, pf: ProgramFile, externals: list[ExternalData], delegate: VulkanDelegate | None = None):
+    With several delegates (one per method) their constant_ids follow one another:
+    delegate i's start at `bases[i]`.
+    """
+
+    def __init__(self, pf: ProgramFile, externals: list[ExternalData], delegate: VulkanDelegate | None = None,
+                 delegates: Sequence[VulkanDelegate] = ()):
         self.pf, self.externals = pf, externals
-        self.delegate = delegate or pf.vulkan
-        self.ranges: list[FileRange] = resolve_constants(pf, externals, self.delegate)
+        delegates = list(delegates) or [delegate or pf.vulkan]
+        self.ranges: list[FileRange] = []
+        self.named: list[bool] = []
+        self.bases: list[int] = []
+        for d in delegates:
+            self.bases.append(len(self.ranges))
+            self.ranges += resolve_constants(pf, externals, d)
+            self.named += [c.is_named for c in d.graph.constants]
         self._files = {f.path: f for f in [pf, *externals]}
         self._maps: dict[str, tuple[mmap.mmap, ctypes.Array]] = {}
         """path -> a private mapping of that file and the pin that keeps its address (imports only)."""
@@ -63,7 +74,7 @@ class FileConstants:
         to import and use as they are, or the reason they cannot be. A file asked for an
         address stays mapped until `close()`."""
         r = self.ranges[cid]
-        if not self.delegate.graph.constants[cid].is_named:
+        if not self.named[cid]:
             return f"constant {cid} is in the legacy delegate blob, which is released after prepacking"
         if r.path not in self._maps:
             f = self._files[r.path]
@@ -159,12 +170,29 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
         raise
     if own:
         options["on_close"] = _chain(options.get("on_close"), device.close)
-    if not runs_as_one_delegate(pf.program.execution_plan[0]):
+    plans = pf.program.execution_plan
+    if len(plans) > 1 and all(runs_as_one_delegate(plan) and plan.delegates[0].id == VULKAN_BACKEND
+                              for plan in plans):
+        return _load_methods(pf, source, schedule, device, upload, timeline=timeline, progress=progress, **options)
+    if not runs_as_one_delegate(plans[0]):
         source.close()  # each delegate of the plan opens the files for its own constants
         return load_plan(path, external_data, schedule, device, upload, progress=progress, **options)
     program = load_source(graph, source, schedule, device, upload, timeline=timeline, progress=progress, **options)
     program.name_io(*names)
     return program
+
+
+def _load_methods(pf: ProgramFile, source: FileConstants, schedule, device, upload, **options) -> Methods:
+    """Every plan a method: one load, the weights shared (docs/format.md, "Methods")."""
+    delegates = pf.vulkan_delegates
+    names = [plan.name for plan in pf.program.execution_plan]
+    if len(set(names)) != len(names):
+        source.close()
+        raise BadProgramError(f"{pf.path}: two execution plans share a name ({', '.join(names)})")
+    methods = FileConstants(pf, source.externals, delegates=delegates)
+    programs = load_methods({name: d.graph for name, d in zip(names, delegates)}, methods, methods.bases,
+                            schedule, device, upload, **options)
+    return Methods(programs)
 
 
 def _chain(first, second):

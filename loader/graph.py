@@ -36,7 +36,7 @@ class RTensor:
     `staging` is the dtype a graph input/output has on the host side (the
     file's `staging_datatype`, else the tensor's own dtype).
     """
-    __slots__ = ("arg", "staging", "constant_id", "mem_obj_id", "buffer", "is_temp")
+    __slots__ = ("arg", "staging", "constant_id", "mem_obj_id", "buffer", "is_temp", "state")
 
     def __init__(self, arg: ops.TensorArg, staging: DType, constant_id: int = -1,
                  mem_obj_id: int = -1, is_temp: bool = False):
@@ -46,6 +46,8 @@ class RTensor:
         self.mem_obj_id = mem_obj_id
         self.buffer = None
         self.is_temp = is_temp
+        self.state: str | None = None
+        """The name of the persistent state this tensor is (None: not state)."""
 
     @property
     def vid(self) -> int:
@@ -85,6 +87,8 @@ class GraphBuilder:
         self.dispatches: list[Dispatch] = []
         self.prepack_dispatches: list[Dispatch] = []
         """Dispatches that run once at load (a weight converted to its device form)."""
+        self.states: dict[str, tuple[RTensor, RTensor | None]] = {}
+        """Each state's name -> its tensor and its initial value's constant (None: zeros)."""
         self._load_time = False
         self._node = "?"
         self._read: set[int] | None = None
@@ -165,6 +169,7 @@ class GraphBuilder:
                     v = self.graph.values[arg] if 0 <= arg < len(self.graph.values) else None
                     self._read.update(v.items if isinstance(v, g.ValueList) else [arg])
         return vid in self._read
+
     def alias_view(self, out: ops.TensorArg, src: ops.TensorArg) -> bool:
         """Make `out` (the same bytes as `src`, another shape) `src`'s device tensor, when that is safe.
 
@@ -177,6 +182,8 @@ class GraphBuilder:
         root = self.tensors[src.vid]
         if out.vid in self.graph.output_ids or out.nbytes != root.nbytes or out.dtype != root.arg.dtype:
             return False
+        if root.state is not None:
+            return False  # state is written in place after the view reads it
         if not root.is_constant:
             spans, writes, members, sources = self._lifetimes()
             if root.is_temp or writes.get(root.vid, 0) != (0 if root.vid in self.graph.input_ids else 1):
@@ -208,6 +215,17 @@ class GraphBuilder:
                     members.setdefault(t.mem_obj_id, []).append(vid)
             self._spans = (spans, writes, members, liveness.view_sources(self.graph))
         return self._spans
+
+    def state(self, vid: int, name: str, initial: int | None) -> None:
+        """Make tensor `vid` the persistent state `name`, initialised from constant `initial` (None: zeros)."""
+        if name in self.states:
+            raise BadProgramError(f"{self._node}: state {name!r} is declared twice")
+        t = self.tensors[vid]
+        init = None if initial is None else self.tensors[initial]
+        if init is not None and not init.is_constant:
+            raise BadProgramError(f"{self._node}: the initial value of state {name!r} is not a constant")
+        t.state = name
+        self.states[name] = (t, init)
 
     @contextlib.contextmanager
     def at_load(self):
@@ -267,4 +285,8 @@ class GraphBuilder:
                 seen[t.vid] = t
         for vid in [*self.graph.input_ids, *self.graph.output_ids]:
             seen[vid] = self.tensors[vid]
+        for t, init in self.states.values():
+            seen[t.vid] = t
+            if init is not None:
+                seen[init.vid] = init
         return [seen[k] for k in sorted(seen)]

@@ -24,7 +24,7 @@ from vkx.loader.errors import DeviceError, ImportRefusedError, OutOfDeviceMemory
 
 ffi = vk.ffi
 lib = vk._vulkan.lib
-KINDS = ("weights", "activations", "staging", "io", "imported")
+KINDS = ("weights", "activations", "staging", "io", "imported", "state")
 MiB = 1 << 20
 USAGE = (vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT
          | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT)
@@ -286,6 +286,51 @@ class Allocator:
             vk.vkBindBufferMemory(self.device.device, handle, alloc.memory, 0)
             alloc.users += 1
             out.append(self._track(Buffer(handle, s, alloc, 0, kind, self)))
+        return out
+
+    def overlay(self, layouts: list[list[list[int]]], kind: str = "activations") -> list[list[list[Buffer]]]:
+        """Buffers for several layouts that take turns in one allocation (methods that never run
+        at once). A layout is a list of slots laid out one after another from offset 0; the
+        buffers of one slot (a shared memory object's members) alias each other. The allocation
+        is as large as the largest layout."""
+        created: list[list[list[tuple]]] = []
+        try:
+            bits, need = 0xFFFFFFFF, 0
+            for layout in layouts:
+                slots, end = [], 0
+                created.append(slots)  # in the list before any handle exists: the cleanup sees it
+                for sizes in layout:
+                    members: list[tuple] = []
+                    slots.append(members)
+                    for s in sizes:
+                        handle, req = self.create_unbound(s)
+                        members.append((handle, max(int(s), 16), req))
+                        bits &= req.memoryTypeBits
+                    if members:
+                        align = max(max(int(req.alignment), 256) for _, _, req in members)
+                        offset = -(-end // align) * align
+                        end = offset + max(int(req.size) for _, _, req in members)
+                        members[:] = [(h, size, offset) for h, size, _ in members]
+                need = max(need, end)
+            alloc = self._allocate(max(need, 16), self.choose_type(bits, "device"), kind) if need else None
+            if alloc is not None:
+                self._dedicated.add(alloc)
+        except BaseException:
+            for slots in created:
+                for members in slots:
+                    for handle, *_ in members:
+                        vk.vkDestroyBuffer(self.device.device, handle, None)
+            raise
+        out = []
+        for slots in created:
+            out.append([])
+            for members in slots:
+                bound = []
+                for handle, s, offset in members:
+                    vk.vkBindBufferMemory(self.device.device, handle, alloc.memory, offset)
+                    alloc.users += 1
+                    bound.append(self._track(Buffer(handle, s, alloc, offset, kind, self)))
+                out[-1].append(bound)
         return out
 
     def _track(self, b: Buffer) -> Buffer:

@@ -35,7 +35,7 @@ from vkx.loader.graph import GraphBuilder, RTensor
 from vkx.loader.memory import Allocator, Buffer, MiB
 from vkx.loader.named_data import FreeableBuffer
 from vkx.loader.prepack import Uploader
-from vkx.loader.record import Executor
+from vkx.loader.record import Executor, StateStore
 from vkx.loader.runner import Program
 from vkx.loader.shaders import Pipeline, pipelines_for
 from vkx.loader.staging import StagingRing
@@ -111,12 +111,13 @@ class Resources:
         self.source, self.timeline, self.on_close = source, timeline, on_close
         self.ring: StagingRing | None = None
         self.uploader: Uploader | None = None
-        self.executor: Executor | None = None
+        self.executors: list[Executor] = []
+        self.states: StateStore | None = None
 
     def close(self) -> None:
         """Release every Vulkan object of this load (ledger back to zero)."""
         try:
-            for obj in (self.executor, self.uploader, self.ring):
+            for obj in (*self.executors, self.states, self.uploader, self.ring):
                 if obj is not None:
                     obj.close()
             self.allocator.close()
@@ -140,15 +141,22 @@ class Built:
     dedicated: list[RTensor] = field(default_factory=list)
     """Load-time prepack outputs: weights in their device form, allocated with the weights."""
     activations: list[RTensor] = field(default_factory=list)
+    states: dict[str, tuple[RTensor, RTensor | None]] = field(default_factory=dict)
+    """Each persistent state's tensor and its initial value's constant (None: zeros)."""
+
+    @property
+    def prepack_dispatches(self) -> list:
+        return self.builder.prepack_dispatches
 
 
 # --------------------------------------------------------------------------- the stages
 
-def build(graph: g.VkGraph, device: Device, options: Options, source) -> Built:
+def build(graph: g.VkGraph, device: Device, options: Options, source, base: int = 0) -> Built:
     """Stage 1: bind and build every op (no memory); refuse a graph that cannot fit the device.
 
     Constants whose bytes are one range of the files (`source.key`: the writer stores
-    a tensor once, however many constant_ids name it) get one device tensor.
+    a tensor once, however many constant_ids name it) get one device tensor. `base`:
+    where this graph's constant_ids start in `source` (methods of one file share it).
     """
     limit = min(options.max_binding_bytes or device.max_storage_buffer_range, device.max_storage_buffer_range)
     cache = pipelines_for(device)
@@ -158,13 +166,22 @@ def build(graph: g.VkGraph, device: Device, options: Options, source) -> Built:
     prepack = [cache.get(x.shader, dict(x.defines), len(x.bindings)) for x in builder.prepack_dispatches]
     built = Built(builder, pipelines, prepack)
     produced = {t.vid for d in builder.prepack_dispatches for t, _, _ in d.bindings[-1:]}
+    built.states = builder.states
     for t in builder.used_tensors():
         if t.is_constant:
-            built.constants.setdefault(t.constant_id, []).append(t)
+            built.constants.setdefault(base + t.constant_id, []).append(t)
+        elif t.state is not None:
+            continue
         elif t.vid in produced:
             built.dedicated.append(t)
         else:
             built.activations.append(t)
+    _share_constants(built, source)
+    return built
+
+
+def _share_constants(built: Built, source) -> None:
+    """One entry (so one device tensor) per byte range of the files."""
     by_key: dict = {}
     for cid in sorted(built.constants):
         first = by_key.setdefault(source.key(cid), cid)
@@ -175,7 +192,28 @@ def build(graph: g.VkGraph, device: Device, options: Options, source) -> Built:
         if len(sizes) > 1:
             raise BadProgramError(f"constant {cid} is read as tensors of {sorted(sizes)} bytes; "
                                   f"all tensors of one constant must have one size")
-    return built
+
+
+@dataclass
+class Merged(Built):
+    """The weights of several methods' graphs, built as one: shared constants once."""
+    parts: list[Built] = field(default_factory=list)
+
+    @property
+    def prepack_dispatches(self) -> list:
+        return [d for b in self.parts for d in b.builder.prepack_dispatches]
+
+
+def merge(builts: list[Built], source) -> Merged:
+    """The methods' constants, load-time prepacks and activations in one Built (for the weights stage)."""
+    largest = max(builts, key=lambda b: sum(t.nbytes for t in b.activations))
+    merged = Merged(None, [], [p for b in builts for p in b.prepack_pipelines], parts=builts,
+                    dedicated=[t for b in builts for t in b.dedicated], activations=largest.activations)
+    for b in builts:
+        for cid, ts in b.constants.items():
+            merged.constants.setdefault(cid, []).extend(ts)
+    _share_constants(merged, source)
+    return merged
 
 
 def _memory_objects(built: Built) -> tuple[dict[int, list[RTensor]], list[RTensor]]:
@@ -276,7 +314,7 @@ def _upload_eager(built: Built, res: Resources, kept: dict[int, tuple], progress
 
 def _run_prepack(built: Built, res: Resources) -> None:
     """The load-time dispatches (a weight converted to its device form), submitted once and waited for."""
-    dispatches = built.builder.prepack_dispatches
+    dispatches = built.prepack_dispatches
     if not dispatches:
         return
     for t in built.dedicated:
@@ -290,7 +328,7 @@ def _run_prepack(built: Built, res: Resources) -> None:
         once.close()
 
 
-def allocate_activations(built: Built, graph: g.VkGraph, res: Resources) -> tuple[list, list]:
+def allocate_activations(built: Built, graph: g.VkGraph, res: Resources) -> list[tuple[list, list]]:
     """Stage 3: one allocation per shared memory object (dedicated ones apart), then the io buffers."""
     allocator = res.allocator
     groups, dedicated = _memory_objects(built)
@@ -300,7 +338,12 @@ def allocate_activations(built: Built, graph: g.VkGraph, res: Resources) -> tupl
         members = groups[mid]
         for t, b in zip(members, allocator.alias_group([t.nbytes for t in members])):
             t.buffer = b
-    tensors = built.builder.tensors
+    return [_io_buffers(built, graph, res)]
+
+
+def _io_buffers(built: Built, graph: g.VkGraph, res: Resources) -> tuple[list, list]:
+    """Host-visible buffers for the graph's inputs and readback buffers for its outputs."""
+    tensors, allocator = built.builder.tensors, res.allocator
     io_in = [(allocator.buffer(tensors[vid].nbytes, "io", "host"), tensors[vid]) for vid in graph.input_ids]
     io_out = [(tensors[vid], allocator.buffer(tensors[vid].nbytes, "io", "readback")) for vid in graph.output_ids]
     return io_in, io_out
@@ -308,9 +351,10 @@ def allocate_activations(built: Built, graph: g.VkGraph, res: Resources) -> tupl
 
 def record(built: Built, res: Resources, io_in: list, io_out: list) -> Executor:
     """Stage 4: the execute command buffer, recorded once."""
-    res.executor = Executor(res.device, built.builder.dispatches, built.pipelines, io_in, io_out)
-    res.executor.record()
-    return res.executor
+    executor = Executor(res.device, built.builder.dispatches, built.pipelines, io_in, io_out)
+    res.executors.append(executor)
+    executor.record()
+    return executor
 
 
 # --------------------------------------------------------------------------- the load
@@ -322,10 +366,20 @@ def load_graph(graph: g.VkGraph, constants: Sequence = (), schedule: str = "lazy
 
 
 def load_source(graph: g.VkGraph, source, schedule: str = "lazy", device=None, upload: str = "auto",
-                *, staging_chunks: int = 4, staging_chunk_bytes: int = 16 * MiB,
-                memory_budget: int | None = None, timeline: Timeline | None = None,
-                on_close=None, max_binding_bytes: int | None = None, progress: Progress | None = None) -> Program:
+                **options) -> Program:
     """Run the four stages over `graph`, whose constants come from `source` (`get(cid)`)."""
+    return load_methods({"forward": graph}, source, [0], schedule, device, upload, **options)["forward"]
+
+
+def load_methods(graphs: dict[str, g.VkGraph], source, bases: Sequence[int], schedule: str = "lazy",
+                 device=None, upload: str = "auto", *, staging_chunks: int = 4, staging_chunk_bytes: int = 16 * MiB,
+                 memory_budget: int | None = None, timeline: Timeline | None = None, on_close=None,
+                 max_binding_bytes: int | None = None, progress: Progress | None = None) -> dict[str, Program]:
+    """Run the four stages over the methods' graphs at once: method i's constant_ids start at
+    `bases[i]` in `source`. Weights are uploaded once for all of them (a byte range of the
+    files is one device tensor, whichever method reads it), state once per name; the methods'
+    activations take turns in one allocation (calls run one at a time); each method's command
+    buffer is recorded once. Returns each method's `Program`, all sharing one device load."""
     options = Options(schedule, upload, staging_chunks, staging_chunk_bytes, memory_budget, max_binding_bytes)
     timeline = timeline or Timeline()
     if not timeline.phases:
@@ -335,20 +389,26 @@ def load_source(graph: g.VkGraph, source, schedule: str = "lazy", device=None, u
     timeline.ledger = allocator.ledger
     res = Resources(dev, own_device, allocator, source, timeline, on_close)
     try:
-        built = build(graph, dev, options, source)
-        _check_budget(built, dev, options)
-        kept = upload_weights(built, res, options, progress)
+        builts = [build(graph, dev, options, source, base) for graph, base in zip(graphs.values(), bases)]
+        weights = builts[0] if len(builts) == 1 else merge(builts, source)
+        _check_budget(weights, dev, options)
+        kept = upload_weights(weights, res, options, progress)
+        res.states = allocate_states(builts, res)
         if options.schedule == "eager":
             timeline.mark("after graph build")
-            io_in, io_out = allocate_activations(built, graph, res)             # M = 2W + A
-            _upload_eager(built, res, kept, progress)
-        else:
-            io_in, io_out = allocate_activations(built, graph, res)             # M = W + A
+        io = allocate_activations(builts[0], next(iter(graphs.values())), res) if len(builts) == 1 else \
+            allocate_shared_activations(builts, list(graphs.values()), res)
+        if options.schedule == "eager":
+            _upload_eager(weights, res, kept, progress)                     # M = 2W + A
         timeline.mark("after activation allocation")
-        executor = record(built, res, io_in, io_out)
+        res.states.reset()
+        programs = {}
+        for (name, graph), built, (io_in, io_out) in zip(graphs.items(), builts, io):
+            executor = record(built, res, io_in, io_out)
+            programs[name] = Program(res, graph, executor, io_in, io_out, options.schedule,
+                                     "import" if res.uploader.imports else res.uploader.mode)
         dev.check()
-        return Program(res, graph, executor, io_in, io_out, options.schedule,
-                       "import" if res.uploader.imports else res.uploader.mode)
+        return programs
     except BaseException as error:
         try:
             res.close()
@@ -361,6 +421,40 @@ def load_source(graph: g.VkGraph, source, schedule: str = "lazy", device=None, u
                 raise OutOfDeviceMemoryError(f"out of memory in a Vulkan call ({type(error).__name__})") from error
             raise DeviceError(f"Vulkan call failed: {type(error).__name__}") from error
         raise
+
+
+def allocate_states(builts: list[Built], res: Resources) -> StateStore:
+    """One device buffer per state name, shared by every method that declares it (same shape and
+    dtype), given its initial value by `StateStore.reset()`."""
+    states: dict[str, tuple[RTensor, RTensor | None]] = {}
+    for built in builts:
+        for name, (t, initial) in built.states.items():
+            if name not in states:
+                t.buffer = res.allocator.buffer(t.nbytes, "state", "device")
+                states[name] = (t, initial)
+                continue
+            first = states[name][0]
+            if (first.arg.shape, first.arg.dtype) != (t.arg.shape, t.arg.dtype):
+                raise BadProgramError(f"state {name!r} is {first.arg.dtype} {list(first.arg.shape)} in one method "
+                                      f"and {t.arg.dtype} {list(t.arg.shape)} in another")
+            t.buffer = first.buffer
+    return StateStore(res.device, states)
+
+
+def allocate_shared_activations(builts: list[Built], graphs: list[g.VkGraph], res: Resources) -> list[tuple]:
+    """Stage 3 for several methods: each method's memory objects laid out from offset 0 of one
+    allocation as large as the largest method's (their calls never overlap); io buffers per method."""
+    layouts, order = [], []
+    for built in builts:
+        groups, dedicated = _memory_objects(built)
+        slots = [groups[mid] for mid in sorted(groups)] + [[t] for t in dedicated]
+        layouts.append([[t.nbytes for t in members] for members in slots])
+        order.append(slots)
+    for slots, buffers in zip(order, res.allocator.overlay(layouts)):
+        for members, bound in zip(slots, buffers):
+            for t, b in zip(members, bound):
+                t.buffer = b
+    return [_io_buffers(built, graph, res) for built, graph in zip(builts, graphs)]
 
 
 def _device(device) -> tuple[Device, bool]:

@@ -202,3 +202,83 @@ class Executor:
         if self.pool is not None:
             vk.vkDestroyDescriptorPool(d, self.pool, None)
             self.pool = None
+
+
+class StateStore:
+    """The persistent state tensors: one device buffer per name, shared by every method.
+
+    `reset()` replays a command buffer recorded once: each state zero-filled in place
+    (vkCmdFillBuffer: no staging) or copied from its initial value's constant.
+    """
+
+    def __init__(self, device: Device, states: dict[str, tuple[RTensor, RTensor | None]]):
+        self.device = device
+        self.states = states
+        self.cmd = self.fence = None
+        if states:
+            self._record()
+
+    def _record(self) -> None:
+        self.cmd = self.device.command_buffer()
+        self.fence = vk.vkCreateFence(self.device.device, vk.VkFenceCreateInfo(), None)
+        vk.vkBeginCommandBuffer(self.cmd, vk.VkCommandBufferBeginInfo())
+        # earlier calls may still read or write the state: they finish before it is overwritten
+        rw = vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT
+        before = _barrier(rw | vk.VK_ACCESS_TRANSFER_WRITE_BIT, vk.VK_ACCESS_TRANSFER_WRITE_BIT)
+        lib.vkCmdPipelineBarrier(self.cmd, _COMPUTE | _TRANSFER, _TRANSFER, 0, 1, before, 0, ffi.NULL, 0, ffi.NULL)
+        region = ffi.new("VkBufferCopy*")
+        for t, initial in self.states.values():
+            if initial is None:
+                lib.vkCmdFillBuffer(self.cmd, t.buffer.handle, 0, UINT64_MAX, 0)  # VK_WHOLE_SIZE
+            else:
+                region.srcOffset, region.dstOffset, region.size = 0, 0, t.nbytes
+                lib.vkCmdCopyBuffer(self.cmd, initial.buffer.handle, t.buffer.handle, 1, region)
+        after = _barrier(vk.VK_ACCESS_TRANSFER_WRITE_BIT, rw | vk.VK_ACCESS_TRANSFER_READ_BIT)
+        lib.vkCmdPipelineBarrier(self.cmd, _TRANSFER, _COMPUTE | _TRANSFER, 0, 1, after, 0, ffi.NULL, 0, ffi.NULL)
+        vk.vkEndCommandBuffer(self.cmd)
+
+    def reset(self) -> None:
+        """Every state back to its initial value (waits until done)."""
+        if self.cmd is not None:
+            self._submit(self.cmd, self.fence)
+
+    def read(self, name: str, allocator) -> bytes:
+        """A copy of state `name`'s bytes, through a readback buffer freed before returning."""
+        t = self.states[name][0]
+        out = allocator.buffer(t.nbytes, "io", "readback")
+        cmd = self.device.command_buffer()
+        fence = vk.vkCreateFence(self.device.device, vk.VkFenceCreateInfo(), None)
+        try:
+            vk.vkBeginCommandBuffer(cmd, vk.VkCommandBufferBeginInfo())
+            done = _barrier(vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT,
+                            vk.VK_ACCESS_TRANSFER_READ_BIT)
+            lib.vkCmdPipelineBarrier(cmd, _COMPUTE | _TRANSFER, _TRANSFER, 0, 1, done, 0, ffi.NULL, 0, ffi.NULL)
+            region = ffi.new("VkBufferCopy*")
+            region.srcOffset, region.dstOffset, region.size = 0, 0, t.nbytes
+            lib.vkCmdCopyBuffer(cmd, t.buffer.handle, out.handle, 1, region)
+            to_host = _barrier(vk.VK_ACCESS_TRANSFER_WRITE_BIT, vk.VK_ACCESS_HOST_READ_BIT)
+            lib.vkCmdPipelineBarrier(cmd, _TRANSFER, _HOST, 0, 1, to_host, 0, ffi.NULL, 0, ffi.NULL)
+            vk.vkEndCommandBuffer(cmd)
+            self._submit(cmd, fence)
+            return bytes(out.mapped()[:t.nbytes])
+        finally:
+            vk.vkDestroyFence(self.device.device, fence, None)
+            vk.vkFreeCommandBuffers(self.device.device, self.device.command_pool, 1, [cmd])
+            out.free()
+
+    def _submit(self, cmd, fence) -> None:
+        d = self.device
+        with d.submit_lock:
+            vk.vkQueueSubmit(d.queue, 1, [vk.VkSubmitInfo(pCommandBuffers=[cmd])], fence)
+        d.wait_fence(fence)
+        vk.vkResetFences(d.device, 1, [fence])
+
+    def close(self) -> None:
+        d = self.device.device
+        if self.fence is not None:
+            lib.vkDeviceWaitIdle(d)
+            vk.vkDestroyFence(d, self.fence, None)
+            self.fence = None
+        if self.cmd is not None:
+            vk.vkFreeCommandBuffers(d, self.device.command_pool, 1, [self.cmd])
+            self.cmd = None

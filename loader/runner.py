@@ -168,6 +168,8 @@ class Program(Closes):
         self._out = [_Port(t, io) for t, io in io_out]
         self.closed = False
         """True once `close()` has released the device memory."""
+        self._owner = True
+        """Whether close() releases the load (a method of a `Methods` leaves that to it)."""
         self._executed = False
         # One recorded command buffer, one fence and one set of io buffers serve every call, so a
         # call (write inputs, submit, wait, read outputs) must not overlap another call or close().
@@ -258,6 +260,39 @@ class Program(Closes):
             times = self._executor.profile(runs)
             return [(x.node, x.shader, t) for x, t in zip(self._executor.dispatches, times)]
 
+    # -- state ---------------------------------------------------------------------------
+    @property
+    def states(self) -> list[str]:
+        """The names of the program's persistent state tensors."""
+        return list(self._resources.states.states)
+
+    def reset(self) -> None:
+        """Every state tensor back to its initial value."""
+        with self._lock:
+            if self.closed:
+                raise LoadError("program is closed")
+            self._resources.states.reset()
+
+    def state(self, name: str):
+        """A copy of state tensor `name`: a torch tensor, or a numpy array where torch is not installed."""
+        store = self._resources.states
+        if name not in store.states:
+            known = ", ".join(store.states) or "none"
+            raise InputError(f"no state {name!r} (states: {known})")
+        t = store.states[name][0]
+        with self._lock:
+            if self.closed:
+                raise LoadError("program is closed")
+            data = store.read(name, self._resources.allocator)
+        dtype = t.arg.dtype
+        array = np.frombuffer(data, np.dtype(dtype.numpy)).reshape(t.arg.shape).copy()
+        try:
+            import torch
+        except ImportError:
+            return bf16_values(array) if dtype is dtypes.BFLOAT16 else array
+        out = torch.from_numpy(array)
+        return out.view(torch.bfloat16) if dtype is dtypes.BFLOAT16 else out
+
     # -- memory ----------------------------------------------------------------------
     @property
     def memory(self) -> dict:
@@ -281,7 +316,84 @@ class Program(Closes):
             self.closed = True
             for port in self._in + self._out:
                 port.view = None  # drop views of the io buffers before their memory goes
-            self._resources.close()
+            if self._owner:
+                self._resources.close()
+        if self._owner:
+            self.device.check()
+
+
+class Methods(Closes):
+    """A loaded program of several methods: `program.decode(...)` or `program["decode"](...)`.
+
+    The methods share one load: the weights (each once), the state tensors and the
+    activation memory, so their calls run one at a time. `close()` releases it all.
+    """
+
+    def __init__(self, programs: dict[str, Program]):
+        self._programs = programs
+        lock = threading.Lock()
+        for program in programs.values():
+            program._lock, program._owner = lock, False
+        first = next(iter(programs.values()))
+        self._first, self._lock = first, lock
+        self.device, self.ledger, self.timeline = first.device, first.ledger, first.timeline
+        self.weight_bytes = first.weight_bytes
+        """Device bytes of the constants of all methods, each once."""
+        self.closed = False
+
+    @property
+    def methods(self) -> list[str]:
+        """The method names, in file order."""
+        return list(self._programs)
+
+    def __getitem__(self, name: str) -> Program:
+        program = self._programs.get(name)
+        if program is None:
+            raise InputError(f"no method {name!r} (methods: {', '.join(self._programs)})")
+        return program
+
+    def __getattr__(self, name: str) -> Program:
+        programs = self.__dict__.get("_programs", {})
+        if name in programs:
+            return programs[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute or method {name!r}")
+
+    @property
+    def states(self) -> list[str]:
+        return self._first.states
+
+    def reset(self) -> None:
+        """Every state tensor back to its initial value."""
+        self._first.reset()
+
+    def state(self, name: str):
+        """A copy of state tensor `name` as a torch tensor."""
+        return self._first.state(name)
+
+    @property
+    def memory(self) -> dict:
+        return self._first.memory
+
+    def generate(self, input_ids, max_new_tokens: int = 32, *, temperature: float = 0.0, top_k: int | None = None,
+                 top_p: float | None = None, seed: int | None = None, timings=None):
+        """Yield the token ids that follow `input_ids`, for a causal LM program (methods prefill and
+        decode, what `vkx export DIR` writes): greedy unless a temperature is given. The cache starts
+        empty; `timings` (a `vkx.loader.generate.Timings`) receives the measurements."""
+        from vkx.loader.generate import ProgramDecoder, Sampling, generate
+
+        decoder = ProgramDecoder(self)
+        return generate(decoder, input_ids, max_new_tokens, decoder.shape,
+                        sampling=Sampling(temperature, top_k, top_p, seed), timings=timings)
+
+    def close(self) -> None:
+        """Release the load (every method's memory, the weights, the state)."""
+        if self.closed:
+            return
+        for program in self._programs.values():
+            program.close()
+        with self._lock:
+            self.closed = True
+            self._first._resources.close()
         self.device.check()
 
 

@@ -116,17 +116,33 @@ def _print_user_traceback(error: BaseException, model: Path) -> None:
     print(plain_lines("".join(lines)), end="", file=sys.stderr)
 
 
+def _is_folder(model: Path, weights: Optional[Path], lengths: tuple[Optional[int], Optional[int]]) -> bool:
+    """Whether MODEL is a Hugging Face model folder (a directory with a config.json), and the
+    options that go with one only (--max-seq-len, --prefill-len) or with a model file only (--weights)."""
+    folder = model.is_dir() and (model / "config.json").is_file()
+    if model.is_dir() and not folder:
+        raise paths.UsageError(f"{model} is a folder without config.json: vkx export takes a .py file defining "
+                               "get_model() or a Hugging Face model folder")
+    if folder and weights is not None:
+        raise paths.UsageError("--weights is for a model file: a model folder's weights are its safetensors files")
+    if not folder and lengths != (None, None):
+        raise paths.UsageError("--max-seq-len and --prefill-len are for a Hugging Face model folder")
+    return folder
+
+
 def _check_paths(model: Path, output: Optional[Path], external_data: Optional[Path], weights: Optional[Path],
                  layout: Layout, alignment: Optional[int], quantize: Optional["Quantize"],
-                 group_size: Optional[int]) -> Path:
+                 group_size: Optional[int], folder: bool) -> Path:
     """Every path and option checked before torch is imported; the .pte path to write."""
-    paths.model_file(model)
+    if not folder:
+        paths.model_file(model)
     inputs = [model]
     if weights is not None:
         if weights.is_dir() or not weights.exists():
             raise paths.UsageError(f"--weights {weights}: weights file not found (a .safetensors state dict)")
         inputs.append(weights)
-    output = paths.output_file(output or model.with_suffix(".pte"), "-o", "the output (a program)", (".pte",),
+    default = model.parent / f"{model.name}.pte" if folder else model.with_suffix(".pte")
+    output = paths.output_file(output or default, "-o", "the output (a program)", (".pte",),
                                inputs)
     if external_data is not None:
         if layout == Layout.legacy:
@@ -145,7 +161,7 @@ def _check_paths(model: Path, output: Optional[Path], external_data: Optional[Pa
 
 @user_errors
 def export(
-    model: Path = typer.Argument(..., metavar="MODEL.py", hidden=True),  # the docstring says what it is
+    model: Path = typer.Argument(..., metavar="MODEL", hidden=True),  # the docstring says what it is
     output: Optional[Path] = typer.Option(None, "-o", "--output", metavar="FILE.pte",
                                           help="The .pte to write [default: MODEL.pte beside the model]."),
     layout: Layout = typer.Option(Layout.named, help="Where constants go: named data, or inside the delegate blob."),
@@ -164,17 +180,30 @@ def export(
         None, metavar="N", help="Values per scale: 32, 64, 128 or 256 [default: int4 32, int8 one per row]."),
     target: Target = typer.Option(Target.vkx, help="The runtime the graph is for: vkx's loader, or ExecuTorch's "
                                                  "C++ Vulkan runtime (vkx's loader runs both)."),
+    max_seq_len: Optional[int] = typer.Option(
+        None, "--max-seq-len", min=1, metavar="N",
+        help="Model folder: positions of the KV cache (prompt + new tokens) [default: 512, or the model's positions].", show_default=False),
+    prefill_len: Optional[int] = typer.Option(
+        None, "--prefill-len", min=1, metavar="N",
+        help="Model folder: tokens per prefill call (longer prompts take several) [default: 32].",
+        show_default=False),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print one line instead of the progress display."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as one JSON object (schema vkx.export/1)."),
     verbose: bool = typer.Option(False, "--verbose", "-v",
                                  help="On failure, show the model code's traceback and torch's own messages."),
 ) -> None:
-    """Export MODEL.py, a Python file whose get_model() returns (module, example_inputs), to a Vulkan .pte
-    (ExecuTorch 1.5.1 compatible)."""
-    output = _check_paths(model, output, external_data, weights, layout, alignment, quantize, group_size)
+    """Export MODEL to a Vulkan .pte (ExecuTorch 1.5.1 compatible). MODEL is a Python file whose get_model()
+    returns (module, example_inputs), or a Hugging Face causal LM folder (config.json, safetensors weights or
+    none for random ones), exported as methods prefill and decode with a KV cache."""
+    folder = _is_folder(model, weights, (max_seq_len, prefill_len))
+    output = _check_paths(model, output, external_data, weights, layout, alignment, quantize, group_size, folder)
     replaced = [str(p) for p in (output, external_data) if p is not None and p.exists()]
     from vkx.export import export_model, load_model_file, load_weights
 
+    if folder:
+        with _quiet_torch(verbose):  # transformers warns about configs on stderr
+            from vkx.export.hf import check_lengths
+            max_seq_len, prefill_len = check_lengths(model, max_seq_len, prefill_len)
     bars = Progress(SpinnerColumn(), TextColumn("{task.description:<13}"), BarColumn(), _Bytes(),
                     TimeElapsedColumn(), console=console, disable=quiet or json_out)
     started = time.perf_counter()
@@ -182,14 +211,19 @@ def export(
         with bars:
             display = _Display(bars)
             display.stage("load")
-            module, example_inputs = load_model_file(model)
-            if weights is not None:
-                load_weights(module, weights)
-            with _quiet_torch(verbose):
-                report = export_model(module, example_inputs, output, layout=layout.value,
-                                      external_data=external_data, dtype=dtype.value, alignment=alignment,
-                                      quantize=quantize.value if quantize else None, group_size=group_size,
-                                      target=target.value, progress=display)
+            options = dict(layout=layout.value, external_data=external_data, dtype=dtype.value, alignment=alignment,
+                           quantize=quantize.value if quantize else None, group_size=group_size, progress=display)
+            if folder:
+                with _quiet_torch(verbose):
+                    from vkx.export.hf import export_folder
+                    report = export_folder(model, output, max_seq_len=max_seq_len, prefill_len=prefill_len,
+                                           target=target.value, **options)
+            else:
+                module, example_inputs = load_model_file(model)
+                if weights is not None:
+                    load_weights(module, weights)
+                with _quiet_torch(verbose):
+                    report = export_model(module, example_inputs, output, target=target.value, **options)
             display.done()
     except VkxError as error:
         if verbose:

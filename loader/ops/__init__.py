@@ -108,6 +108,8 @@ class OpBuilder(Protocol):
         """Dispatches recorded inside run once, at load, after the weights are in."""
     def is_read(self, vid: int) -> bool:
         """Whether some op reads tensor `vid` or it is a graph output (an op may skip an unread output)."""
+    def state(self, vid: int, name: str, initial: int | None) -> None:
+        """Make tensor `vid` the persistent state `name`, initialised from constant `initial` (None: zeros)."""
 
 
 Builder = Callable[[OpBuilder, Call], None]
@@ -140,7 +142,7 @@ def builds_family(family: str) -> Callable[[Builder], Builder]:
 
 
 _OP_MODULES = ("elementwise", "reduce", "shape", "matmul", "conv", "attention", "prepack", "quant", "models",
-               "executorch")
+               "executorch", "state")
 
 
 def lookup(name: str) -> Builder:

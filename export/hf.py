@@ -1,0 +1,283 @@
+"""Hugging Face causal LMs: a model folder → a transformers module with a static KV cache.
+
+A folder holds `config.json`, optionally `model.safetensors` (or shards listed in
+`model.safetensors.index.json`) and `tokenizer.json`. The module is built with its parameters
+on the meta device and the checkpoint's tensors are assigned to it straight from read-only
+file mappings, so the weights are in memory once. Without weight files the architecture gets
+random weights of real magnitude. `CausalLM` wraps the model for export: one forward
+`(input_ids [1, n], cache_position [n]) -> logits [1, n, vocab]` that writes its keys and
+values into per-layer cache buffers at `cache_position` (`index_copy_`), exported twice:
+`prefill` (n = the prefill length) and `decode` (n = 1). docs/architecture.md describes it.
+"""
+from __future__ import annotations
+
+import json
+import mmap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from vkx.export.errors import ExportError
+
+if TYPE_CHECKING:
+    from vkx.export.api import ExportReport
+
+try:
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.cache_utils import Cache, StaticLayer
+except ImportError as error:  # an optional dependency: vkx[llm]
+    raise ExportError("exporting a Hugging Face folder needs transformers: pip install 'vkx[llm]'") from error
+
+FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "phi3", "gpt2")
+CONFIG = "config.json"
+SINGLE = "model.safetensors"
+INDEX = "model.safetensors.index.json"
+TOKENIZER = "tokenizer.json"
+
+_SAFETENSORS_DTYPES = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+
+
+@dataclass(frozen=True)
+class Folder:
+    """What a Hugging Face model folder holds."""
+
+    path: Path
+    weights: tuple[Path, ...]
+    """The safetensors files, in order; empty: random weights."""
+    tokenizer: Path | None
+
+
+def is_model_folder(path: str | Path) -> bool:
+    """A directory with a config.json (what `vkx export DIR` takes)."""
+    return Path(path).is_dir() and (Path(path) / CONFIG).is_file()
+
+
+def read_folder(path: str | Path) -> Folder:
+    """The config, weight files and tokenizer of a model folder; ExportError if it is not one."""
+    path = Path(path)
+    if not is_model_folder(path):
+        raise ExportError(f"{path} is not a Hugging Face model folder (no {CONFIG})")
+    if (path / SINGLE).is_file():
+        weights: tuple[Path, ...] = (path / SINGLE,)
+    elif (path / INDEX).is_file():
+        try:
+            weight_map = json.loads((path / INDEX).read_text())["weight_map"]
+        except (ValueError, KeyError, TypeError) as error:
+            raise ExportError(f"{path / INDEX}: not a safetensors index ({error})") from error
+        weights = tuple(path / name for name in sorted(set(weight_map.values())))
+        missing = [str(p) for p in weights if not p.is_file()]
+        if missing:
+            raise ExportError(f"{path / INDEX} lists shards that are missing: {', '.join(missing)}")
+    else:
+        weights = ()
+    tokenizer = path / TOKENIZER
+    return Folder(path, weights, tokenizer if tokenizer.is_file() else None)
+
+
+def load_config(folder: Folder):
+    """The folder's transformers config; ExportError for a family vkx does not export."""
+    try:
+        config = AutoConfig.from_pretrained(str(folder.path), local_files_only=True)
+    except (OSError, ValueError, KeyError) as error:
+        raise ExportError(f"{folder.path / CONFIG}: {' '.join(str(error).split())}") from error
+    if config.model_type not in FAMILIES:
+        raise ExportError(f"{folder.path / CONFIG}: model_type {config.model_type!r} is not one of "
+                          f"{', '.join(FAMILIES)}")
+    return config
+
+
+def check_lengths(path: str | Path, max_seq_len: int | None = None, prefill_len: int | None = None) -> tuple[int, int]:
+    """The cache length (default: 512, or the model's positions if fewer) and prefill length
+    (default 32, at most the cache length) to export a folder with; ExportError if they do not fit."""
+    config = load_config(read_folder(path)).get_text_config()
+    positions = getattr(config, "max_position_embeddings", None) or max_seq_len or 512
+    max_seq_len = max_seq_len or min(512, positions)
+    prefill_len = prefill_len or min(32, max_seq_len)
+    if not 1 <= prefill_len <= max_seq_len <= positions:
+        raise ExportError(f"need 1 <= prefill length ({prefill_len}) <= max sequence length ({max_seq_len}) "
+                          f"<= the model's {positions} positions")
+    return max_seq_len, prefill_len
+
+
+def export_folder(path: str | Path, output: str | Path, *, max_seq_len: int | None = None,
+                  prefill_len: int | None = None, dtype: str = "keep", **options) -> "ExportReport":
+    """Export a model folder to a two-method program (prefill `[1, prefill_len]`, decode `[1, 1]`)
+    whose state is the KV cache of `max_seq_len` positions (check_lengths' defaults); `options`
+    go to `export_model`."""
+    from vkx.export.api import export_model
+    from vkx.export.dtypes import TARGETS, torch_dtype
+
+    max_seq_len, prefill_len = check_lengths(path, max_seq_len, prefill_len)
+    folder = read_folder(path)
+    lm = CausalLM(build_model(folder, torch_dtype(TARGETS[dtype]) if TARGETS.get(dtype) else None), max_seq_len)
+    methods = {"prefill": (torch.zeros(1, prefill_len, dtype=torch.long), torch.arange(prefill_len)),
+               "decode": (torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, dtype=torch.long))}
+    return export_model(lm, methods, output, dtype=dtype, **options)
+
+
+def build_model(folder: Folder, dtype: torch.dtype | None = None, seed: int = 0) -> torch.nn.Module:
+    """The folder's causal LM in eval mode, with sdpa attention.
+
+    With weight files the tensors keep the checkpoint's dtype (`dtype` is for export to
+    convert); without, random weights in `dtype` (default: the config's, else fp32) whose
+    logits have a standard deviation near one.
+    """
+    config = load_config(folder)
+    if not folder.weights:
+        dtype = dtype or config.dtype or torch.float32
+        # Weights of std 1/sqrt(hidden) keep every projection near unit scale, so logits are
+        # about N(0, 1) and greedy choices are not near-ties (transformers' default 0.02 gives
+        # logits too flat to compare token by token).
+        config.initializer_range = config.hidden_size ** -0.5
+        torch.manual_seed(seed)
+        return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa").eval()
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    _rebuild_buffers(model)
+    assign_weights(model, folder.weights)
+    return model.eval()
+
+
+def _rebuild_buffers(model: torch.nn.Module) -> None:
+    """Build again, on the CPU, each module whose buffers the meta device left without values.
+
+    In these families that is the rotary embedding (its frequency tables are computed from the
+    config, never stored in a checkpoint); anything else would be a family vkx does not know.
+    """
+    config = model.config.get_text_config()
+    for name, module in list(model.named_modules()):
+        if any(b.is_meta for b in module.buffers(recurse=False)):
+            if not type(module).__name__.endswith("RotaryEmbedding"):
+                raise ExportError(f"{type(model).__name__}: {name} has buffers vkx cannot rebuild")
+            model.set_submodule(name, type(module)(config))
+
+
+def map_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a safetensors file as a view of one private read-only mapping (no copy)."""
+    try:
+        with open(path, "rb") as f:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        header_len = int.from_bytes(mapped[:8], "little")
+        header = json.loads(mapped[8:8 + header_len])
+    except (OSError, ValueError) as error:
+        raise ExportError(f"{path}: not a readable safetensors file ({error})") from error
+    base = 8 + header_len
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        if info.get("dtype") not in _SAFETENSORS_DTYPES:
+            raise ExportError(f"{path}: {name} has dtype {info.get('dtype')!r}, which vkx does not read")
+        dtype = _SAFETENSORS_DTYPES[info["dtype"]]
+        begin, end = info["data_offsets"]
+        shape = tuple(info["shape"])
+        count = (end - begin) // dtype.itemsize
+        if base + end > len(mapped) or count != _numel(shape):
+            raise ExportError(f"{path}: {name}'s bytes do not match its shape {list(shape)}")
+        flat = (torch.frombuffer(mapped, dtype=dtype, count=count, offset=base + begin) if count
+                else torch.empty(0, dtype=dtype))
+        tensors[name] = flat.view(shape)
+    return tensors
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def assign_weights(model: torch.nn.Module, files: tuple[Path, ...]) -> None:
+    """Make the checkpoint's mapped tensors the model's parameters (tied weights tied again after)."""
+    stored: dict[str, torch.Tensor] = {}
+    for path in files:
+        stored.update(map_safetensors(path))
+    wanted = model.state_dict(keep_vars=True)
+    tied = {name for name in wanted if name not in stored and _is_tied(model, name)}
+    missing = sorted(set(wanted) - set(stored) - tied)
+    unexpected = sorted(set(stored) - set(wanted))
+    if missing or unexpected:
+        raise ExportError(f"{files[0].parent}: the checkpoint does not match the config: "
+                          f"missing {_names(missing)}, unexpected {_names(unexpected)}")
+    for name, tensor in stored.items():
+        if tuple(tensor.shape) != tuple(wanted[name].shape):
+            raise ExportError(f"{files[0].parent}: {name} has shape {list(tensor.shape)}, "
+                              f"the config wants {list(wanted[name].shape)}")
+    model.load_state_dict(stored, strict=False, assign=True)
+    model.tie_weights()
+    for param in model.parameters():
+        param.requires_grad_(False)
+
+
+def _is_tied(model: torch.nn.Module, name: str) -> bool:
+    return name == "lm_head.weight" and bool(getattr(model.config.get_text_config(), "tie_word_embeddings", False))
+
+
+def _names(names: list[str], shown: int = 3) -> str:
+    if not names:
+        return "none"
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
+class CausalLM(torch.nn.Module):
+    """A causal LM with its KV cache as buffers: `forward(input_ids, cache_position) -> logits`.
+
+    Each layer's keys and values are buffers `[1, kv_heads, max_seq_len, head_dim]` in the
+    model's dtype, written at `cache_position` with `index_copy_`. The mask is built here from
+    `cache_position` (a query at position p sees cache slots 0..p), so slots past the current
+    position (never written, or written by a padded prefill) are never read.
+    """
+
+    def __init__(self, model: torch.nn.Module, max_seq_len: int):
+        super().__init__()
+        config = model.config.get_text_config()
+        heads = config.num_attention_heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        dtype = next(model.parameters()).dtype
+        self.model = model
+        self.max_seq_len = max_seq_len
+        layers = [_PositionedLayer(max_seq_len) for _ in range(config.num_hidden_layers)]
+        for i, layer in enumerate(layers):
+            self.register_buffer(f"key_cache_{i}", torch.zeros(1, kv_heads, max_seq_len, head_dim, dtype=dtype),
+                                 persistent=False)
+            self.register_buffer(f"value_cache_{i}", torch.zeros(1, kv_heads, max_seq_len, head_dim, dtype=dtype),
+                                 persistent=False)
+        self._layers = layers
+        self._cache = Cache(layers=layers)
+        self.register_buffer("_slots", torch.arange(max_seq_len), persistent=False)
+
+    def forward(self, input_ids: torch.Tensor, cache_position: torch.Tensor) -> torch.Tensor:
+        for i, layer in enumerate(self._layers):
+            # The buffers are read here, on every call, so that torch.export sees the module's own
+            # (and their in-place updates become the program's state).
+            layer.bind(getattr(self, f"key_cache_{i}"), getattr(self, f"value_cache_{i}"), cache_position)
+        visible = self._slots[None, :] <= cache_position[:, None]
+        return self.model(input_ids=input_ids, position_ids=cache_position[None, :],
+                          attention_mask=visible[None, None], cache=self._cache, use_cache=True).logits
+
+    def reset(self) -> None:
+        """Zero the cache (a new sequence)."""
+        for name, buffer in self.named_buffers():
+            if "_cache_" in name:
+                buffer.zero_()
+
+
+class _PositionedLayer(StaticLayer):
+    """A static cache layer written at the positions given with the call (not a running count)."""
+
+    def bind(self, keys: torch.Tensor, values: torch.Tensor, position: torch.Tensor) -> None:
+        self.keys, self.values, self.position = keys, values, position
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        self.keys.index_copy_(2, self.position, key_states)
+        self.values.index_copy_(2, self.position, value_states)
+        return self.keys, self.values

@@ -1,0 +1,189 @@
+"""Token generation over a causal LM with a prefill method, a decode method and a KV cache as state.
+
+The methods take `(input_ids [1, n], cache_position [n])` and return logits `[1, n, vocab]`
+(the form `vkx export DIR` writes, docs/architecture.md). The prompt goes through prefill in
+chunks of its fixed length: a prompt shorter than a chunk is padded (the padded slots are
+written but never seen: a query at position p sees slots 0..p, and decode overwrites slot p
+before any query reaches it); a longer one is cut in chunks, the last one ending at the
+prompt's end and overlapping the one before (rewriting those slots with the same values).
+Sampling is numpy; greedy unless a temperature is given.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Iterator, Protocol, Sequence
+
+import numpy as np
+
+from vkx.loader.errors import InputError
+
+
+class Decoder(Protocol):
+    """What generation calls: both methods on numpy int64 arrays, returning float logits."""
+
+    def prefill(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray: ...
+
+    def decode(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray: ...
+
+    def reset(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class LMShape:
+    """The sizes a program was exported with."""
+
+    prefill_len: int
+    max_seq_len: int
+    vocab_size: int
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Greedy when `temperature` is 0; otherwise sampled from the softmax of logits / temperature,
+    restricted to the `top_k` most likely tokens and to the smallest set whose probability
+    reaches `top_p`, with a generator seeded by `seed`."""
+
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+
+    def check(self) -> None:
+        """InputError for a value outside its range."""
+        if not self.temperature >= 0:
+            raise InputError(f"temperature must be 0 (greedy) or more, not {self.temperature}")
+        if self.top_k is not None and self.top_k < 1:
+            raise InputError(f"top_k must be at least 1, not {self.top_k}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise InputError(f"top_p must be in (0, 1], not {self.top_p}")
+        if self.temperature == 0 and (self.top_k, self.top_p) != (None, None):
+            raise InputError("top_k and top_p need a temperature (greedy decoding takes the most likely token)")
+
+
+def sample(logits: np.ndarray, sampling: Sampling, rng: np.random.Generator) -> int:
+    """One token id from a vector of logits."""
+    if sampling.temperature == 0:
+        return int(np.argmax(logits))
+    x = logits.astype(np.float64) / sampling.temperature
+    if sampling.top_k is not None and sampling.top_k < x.size:
+        kth = np.partition(x, -sampling.top_k)[-sampling.top_k]
+        x[x < kth] = -np.inf
+    if sampling.top_p is not None and sampling.top_p < 1:
+        order = np.argsort(-x, kind="stable")
+        p = _softmax(x[order])
+        # keep a token while the tokens before it hold less than top_p (the first is always kept)
+        x[order[np.cumsum(p) - p >= sampling.top_p]] = -np.inf
+    return int(rng.choice(x.size, p=_softmax(x)))
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+@dataclass
+class Timings:
+    """What one generation measured (seconds; token counts without padding)."""
+
+    prompt_tokens: int = 0
+    prefill_seconds: float = 0.0
+    first_token_seconds: float = 0.0
+    """From the call to the first generated token: the prefill plus its sampling."""
+    decode_tokens: int = 0
+    decode_seconds: float = 0.0
+    step_seconds: list[float] = field(default_factory=list)
+
+    @property
+    def prefill_tokens_per_s(self) -> float:
+        return self.prompt_tokens / self.prefill_seconds if self.prefill_seconds else 0.0
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        return self.decode_tokens / self.decode_seconds if self.decode_seconds else 0.0
+
+
+def check_request(input_ids: Sequence[int], max_new_tokens: int, shape: LMShape) -> None:
+    """InputError, before any work, for an empty prompt, an id outside the vocabulary or too long a sequence."""
+    if not input_ids:
+        raise InputError("the prompt has no tokens")
+    bad = [t for t in input_ids if not 0 <= t < shape.vocab_size]
+    if bad:
+        raise InputError(f"token id {bad[0]} is outside the vocabulary (0..{shape.vocab_size - 1})")
+    if max_new_tokens < 1:
+        raise InputError(f"max_new_tokens must be at least 1, not {max_new_tokens}")
+    # the last new token is never fed back, so it needs no cache slot
+    if len(input_ids) + max_new_tokens - 1 > shape.max_seq_len:
+        raise InputError(f"{len(input_ids)} prompt tokens + {max_new_tokens} new tokens do not fit the "
+                         f"cache of {shape.max_seq_len} positions (export with a larger --max-seq-len)")
+
+
+def generate(decoder: Decoder, input_ids: Sequence[int], max_new_tokens: int, shape: LMShape, *,
+             sampling: Sampling = Sampling(), timings: Timings | None = None) -> Iterator[int]:
+    """Yield `max_new_tokens` token ids after `input_ids`, starting from an empty cache.
+
+    The request is checked when this is called, before the first token is asked for.
+    """
+    input_ids = [int(t) for t in input_ids]
+    check_request(input_ids, max_new_tokens, shape)
+    sampling.check()
+    return _tokens(decoder, input_ids, max_new_tokens, shape, sampling, timings or Timings())
+
+
+def _tokens(decoder: Decoder, input_ids: list[int], max_new_tokens: int, shape: LMShape, sampling: Sampling,
+            timings: Timings) -> Iterator[int]:
+    rng = np.random.default_rng(sampling.seed)
+    began = time.perf_counter()
+    decoder.reset()
+    logits = _prefill(decoder, input_ids, shape.prefill_len)
+    timings.prompt_tokens = len(input_ids)
+    timings.prefill_seconds = time.perf_counter() - began
+    token = sample(logits, sampling, rng)
+    timings.first_token_seconds = time.perf_counter() - began
+    yield token
+    for position in range(len(input_ids), len(input_ids) + max_new_tokens - 1):
+        step = time.perf_counter()
+        logits = np.asarray(decoder.decode(np.array([[token]], np.int64), np.array([position], np.int64)))
+        token = sample(logits.reshape(-1, shape.vocab_size)[-1], sampling, rng)
+        timings.step_seconds.append(time.perf_counter() - step)
+        timings.decode_tokens += 1
+        timings.decode_seconds += timings.step_seconds[-1]
+        yield token
+
+
+def _prefill(decoder: Decoder, input_ids: list[int], chunk: int) -> np.ndarray:
+    """Run the prompt through prefill; the logits of its last token."""
+    n = len(input_ids)
+    starts = list(range(0, max(n - chunk, 0), chunk)) + [max(n - chunk, 0)]
+    for start in starts:
+        ids = np.zeros((1, chunk), np.int64)
+        piece = input_ids[start:start + chunk]
+        ids[0, :len(piece)] = piece
+        logits = np.asarray(decoder.prefill(ids, np.arange(start, start + chunk, dtype=np.int64)))
+    return logits.reshape(chunk, -1)[len(piece) - 1]
+
+
+class ProgramDecoder:
+    """The Decoder over a loaded vkx program of methods `prefill` and `decode` (what `vkx export DIR` writes)."""
+
+    def __init__(self, program):
+        methods = set(getattr(program, "methods", ()))
+        if not {"prefill", "decode"} <= methods:
+            raise InputError("not a causal LM program: it needs methods prefill and decode "
+                             f"(it has {', '.join(sorted(methods)) or 'one unnamed method'}); "
+                             "export a Hugging Face folder with vkx export DIR")
+        self.program = program
+        (ids_shape, _), _ = program["prefill"].input_specs
+        (logits_shape, _), = program["prefill"].output_specs
+        # every state is a KV cache [1, kv_heads, max_seq_len, head_dim]
+        cache = program.state(program.states[0])
+        self.shape = LMShape(prefill_len=ids_shape[1], max_seq_len=cache.shape[2], vocab_size=logits_shape[-1])
+
+    def prefill(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
+        return self.program["prefill"].run_numpy(input_ids, cache_position)[0]
+
+    def decode(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
+        return self.program["decode"].run_numpy(input_ids, cache_position)[0]
+
+    def reset(self) -> None:
+        self.program.reset()

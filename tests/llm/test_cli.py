@@ -1,0 +1,120 @@
+"""`vkx export DIR` and `vkx generate` through the real console script."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.cli.conftest import EXAMPLES, one_error_line, vkx
+from tests.llm.families import VOCAB, write_folder
+
+pytestmark = pytest.mark.vulkan
+PROMPT = [3, 14, 15, 92, 65]
+
+
+def write_tokenizer(path: Path) -> None:
+    """A word-level tokenizer over the test vocabulary: token i is the word w<i>."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tokenizer = Tokenizer(models.WordLevel({f"w{i}": i for i in range(VOCAB)}, unk_token="w0"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.save(str(path))
+
+
+@pytest.fixture(scope="module")
+def lm(tmp_path_factory):
+    """A Llama-shaped checkpoint folder (weights, tokenizer.json), its model, and its export."""
+    folder = tmp_path_factory.mktemp("llama")
+    model = write_folder(folder, "llama", weights=True)
+    write_tokenizer(folder / "tokenizer.json")
+    done = vkx("export", folder, "-o", folder / "lm.pte", "--max-seq-len", 64, "--prefill-len", 8, "-q")
+    assert done.returncode == 0, done.stderr
+    return folder, model
+
+
+def greedy(model, prompt: list[int], n: int) -> list[int]:
+    out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False, pad_token_id=0,
+                         eos_token_id=None)
+    return out[0, len(prompt):].tolist()
+
+
+def test_generate_json_gives_transformers_greedy_tokens(lm):
+    folder, model = lm
+    done = vkx("generate", folder / "lm.pte", "--prompt-ids", ",".join(map(str, PROMPT)), "--max-new-tokens", 20,
+               "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["schema"] == "vkx.generate/1"
+    assert report["tokens"] == greedy(model, PROMPT, 20)
+    assert report["prompt_tokens"] == 5 and report["text"] is None
+    for key in ("prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_seconds", "peak_rss_bytes",
+                "device_peak_bytes"):
+        assert report[key] > 0, key
+
+
+def test_generate_streams_the_text(lm):
+    folder, model = lm
+    prompt = " ".join(f"w{i}" for i in PROMPT)
+    done = vkx("generate", folder / "lm.pte", "--prompt", prompt, "--tokenizer", folder / "tokenizer.json",
+               "--max-new-tokens", 12)
+    assert done.returncode == 0, done.stderr
+    *text, stats = done.stdout.strip().splitlines()
+    assert " ".join(text).split() == [f"w{i}" for i in greedy(model, PROMPT, 12)]
+    assert "prefill" in stats and "decode" in stats and "tokens/s" in stats and "time to first token" in stats
+
+
+def test_sampling_with_a_seed_repeats(lm):
+    folder, _ = lm
+    run = lambda seed: json.loads(vkx(  # noqa: E731
+        "generate", folder / "lm.pte", "--prompt-ids", "1,2,3", "--max-new-tokens", 10, "--temperature", "1.0",
+        "--top-k", 40, "--top-p", "0.95", "--seed", seed, "--json").stdout)["tokens"]
+    assert run(1) == run(1)
+    assert run(1) != run(2)
+
+
+@pytest.mark.parametrize("args, match", [
+    ([], "give the prompt as --prompt TEXT"),
+    (["--prompt", "w1", "--prompt-ids", "1"], "give the prompt as"),
+    (["--prompt", "w1"], "--prompt needs --tokenizer"),
+    (["--prompt-ids", "1,x"], "expected comma-separated token ids"),
+    (["--prompt-ids", "1", "--top-k", "3"], "need a temperature"),
+    (["--prompt-ids", "1", "--tokenizer", "missing.json"], "no such file"),
+    (["--prompt-ids", ",".join(["1"] * 60), "--max-new-tokens", "10"], "do not fit the cache of 64"),
+    (["--prompt-ids", "1,256"], "outside the vocabulary"),
+])
+def test_bad_generate_requests_are_one_error_line(lm, args, match):
+    folder, _ = lm
+    assert match in one_error_line(vkx("generate", folder / "lm.pte", *args))
+
+
+def test_a_bad_tokenizer_file_is_one_error_line(lm, tmp_path):
+    folder, _ = lm
+    (tmp_path / "tokenizer.json").write_text("{not json")
+    line = one_error_line(vkx("generate", folder / "lm.pte", "--prompt", "w1", "--tokenizer",
+                              tmp_path / "tokenizer.json"))
+    assert "not a tokenizer.json" in line
+
+
+def test_a_program_that_is_no_causal_lm_is_refused(tmp_path):
+    (tmp_path / "mlp.py").write_bytes((EXAMPLES / "mlp.py").read_bytes())
+    assert vkx("export", tmp_path / "mlp.py", "-q").returncode == 0
+    line = one_error_line(vkx("generate", tmp_path / "mlp.pte", "--prompt-ids", "1"))
+    assert "not a causal LM program" in line
+
+
+@pytest.mark.parametrize("make, args, match", [
+    (lambda d: None, [], "a folder without config.json"),
+    (lambda d: write_folder(d, "qwen2"), ["--weights", "w.safetensors"], "--weights is for a model file"),
+    (lambda d: write_folder(d, "qwen2"), ["--max-seq-len", "8", "--prefill-len", "16"], "prefill length (16)"),
+    (lambda d: write_folder(d, "qwen2"), ["--max-seq-len", "1000"], "the model's 256 positions"),
+])
+def test_bad_folder_exports_are_one_error_line(tmp_path, make, args, match):
+    make(tmp_path)
+    assert match in one_error_line(vkx("export", tmp_path, "-o", tmp_path.parent / "x.pte", *args))
+
+
+def test_lengths_are_for_folders_only(tmp_path):
+    assert "are for a Hugging Face model folder" in one_error_line(
+        vkx("export", EXAMPLES / "mlp.py", "-o", tmp_path / "m.pte", "--max-seq-len", 8))

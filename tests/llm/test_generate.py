@@ -1,0 +1,117 @@
+"""loader/generate.py: sampling in numpy, and the generation loop (chunked prefill, decode) against transformers."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tests.llm.families import VOCAB, write_folder
+from vkx.export import hf
+from vkx.loader.errors import InputError
+from vkx.loader.generate import LMShape, Sampling, Timings, generate, sample
+from vkx.format.errors import VkxError
+
+
+class TorchDecoder:
+    """The Decoder protocol over hf.CausalLM in torch (the vkx program's stand-in for the loop's tests)."""
+
+    def __init__(self, lm: hf.CausalLM):
+        self.lm = lm
+
+    def prefill(self, input_ids, cache_position):
+        with torch.no_grad():
+            return self.lm(torch.from_numpy(input_ids), torch.from_numpy(cache_position)).numpy()
+
+    decode = prefill
+
+    def reset(self):
+        self.lm.reset()
+
+
+def rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def test_greedy_is_the_argmax():
+    logits = rng().standard_normal(1000).astype(np.float32)
+    assert sample(logits, Sampling(), rng()) == int(np.argmax(logits))
+    assert sample(logits, Sampling(temperature=1.0, top_k=1), rng()) == int(np.argmax(logits))
+
+
+def test_sampling_follows_the_softmax():
+    p = np.array([0.5, 0.3, 0.15, 0.05])
+    g = rng(1)
+    draws = np.bincount([sample(np.log(p), Sampling(temperature=1.0), g) for _ in range(20000)], minlength=4)
+    np.testing.assert_allclose(draws / draws.sum(), p, atol=0.015)
+    hot = np.bincount([sample(np.log(p), Sampling(temperature=2.0), g) for _ in range(20000)], minlength=4)
+    flat = np.sqrt(p) / np.sqrt(p).sum()
+    np.testing.assert_allclose(hot / hot.sum(), flat, atol=0.015)
+
+
+def test_top_k_and_top_p_restrict_the_support():
+    p = np.array([0.05, 0.4, 0.1, 0.3, 0.15])
+    g = rng(2)
+    top2 = {sample(np.log(p), Sampling(temperature=1.0, top_k=2), g) for _ in range(2000)}
+    assert top2 == {1, 3}
+    # 0.4 + 0.3 = 0.7 < 0.75, so the third most likely (0.15) is still needed; 0.1 and 0.05 are not
+    nucleus = {sample(np.log(p), Sampling(temperature=1.0, top_p=0.75), g) for _ in range(2000)}
+    assert nucleus == {1, 3, 4}
+    assert {sample(np.log(p), Sampling(temperature=1.0, top_p=0.01), g) for _ in range(200)} == {1}
+
+
+def test_a_seed_repeats_the_draws():
+    logits = rng().standard_normal(500)
+    draws = lambda: [sample(logits, Sampling(temperature=0.8, top_p=0.9), rng(7)) for _ in range(5)]  # noqa: E731
+    assert draws() == draws()
+
+
+@pytest.mark.parametrize("bad, match", [
+    (Sampling(temperature=-1.0), "temperature"), (Sampling(temperature=1.0, top_k=0), "top_k"),
+    (Sampling(temperature=1.0, top_p=1.5), "top_p"), (Sampling(top_k=5), "need a temperature")])
+def test_bad_sampling_is_refused(bad, match):
+    with pytest.raises(InputError, match=match):
+        bad.check()
+    assert issubclass(InputError, VkxError)
+
+
+@pytest.fixture(scope="module")
+def qwen(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("qwen")
+    write_folder(folder, "qwen3")
+    return hf.build_model(hf.read_folder(folder), torch.float32)
+
+
+@pytest.mark.parametrize("prompt_len", [3, 8, 19])
+def test_generation_matches_transformers_greedy(qwen, prompt_len):
+    """Prompts shorter than, as long as and longer than a prefill chunk (padded, exact, overlapping chunks)."""
+    prompt = torch.randint(0, VOCAB, (1, prompt_len), generator=torch.Generator().manual_seed(prompt_len))
+    ref = qwen.generate(prompt, max_new_tokens=32, do_sample=False, pad_token_id=0, eos_token_id=None)
+    decoder = TorchDecoder(hf.CausalLM(qwen, 64))
+    timings = Timings()
+    tokens = list(generate(decoder, prompt[0].tolist(), 32, LMShape(8, 64, VOCAB), timings=timings))
+    assert tokens == ref[0, prompt_len:].tolist()
+    assert timings.prompt_tokens == prompt_len and timings.decode_tokens == 31
+    assert 0 < timings.prefill_seconds <= timings.first_token_seconds
+    assert timings.decode_tokens_per_s > 0
+    # a second generation starts from a clean cache
+    assert list(generate(decoder, prompt[0].tolist(), 32, LMShape(8, 64, VOCAB))) == tokens
+
+
+def test_sampled_generation_is_reproducible(qwen):
+    decoder = TorchDecoder(hf.CausalLM(qwen, 32))
+    run = lambda seed: list(generate(decoder, [1, 2, 3], 12, LMShape(8, 32, VOCAB),  # noqa: E731
+                                     sampling=Sampling(temperature=1.0, top_k=20, seed=seed)))
+    assert run(5) == run(5)
+    assert run(5) != run(6)
+
+
+@pytest.mark.parametrize("prompt, new, match", [
+    ([], 4, "no tokens"), ([1, VOCAB], 4, "outside the vocabulary"), ([1, 2], 0, "at least 1"),
+    (list(range(30)), 4, "do not fit the cache of 32")])
+def test_bad_requests_are_refused_before_any_work(prompt, new, match):
+    class Untouchable:
+        def __getattr__(self, name):
+            raise AssertionError(f"{name} called")
+
+    with pytest.raises(InputError, match=match):
+        generate(Untouchable(), prompt, new, LMShape(8, 32, VOCAB))

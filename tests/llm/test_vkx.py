@@ -1,0 +1,52 @@
+"""Hugging Face folders exported by vkx and generated on the device, against transformers (fp32, random weights)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import vkx
+from tests.llm.families import FAMILIES, VOCAB, write_folder
+from vkx.export import hf
+from vkx.loader.generate import ProgramDecoder, generate
+
+pytestmark = pytest.mark.vulkan
+
+NEW_TOKENS = 32
+PREFILL = 8
+MAX_SEQ = 64
+# Per-step logits against transformers' generate: fp32 shaders against torch's CPU kernels, in
+# another summation order, over two layers; logits are about N(0, 1) (families.py), so 1e-3 of
+# that scale is far below the gap between a greedy choice and the runner-up in all but exact ties.
+LOGIT_TOLERANCE = 1e-3
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_greedy_tokens_and_logits_match_transformers(tmp_path, family):
+    folder = tmp_path / family
+    write_folder(folder, family)
+    pte = tmp_path / f"{family}.pte"
+    report = hf.export_folder(folder, pte, max_seq_len=MAX_SEQ, prefill_len=PREFILL)
+    assert report.methods == ["prefill", "decode"]
+    model = hf.build_model(hf.read_folder(folder), torch.float32)
+    prompt = torch.randint(0, VOCAB, (1, 5), generator=torch.Generator().manual_seed(11))
+    ref = model.generate(prompt, max_new_tokens=NEW_TOKENS, do_sample=False, output_logits=True,
+                         return_dict_in_generate=True, pad_token_id=0, eos_token_id=None)
+    expected = ref.sequences[0, 5:].tolist()
+    with vkx.load(pte) as program:
+        decoder = ProgramDecoder(program)
+        assert (decoder.shape.prefill_len, decoder.shape.max_seq_len, decoder.shape.vocab_size) == \
+            (PREFILL, MAX_SEQ, VOCAB)
+        tokens = list(generate(decoder, prompt[0].tolist(), NEW_TOKENS, decoder.shape))
+        assert tokens == expected
+        # the same steps, fed transformers' tokens: every step's logits
+        decoder.reset()
+        ids = np.zeros((1, PREFILL), np.int64)
+        ids[0, :5] = prompt[0].numpy()
+        steps = [decoder.prefill(ids, np.arange(PREFILL))[0, 4]]
+        for position, token in enumerate(expected[:-1], start=5):
+            steps.append(decoder.decode(np.array([[token]]), np.array([position]))[0, 0])
+    scale = float(ref.logits[0].std())
+    for step, (ours, theirs) in enumerate(zip(steps, ref.logits)):
+        err = float(np.abs(ours - theirs[0].numpy()).max())
+        assert err < LOGIT_TOLERANCE * max(1.0, scale), (step, err)

@@ -1,0 +1,133 @@
+"""State that lives on the GPU across calls: vkx's outputs, call after call, equal torch's module
+called the same way (its buffers mutated in place)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import vkx
+from vkx.export.errors import ExportError
+from vkx.format import ProgramFile, describe, validate
+from vkx.loader.errors import InputError
+
+from .models import RingBuffer, RunningSum, decode_inputs, decoder, prefill_inputs
+
+
+def test_running_sum_over_32_calls(tmp_path):
+    path = tmp_path / "sum.pte"
+    vkx.export_model(RunningSum(), (torch.randn(4, 8),), path)
+    reference = RunningSum()
+    torch.manual_seed(0)
+    with vkx.load(path) as program:
+        assert program.states == ["total"]
+        for _ in range(32):
+            x = torch.randn(4, 8) * 3
+            torch.testing.assert_close(program(x), reference(x), rtol=1e-6, atol=1e-5)
+        torch.testing.assert_close(program.state("total"), reference.total, rtol=1e-6, atol=1e-5)
+        assert reference.total.abs().max() > 5  # 32 steps of real magnitude
+        program.reset()
+        assert torch.equal(program.state("total"), torch.zeros(4, 8))
+        x = torch.randn(4, 8)
+        torch.testing.assert_close(program(x), 2 * x)
+
+
+def test_ring_buffer_index_put_at_an_input_position(tmp_path):
+    path = tmp_path / "ring.pte"
+    vkx.export_model(RingBuffer(), (torch.randn(1, 6), torch.tensor([0])), path)
+    ops = {call.name for call in ProgramFile.open(path).vulkan.graph.chain}
+    assert {"vkx.state.default", "vkx.index_copy.default"} <= ops
+    reference = RingBuffer()
+    torch.manual_seed(1)
+    with vkx.load(path) as program:
+        start = program.state("ring")
+        assert torch.equal(start, torch.full((5, 6), 0.5))  # the initial value is a constant
+        for step in range(32):
+            x, slot = torch.randn(1, 6), torch.tensor([step % 5])
+            torch.testing.assert_close(program(x, slot), reference(x, slot), rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(program.state("ring"), reference.ring)
+        program.reset()
+        assert torch.equal(program.state("ring"), start)
+
+
+@pytest.fixture(scope="module")
+def two_methods(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("methods")
+    model = decoder()
+    both = directory / "decoder.pte"
+    report = vkx.export_model(model, {"prefill": prefill_inputs(), "decode": decode_inputs(8)}, both)
+    one = directory / "decode_only.pte"
+    single = vkx.export_model(model, {"decode": decode_inputs(8)}, one)
+    return both, report, one, single
+
+
+def test_decoder_two_methods_step_by_step(two_methods):
+    path, report, _, _ = two_methods
+    assert report.methods == ["prefill", "decode"]
+    reference = decoder()
+    torch.manual_seed(2)
+    ids, positions = prefill_inputs()
+    with vkx.load(path) as program, torch.no_grad():
+        assert program.methods == ["prefill", "decode"]
+        assert len(program.states) == 4  # k and v of two layers, shared by both methods
+        want = reference(ids, positions)
+        torch.testing.assert_close(program.prefill(ids, positions), want, rtol=1e-4, atol=1e-4)
+        for position in range(8, 8 + 32):
+            token = torch.randint(0, 64, (1, 1))
+            want = reference(token, torch.tensor([position]))
+            got = program["decode"](token, torch.tensor([position]))
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        assert want.abs().max() > 1
+        torch.testing.assert_close(program.state("layers.1.v_cache"), reference.layers[1].v_cache,
+                                   rtol=1e-4, atol=1e-5)
+        # a new sequence after reset: the same outputs as a fresh torch model
+        program.reset()
+        fresh = decoder()
+        torch.testing.assert_close(program.prefill(ids, positions), fresh(ids, positions), rtol=1e-4, atol=1e-4)
+        with pytest.raises(InputError, match="no method 'generate'"):
+            program["generate"]
+        with pytest.raises(InputError, match="no state 'cache'"):
+            program.state("cache")
+
+
+def test_methods_share_weights(two_methods):
+    both, report, one, single = two_methods
+    assert report.constant_bytes == single.constant_bytes  # each weight stored once
+    d = describe(both)
+    assert [m["name"] for m in d["methods"]] == ["prefill", "decode"]
+    assert d["totals"]["W"] == describe(one)["totals"]["W"] == report.constant_bytes
+    assert validate(both).delegates == 2
+    with vkx.load(both) as program:
+        assert program.weight_bytes == report.constant_bytes
+        assert program.memory["ledger"]["peak"]["weights"] < 2 * report.constant_bytes
+
+
+def test_executorch_reads_the_two_method_file(two_methods):
+    path = two_methods[0]
+    pytest.importorskip("executorch")
+    from executorch.exir._serialize._program import deserialize_pte_binary
+    from executorch.runtime import Runtime, Verification
+    pte = deserialize_pte_binary(path.read_bytes())
+    assert [plan.name for plan in pte.program.execution_plan] == ["prefill", "decode"]
+    delegates = [plan.delegates[0].processed.index for plan in pte.program.execution_plan]
+    assert [d.id for plan in pte.program.execution_plan for d in plan.delegates] == ["VulkanBackend"] * 2
+    assert len(set(delegates)) == 2  # a graph each, one named-data map for both
+    with ProgramFile.open(path) as pf:
+        keys = {c.named_key for v in pf.vulkan_delegates for c in v.graph.constants if c.is_named}
+    assert set(pte.named_data.pte_data) == keys
+    program = Runtime.get().load_program(path.read_bytes(), verification=Verification.InternalConsistency)
+    assert set(program.method_names) == {"prefill", "decode"}
+
+
+def test_reading_old_state_after_its_update_is_refused(tmp_path):
+    class Stale(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("cache", torch.zeros(4, 3))
+
+        def forward(self, x, position):
+            old = self.cache.clone()
+            self.cache.index_copy_(0, position, x)
+            return old + 1
+
+    with pytest.raises(ExportError, match="old content of state cache"):
+        vkx.export_model(Stale(), (torch.randn(1, 3), torch.tensor([1])), tmp_path / "stale.pte")

@@ -1,0 +1,139 @@
+"""`vkx generate`: load a causal LM program (prefill, decode, KV cache) and generate tokens on the device."""
+from __future__ import annotations
+
+import json as jsonlib
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from vkx import paths
+from vkx.cmd_run import EXTERNAL, FILE
+from vkx.console import note, plain_lines, size, user_errors
+
+SCHEMA = "vkx.generate/1"
+
+
+def _prompt_ids(text: str) -> list[int]:
+    try:
+        ids = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise paths.UsageError(f"--prompt-ids {text!r}: expected comma-separated token ids, such as 1,2,3") from None
+    if not ids:
+        raise paths.UsageError("--prompt-ids: no token ids")
+    return ids
+
+
+def _peak_rss() -> int:
+    """The process's peak resident set (VmHWM), in bytes."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class _Stream:
+    """Writes the text of the tokens so far as it grows (a piece that ends inside a character waits)."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.shown = 0
+
+    def add(self, token: int) -> None:
+        self.ids.append(token)
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=False)
+        if not text.endswith("\ufffd"):
+            sys.stdout.write(plain_lines(text[self.shown:]))
+            sys.stdout.flush()
+            self.shown = len(text)
+
+
+@user_errors
+def generate(
+    model: Path = FILE,
+    external_data: List[Path] = EXTERNAL,
+    prompt: Optional[str] = typer.Option(None, "--prompt", metavar="TEXT", help="The prompt (needs --tokenizer)."),
+    prompt_ids: Optional[str] = typer.Option(None, "--prompt-ids", metavar="IDS",
+                                             help="The prompt as comma-separated token ids, such as 1,2,3."),
+    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", metavar="FILE.json",
+                                             help="A Hugging Face tokenizer.json."),
+    max_new_tokens: int = typer.Option(32, "--max-new-tokens", min=1, metavar="N", help="Tokens to generate."),
+    temperature: float = typer.Option(0.0, "--temperature", min=0.0, metavar="T",
+                                      help="Sample at this temperature [default: 0, greedy]."),
+    top_k: Optional[int] = typer.Option(None, "--top-k", min=1, metavar="K",
+                                        help="Sample among the K most likely tokens (needs --temperature)."),
+    top_p: Optional[float] = typer.Option(None, "--top-p", min=0.0, max=1.0, metavar="P",
+                                          help="Sample among the most likely tokens holding probability P "
+                                               "(needs --temperature)."),
+    seed: Optional[int] = typer.Option(None, "--seed", metavar="N", help="Seed of the sampling."),
+    json: bool = typer.Option(False, "--json", help="One JSON object on stdout (schema vkx.generate/1)."),
+    device: Optional[str] = typer.Option(None, "--device", metavar="INDEX|NAME",
+                                         help="Device index or name substring, as vkx devices lists them."),
+) -> None:
+    """Generate text with the causal LM program FILE (exported from a Hugging Face folder), streaming it."""
+    paths.program_file(model)
+    external, beside = paths.with_external(model, paths.external_files(external_data))
+    paths.require_external(model, external)
+    if (prompt is None) == (prompt_ids is None):
+        raise paths.UsageError("give the prompt as --prompt TEXT (with --tokenizer) or as --prompt-ids IDS")
+    if tokenizer is not None and (tokenizer.is_dir() or not tokenizer.exists()):
+        raise paths.UsageError(f"--tokenizer {tokenizer}: no such file (a tokenizer.json)")
+    if prompt is not None and tokenizer is None:
+        raise paths.UsageError("--prompt needs --tokenizer FILE.json (or give --prompt-ids)")
+    if beside is not None and not json:
+        note(f"using external data {beside} (found beside {model})")
+
+    from vkx.loader import load
+    from vkx.loader.device import Device, default_device
+    from vkx.loader.generate import ProgramDecoder, Sampling, Timings, generate as generated
+
+    sampling = Sampling(temperature, top_k, top_p, seed)
+    sampling.check()
+    text_tokenizer = _read_tokenizer(tokenizer) if tokenizer is not None else None
+    ids = _prompt_ids(prompt_ids) if prompt_ids is not None else text_tokenizer.encode(prompt).ids
+    dev = Device(device) if device is not None else default_device()
+    timings = Timings()
+    try:
+        with load(model, [str(p) for p in external], device=dev) as program:
+            decoder = ProgramDecoder(program)  # refuses a program that is not a causal LM
+            stream = _Stream(text_tokenizer) if text_tokenizer is not None and not json else None
+            tokens = []
+            for token in generated(decoder, ids, max_new_tokens, decoder.shape, sampling=sampling, timings=timings):
+                tokens.append(token)
+                if stream is not None:
+                    stream.add(token)
+                elif not json:
+                    print(token, end=" ", flush=True)
+            device_peak = program.memory["ledger"]["peak_total"]
+    finally:
+        if device is not None:
+            dev.close()
+    report = {"schema": SCHEMA, "model": str(model), "prompt_tokens": len(ids), "tokens": tokens,
+              "text": text_tokenizer.decode(tokens) if text_tokenizer is not None else None,
+              "prefill_seconds": timings.prefill_seconds, "prefill_tokens_per_s": timings.prefill_tokens_per_s,
+              "time_to_first_token_seconds": timings.first_token_seconds,
+              "decode_seconds": timings.decode_seconds, "decode_tokens_per_s": timings.decode_tokens_per_s,
+              "peak_rss_bytes": _peak_rss(), "device_peak_bytes": device_peak}
+    if json:
+        print(jsonlib.dumps(report))
+        return
+    print()
+    print(f"prefill {report['prefill_tokens_per_s']:,.1f} tokens/s ({len(ids)} tokens), "
+          f"decode {report['decode_tokens_per_s']:,.1f} tokens/s, "
+          f"time to first token {report['time_to_first_token_seconds'] * 1e3:,.1f} ms, "
+          f"peak RSS {size(report['peak_rss_bytes'])}, device {size(device_peak)}")
+
+
+def _read_tokenizer(path: Path):
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise paths.UsageError("--tokenizer needs the tokenizers package: pip install 'vkx[llm]'") from None
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as error:  # tokenizers raises a bare Exception for a file it cannot read
+        raise paths.UsageError(f"--tokenizer {path}: not a tokenizer.json ({' '.join(str(error).split())})") \
+            from error
