@@ -64,10 +64,13 @@ class Lowered:
     """Each state's name -> the value id of its `vkx.state` tensor."""
 
 
-def lower(program: ExportedProgram) -> Lowered:
-    """Check every op first (UnsupportedOpsError lists them all), then build the graph."""
+def lower(program: ExportedProgram, states: frozenset[str] = frozenset()) -> Lowered:
+    """Check every op first (UnsupportedOpsError lists them all), then build the graph.
+
+    `states`: buffers that are state though this program only reads them (another method of
+    the file mutates them); the buffers it mutates are state in any case."""
     check_supported(program)
-    placeholders = classify_placeholders(program)
+    placeholders = classify_placeholders(program, states)
     scan = GraphBuilder(program, placeholders, uses=None)
     scan.build()
     builder = GraphBuilder(program, placeholders, uses=scan.uses)
@@ -120,11 +123,16 @@ Placeholders = tuple[list[Node], dict[Node, tuple[str, torch.Tensor]], dict[Node
 the model mutates) with its name and initial value."""
 
 
-def classify_placeholders(program: ExportedProgram) -> Placeholders:
+def mutated_buffers(program: ExportedProgram) -> set[str]:
+    """The names of the buffers the program updates."""
+    return set(program.graph_signature.buffers_to_mutate.values())
+
+
+def classify_placeholders(program: ExportedProgram, states: frozenset[str] = frozenset()) -> Placeholders:
     """Sort the placeholders into user inputs (checked), constants and state; refuse any other kind."""
     specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs}
     stored = {**program.state_dict, **program.constants}
-    mutated = set(program.graph_signature.buffers_to_mutate.values())
+    mutated = mutated_buffers(program) | states
     if program.graph_signature.user_inputs_to_mutate or program.graph_signature.parameters_to_mutate:
         raise ExportError("the model mutates an input or a parameter; only buffers can be state")
     user_inputs: list[Node] = []

@@ -406,7 +406,7 @@ def load_methods(graphs: dict[str, g.VkGraph], source, bases: Sequence[int], sch
         for (name, graph), built, (io_in, io_out) in zip(graphs.items(), builts, io):
             executor = record(built, res, io_in, io_out)
             programs[name] = Program(res, graph, executor, io_in, io_out, options.schedule,
-                                     "import" if res.uploader.imports else res.uploader.mode)
+                                     "import" if res.uploader.imports else res.uploader.mode, name)
         dev.check()
         return programs
     except BaseException as error:

@@ -110,8 +110,11 @@ class Program(Closes):
     Safe to call from several threads: calls run one at a time.
     """
 
-    def __init__(self, resources, graph: g.VkGraph, executor, io_in, io_out, schedule: str, upload: str):
+    def __init__(self, resources, graph: g.VkGraph, executor, io_in, io_out, schedule: str, upload: str,
+                 name: str = "forward"):
         self._resources = resources
+        self.name = name
+        """The method this program runs (its execution plan's name)."""
         self.graph = graph
         self.schedule = schedule
         """The load order that was used: "lazy" or "eager"."""

@@ -2,6 +2,8 @@
 called the same way (its buffers mutated in place)."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -10,7 +12,7 @@ from vkx.export.errors import ExportError
 from vkx.format import ProgramFile, describe, validate
 from vkx.loader.errors import InputError
 
-from .models import RingBuffer, RunningSum, decode_inputs, decoder, prefill_inputs
+from .models import EXAMPLES, Accumulator, RingBuffer, RunningSum, decode_inputs, decoder, prefill_inputs
 
 
 def test_running_sum_over_32_calls(tmp_path):
@@ -131,3 +133,36 @@ def test_reading_old_state_after_its_update_is_refused(tmp_path):
 
     with pytest.raises(ExportError, match="old content of state cache"):
         vkx.export_model(Stale(), (torch.randn(1, 3), torch.tensor([1])), tmp_path / "stale.pte")
+
+
+def test_methods_of_different_functions_share_state(tmp_path):
+    """`(callable, inputs)`: `read` is another function of the module; it sees what `forward` added."""
+    module = Accumulator()
+    path = tmp_path / "acc.pte"
+    report = vkx.export_model(module, {"add": (torch.randn(4, 8),), "read": (module.read, (torch.randn(1, 8),))}, path)
+    assert report.methods == ["add", "read"]
+    assert [x["methods"] for x in describe(path)["states"]] == [["add", "read"]]
+    reference = Accumulator()
+    torch.manual_seed(3)
+    with vkx.load(path) as program:
+        for _ in range(32):
+            x, scale = torch.randn(4, 8), torch.randn(1, 8)
+            torch.testing.assert_close(program.add(x), reference(x), rtol=1e-6, atol=1e-5)
+            torch.testing.assert_close(program.read(scale), reference.read(scale), rtol=1e-6, atol=1e-5)
+
+
+def test_cli_exports_inspects_and_runs_the_example(tmp_path):
+    from tests.cli.conftest import one_error_line, vkx as run_vkx
+    path = tmp_path / "decoder.pte"
+    done = run_vkx("export", EXAMPLES / "kv_decoder.py", "-q", "-o", path)
+    assert done.returncode == 0, done.stderr
+    shown = run_vkx("inspect", path)
+    assert shown.returncode == 0 and "Methods" in shown.stdout and "State" in shown.stdout
+    report = json.loads(run_vkx("inspect", path, "--json").stdout)
+    assert [m["name"] for m in report["methods"]] == ["prefill", "decode"]
+    assert len(report["states"]) == 4 and report["totals"]["state"] == sum(x["bytes"] for x in report["states"])
+    ran = run_vkx("run", path, "--method", "decode", "--repeat", "2", "--json", "-q")
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["method"] == "decode"
+    assert "pass --method NAME" in one_error_line(run_vkx("run", path, "-q"))
+    assert "no method 'generate'" in one_error_line(run_vkx("run", path, "-q", "--method", "generate"))
