@@ -3,6 +3,7 @@ called the same way (its buffers mutated in place)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +14,8 @@ from vkx.format import ProgramFile, describe, validate
 from vkx.loader.errors import InputError
 
 from .models import EXAMPLES, Accumulator, RingBuffer, RunningSum, decode_inputs, decoder, prefill_inputs
+
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def test_running_sum_over_32_calls(tmp_path):
@@ -166,3 +169,21 @@ def test_cli_exports_inspects_and_runs_the_example(tmp_path):
     assert json.loads(ran.stdout)["method"] == "decode"
     assert "pass --method NAME" in one_error_line(run_vkx("run", path, "-q"))
     assert "no method 'generate'" in one_error_line(run_vkx("run", path, "-q", "--method", "generate"))
+
+
+def test_executorch_two_method_file_runs():
+    """tests/data/make_et_methods_file.py: ExecuTorch 1.5.1's own file of two methods sharing weights."""
+    import sys
+    sys.path.insert(0, str(DATA))
+    from et_models import MLP
+    torch.manual_seed(0)
+    model = MLP().eval()
+    path = DATA / "et_mlp_methods.pte"
+    d = describe(path)
+    assert [m["name"] for m in d["methods"]] == ["four", "one"]
+    assert set(d["methods"][0]["constants"]) == set(d["methods"][1]["constants"])
+    with vkx.load(path) as program, torch.no_grad():
+        assert program.weight_bytes == d["totals"]["W"]
+        for batch, name in ((1, "one"), (4, "four")):
+            x = torch.randn(batch, 8)
+            torch.testing.assert_close(program[name](x), model(x), rtol=1e-5, atol=1e-5)
