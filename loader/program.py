@@ -430,7 +430,8 @@ def allocate_states(builts: list[Built], res: Resources) -> StateStore:
     for built in builts:
         for name, (t, initial) in built.states.items():
             if name not in states:
-                t.buffer = res.allocator.buffer(t.nbytes, "state", "device", dedicated=True)
+                # whole words: vkCmdFillBuffer fills a multiple of 4 bytes
+                t.buffer = res.allocator.buffer(-(-t.nbytes // 4) * 4, "state", "device", dedicated=True)
                 states[name] = (t, initial)
                 continue
             first = states[name][0]
