@@ -129,7 +129,7 @@ def child(path: str, external: str | None, schedule: str, upload: str, nbytes: i
         seconds = time.perf_counter() - start
         sampler.done.set()
         sampler.join()
-        for method in [program[name] for name in program.methods] if hasattr(program, "methods") else [program]:
+        for method in [program[name] for name in program.methods]:
             method.run_numpy(*[np.ones(shape, "float32" if dtype == "bfloat16" else dtype)
                                for shape, dtype in method.input_specs])
         report = program.memory

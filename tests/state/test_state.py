@@ -187,3 +187,41 @@ def test_executorch_two_method_file_runs():
         for batch, name in ((1, "one"), (4, "four")):
             x = torch.randn(batch, 8)
             torch.testing.assert_close(program[name](x), model(x), rtol=1e-5, atol=1e-5)
+
+
+class SliceAndCopy(torch.nn.Module):
+    """Slice assignment at constant bounds (slice_scatter) and copy_ into a second buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buf", torch.zeros(2, 6, 3))
+        self.register_buffer("last", torch.zeros(2, 3))
+
+    def forward(self, x):
+        self.buf[:, 1:3] = x
+        self.last.copy_(x[:, 0])
+        return self.buf.sum(1) + self.last
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+def test_slice_assignment_and_copy(tmp_path, dtype):
+    path = tmp_path / "slice.pte"
+    vkx.export_model(SliceAndCopy(), (torch.randn(2, 2, 3),), path, dtype=dtype)
+    want_dtype = torch.float16 if dtype == "fp16" else torch.float32
+    reference = SliceAndCopy().to(want_dtype)
+    torch.manual_seed(4)
+    with vkx.load(path) as program:
+        for _ in range(4):
+            x = (torch.randn(2, 2, 3) * 3).to(want_dtype)
+            torch.testing.assert_close(program(x), reference(x))
+        assert program.state("buf").dtype == want_dtype
+        torch.testing.assert_close(program.state("last"), reference.last)
+
+
+def test_an_update_of_a_tensor_that_is_not_state_is_refused(tmp_path):
+    class IntoInput(torch.nn.Module):
+        def forward(self, base, x, position):
+            return base.index_copy(0, position, x)
+
+    with pytest.raises(ExportError, match="updates model state .* in place"):
+        vkx.export_model(IntoInput(), (torch.zeros(4, 3), torch.randn(1, 3), torch.tensor([1])), tmp_path / "x.pte")
