@@ -31,7 +31,7 @@ from vkx.format.pte import VulkanDelegate
 from vkx.loader.errors import BadProgramError, FileError, LoadError, MissingDataError, as_load_error
 from vkx.loader.named_data import FreeableBuffer
 from vkx.loader.plan import PlanProgram, load_plan, runs_as_one_delegate
-from vkx.loader.program import load_methods
+from vkx.loader.methods import load_methods
 from vkx.loader.runner import Methods, Program
 from vkx.loader.trace import Timeline
 
