@@ -233,7 +233,7 @@ class GraphBuilder:
 
     def state_of(self, value: Node) -> str | None:
         """The name of the state `value` is the current content of (None: not state)."""
-        if self.scanning:
+        if self.scanning or self.resolve(value) in self.constant_nodes:
             return None
         value_id = self.value_of(value)
         name = self._state_of.get(value_id)
@@ -276,7 +276,8 @@ class GraphBuilder:
                 value_id = self.new_tensor(fake)
                 self.emit(OUTPUT_CLONE, args + [value_id])
             else:
-                value_id = self.value_of(node)
+                self.node = item
+                value_id = self.tensor(node)  # refuses the old content of an updated state
             seen.add(node)
             self.graph.output_ids.append(value_id)
             self.io_outputs.append(IOTensor(fake.dtype, tuple(fake.shape)))
