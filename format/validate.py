@@ -11,6 +11,7 @@ from .common import FileRange
 from .errors import FormatError, InvalidValueError, OutOfBoundsError, OverlapError, TruncatedError
 from .external import ExternalData, constant_tensors, resolve_constants
 from .methods import methods as methods_of, states as graph_states
+from .op_state import STATE, UPDATES
 from .program import Program
 from .pte import VH_LENGTH, VULKAN_BACKEND, ProgramFile, VulkanDelegate
 
@@ -235,10 +236,20 @@ def _check_contract(g: vk.VkGraph, path: str) -> None:
 
 
 def _check_states(pf: ProgramFile, delegates: Sequence[VulkanDelegate]) -> None:
-    """A state is declared once per graph, with one dtype and shape in every method naming it."""
+    """A state is declared once per graph, with one dtype and shape in every method naming it, and
+    an update op writes only into a state tensor (or an earlier update's output)."""
     seen: dict[str, tuple[str, vk.Tensor]] = {}
     for v in delegates:
         where = f"execution_plan[{v.plan_index}].delegates[{v.delegate_index}].vkgraph.chain"
+        writable: set[int] = set()
+        for i, call in enumerate(v.graph.chain):
+            if call.name == STATE and call.args:
+                writable.add(call.args[-1])
+            elif call.name in UPDATES and call.args:
+                if call.args[0] not in writable:
+                    _fail(InvalidValueError, f"{where}[{i}]", f"{call.name} writes in place into value "
+                          f"{call.args[0]}, which is not a state tensor", pf.path)
+                writable.add(call.args[-1])
         names: set[str] = set()
         for x in graph_states(v.graph):
             if x.name in names:

@@ -98,3 +98,26 @@ def test_a_state_declared_twice_is_refused():
     graph.chain.insert(1, g.OperatorCall(5, first.name, (first.args[0], first.args[1], again)))
     with pytest.raises(BadProgramError, match="state 'cache' is declared twice"):
         load_graph(graph)
+
+
+def test_an_update_into_a_tensor_that_is_not_state_is_refused(tmp_path):
+    """A crafted file whose index_copy writes into an input (it could as well be a weight) neither
+    validates nor loads."""
+    from vkx.format import validate, write_program
+    from vkx.format.common import ScalarType
+    from vkx.format.errors import InvalidValueError
+    from vkx.format.writer import IOSpec
+
+    graph = state_graph("vkx.index_copy.default", (4, 3), torch.float32, 0, 1)
+    update = graph.chain[1]
+    base = len(graph.values)
+    graph.values.append(g.Tensor(g.DataType.FLOAT32, (4, 3)))
+    graph.input_ids.append(base)
+    graph.chain[1] = g.OperatorCall(1, update.name, (base,) + update.args[1:])
+    with pytest.raises(BadProgramError, match="not a state tensor"):
+        load_graph(graph)
+    path = tmp_path / "bad.pte"
+    inputs = [IOSpec(ScalarType.INT, (1,)), IOSpec(ScalarType.FLOAT, (1, 3)), IOSpec(ScalarType.FLOAT, (4, 3))]
+    write_program(path, graph, [], inputs, [IOSpec(ScalarType.FLOAT, (4, 3))])
+    with pytest.raises(InvalidValueError, match="not a state tensor"):
+        validate(path)
