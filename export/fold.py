@@ -32,7 +32,7 @@ def _pure(target: Any) -> bool:
             and torch.Tag.nondeterministic_seeded not in target.tags)
 
 
-def fold_constants(program: ExportedProgram) -> Constants:
+def fold_constants(program: ExportedProgram, states: frozenset[str] = frozenset()) -> Constants:
     """The nodes that fold, each with its name and value (computed here).
 
     A node folds when it returns one tensor and every tensor it reads is a buffer the model does not
@@ -40,7 +40,8 @@ def fold_constants(program: ExportedProgram) -> Constants:
     those that read only a shape, SHAPE_ONLY).
     """
     stored = {**program.state_dict, **program.constants}
-    mutated = set(program.graph_signature.buffers_to_mutate.values())  # state: its value is per call
+    # state (mutated here, or by another method: `states`) has a value per call
+    mutated = set(program.graph_signature.buffers_to_mutate.values()) | states
     specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs
              if spec.kind in (InputKind.BUFFER, InputKind.CONSTANT_TENSOR) and spec.target not in mutated}
     values: dict[Node, torch.Tensor] = {node: stored[specs[node.name].target]

@@ -65,11 +65,14 @@ class Lowered:
     """Each state's name -> the value id of its `vkx.state` tensor."""
 
 
-def lower(program: ExportedProgram) -> Lowered:
-    """Check every op first (UnsupportedOpsError lists them all), then build the graph."""
-    user_inputs, constant_nodes, state_nodes = classify_placeholders(program)
-    folded = fold_constants(program)  # never a state (a mutated buffer): its value changes between calls
+def lower(program: ExportedProgram, states: frozenset[str] = frozenset()) -> Lowered:
+    """Check every op first (UnsupportedOpsError lists them all), then build the graph.
+
+    `states`: buffers that are state though this program only reads them (another method of
+    the file mutates them); the buffers it mutates are state in any case."""
+    folded = fold_constants(program, states)  # never a state: its value changes between calls
     check_supported(program, folded)
+    user_inputs, constant_nodes, state_nodes = classify_placeholders(program, states)
     placeholders = user_inputs, {**constant_nodes, **folded}, state_nodes
     scan = GraphBuilder(program, placeholders, uses=None)
     scan.build()
@@ -129,11 +132,16 @@ Placeholders = tuple[list[Node], dict[Node, tuple[str, torch.Tensor]], dict[Node
 the model mutates) with its name and initial value."""
 
 
-def classify_placeholders(program: ExportedProgram) -> Placeholders:
+def mutated_buffers(program: ExportedProgram) -> set[str]:
+    """The names of the buffers the program updates."""
+    return set(program.graph_signature.buffers_to_mutate.values())
+
+
+def classify_placeholders(program: ExportedProgram, states: frozenset[str] = frozenset()) -> Placeholders:
     """Sort the placeholders into user inputs (checked), constants and state; refuse any other kind."""
     specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs}
     stored = {**program.state_dict, **program.constants}
-    mutated = set(program.graph_signature.buffers_to_mutate.values())
+    mutated = mutated_buffers(program) | states
     if program.graph_signature.user_inputs_to_mutate or program.graph_signature.parameters_to_mutate:
         raise ExportError("the model mutates an input or a parameter; only buffers can be state")
     user_inputs: list[Node] = []
@@ -234,7 +242,7 @@ class GraphBuilder:
 
     def state_of(self, value: Node) -> str | None:
         """The name of the state `value` is the current content of (None: not state)."""
-        if self.scanning:
+        if self.scanning or self.resolve(value) in self.constant_nodes:
             return None
         value_id = self.value_of(value)
         name = self._state_of.get(value_id)
@@ -277,7 +285,8 @@ class GraphBuilder:
                 value_id = self.new_tensor(fake)
                 self.emit(OUTPUT_CLONE, args + [value_id])
             else:
-                value_id = self.value_of(node)
+                self.node = item
+                value_id = self.tensor(node)  # refuses the old content of an updated state
             seen.add(node)
             self.graph.output_ids.append(value_id)
             self.io_outputs.append(IOTensor(fake.dtype, tuple(fake.shape)))

@@ -140,8 +140,11 @@ class Program(Closes):
     Safe to call from several threads: calls run one at a time.
     """
 
-    def __init__(self, resources, graph: g.VkGraph, executor, io_in, io_out, schedule: str, upload: str):
+    def __init__(self, resources, graph: g.VkGraph, executor, io_in, io_out, schedule: str, upload: str,
+                 name: str = "forward"):
         self._resources = resources
+        self.name = name
+        """The method this program runs (its execution plan's name)."""
         self.graph = graph
         """The VkGraph that was loaded (vkx.format.vkgraph)."""
         self.schedule = schedule
@@ -260,7 +263,17 @@ class Program(Closes):
             times = self._executor.profile(runs)
             return [(x.node, x.shader, t) for x, t in zip(self._executor.dispatches, times)]
 
-    # -- state ---------------------------------------------------------------------------
+    # -- methods and state -------------------------------------------------------------
+    @property
+    def methods(self) -> list[str]:
+        """The one method this program runs (a file of several loads as `Methods`)."""
+        return [self.name]
+
+    def __getitem__(self, name: str) -> "Program":
+        if name != self.name:
+            raise InputError(f"no method {name!r} (methods: {self.name})")
+        return self
+
     @property
     def states(self) -> list[str]:
         """The names of the program's persistent state tensors."""

@@ -110,6 +110,8 @@ class OpBuilder(Protocol):
         """Whether some op reads tensor `vid` or it is a graph output (an op may skip an unread output)."""
     def state(self, vid: int, name: str, initial: int | None) -> None:
         """Make tensor `vid` the persistent state `name`, initialised from constant `initial` (None: zeros)."""
+    def update(self, vid: int, of: int) -> None:
+        """Make tensor `vid` the state tensor `of`, which an update op writes in place (refused if not state)."""
 
 
 Builder = Callable[[OpBuilder, Call], None]
