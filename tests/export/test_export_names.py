@@ -172,13 +172,13 @@ def test_constants_made_at_export_get_derived_names(tmp_path, monkeypatch):
             self.mask = torch.tril(torch.rand(32, 32) + 0.5)  # a plain attribute: a constant of torch.export
 
         def forward(self, x):
-            return self.fc(x) @ self.mask + torch.tensor([1.0, 2.0]).sum()
+            return self.fc(x) @ self.mask + torch.tensor([1.0, 2.0]).sum()  # folded at export
 
     x = torch.randn(2, 64)
     torch.manual_seed(0)
     vkx.export_model(Masked().eval(), (x,), tmp_path / "q.pte", quantize="int4")
     names = [t["names"] for t in describe(tmp_path / "q.pte")["tensors"]]
-    assert sorted(names) == [["fc.bias"], ["fc.scales"], ["fc.weight_q"], ["lifted_tensor_0"], ["mask"]]
+    assert sorted(names) == [["fc.bias"], ["fc.scales"], ["fc.weight_q"], ["folded.sum_1"], ["mask"]]
     model = Masked().eval()
     torchao.quantize_(model, torchao.IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(32)))
     vkx.export_model(model, (x,), tmp_path / "ao.pte")
