@@ -356,9 +356,12 @@ def run_graph(name: str, args: Sequence[Any], out: Any, **load_kwargs: Any):
         res = program(*inputs)
     finally:
         program.close()
-    if isinstance(out, list):
-        return tuple(res) if isinstance(res, (tuple, list)) else (res,)
-    return res
+    res = tuple(res) if isinstance(res, (tuple, list)) else (res,)
+    if not inputs:  # a graph of no inputs returns numpy (bf16 as float32 values): torch like the rest
+        dts = [s[1] if isinstance(s, tuple) and len(s) == 2 and isinstance(s[1], torch.dtype) else torch.float32
+               for s in (out if isinstance(out, list) else [out])]
+        res = tuple(torch.from_numpy(r).to(d) for r, d in zip(res, dts))
+    return res if isinstance(out, list) else res[0]
 
 
 # --------------------------------------------------------------------------- fixtures
