@@ -22,6 +22,15 @@ SHAPE_ONLY = frozenset({_A.full_like.default, _A.zeros_like.default, _A.ones_lik
 """Ops whose result depends on their tensor argument's shape and dtype only: they always fold."""
 
 
+MOVES = frozenset({
+    _A.view.default, _A._unsafe_view.default, _A.reshape.default, _A.unsqueeze.default, _A.squeeze.default,
+    _A.squeeze.dim, _A.squeeze.dims, _A.flatten.using_ints, _A.permute.default, _A.t.default, _A.transpose.int,
+    _A.slice.Tensor, _A.select.int, _A.expand.default, _A.clone.default, _A.alias.default, _A.detach.default,
+    _A.lift_fresh_copy.default,
+})
+"""Ops that only move elements. One whose result would be stored (no folded op reads it) is not folded:
+a buffer is stored as it is, never as a slice or a reshaped copy."""
+
 UNDEFINED = frozenset({_A.empty.memory_format, _A.empty_like.default, _A.empty_strided.default})
 """Ops whose result has no defined value: never folded."""
 
@@ -37,7 +46,8 @@ def fold_constants(program: ExportedProgram, states: frozenset[str] = frozenset(
 
     A node folds when it returns one tensor and every tensor it reads is a buffer the model does not
     mutate, a lifted constant or a folded node (ops that read no tensor, such as arange and full, fold too, and
-    those that read only a shape, SHAPE_ONLY).
+    those that read only a shape, SHAPE_ONLY). Stored values are computed ones: the last ops of a
+    folded chain that only move elements (MOVES) run on the device.
     """
     stored = {**program.state_dict, **program.constants}
     # state (mutated here, or by another method: `states`) has a value per call
@@ -64,4 +74,7 @@ def fold_constants(program: ExportedProgram, states: frozenset[str] = frozenset(
             result = node.target(*tree_map(real, node.args), **tree_map(real, node.kwargs))
         values[node] = result
         folded[node] = (f"folded.{node.name}", result.contiguous())
+    for node in reversed(list(folded)):
+        if node.target in MOVES and not any(user in folded for user in node.users):
+            del folded[node]  # what it reads is stored instead; the move runs on the device
     return folded

@@ -1,4 +1,5 @@
-"""Hugging Face transformers families in small configurations with random weights, exported by vkx,
+"""Hugging Face transformers families (Llama, Qwen2/3, Mistral, Phi-3, Gemma, GPT-2, BERT, T5 and Whisper
+encoders) in small configurations with random weights, exported by vkx,
 run on the device and compared with torch (no downloads: each model is built from its config)."""
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def _ids(seed: int = 0) -> torch.Tensor:
 
 def _causal_lm(config_class, model_class, attn: str) -> nn.Module:
     config = config_class(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                          num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=64,
                           use_cache=False, attn_implementation=attn, bos_token_id=1, eos_token_id=2,
                           pad_token_id=0)
     torch.manual_seed(0)
@@ -43,6 +44,8 @@ CAUSAL = {
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
     "mistral": ("MistralConfig", "MistralForCausalLM"),
     "phi3": ("Phi3Config", "Phi3ForCausalLM"),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM"),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
 }
 
 
