@@ -61,8 +61,6 @@ class Lowered:
     constants: list[ConstantSource]
     inputs: list[IOTensor]
     outputs: list[IOTensor]
-    states: dict[str, int]
-    """Each state's name -> the value id of its `vkx.state` tensor."""
 
 
 def lower(program: ExportedProgram, states: frozenset[str] = frozenset()) -> Lowered:
@@ -78,7 +76,7 @@ def lower(program: ExportedProgram, states: frozenset[str] = frozenset()) -> Low
     scan.build()
     builder = GraphBuilder(program, placeholders, uses=scan.uses)
     builder.build()
-    return Lowered(builder.graph, builder.sources, builder.io_inputs, builder.io_outputs, builder.state_ids)
+    return Lowered(builder.graph, builder.sources, builder.io_inputs, builder.io_outputs)
 
 
 def source_line(node: Node) -> str:
@@ -181,7 +179,6 @@ class GraphBuilder:
         self._tref_ids: dict[Node, int] = {}
         self._gpu_ids: dict[Node, int] = {}
         self.user_inputs, self.constant_nodes, self.state_nodes = placeholders
-        self.state_ids: dict[str, int] = {}
         self._state_of: dict[int, str] = {}
         """Value id of a state tensor or of an update of it -> the state's name."""
         self._latest: dict[str, int] = {}
@@ -212,11 +209,7 @@ class GraphBuilder:
                 raise ExportError(f"constant {name} has no elements")
             if not supported(tensor.dtype):
                 raise ExportError(f"constant {name} has dtype {tensor.dtype}, not supported")
-            check_narrowing(name, tensor)
-            datatype = on_device(tensor.dtype).datatype
-            self._tref_ids[node] = self._add(Tensor(datatype, tuple(tensor.shape), constant_id=len(self.sources),
-                                                    staging_datatype=datatype))
-            self.sources.append(ConstantSource(name, tensor))
+            self._tref_ids[node] = self._tref(name, tensor)
             if "gpu" in self.uses[node]:
                 self._gpu_ids[node] = self.new_tensor(tensor)
                 self.emit(PREPACK, [self._tref_ids[node], self._gpu_ids[node]])
@@ -227,17 +220,11 @@ class GraphBuilder:
         for node, (name, tensor) in self.state_nodes.items():
             if not supported(tensor.dtype):
                 raise ExportError(f"state {name} has dtype {tensor.dtype}, not supported")
-            check_narrowing(name, tensor)
-            initial = self.null()
-            if bool(tensor.any()):
-                datatype = on_device(tensor.dtype).datatype
-                initial = self._add(Tensor(datatype, tuple(tensor.shape), constant_id=len(self.sources),
-                                           staging_datatype=datatype))
-                self.sources.append(ConstantSource(name, tensor))
+            initial = self._tref(name, tensor) if bool(tensor.any()) else self.null()
             value_id = self.new_tensor(tensor)
             self.emit(STATE, [self._add(String(name)), initial, value_id])
             self.bind(node, value_id)
-            self.state_ids[name] = self._latest[name] = value_id
+            self._latest[name] = value_id
             self._state_of[value_id] = name
 
     def state_of(self, value: Node) -> str | None:
@@ -365,13 +352,18 @@ class GraphBuilder:
         """A tensor the lowering computed (an arange, positions) as a constant, prepacked."""
         if self.scanning:
             return -1
-        check_narrowing(name, tensor)
-        datatype = on_device(tensor.dtype).datatype
-        tref = self._add(Tensor(datatype, tuple(tensor.shape), constant_id=len(self.sources), staging_datatype=datatype))
-        self.sources.append(ConstantSource(name, tensor))
+        tref = self._tref(name, tensor)
         value_id = self.new_tensor(tensor)
         self.emit(PREPACK, [tref, value_id])
         return value_id
+
+    def _tref(self, name: str, tensor: torch.Tensor) -> int:
+        """A constant tensor value (the next constant_id), its bytes those of `tensor` (checked to narrow)."""
+        check_narrowing(name, tensor)
+        datatype = on_device(tensor.dtype).datatype
+        self.sources.append(ConstantSource(name, tensor))
+        return self._add(Tensor(datatype, tuple(tensor.shape), constant_id=len(self.sources) - 1,
+                                staging_datatype=datatype))
 
     def int(self, value: int) -> int:
         return self._scalar(Int(value))

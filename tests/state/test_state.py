@@ -232,3 +232,27 @@ def test_an_update_of_a_tensor_that_is_not_state_is_refused(tmp_path):
 
     with pytest.raises(ExportError, match="updates model state .* in place"):
         vkx.export_model(IntoInput(), (torch.zeros(4, 3), torch.randn(1, 3), torch.tensor([1])), tmp_path / "x.pte")
+
+
+class PutCache(torch.nn.Module):
+    """cache[:, :, position] = k: index_put along dim 2 at positions from an input tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(1, 2, 10, 4))
+
+    def forward(self, k, position):
+        self.cache[:, :, position] = k
+        return self.cache.sum(2)
+
+
+def test_index_put_along_a_later_dim(tmp_path):
+    path = tmp_path / "put.pte"
+    vkx.export_model(PutCache(), (torch.randn(1, 2, 3, 4), torch.arange(3)), path)
+    reference = PutCache()
+    torch.manual_seed(5)
+    with vkx.load(path) as program:
+        for step in range(6):
+            k, position = torch.randn(1, 2, 3, 4), torch.tensor([step, (step + 3) % 10, (step + 6) % 10])
+            torch.testing.assert_close(program(k, position), reference(k, position), rtol=1e-6, atol=1e-5)
+        torch.testing.assert_close(program.state("cache"), reference.cache)
