@@ -255,3 +255,21 @@ def test_unread_outputs_are_not_computed():
     assert [d.shader for d in built.dispatches] == ["pool2d", "copy_strided"]
     assert ("INDICES", "1") not in built.dispatches[0].defines
     assert {t.vid for t in built.used_tensors()} == {0, 2, 8}
+
+
+@pytest.mark.parametrize("shape,pad,value", [((2, 3, 4), [1, 2], 0.0), ((2, 3, 4), [0, 1, 2, 0], -1.5),
+                                             ((2, 3, 4), [1, 1, 1, 1, 1, 1], 2.0), ((3, 5), [-1, 2, 1, -2], 0.25),
+                                             ((4,), [-4, 1], 3.0)])
+@by_dtype
+def test_constant_pad_nd(shape, pad, value, dtype):
+    x = rand_of(shape, 17, dtype)
+    value = value if dtype.is_floating_point else int(abs(value))
+    want = F.pad(x, pad, value=value)
+    _equal(run_graph("aten.constant_pad_nd.default", [x, pad, value], (tuple(want.shape), dtype)), want)
+
+
+@by_dtype
+def test_zeros_and_ones_like(dtype):
+    x = rand_of((4, 3), 18, dtype)
+    for name, want in (("zeros_like", torch.zeros_like(x)), ("ones_like", torch.ones_like(x))):
+        _equal(run_graph(f"aten.{name}.default", [x], ((4, 3), dtype)), want)
