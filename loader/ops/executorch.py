@@ -16,6 +16,7 @@ from vkx.format.op_et import pad_widths, split_sizes
 from . import OpBuilder, TensorArg, builds, elem_defines
 from .attention import attention
 from .conv import pool2d
+from .elementwise import unary
 from .reduce import rms_norm_rows
 from .shape import contiguous_strides, convert_copy, dispatch_groups, normalize_dim, strided_copy
 
@@ -94,6 +95,13 @@ def fill(builder: OpBuilder, out: TensorArg, value: float | int | bool) -> None:
         defines["FILL_INT"] = "1"
         bits = int(value) & 0xFFFFFFFF
     builder.dispatch("fill", [out], struct.pack("<II", out.numel, bits), dispatch_groups(out.numel), defines)
+
+
+@builds("aten.leaky_relu.default", "aten.hardshrink.default")
+def unary_with_argument(builder: OpBuilder, call: Call) -> None:
+    """The op's GLSL expression with its float argument (the second) for ARG."""
+    value = float(call[call.decl.args[1].name])
+    unary(builder, call, call.decl.glsl.replace("ARG", f"({value!r})"))
 
 
 @builds("et_vk.rms_norm.default")
