@@ -8,6 +8,8 @@ ATen's for `aten.*` and `dim_order_ops.*`, executorch/backends/vulkan/custom_ops
 """
 from __future__ import annotations
 
+import math
+
 from . import dtypes
 from .contract import Arg, Call, OpDecl, Out, declare
 from .op_rules import ALL_TYPES, B, I, L, N, T, broadcast, dim_index, optional, pool_shape, same_shape
@@ -85,6 +87,26 @@ def _fill_value(call: Call) -> None:
     same_shape(call)
 
 
+def pad_widths(call: Call) -> list[tuple[int, int]]:
+    """constant_pad_nd's (before, after) per dim of self, first dim first (`pad` lists the last dim's
+    pair first; a negative width crops)."""
+    src, pad = call.tensor("self"), list(call["pad"])
+    call.require(len(pad) % 2 == 0 and len(pad) // 2 <= len(src.shape), f"pad {pad} for {len(src.shape)} dims")
+    pairs = [(pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)][::-1]
+    return [(0, 0)] * (len(src.shape) - len(pairs)) + pairs
+
+
+def _pad(call: Call) -> None:
+    src = call.tensor("self")
+    want = [size + a + b for size, (a, b) in zip(src.shape, pad_widths(call))]
+    call.require(all(w >= 0 for w in want), f"pad {list(call['pad'])} crops {list(src.shape)} below nothing")
+    if not call.out.dtype.is_float:
+        value = call["value"]
+        call.require(float(value).is_integer() and -2**31 <= value < 2**31, f"value {value!r} for a "
+                                                                            f"{call.out.dtype} output")
+    call.expect_shape("the output", call.out.shape, want)
+
+
 def _rms_norm(call: Call) -> None:
     x, w = call.tensor("x"), call.tensor("weight")
     call.require(len(x.shape) >= 1 and x.dtype.is_float and w.dtype.is_float, f"x {x.dtype} {list(x.shape)}")
@@ -132,6 +154,26 @@ def _sdpa(call: Call) -> None:
     call.expect_shape("the output", call.out.shape, (*batch, q.shape[-2], v.shape[-1]))
 
 
+def _float_unary(call: Call) -> None:
+    src = call.tensor("self")
+    call.require(src.dtype.is_float and call.out.dtype.is_float, f"{src.dtype} input: floats only")
+    for name in ("negative_slope", "lambd"):
+        if call.decl.has(name):
+            call.require(math.isfinite(call[name]), f"{name} {call[name]!r} must be finite")
+    same_shape(call)
+
+
+UNARY: dict[str, str] = {
+    "sqrt": "mix(sqrt(abs(x)), T(uintBitsToFloat(0x7FC00000u)), LT(x, T(0.0)))",
+    "round": "roundEven(x)",
+}
+"""The registry's unary ops beyond op_decls.UNARY, as GLSL expressions of x in shaders/unary.comp (GLSL
+leaves sqrt of a negative undefined: NaN, as torch; round: half to even, as torch)."""
+
+LEAKY_RELU = "mix(x * ARG, x, GE(x, T(0.0)))"
+HARDSHRINK = "mix(x, T(0.0), GE(T(ARG), abs(x)))"
+"""leaky_relu and hardshrink: ARG is their float argument, the second (NaN stays NaN)."""
+
 _TENSOR_OPTIONS = (optional("dtype", I, None), optional("layout", I, None), optional("device", I, None),
                    optional("pin_memory", B, None))
 """The keyword-only factory options of ATen's *_like and copy schemas (ExecuTorch writes Null; the
@@ -159,6 +201,17 @@ declare(OpDecl("aten.alias_copy.default", (Arg("self", T),), dtypes=ALL_TYPES, r
 declare(OpDecl("aten.full_like.default",
                (Arg("self", T), Arg("fill_value", N), *_TENSOR_OPTIONS, optional("memory_format", I, None)),
                dtypes=ALL_TYPES, rule=_fill_value))
+for _name in ("zeros_like", "ones_like"):
+    declare(OpDecl(f"aten.{_name}.default", (Arg("self", T), *_TENSOR_OPTIONS, optional("memory_format", I, None)),
+                   dtypes=ALL_TYPES, rule=same_shape))
+declare(OpDecl("aten.constant_pad_nd.default", (Arg("self", T), Arg("pad", L), Arg("value", N, default=0)),
+               dtypes=ALL_TYPES, rule=_pad))
+for _name, _expr in UNARY.items():
+    declare(OpDecl(f"aten.{_name}.default", (Arg("self", T),), rule=_float_unary, family="unary", glsl=_expr))
+declare(OpDecl("aten.leaky_relu.default", (Arg("self", T), Arg("negative_slope", N, default=0.01)),
+               rule=_float_unary, glsl=LEAKY_RELU))
+declare(OpDecl("aten.hardshrink.default", (Arg("self", T), Arg("lambd", N, default=0.5)), rule=_float_unary,
+               glsl=HARDSHRINK))
 declare(OpDecl("et_vk.rms_norm.default", (Arg("x", T), Arg("weight", T), Arg("eps", N)), rule=_rms_norm))
 declare(OpDecl("et_vk.apply_rotary_emb_hf.default",
                (Arg("xq", T), Arg("xk", T), Arg("freqs_cos", T), Arg("freqs_sin", T), Arg("start_pos", I)),

@@ -11,11 +11,12 @@ from __future__ import annotations
 import struct
 
 from vkx.format.contract import Call
-from vkx.format.op_et import split_sizes
+from vkx.format.op_et import pad_widths, split_sizes
 
 from . import OpBuilder, TensorArg, builds, elem_defines
 from .attention import attention
 from .conv import pool2d
+from .elementwise import unary
 from .models import fill
 from .reduce import rms_norm_rows
 from .shape import contiguous_strides, convert_copy, dispatch_groups, normalize_dim, strided_copy, view_or_copy
@@ -62,6 +63,32 @@ def max_pool2d_with_indices(builder: OpBuilder, call: Call) -> None:
 @builds("aten.full_like.default")
 def full_like(builder: OpBuilder, call: Call) -> None:
     fill(builder, call.out, call["fill_value"], 0)
+
+
+@builds("aten.zeros_like.default", "aten.ones_like.default")
+def zeros_ones_like(builder: OpBuilder, call: Call) -> None:
+    fill(builder, call.out, 1 if call.decl.name == "aten.ones_like.default" else 0, 0)
+
+
+@builds("aten.constant_pad_nd.default")
+def constant_pad_nd(builder: OpBuilder, call: Call) -> None:
+    """The output filled with `value`, then the part of self it keeps copied in (a negative width crops)."""
+    src, out = call.tensor("self"), call.out
+    fill(builder, out, call["value"], 0)
+    widths = pad_widths(call)
+    sizes = [o - max(a, 0) - max(b, 0) for o, (a, b) in zip(out.shape, widths)]
+    if min(sizes, default=1) <= 0:
+        return
+    ss, ds = contiguous_strides(src.shape), contiguous_strides(out.shape)
+    strided_copy(builder, src, out, sizes, ss, src_offset=sum(max(-a, 0) * st for (a, _), st in zip(widths, ss)),
+                 dst_strides=ds, dst_offset=sum(max(a, 0) * st for (a, _), st in zip(widths, ds)))
+
+
+@builds("aten.leaky_relu.default", "aten.hardshrink.default")
+def unary_with_argument(builder: OpBuilder, call: Call) -> None:
+    """The op's GLSL expression with its float argument (the second) for ARG."""
+    value = float(call[call.decl.args[1].name])
+    unary(builder, call, call.decl.glsl.replace("ARG", f"({value!r})"))
 
 
 @builds("et_vk.rms_norm.default")

@@ -255,3 +255,42 @@ def test_unread_outputs_are_not_computed():
     assert [d.shader for d in built.dispatches] == ["pool2d", "copy_strided"]
     assert ("INDICES", "1") not in built.dispatches[0].defines
     assert {t.vid for t in built.used_tensors()} == {0, 2, 8}
+
+
+@pytest.mark.parametrize("shape,pad,value", [((2, 3, 4), [1, 2], 0.0), ((2, 3, 4), [0, 1, 2, 0], -1.5),
+                                             ((2, 3, 4), [1, 1, 1, 1, 1, 1], 2.0), ((3, 5), [-1, 2, 1, -2], 0.25),
+                                             ((4,), [-4, 1], 3.0)])
+@by_dtype
+def test_constant_pad_nd(shape, pad, value, dtype):
+    x = rand_of(shape, 17, dtype)
+    value = value if dtype.is_floating_point else int(abs(value))
+    want = F.pad(x, pad, value=value)
+    _equal(run_graph("aten.constant_pad_nd.default", [x, pad, value], (tuple(want.shape), dtype)), want)
+
+
+@by_dtype
+def test_zeros_and_ones_like(dtype):
+    x = rand_of((4, 3), 18, dtype)
+    for name, want in (("zeros_like", torch.zeros_like(x)), ("ones_like", torch.ones_like(x))):
+        _equal(run_graph(f"aten.{name}.default", [x], ((4, 3), dtype)), want)
+
+
+SPECIALS = [float("nan"), float("inf"), float("-inf"), 0.0, -0.0, 0.5, -0.5, 1.5, 2.5, -2.5, 0.25, -0.4]
+UNARY = {  # op, arguments after self -> torch
+    ("sqrt", ()): torch.sqrt,
+    ("round", ()): torch.round,
+    ("leaky_relu", ()): F.leaky_relu,
+    ("leaky_relu", (0.2,)): lambda x: F.leaky_relu(x, 0.2),
+    ("hardshrink", ()): F.hardshrink,
+    ("hardshrink", (1.25,)): lambda x: F.hardshrink(x, 1.25),
+}
+
+
+@pytest.mark.parametrize("op,extra", list(UNARY), ids=[f"{o}{list(a)}" for o, a in UNARY])
+@pytest.mark.parametrize("n", [20, 37], ids=["vec4", "scalar"])
+@by_float
+def test_unary(op, extra, n, dtype):
+    x = torch.cat([torch.tensor(SPECIALS), rand(n - len(SPECIALS), seed=19, scale=4.0)]).to(dtype)
+    want = UNARY[(op, extra)](x)
+    got = run_graph(f"aten.{op}.default", [x, *extra], ((n,), dtype))
+    assert_close_in(got, want, dtype, each=True)
