@@ -164,11 +164,10 @@ def _float_unary(call: Call) -> None:
 
 
 UNARY: dict[str, str] = {
-    "sqrt": "mix(sqrt(abs(x)), T(uintBitsToFloat(0x7FC00000u)), LT(x, T(0.0)))",
     "round": "roundEven(x)",
 }
-"""The registry's unary ops beyond op_decls.UNARY, as GLSL expressions of x in shaders/unary.comp (GLSL
-leaves sqrt of a negative undefined: NaN, as torch; round: half to even, as torch)."""
+"""The registry's unary ops beyond op_decls.UNARY, as GLSL expressions of x in shaders/unary.comp
+(round: half to even, as torch)."""
 
 LEAKY_RELU = "mix(x * ARG, x, GE(x, T(0.0)))"
 HARDSHRINK = "mix(x, T(0.0), GE(T(ARG), abs(x)))"
