@@ -92,7 +92,7 @@ class GraphBuilder:
         self._load_time = False
         self._node = "?"
         self._read: set[int] | None = None
-        self._spans: tuple | None = None  # alias_view's lifetimes, made on first use
+        self._writes_by_vid: dict[int, int] | None = None  # alias_view's write counts, made on first use
         for vid, v in enumerate(graph.values):
             if isinstance(v, g.Tensor):
                 try:
@@ -173,11 +173,13 @@ class GraphBuilder:
     def alias_view(self, out: ops.TensorArg, src: ops.TensorArg) -> bool:
         """Make `out` (the same bytes as `src`, another shape) `src`'s device tensor, when that is safe.
 
-        Safe when `out` is no graph output (its io port keeps its own shape) and nothing
-        can overwrite `src`'s bytes while `out` is read: `src` is a constant, or a tensor
-        written once (a graph input: never) whose memory is its own, or the object the
-        file's plan gave `out` too (vkx plans views so: vkx.format.liveness), or an object
-        that no other tensor uses while `src` or its views are read. False: the caller copies.
+        Safe when `out` is no graph output (its io port keeps its own shape), `src` is no state
+        (written in place later), and nothing can overwrite `src`'s bytes while `out` is read: `src`
+        is a constant, or a tensor written once (a graph input: never) whose memory is its own or
+        the very object the file's plan gave `out` (vkx plans views so: vkx.format.liveness).
+        A view planned into another object stays a copy: reasoning about the other tensors of
+        that object from lifetimes gave a wrong ViT output on an ExecuTorch file.
+        False: the caller copies.
         """
         root = self.tensors[src.vid]
         if out.vid in self.graph.output_ids or out.nbytes != root.nbytes or out.dtype != root.arg.dtype:
@@ -185,36 +187,22 @@ class GraphBuilder:
         if root.state is not None:
             return False  # state is written in place after the view reads it
         if not root.is_constant:
-            spans, writes, members, sources = self._lifetimes()
-            if root.is_temp or writes.get(root.vid, 0) != (0 if root.vid in self.graph.input_ids else 1):
+            if root.is_temp or self._writes().get(root.vid, 0) != (0 if root.vid in self.graph.input_ids else 1):
                 return False  # scratch, or written in place somewhere: a copy keeps out's bytes
             if root.mem_obj_id >= 0 and self.tensors[out.vid].mem_obj_id != root.mem_obj_id:
-                mine = spans.get(root.vid)  # the lifetime of root and its views (liveness)
-                if mine is None or sources.get(out.vid) != root.vid:
-                    return False
-                for vid in members.get(root.mem_obj_id, ()):
-                    span = spans[vid]
-                    if vid != root.vid and span.first <= mine.last and span.last >= mine.first:
-                        return False
+                return False
         self.tensors[out.vid] = root
         return True
 
-    def _lifetimes(self) -> tuple:
-        """For alias_view (made once): the lifetime of every activation (views within their
-        source's), how many ops write each, the activations of each memory object, view_sources."""
-        if self._spans is None:
+    def _writes(self) -> dict[int, int]:
+        """For alias_view (counted once): how many ops write each activation."""
+        if self._writes_by_vid is None:
             writes: dict[int, int] = {}
             for op in self.graph.chain:
                 for vid in liveness.activation_ids(self.graph, op.args[-1:]):
                     writes[vid] = writes.get(vid, 0) + 1
-            spans = {s.value_id: s for s in liveness.lifetimes(self.graph)}
-            members: dict[int, list[int]] = {}
-            for vid in spans:
-                t = self.tensors.get(vid)
-                if t is not None and t.mem_obj_id >= 0:
-                    members.setdefault(t.mem_obj_id, []).append(vid)
-            self._spans = (spans, writes, members, liveness.view_sources(self.graph))
-        return self._spans
+            self._writes_by_vid = writes
+        return self._writes_by_vid
 
     def state(self, vid: int, name: str, initial: int | None) -> None:
         """Make tensor `vid` the persistent state `name`, initialised from constant `initial` (None: zeros)."""

@@ -27,7 +27,7 @@ from .shape import contiguous_strides, convert_copy, dispatch_groups, normalize_
 def copy(builder: OpBuilder, call: Call) -> None:
     """The elements in order, converted to the output's dtype (a device tensor has one layout,
     whatever the dim_order); an alias where that is safe (`OpBuilder.alias_view`)."""
-    view_or_copy(builder, call.tensor("self"), call.out)
+    convert_copy(builder, call.tensor("self"), call.out)
 
 
 @builds("aten.select_copy.int")
