@@ -14,7 +14,7 @@ from torch.utils._pytree import treespec_dumps
 from vkx.export.constants import KeyCache, make_payloads, stored_nbytes
 from vkx.export.dtypes import TARGETS, of
 from vkx.export.errors import ExportError
-from vkx.export.lower import lower
+from vkx.export.lower import lower, mutated_buffers
 from vkx.export.model_file import check_methods, method_module
 from vkx.export.plan import MemoryPlan, plan_memory
 from vkx.export.quantize import quantize_module
@@ -118,14 +118,16 @@ def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
 
     keys = KeyCache()
     keys.start(converted.state_dict().values())
-    specs, memories, sources = [], [], 0
+    specs, memories, sources, programs = [], [], 0, {}
     try:
         for name, (fn, inputs) in methods.items():
-            inputs = convert_inputs(inputs, target)
             stages.start("torch.export" if len(methods) == 1 else f"torch.export {name}")
-            program = trace(method_module(converted, fn), inputs)
+            programs[name] = trace(method_module(converted, fn), convert_inputs(inputs, target))
+        # a buffer any method updates is state in every method, also where it is only read
+        states = frozenset(set().union(*map(mutated_buffers, programs.values())))
+        for name, program in programs.items():
             stages.start("lower" if len(methods) == 1 else f"lower {name}")
-            lowered = lower(program)
+            lowered = lower(program, states)
             stages.start("plan", sum(stored_nbytes(source.tensor) for source in lowered.constants))
             memories.append(plan_memory(lowered.graph))
             payloads = make_payloads(lowered.constants, keys, progress.advance)

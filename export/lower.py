@@ -61,13 +61,14 @@ class Lowered:
     constants: list[ConstantSource]
     inputs: list[IOTensor]
     outputs: list[IOTensor]
-    states: dict[str, int]
-    """Each state's name -> the value id of its `vkx.state` tensor."""
 
 
-def lower(program: ExportedProgram) -> Lowered:
-    """Check every op first (UnsupportedOpsError lists them all), then build the graph."""
-    user_inputs, constant_nodes, state_nodes = classify_placeholders(program)
+def lower(program: ExportedProgram, states: frozenset[str] = frozenset()) -> Lowered:
+    """Check every op first (UnsupportedOpsError lists them all), then build the graph.
+
+    `states`: buffers that are state though this program only reads them (another method of
+    the file mutates them); the buffers it mutates are state in any case."""
+    user_inputs, constant_nodes, state_nodes = classify_placeholders(program, states)
     folded = fold_constants(program, constant_nodes)  # never a state: its value changes between calls
     check_supported(program, folded)
     placeholders = user_inputs, {**constant_nodes, **folded}, state_nodes
@@ -75,7 +76,7 @@ def lower(program: ExportedProgram) -> Lowered:
     scan.build()
     builder = GraphBuilder(program, placeholders, uses=scan.uses)
     builder.build()
-    return Lowered(builder.graph, builder.sources, builder.io_inputs, builder.io_outputs, builder.state_ids)
+    return Lowered(builder.graph, builder.sources, builder.io_inputs, builder.io_outputs)
 
 
 def source_line(node: Node) -> str:
@@ -124,11 +125,16 @@ Placeholders = tuple[list[Node], dict[Node, tuple[str, torch.Tensor]], dict[Node
 the model mutates) with its name and initial value."""
 
 
-def classify_placeholders(program: ExportedProgram) -> Placeholders:
+def mutated_buffers(program: ExportedProgram) -> set[str]:
+    """The names of the buffers the program updates."""
+    return set(program.graph_signature.buffers_to_mutate.values())
+
+
+def classify_placeholders(program: ExportedProgram, states: frozenset[str] = frozenset()) -> Placeholders:
     """Sort the placeholders into user inputs (checked), constants and state; refuse any other kind."""
     specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs}
     stored = {**program.state_dict, **program.constants}
-    mutated = set(program.graph_signature.buffers_to_mutate.values())
+    mutated = mutated_buffers(program) | states
     if program.graph_signature.user_inputs_to_mutate or program.graph_signature.parameters_to_mutate:
         raise ExportError("the model mutates an input or a parameter; only buffers can be state")
     user_inputs: list[Node] = []
@@ -168,7 +174,6 @@ class GraphBuilder:
         self._tref_ids: dict[Node, int] = {}
         self._gpu_ids: dict[Node, int] = {}
         self.user_inputs, self.constant_nodes, self.state_nodes = placeholders
-        self.state_ids: dict[str, int] = {}
         self._state_of: dict[int, str] = {}
         """Value id of a state tensor or of an update of it -> the state's name."""
         self._latest: dict[str, int] = {}
@@ -199,11 +204,7 @@ class GraphBuilder:
                 raise ExportError(f"constant {name} has no elements")
             if not supported(tensor.dtype):
                 raise ExportError(f"constant {name} has dtype {tensor.dtype}, not supported")
-            check_narrowing(name, tensor)
-            datatype = on_device(tensor.dtype).datatype
-            self._tref_ids[node] = self._add(Tensor(datatype, tuple(tensor.shape), constant_id=len(self.sources),
-                                                    staging_datatype=datatype))
-            self.sources.append(ConstantSource(name, tensor))
+            self._tref_ids[node] = self._tref(name, tensor)
             if "gpu" in self.uses[node]:
                 self._gpu_ids[node] = self.new_tensor(tensor)
                 self.emit(PREPACK, [self._tref_ids[node], self._gpu_ids[node]])
@@ -214,22 +215,16 @@ class GraphBuilder:
         for node, (name, tensor) in self.state_nodes.items():
             if not supported(tensor.dtype):
                 raise ExportError(f"state {name} has dtype {tensor.dtype}, not supported")
-            check_narrowing(name, tensor)
-            initial = self.null()
-            if bool(tensor.any()):
-                datatype = on_device(tensor.dtype).datatype
-                initial = self._add(Tensor(datatype, tuple(tensor.shape), constant_id=len(self.sources),
-                                           staging_datatype=datatype))
-                self.sources.append(ConstantSource(name, tensor))
+            initial = self._tref(name, tensor) if bool(tensor.any()) else self.null()
             value_id = self.new_tensor(tensor)
             self.emit(STATE, [self._add(String(name)), initial, value_id])
             self.bind(node, value_id)
-            self.state_ids[name] = self._latest[name] = value_id
+            self._latest[name] = value_id
             self._state_of[value_id] = name
 
     def state_of(self, value: Node) -> str | None:
         """The name of the state `value` is the current content of (None: not state)."""
-        if self.scanning:
+        if self.scanning or self.resolve(value) in self.constant_nodes:
             return None
         value_id = self.value_of(value)
         name = self._state_of.get(value_id)
@@ -272,7 +267,8 @@ class GraphBuilder:
                 value_id = self.new_tensor(fake)
                 self.emit(OUTPUT_CLONE, args + [value_id])
             else:
-                value_id = self.value_of(node)
+                self.node = item
+                value_id = self.tensor(node)  # refuses the old content of an updated state
             seen.add(node)
             self.graph.output_ids.append(value_id)
             self.io_outputs.append(IOTensor(fake.dtype, tuple(fake.shape)))
@@ -351,13 +347,18 @@ class GraphBuilder:
         """A tensor the lowering computed (an arange, positions) as a constant, prepacked."""
         if self.scanning:
             return -1
-        check_narrowing(name, tensor)
-        datatype = on_device(tensor.dtype).datatype
-        tref = self._add(Tensor(datatype, tuple(tensor.shape), constant_id=len(self.sources), staging_datatype=datatype))
-        self.sources.append(ConstantSource(name, tensor))
+        tref = self._tref(name, tensor)
         value_id = self.new_tensor(tensor)
         self.emit(PREPACK, [tref, value_id])
         return value_id
+
+    def _tref(self, name: str, tensor: torch.Tensor) -> int:
+        """A constant tensor value (the next constant_id), its bytes those of `tensor` (checked to narrow)."""
+        check_narrowing(name, tensor)
+        datatype = on_device(tensor.dtype).datatype
+        self.sources.append(ConstantSource(name, tensor))
+        return self._add(Tensor(datatype, tuple(tensor.shape), constant_id=len(self.sources) - 1,
+                                staging_datatype=datatype))
 
     def int(self, value: int) -> int:
         return self._scalar(Int(value))

@@ -13,6 +13,7 @@ from . import vkgraph as vk
 from .common import FileRange
 from .external import ExternalData, constant_tensors
 from .liveness import lifetimes, peak_live_bytes, shared_object_bytes
+from .methods import constant_keys, methods as methods_of, states as graph_states
 from .program import SEGMENT, ExecutionPlan
 from .pte import ProgramFile, VulkanDelegate
 
@@ -116,7 +117,12 @@ def _describe(pf: ProgramFile, exts: list[ExternalData]) -> dict[str, Any]:
     for e in reversed(exts):  # earlier external files win
         where.update(e.named_data)
     key_info: dict[str, dict[str, Any]] = {}
-    graphs = {(d.plan_index, d.delegate_index): _delegate(d, where, pf.path, key_info) for d in pf.vulkan_delegates}
+    several = methods_of(pf)
+    shared: set[str] = set()  # methods of one file load one device tensor per named key, whichever reads it
+    graphs = {(d.plan_index, d.delegate_index): _delegate(d, where, pf.path, key_info,
+                                                          shared if several else set())
+              for d in pf.vulkan_delegates}
+    state_list = describe_states(pf)
     named = []
     for src in [pf] + exts:
         for key, r in src.named_data.items():
@@ -144,17 +150,20 @@ def _describe(pf: ProgramFile, exts: list[ExternalData]) -> dict[str, Any]:
                        "vulkan": graphs.get((pi, di))}
                       for pi, plan in enumerate(p.execution_plan) for di, d in enumerate(plan.delegates)],
         "vulkan": None if v is None else graphs[v.plan_index, v.delegate_index],
-        "totals": _totals(list(graphs.values())),
+        "methods": describe_methods(pf, graphs),
+        "states": state_list,
+        "totals": _totals(list(graphs.values()), sum(x["bytes"] for x in state_list), bool(several)),
     }
 
 
 def _delegate(v: VulkanDelegate, where: dict[str, FileRange], path: str,
-              key_info: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """One VulkanBackend delegate: its blob, VH00 header and VkGraph (with where each constant is)."""
+              key_info: dict[str, dict[str, Any]], stored: set[str]) -> dict[str, Any]:
+    """One VulkanBackend delegate: its blob, VH00 header and VkGraph (with where each constant is).
+    `stored`: the named keys already counted in W (a named key is one tensor in the file and one on
+    the device)."""
     constants: list[dict[str, Any]] = []
     tensors = constant_tensors(v.graph)
     W = w = ready = ready_bytes = 0
-    stored: set[str] = set()  # a named key is one tensor in the file and one on the device
     for k, c in enumerate(v.graph.constants):
         t = tensors.get(k)
         nbytes = t.nbytes if t is not None else c.length
@@ -187,18 +196,55 @@ def _delegate(v: VulkanDelegate, where: dict[str, FileRange], path: str,
     }
 
 
-def _totals(delegates: list[dict[str, Any]]) -> dict[str, int]:
+def _totals(delegates: list[dict[str, Any]], state: int, methods: bool) -> dict[str, int]:
     """Load memory of every delegate, loaded one after another: delegate k loads while the ones before it
-    hold their weights and activations (with one delegate: W + max(A, 2w) and 2W + A + w)."""
+    hold their weights and activations (with one delegate: W + max(A, 2w) and 2W + A + w), plus the state.
+
+    Methods (`methods`) load as one: each W counts only keys no method before it read, and their
+    activations take turns in one allocation (A = the largest method's)."""
     W = w = A = A_live = peak_old = peak_lazy = ready = ready_bytes = 0
     for d in delegates:
         t = d["totals"]
-        peak_old = max(peak_old, W + A + 2 * t["W"] + t["A"] + t["w"])
-        peak_lazy = max(peak_lazy, W + A + t["W"] + max(t["A"], 2 * t["w"]))
-        W, w, A, A_live = W + t["W"], max(w, t["w"]), A + t["A"], A_live + t["A_live"]
+        held = 0 if methods else A
+        peak_old = max(peak_old, W + held + 2 * t["W"] + t["A"] + t["w"])
+        peak_lazy = max(peak_lazy, W + held + t["W"] + max(t["A"], 2 * t["w"]))
+        if methods:
+            A, A_live = max(A, t["A"]), max(A_live, t["A_live"])
+        else:
+            A, A_live = A + t["A"], A_live + t["A_live"]
+        W, w = W + t["W"], max(w, t["w"])
         ready, ready_bytes = ready + t["import_ready"], ready_bytes + t["import_ready_bytes"]
-    return {"W": W, "w": w, "A": A, "A_live": A_live, "peak_old": peak_old, "peak_lazy": peak_lazy,
-            "import_ready": ready, "import_ready_bytes": ready_bytes}
+    if methods:
+        peak_old, peak_lazy = 2 * W + A + w, W + max(A, 2 * w)
+    return {"W": W, "w": w, "A": A, "A_live": A_live, "state": state, "peak_old": peak_old + state,
+            "peak_lazy": peak_lazy + state, "import_ready": ready, "import_ready_bytes": ready_bytes}
+
+
+def describe_methods(pf: ProgramFile, graphs: dict[tuple[int, int], dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each plan as a method: its io, the state it names and the named constants it reads."""
+    out = []
+    for v in pf.vulkan_delegates:
+        if v.delegate_index != 0 and any(m["plan"] == v.plan_index for m in out):
+            continue
+        g = graphs[v.plan_index, v.delegate_index]["graph"]
+        out.append({"name": pf.program.execution_plan[v.plan_index].name, "plan": v.plan_index,
+                    "inputs": g["inputs"], "outputs": g["outputs"],
+                    "states": [x.name for x in graph_states(v.graph)],
+                    "constants": constant_keys(v.graph),
+                    "A": graphs[v.plan_index, v.delegate_index]["totals"]["A"]})
+    return out
+
+
+def describe_states(pf: ProgramFile) -> list[dict[str, Any]]:
+    """Every state tensor (by name, once) with its bytes, its initial value and the methods naming it."""
+    found: dict[str, dict[str, Any]] = {}
+    for v in pf.vulkan_delegates:
+        for x in graph_states(v.graph):
+            entry = found.setdefault(x.name, {
+                "name": x.name, "dtype": x.tensor.datatype.name, "dims": list(x.tensor.dims),
+                "bytes": x.tensor.nbytes, "initial": "zeros" if x.zeros else x.initial_key, "methods": []})
+            entry["methods"].append(pf.program.execution_plan[v.plan_index].name)
+    return list(found.values())
 
 
 def _op(plan: ExecutionPlan, index: int) -> str:

@@ -10,6 +10,8 @@ from . import contract, vkgraph as vk
 from .common import FileRange
 from .errors import FormatError, InvalidValueError, OutOfBoundsError, OverlapError, TruncatedError
 from .external import ExternalData, constant_tensors, resolve_constants
+from .methods import methods as methods_of, states as graph_states
+from .op_state import STATE, UPDATES
 from .program import Program
 from .pte import VH_LENGTH, VULKAN_BACKEND, ProgramFile, VulkanDelegate
 
@@ -47,12 +49,16 @@ def validate(path: str | os.PathLike, external: Sequence[str | os.PathLike] = ()
             if not delegates:
                 raise InvalidValueError("execution_plan", f"no {VULKAN_BACKEND} delegate", pf.path)
             ranges: list[FileRange] = []
+            several = methods_of(pf) is not None
             for v in delegates:
                 _check_delegate_calls(pf, v)
                 with _in_delegate(v, len(delegates) > 1):
                     _check_graph(v, pf.path)
-                    # a byte range several constants of one delegate share is one device tensor
-                    ranges += set(_check_constants(pf, v, exts, report))
+                    # a byte range several constants of one delegate share is one device tensor,
+                    # and so is one that several methods of one file share
+                    found = set(_check_constants(pf, v, exts, report))
+                    ranges += found - set(ranges) if several else found
+            _check_states(pf, delegates)
             _check_named_data_use(pf, delegates, exts, report)
             report.delegates = len(delegates)
             report.constants = sum(len(v.graph.constants) for v in delegates)
@@ -227,6 +233,33 @@ def _check_contract(g: vk.VkGraph, path: str) -> None:
             if node.isdigit() and int(node) in index:
                 where = f"vkgraph.chain[{index[int(node)]}]"
         _fail(InvalidValueError, where, text, path)
+
+
+def _check_states(pf: ProgramFile, delegates: Sequence[VulkanDelegate]) -> None:
+    """A state is declared once per graph, with one dtype and shape in every method naming it, and
+    an update op writes only into a state tensor (or an earlier update's output)."""
+    seen: dict[str, tuple[str, vk.Tensor]] = {}
+    for v in delegates:
+        where = f"execution_plan[{v.plan_index}].delegates[{v.delegate_index}].vkgraph.chain"
+        writable: set[int] = set()
+        for i, call in enumerate(v.graph.chain):
+            if call.name == STATE and call.args:
+                writable.add(call.args[-1])
+            elif call.name in UPDATES and call.args:
+                if call.args[0] not in writable:
+                    _fail(InvalidValueError, f"{where}[{i}]", f"{call.name} writes in place into value "
+                          f"{call.args[0]}, which is not a state tensor", pf.path)
+                writable.add(call.args[-1])
+        names: set[str] = set()
+        for x in graph_states(v.graph):
+            if x.name in names:
+                _fail(InvalidValueError, where, f"state {x.name!r} is declared twice", pf.path)
+            names.add(x.name)
+            plan = pf.program.execution_plan[v.plan_index].name
+            first = seen.setdefault(x.name, (plan, x.tensor))
+            if (first[1].datatype, first[1].dims) != (x.tensor.datatype, x.tensor.dims):
+                _fail(InvalidValueError, where, f"state {x.name!r} is {x.tensor.datatype.name} {list(x.tensor.dims)} "
+                      f"here and {first[1].datatype.name} {list(first[1].dims)} in method {first[0]!r}", pf.path)
 
 
 def _check_delegate_calls(pf: ProgramFile, v: VulkanDelegate) -> None:

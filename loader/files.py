@@ -26,11 +26,12 @@ from typing import Callable, Sequence
 from vkx.format import ExternalData, FileRange, FormatError, ProgramFile, resolve_constants
 from vkx.format.common import align
 from vkx.format.describe import external_beside, missing_keys
-from vkx.format.pte import VULKAN_BACKEND, VulkanDelegate
+from vkx.format.methods import methods as methods_of
+from vkx.format.pte import VulkanDelegate
 from vkx.loader.errors import BadProgramError, FileError, LoadError, MissingDataError, as_load_error
 from vkx.loader.named_data import FreeableBuffer
 from vkx.loader.plan import PlanProgram, load_plan, runs_as_one_delegate
-from vkx.loader.program import load_methods, load_source
+from vkx.loader.methods import load_methods
 from vkx.loader.runner import Methods, Program
 from vkx.loader.trace import Timeline
 
@@ -46,6 +47,7 @@ class FileConstants:
                  delegates: Sequence[VulkanDelegate] = ()):
         self.pf, self.externals = pf, externals
         delegates = list(delegates) or [delegate or pf.vulkan]
+        self.delegate = delegates[0]
         self.ranges: list[FileRange] = []
         self.named: list[bool] = []
         self.bases: list[int] = []
@@ -113,9 +115,10 @@ class FileConstants:
 
 def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None, upload: str = "auto",
          progress: Callable[[int, int], None] | None = None, trace_memory: bool = False,
-         **options) -> Program | PlanProgram:
+         **options) -> Program | Methods | PlanProgram:
     """Load the .pte at `path` and return a callable `Program` (a `PlanProgram` when its plan is
-    more than one delegate call: vkx.loader.plan).
+    more than one delegate call: vkx.loader.plan; `Methods` when it has several plans, each
+    one Vulkan delegate call: `program.decode(...)`, docs/format.md, "Methods").
 
     `external_data`: .ptd / .safetensors files searched (in order) before the
     .pte's own named data; none given and the .pte needs some: its same-stem
@@ -167,24 +170,26 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
         raise
     if own:
         options["on_close"] = _chain(options.get("on_close"), device.close)
-    plans = pf.program.execution_plan
-    if len(plans) > 1 and all(runs_as_one_delegate(plan) and plan.delegates[0].id == VULKAN_BACKEND
-                              for plan in plans):
-        return _load_methods(pf, source, schedule, device, upload, timeline=timeline, progress=progress, **options)
-    if not runs_as_one_delegate(plans[0]):
+    delegates = methods_of(pf)
+    if delegates is not None:
+        return _load_methods(pf, delegates, source.externals, schedule, device, upload, timeline=timeline,
+                             progress=progress, **options)
+    if not runs_as_one_delegate(pf.program.execution_plan[0]):
         source.close()  # each delegate of the plan opens the files for its own constants
         return load_plan(path, external_data, schedule, device, upload, progress=progress, **options)
-    return load_source(graph, source, schedule, device, upload, timeline=timeline, progress=progress, **options)
+    name = pf.program.execution_plan[0].name
+    return load_methods({name: graph}, source, [0], schedule, device, upload, timeline=timeline,
+                        progress=progress, **options)[name]
 
 
-def _load_methods(pf: ProgramFile, source: FileConstants, schedule, device, upload, **options) -> Methods:
+def _load_methods(pf: ProgramFile, delegates: list[VulkanDelegate], externals: list[ExternalData],
+                  schedule, device, upload, **options) -> Methods:
     """Every plan a method: one load, the weights shared (docs/format.md, "Methods")."""
-    delegates = pf.vulkan_delegates
     names = [plan.name for plan in pf.program.execution_plan]
+    methods = FileConstants(pf, externals, delegates=delegates)
     if len(set(names)) != len(names):
-        source.close()
+        methods.close()
         raise BadProgramError(f"{pf.path}: two execution plans share a name ({', '.join(names)})")
-    methods = FileConstants(pf, source.externals, delegates=delegates)
     programs = load_methods({name: d.graph for name, d in zip(names, delegates)}, methods, methods.bases,
                             schedule, device, upload, **options)
     return Methods(programs)

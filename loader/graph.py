@@ -170,6 +170,13 @@ class GraphBuilder:
         t.state = name
         self.states[name] = (t, init)
 
+    def update(self, vid: int, of: int) -> None:
+        """Make tensor `vid` the state tensor `of` that an update op writes in place; refuse any
+        other `of` (a file whose update writes into a weight or an input)."""
+        if self.tensors[of].state is None:
+            raise BadProgramError(f"{self._node}: writes in place into value {of}, which is not a state tensor")
+        self.alias(vid, of)
+
     @contextlib.contextmanager
     def at_load(self):
         """Dispatches recorded inside run once, at load, after the weights are in."""

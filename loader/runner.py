@@ -110,8 +110,11 @@ class Program(Closes):
     Safe to call from several threads: calls run one at a time.
     """
 
-    def __init__(self, resources, graph: g.VkGraph, executor, io_in, io_out, schedule: str, upload: str):
+    def __init__(self, resources, graph: g.VkGraph, executor, io_in, io_out, schedule: str, upload: str,
+                 name: str = "forward"):
         self._resources = resources
+        self.name = name
+        """The method this program runs (its execution plan's name)."""
         self.graph = graph
         self.schedule = schedule
         """The load order that was used: "lazy" or "eager"."""
@@ -184,7 +187,17 @@ class Program(Closes):
                for o, p in zip(outs, self._out)]
         return res[0] if len(res) == 1 else tuple(res)
 
-    # -- state ---------------------------------------------------------------------------
+    # -- methods and state -------------------------------------------------------------
+    @property
+    def methods(self) -> list[str]:
+        """The one method this program runs (a file of several loads as `Methods`)."""
+        return [self.name]
+
+    def __getitem__(self, name: str) -> "Program":
+        if name != self.name:
+            raise InputError(f"no method {name!r} (methods: {self.name})")
+        return self
+
     @property
     def states(self) -> list[str]:
         """The names of the program's persistent state tensors."""

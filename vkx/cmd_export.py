@@ -233,7 +233,7 @@ def as_json(report: ExportReport, seconds: float, replaced: list[str]) -> dict:
             "external_path": report.external_path, "file_bytes": report.file_bytes,
             "external_bytes": report.external_bytes, "constant_bytes": report.constant_bytes,
             "constants": report.constants, "distinct_constants": report.distinct_constants,
-            "operators": report.operators,
+            "operators": report.operators, "methods": report.methods,
             "activations": {"bytes": memory.total_nbytes, "objects": len(memory.object_nbytes),
                             "peak_live_bytes": memory.peak_live_nbytes},
             "stage_seconds": report.seconds, "seconds": seconds}
@@ -247,7 +247,8 @@ def summary(report: ExportReport, seconds: float, replaced: list[str]) -> str:
     where = named(report.path) + (f" + {named(report.external_path)} ({size(report.external_bytes)})"
                                   if report.external_path else "")
     memory = report.memory
-    line = (f"wrote {where}: {size(report.file_bytes)}, {report.operators} ops, "
+    methods = f"{len(report.methods)} methods ({', '.join(report.methods)}), " if len(report.methods) > 1 else ""
+    line = (f"wrote {where}: {size(report.file_bytes)}, {methods}{report.operators} ops, "
             f"{report.distinct_constants} constants ({size(report.constant_bytes)}), "
             f"activations {size(memory.total_nbytes)} in {len(memory.object_nbytes)} objects "
             f"(peak live {size(memory.peak_live_nbytes)}), {seconds:.2f} s")

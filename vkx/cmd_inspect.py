@@ -99,14 +99,38 @@ def _print(d: dict[str, Any], tensors: bool) -> None:
                 ct.add_row(str(c["id"]), safe(c["dtype"]), str(c["dims"]), _size(c["bytes"]), _short(c["key"]),
                            "[red]missing[/]" if c["location"] == "missing" else safe(c["location"]))
             console.print(ct)
+    _print_methods(d)
     t = d["totals"]
     tot = _table("Load memory", "", "bytes", "meaning")
     for name, meaning in (("W", "constant bytes"), ("w", "largest constant"),
                           ("A", "activations (shared objects, 4 B/elem)"), ("A_live", "peak live activations"),
-                          ("peak_old", "2W + A + w (eager load)"), ("peak_lazy", "W + max(A, 2w) (lazy load)"),
+                          ("state", "state tensors (kept across calls)"),
+                          ("peak_old", "2W + A + w + state (eager load)"),
+                          ("peak_lazy", "W + max(A, 2w) + state (lazy load)"),
                           ("import_ready_bytes", f"in {t['import_ready']} constants on 4096 B (importable in place)")):
         tot.add_row(name, _size(t[name]), meaning)
     console.print(tot)
+
+
+def _print_methods(d: dict[str, Any]) -> None:
+    """The methods (with several, or with state) and the state tensors."""
+    if len(d["methods"]) < 2 and not d["states"]:
+        return
+    if len(d["methods"]) > 1:
+        console.print(f"\n[bold]{len(d['methods'])} methods[/], weights shared: W counts each constant once")
+    ms = _table("Methods", "method", "inputs", "outputs", "state", "constants", "A")
+    for m in d["methods"]:
+        def io(ts):
+            return ", ".join(f"{safe(t.get('dtype', t.get('kind', '')))}{t.get('dims', '')}" for t in ts)
+        ms.add_row(safe(m["name"]), io(m["inputs"]), io(m["outputs"]), str(len(m["states"])),
+                   str(len(m["constants"])), _size(m["A"]))
+    console.print(ms)
+    if d["states"]:
+        st = _table("State", "name", "dtype", "dims", "bytes", "initial", "methods")
+        for x in d["states"]:
+            st.add_row(safe(x["name"]), safe(x["dtype"]), str(x["dims"]), _size(x["bytes"]),
+                       _short(x["initial"]), ", ".join(safe(m) for m in x["methods"]))
+        console.print(st)
 
 
 def _inputs(file: Path, external: list[Path], complete: bool) -> list[Path]:

@@ -143,8 +143,10 @@ def run(
                                          help="Device index or name substring, as vkx devices lists them "
                                               "[default: VKX_DEVICE, else the first GPU]."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No loading line or upload bar on stderr."),
+    method: Optional[str] = typer.Option(None, "--method", metavar="NAME",
+                                         help="The method to run, in a file of several (vkx inspect lists them)."),
 ) -> None:
-    """Load the .pte FILE onto the Vulkan device and run it."""
+    """Load the .pte FILE onto the Vulkan device and run it (one method of a file of several)."""
     paths.program_file(model)
     external, beside = paths.with_external(model, paths.external_files(external_data))
     paths.require_external(model, external)
@@ -175,15 +177,16 @@ def run(
         load_s = time.perf_counter() - t0
         outs, first_s, times = [], None, []
         with program:
+            target = _method(program, method)
             if repeat:
-                specs = program.input_specs
+                specs = target.input_specs
                 xs = _read_inputs(inputs, specs) if inputs else _random_inputs(specs, seed)
                 t1 = time.perf_counter()
-                outs = program.run_numpy(*xs)
+                outs = target.run_numpy(*xs)
                 first_s = time.perf_counter() - t1
                 for _ in range(repeat - 1):
                     t1 = time.perf_counter()
-                    program.run_numpy(*xs)
+                    target.run_numpy(*xs)
                     times.append(time.perf_counter() - t1)
             memory = program.memory
         if output:
@@ -193,10 +196,24 @@ def run(
         if device is not None:
             dev.close()
     report = _report(model, schedule.value, memory, load_s, first_s, times, outs, trace_memory)
+    report["method"] = target.name
     if json:
         print(jsonlib.dumps(report, indent=1))
         return
     _print(report, model, memory, trace_memory, output)
+
+
+def _method(program, name: Optional[str]):
+    """The method `--method` names; a file of several methods needs it."""
+    from vkx.loader.runner import Methods
+    if isinstance(program, Methods):
+        if name is None:
+            raise paths.UsageError(f"the file has methods {', '.join(program.methods)}: pass --method NAME")
+        return program[name]
+    own = getattr(program, "name", "forward")
+    if name is not None and name != own:
+        raise paths.UsageError(f"the file has one method, {own}: --method {name} names none")
+    return program
 
 
 def _report(model: Path, schedule: str, memory: dict, load_s: float, first_s: float | None, times: list[float],

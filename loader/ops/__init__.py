@@ -105,6 +105,8 @@ class OpBuilder(Protocol):
         """Dispatches recorded inside run once, at load, after the weights are in."""
     def state(self, vid: int, name: str, initial: int | None) -> None:
         """Make tensor `vid` the persistent state `name`, initialised from constant `initial` (None: zeros)."""
+    def update(self, vid: int, of: int) -> None:
+        """Make tensor `vid` the state tensor `of`, which an update op writes in place (refused if not state)."""
 
 
 Builder = Callable[[OpBuilder, Call], None]

@@ -4,7 +4,7 @@ updates that write into it in place (`vkx.index_copy`, `vkx.copy`). docs/format.
 A state tensor's memory is its own: the load allocates it once per name, fills it with its
 initial value (zeros with vkCmdFillBuffer, or a copy of its constant) and `reset()` does so
 again. An update's output is the state's own tensor (`alias`), so later ops read the new
-content. The cache positions are an input tensor the shader reads: one recorded command
+content (an update of any other tensor is refused). The cache positions are an input tensor the shader reads: one recorded command
 buffer writes wherever each call's positions say.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ def state(builder: OpBuilder, call: Call) -> None:
 def index_copy(builder: OpBuilder, call: Call) -> None:
     """self[..., index[j], ...] = source[..., j, ...] along `dim`, in place."""
     target, index, source = call.tensor("self"), call.tensor("index"), call.tensor("source")
-    builder.alias(call.out.vid, target.vid)
+    builder.update(call.out.vid, target.vid)
     dim = call["dim"] % len(target.shape)
     if source.numel == 0:
         return
@@ -44,5 +44,5 @@ def index_copy(builder: OpBuilder, call: Call) -> None:
 @builds(COPY)
 def copy(builder: OpBuilder, call: Call) -> None:
     """self = src, in place."""
-    builder.alias(call.out.vid, call.tensor("self").vid)
+    builder.update(call.out.vid, call.tensor("self").vid)
     convert_copy(builder, call.tensor("src"), call.tensor("self"))

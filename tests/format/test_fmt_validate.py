@@ -205,10 +205,11 @@ def test_describe_schema_and_totals():
     d = describe(GOLDEN / "tiny_named.pte")
     assert json.loads(json.dumps(d)) == d
     assert set(d) == {"schema", "file", "header", "program", "segments", "named_data", "external", "delegates",
-                      "vulkan", "totals"}
+                      "vulkan", "methods", "states", "totals"}
+    assert [m["name"] for m in d["methods"]] == ["forward"] and d["states"] == []
     assert d["schema"] == "vkx.describe/1"
     # A_live counts the input as live over the whole chain (format/liveness.py); this hand-made plan reuses it.
-    assert d["totals"] == {"W": 60, "w": 48, "A": 28, "A_live": 40, "peak_old": 196, "peak_lazy": 156,
+    assert d["totals"] == {"W": 60, "w": 48, "A": 28, "A_live": 40, "state": 0, "peak_old": 196, "peak_lazy": 156,
                            "import_ready": 0, "import_ready_bytes": 0}
     g = d["vulkan"]["graph"]
     assert g["ops"] == {"et_vk.prepack.default": 1, "aten.linear.default": 1, "aten.relu.default": 1, "aten.add.Tensor": 1}

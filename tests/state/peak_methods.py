@@ -2,7 +2,7 @@
 load's peak memory (the highest VmHWM of its phases over the "before load" RSS, plus the
 ledger's device peak where device memory is not host memory) and the ledger.
 
-usage: python -m tests.state.peak_methods MODEL.pte
+usage: python -m tests.state.peak_methods MODEL.pte UPLOAD
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from vkx.loader.device import default_device
 
 def main() -> None:
     device = default_device()
-    with load(sys.argv[1], trace_memory=True) as program:
+    with load(sys.argv[1], upload=sys.argv[2], trace_memory=True) as program:
         for name in program.methods:
             method = program[name]
             method.run_numpy(*[np.zeros(shape, dtype) for shape, dtype in method.input_specs])
@@ -27,7 +27,7 @@ def main() -> None:
     device_peak = 0 if device.is_cpu else report["ledger"]["peak_total"]
     print(json.dumps({"peak": host_peak + device_peak, "device_memory_is_host": device.is_cpu,
                       "weight_bytes": report["weight_bytes"], "ledger_peak": report["ledger"]["peak"],
-                      "staging_peak": report["ledger"]["peak"].get("staging", 0)}))
+                      "staging_peak": report["ledger"]["peak"].get("staging", 0), "upload": report["upload"]}))
 
 
 if __name__ == "__main__":

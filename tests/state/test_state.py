@@ -2,6 +2,9 @@
 called the same way (its buffers mutated in place)."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -10,7 +13,9 @@ from vkx.export.errors import ExportError
 from vkx.format import ProgramFile, describe, validate
 from vkx.loader.errors import InputError
 
-from .models import RingBuffer, RunningSum, decode_inputs, decoder, prefill_inputs
+from .models import EXAMPLES, Accumulator, RingBuffer, RunningSum, decode_inputs, decoder, prefill_inputs
+
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def test_running_sum_over_32_calls(tmp_path):
@@ -129,5 +134,125 @@ def test_reading_old_state_after_its_update_is_refused(tmp_path):
             self.cache.index_copy_(0, position, x)
             return old + 1
 
-    with pytest.raises(ExportError, match="old content of state cache"):
-        vkx.export_model(Stale(), (torch.randn(1, 3), torch.tensor([1])), tmp_path / "stale.pte")
+    class StaleOutput(Stale):
+        def forward(self, x, position):
+            old = self.cache.clone()
+            self.cache.index_copy_(0, position, x)
+            return old
+
+    for model in (Stale(), StaleOutput()):
+        with pytest.raises(ExportError, match="old content of state cache"):
+            vkx.export_model(model, (torch.randn(1, 3), torch.tensor([1])), tmp_path / "stale.pte")
+
+
+def test_methods_of_different_functions_share_state(tmp_path):
+    """`(callable, inputs)`: `read` is another function of the module; it sees what `forward` added."""
+    module = Accumulator()
+    path = tmp_path / "acc.pte"
+    report = vkx.export_model(module, {"add": (torch.randn(4, 8),), "read": (module.read, (torch.randn(1, 8),))}, path)
+    assert report.methods == ["add", "read"]
+    assert [x["methods"] for x in describe(path)["states"]] == [["add", "read"]]
+    reference = Accumulator()
+    torch.manual_seed(3)
+    with vkx.load(path) as program:
+        for _ in range(32):
+            x, scale = torch.randn(4, 8), torch.randn(1, 8)
+            torch.testing.assert_close(program.add(x), reference(x), rtol=1e-6, atol=1e-5)
+            torch.testing.assert_close(program.read(scale), reference.read(scale), rtol=1e-6, atol=1e-5)
+
+
+def test_cli_exports_inspects_and_runs_the_example(tmp_path):
+    from tests.cli.conftest import one_error_line, vkx as run_vkx
+    path = tmp_path / "decoder.pte"
+    done = run_vkx("export", EXAMPLES / "kv_decoder.py", "-q", "-o", path)
+    assert done.returncode == 0, done.stderr
+    shown = run_vkx("inspect", path)
+    assert shown.returncode == 0 and "Methods" in shown.stdout and "State" in shown.stdout
+    report = json.loads(run_vkx("inspect", path, "--json").stdout)
+    assert [m["name"] for m in report["methods"]] == ["prefill", "decode"]
+    assert len(report["states"]) == 4 and report["totals"]["state"] == sum(x["bytes"] for x in report["states"])
+    ran = run_vkx("run", path, "--method", "decode", "--repeat", "2", "--json", "-q")
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["method"] == "decode"
+    assert "pass --method NAME" in one_error_line(run_vkx("run", path, "-q"))
+    assert "no method 'generate'" in one_error_line(run_vkx("run", path, "-q", "--method", "generate"))
+
+
+def test_executorch_two_method_file_runs():
+    """tests/data/make_et_methods_file.py: ExecuTorch 1.5.1's own file of two methods sharing weights."""
+    import sys
+    sys.path.insert(0, str(DATA))
+    from et_models import MLP
+    torch.manual_seed(0)
+    model = MLP().eval()
+    path = DATA / "et_mlp_methods.pte"
+    d = describe(path)
+    assert [m["name"] for m in d["methods"]] == ["four", "one"]
+    assert set(d["methods"][0]["constants"]) == set(d["methods"][1]["constants"])
+    with vkx.load(path) as program, torch.no_grad():
+        assert program.weight_bytes == d["totals"]["W"]
+        for batch, name in ((1, "one"), (4, "four")):
+            x = torch.randn(batch, 8)
+            torch.testing.assert_close(program[name](x), model(x), rtol=1e-5, atol=1e-5)
+
+
+class SliceAndCopy(torch.nn.Module):
+    """Slice assignment at constant bounds (slice_scatter) and copy_ into a second buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buf", torch.zeros(2, 6, 3))
+        self.register_buffer("last", torch.zeros(2, 3))
+
+    def forward(self, x):
+        self.buf[:, 1:3] = x
+        self.last.copy_(x[:, 0])
+        return self.buf.sum(1) + self.last
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+def test_slice_assignment_and_copy(tmp_path, dtype):
+    path = tmp_path / "slice.pte"
+    vkx.export_model(SliceAndCopy(), (torch.randn(2, 2, 3),), path, dtype=dtype)
+    want_dtype = torch.float16 if dtype == "fp16" else torch.float32
+    reference = SliceAndCopy().to(want_dtype)
+    torch.manual_seed(4)
+    with vkx.load(path) as program:
+        for _ in range(4):
+            x = (torch.randn(2, 2, 3) * 3).to(want_dtype)
+            torch.testing.assert_close(program(x), reference(x))
+        assert program.state("buf").dtype == want_dtype
+        torch.testing.assert_close(program.state("last"), reference.last)
+
+
+def test_an_update_of_a_tensor_that_is_not_state_is_refused(tmp_path):
+    class IntoInput(torch.nn.Module):
+        def forward(self, base, x, position):
+            return base.index_copy(0, position, x)
+
+    with pytest.raises(ExportError, match="updates model state .* in place"):
+        vkx.export_model(IntoInput(), (torch.zeros(4, 3), torch.randn(1, 3), torch.tensor([1])), tmp_path / "x.pte")
+
+
+class PutCache(torch.nn.Module):
+    """cache[:, :, position] = k: index_put along dim 2 at positions from an input tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(1, 2, 10, 4))
+
+    def forward(self, k, position):
+        self.cache[:, :, position] = k
+        return self.cache.sum(2)
+
+
+def test_index_put_along_a_later_dim(tmp_path):
+    path = tmp_path / "put.pte"
+    vkx.export_model(PutCache(), (torch.randn(1, 2, 3, 4), torch.arange(3)), path)
+    reference = PutCache()
+    torch.manual_seed(5)
+    with vkx.load(path) as program:
+        for step in range(6):
+            k, position = torch.randn(1, 2, 3, 4), torch.tensor([step, (step + 3) % 10, (step + 6) % 10])
+            torch.testing.assert_close(program(k, position), reference(k, position), rtol=1e-6, atol=1e-5)
+        torch.testing.assert_close(program.state("cache"), reference.cache)
