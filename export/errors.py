@@ -11,7 +11,7 @@ class ExportError(VkxError):
 class UnsupportedOpsError(ExportError):
     """The traced graph uses ops that the Vulkan op contract does not cover.
 
-    `problems` holds one line per offending node: the op and the user's source line.
+    `problems` holds one line per distinct op (and reason) with the user's source lines that use it.
     """
 
     def __init__(self, problems: list[str]):

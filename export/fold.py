@@ -22,23 +22,45 @@ SHAPE_ONLY = frozenset({_A.full_like.default, _A.zeros_like.default, _A.ones_lik
 """Ops whose result depends on their tensor argument's shape and dtype only: they always fold."""
 
 
-def fold_constants(program: ExportedProgram, constants: Constants) -> Constants:
-    """The nodes that fold, each with its name and value (computed here), after `constants`.
+MOVES = frozenset({
+    _A.view.default, _A._unsafe_view.default, _A.reshape.default, _A.unsqueeze.default, _A.squeeze.default,
+    _A.squeeze.dim, _A.squeeze.dims, _A.flatten.using_ints, _A.permute.default, _A.t.default, _A.transpose.int,
+    _A.slice.Tensor, _A.select.int, _A.expand.default, _A.clone.default, _A.alias.default, _A.detach.default,
+    _A.lift_fresh_copy.default,
+})
+"""Ops that only move elements. One whose result would be stored (no folded op reads it) is not folded:
+a buffer is stored as it is, never as a slice or a reshaped copy."""
 
-    A node folds when it returns one tensor and every tensor it reads is a buffer, a lifted
-    constant or a folded node (ops that read no tensor, such as arange and full, fold too, and
-    those that read only a shape, SHAPE_ONLY).
+UNDEFINED = frozenset({_A.empty.memory_format, _A.empty_like.default, _A.empty_strided.default})
+"""Ops whose result has no defined value: never folded."""
+
+
+def _pure(target: Any) -> bool:
+    """Whether calling `target` once at export gives what every call would: no randomness, no writes."""
+    return (isinstance(target, torch._ops.OpOverload) and target not in UNDEFINED and not target._schema.is_mutable
+            and torch.Tag.nondeterministic_seeded not in target.tags)
+
+
+def fold_constants(program: ExportedProgram) -> Constants:
+    """The nodes that fold, each with its name and value (computed here).
+
+    A node folds when it returns one tensor and every tensor it reads is a buffer the model does not
+    mutate, a lifted constant or a folded node (ops that read no tensor, such as arange and full, fold too, and
+    those that read only a shape, SHAPE_ONLY). Stored values are computed ones: the last ops of a
+    folded chain that only move elements (MOVES) run on the device.
     """
-    kinds = {spec.arg.name: spec.kind for spec in program.graph_signature.input_specs}
-    values: dict[Node, torch.Tensor] = {node: tensor for node, (_, tensor) in constants.items()
-                                        if kinds[node.name] != InputKind.PARAMETER}
+    stored = {**program.state_dict, **program.constants}
+    mutated = set(program.graph_signature.buffers_to_mutate.values())  # state: its value is per call
+    specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs
+             if spec.kind in (InputKind.BUFFER, InputKind.CONSTANT_TENSOR) and spec.target not in mutated}
+    values: dict[Node, torch.Tensor] = {node: stored[specs[node.name].target]
+                                        for node in program.graph.find_nodes(op="placeholder") if node.name in specs}
     folded: Constants = {}
     for node in program.graph.nodes:
         if node.op != "call_function" or not isinstance(node.meta.get("val"), torch.Tensor):
             continue
         inputs = [a for a in tree_flatten((node.args, node.kwargs))[0] if isinstance(a, Node)]
-        shape_only = node.target in SHAPE_ONLY
-        if not shape_only and not all(a in values for a in inputs):
+        if not _pure(node.target) or (node.target not in SHAPE_ONLY and not all(a in values for a in inputs)):
             continue
 
         def real(a: Any) -> Any:
@@ -51,4 +73,7 @@ def fold_constants(program: ExportedProgram, constants: Constants) -> Constants:
             result = node.target(*tree_map(real, node.args), **tree_map(real, node.kwargs))
         values[node] = result
         folded[node] = (f"folded.{node.name}", result.contiguous())
+    for node in reversed(list(folded)):
+        if node.target in MOVES and not any(user in folded for user in node.users):
+            del folded[node]  # what it reads is stored instead; the move runs on the device
     return folded

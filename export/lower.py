@@ -36,7 +36,7 @@ from vkx.format.op_state import COPY, STATE
 from vkx.format.vkgraph import (Bool, Double, Int, IntList, MemoryLayout, Null, OperatorCall, StorageType, String,
                                 Tensor, Value, ValueList, VkGraph)
 
-_TORCH_DIR = os.path.dirname(torch.__file__)
+_TORCH_DIR = os.path.join(os.path.dirname(torch.__file__), "")  # the separator: not torchvision, torchao
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in [^\n]*\n[ \t]*([^\n]*)')
 _NOT_TENSORS = (torch.dtype, torch.memory_format, torch.layout, torch.device)
 INT32 = torch.iinfo(torch.int32)
@@ -68,9 +68,9 @@ def lower(program: ExportedProgram, states: frozenset[str] = frozenset()) -> Low
 
     `states`: buffers that are state though this program only reads them (another method of
     the file mutates them); the buffers it mutates are state in any case."""
-    user_inputs, constant_nodes, state_nodes = classify_placeholders(program, states)
-    folded = fold_constants(program, constant_nodes)  # never a state: its value changes between calls
+    folded = fold_constants(program)  # never reads a buffer this program mutates
     check_supported(program, folded)
+    user_inputs, constant_nodes, state_nodes = classify_placeholders(program, states)
     placeholders = user_inputs, {**constant_nodes, **folded}, state_nodes
     scan = GraphBuilder(program, placeholders, uses=None)
     scan.build()
@@ -101,9 +101,9 @@ def _fakes(node: Node) -> list[Any]:
 
 
 def check_supported(program: ExportedProgram, folded: Container[Node] = ()) -> None:
-    """Raise UnsupportedOpsError naming each op the contract lacks, with its source line
-    (ops folded at export, `folded`, run on no device)."""
-    problems: list[str] = []
+    """Raise UnsupportedOpsError naming each distinct op the contract lacks with the source lines that
+    use it (ops folded at export, `folded`, run on no device)."""
+    uses: dict[str, list[str]] = {}
     for node in program.graph.nodes:
         if node.op != "call_function" or node in folded:
             continue
@@ -113,11 +113,16 @@ def check_supported(program: ExportedProgram, folded: Container[Node] = ()) -> N
             dtypes = {f.dtype for f in _fakes(node) if isinstance(f, torch.Tensor) and not supported(f.dtype)}
             reason = f"dtype {sorted(map(str, dtypes))[0]} is not supported" if dtypes else None
         if reason is not None:
-            line = f"{_op_name(node)} ({reason}) at {source_line(node)}"
-            if line not in problems:
-                problems.append(line)
-    if problems:
-        raise UnsupportedOpsError(problems)
+            lines = uses.setdefault(f"{_op_name(node)} ({reason})", [])
+            if source_line(node) not in lines:
+                lines.append(source_line(node))
+    if uses:
+        raise UnsupportedOpsError([f"{op} at {_some(lines)}" for op, lines in uses.items()])
+
+
+def _some(lines: list[str], shown: int = 3) -> str:
+    more = f"; and {len(lines) - shown} more" if len(lines) > shown else ""
+    return "; ".join(lines[:shown]) + more
 
 
 Placeholders = tuple[list[Node], dict[Node, tuple[str, torch.Tensor]], dict[Node, tuple[str, torch.Tensor]]]

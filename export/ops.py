@@ -260,6 +260,14 @@ def _cast_only(node: Node) -> str | None:
     return None
 
 
+def _bool_only(node: Node) -> str | None:
+    """logical and bitwise ops agree on bool tensors."""
+    operands = [a for a in node.args if isinstance(a, Node)]
+    if all(a.meta["val"].dtype == torch.bool for a in operands):
+        return None
+    return "only on bool tensors"
+
+
 def _tensor_indices(node: Node) -> str | None:
     indices = node.args[1]
     if any(i is None for i in indices) or len(indices) > op_models.MAX_INDICES:
@@ -274,6 +282,9 @@ MODEL_RULES: dict[Any, Rule] = {
     **{getattr(A, op).Scalar: same(f"aten.{op}.Tensor") for op in (*op_models.COMPARE, *op_models.LOGICAL)},
     **{getattr(A, op).default: same(f"aten.{op}.default") for op in op_models.MIN_MAX},
     A.logical_not.default: same("aten.logical_not.default"),
+    A.bitwise_not.default: same("aten.logical_not.default", check=_bool_only),
+    A.logical_and.default: same("aten.bitwise_and.Tensor", check=_bool_only),
+    A.logical_or.default: same("aten.bitwise_or.Tensor", check=_bool_only),
     A.pow.Tensor_Scalar: same("aten.pow.Tensor_Scalar"),
     A.clamp.default: same("aten.clamp.default"),
     A.hardtanh.default: same("aten.clamp.default", prepare=_hardtanh_bounds),

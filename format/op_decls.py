@@ -262,6 +262,7 @@ UNARY: dict[str, str] = {
     "abs": "abs(x)",
     "exp": "exp(x)",
     "log": "log_(x)",
+    "sqrt": "mix(sqrt(abs(x)), T(uintBitsToFloat(0x7FC00000u)), LT(x, T(0.0)))",
     "rsqrt": "rsqrt_(x)",
     "sin": "sin_(x)",
     "cos": "cos_(x)",

@@ -1,10 +1,14 @@
 """The op contract's declarations of the ops real models add: broadcasting copies, comparisons and
-masks, selection, casts, clamps and scalar powers, each with its rule beside it.
+masks, selection, casts, clamps, scalar powers and tensor factories (full, arange), each with its
+rule beside it. The exporter folds factories into constants (vkx.export.fold); ExecuTorch files
+may call them.
 
 Arguments come in ATen schema order, the output last (vkx.format.contract). docs/architecture.md
 lists the same ops in prose.
 """
 from __future__ import annotations
+
+import math
 
 from . import dtypes
 from .contract import Arg, Call, Kind, OpDecl, declare
@@ -118,6 +122,37 @@ def _cumsum(call: Call) -> None:
     same_shape(call)
 
 
+def _fits(call: Call, *names: str) -> None:
+    """The named numbers are numbers, and int32s for an integer output."""
+    for name in names:
+        v = call[name]
+        call.require(not call.is_tensor(name) and v is not None, f"{name} must be a number")
+        if not call.out.dtype.is_float:
+            call.require(float(v).is_integer() and -2**31 <= v < 2**31, f"{name} = {v!r} for a {call.out.dtype} output")
+
+
+def _full(call: Call) -> None:
+    _fits(call, "fill_value")
+    call.expect_shape("the output", call.out.shape, call["size"])
+
+
+def _scalar_tensor(call: Call) -> None:
+    _fits(call, "s")
+    call.expect_shape("the output", call.out.shape, ())
+
+
+def _arange(call: Call) -> None:
+    start, end, step = call["start"], call["end"], call["step"]
+    call.require(step != 0 and (end - start) * step >= 0, f"arange({start}, {end}, {step}) is empty or endless")
+    call.expect_shape("the output", call.out.shape, (math.ceil((end - start) / step),))
+    _fits(call, "start", "step")
+
+
+_FACTORY = (optional("dtype", I, None), optional("layout", I, None), optional("device", I, None),
+            optional("pin_memory", B, None))
+"""The trailing arguments of ops that make a tensor: the output's dtype says everything (ExecuTorch
+writes them Null)."""
+
 for _name in COMPARE:
     declare(OpDecl(f"aten.{_name}.Tensor", (Arg("self", Kind.SCALAR_OR_TENSOR), Arg("other", Kind.SCALAR_OR_TENSOR)),
                    dtypes=ALL_TYPES, rule=_compare, family="binary",
@@ -141,5 +176,11 @@ declare(OpDecl("aten.where.self", (Arg("condition", T), Arg("self", T), Arg("oth
 declare(OpDecl("aten.gather.default", (Arg("self", T), Arg("dim", I), Arg("index", T),
                                        Arg("sparse_grad", B, default=False)), dtypes=ALL_TYPES, rule=_gather))
 declare(OpDecl("aten.index.Tensor", (Arg("self", T), Arg("indices", TS)), dtypes=ALL_TYPES, rule=_index))
+declare(OpDecl("aten.full.default", (Arg("size", L), Arg("fill_value", Kind.SCALAR_OR_TENSOR), *_FACTORY),
+               dtypes=ALL_TYPES, rule=_full))
+declare(OpDecl("aten.scalar_tensor.default", (Arg("s", Kind.SCALAR_OR_TENSOR), *_FACTORY), dtypes=ALL_TYPES,
+               rule=_scalar_tensor))
+declare(OpDecl("aten.arange.start_step", (Arg("start", N), Arg("end", N), Arg("step", N, default=1), *_FACTORY),
+               dtypes=ALL_TYPES, rule=_arange))
 declare(OpDecl("aten.cumsum.default", (Arg("self", T), Arg("dim", I), optional("dtype", I, None)),
                dtypes=ALL_TYPES, rule=_cumsum))

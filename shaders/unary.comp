@@ -70,10 +70,13 @@ T log_(T x) {
 T pow_(T x) {
     T r = pow(max(abs(x), T(1.17549435e-38)), T(E));
     r = E > 0.0 ? mix(r, T(0.0), EQ(x, T(0.0))) : mix(r, T(uintBitsToFloat(0x7F800000u)), EQ(x, T(0.0)));
-    if (fract(E) != 0.0) {
-        return mix(r, T(uintBitsToFloat(0x7FC00000u)), LT(x, T(0.0)));
+    if (fract(E) != 0.0) {  // -inf ** E is inf ** E, as in C
+        r = mix(r, T(uintBitsToFloat(0x7FC00000u)), LT(x, T(0.0)));
+        r = mix(r, T(E > 0.0 ? uintBitsToFloat(0x7F800000u) : 0.0), isinf(x));
+    } else if (mod(E, 2.0) == 1.0) {
+        r = mix(r, -r, LT(x, T(0.0)));
     }
-    return mod(E, 2.0) == 1.0 ? mix(r, -r, LT(x, T(0.0))) : r;
+    return mix(r, x, isnan(x));
 }
 #endif
 

@@ -1,5 +1,5 @@
 """Builders of the ops real models add (vkx.format.op_models): scalar powers, clamps, casts,
-broadcasting copies, selection, gather and running sums.
+broadcasting copies, selection, gather, running sums and tensor factories.
 
 The comparisons, bitwise ops, minimum/maximum and logical_not are elementwise declarations
 built by `elementwise` (their `glsl` expressions); the ops here need their own shaders or
@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import struct
 
+from vkx.format import op_decls
 from vkx.format.contract import Call
 from vkx.format.op_models import MAX_INDICES
 
@@ -18,12 +19,16 @@ from .elementwise import unary
 from .shape import (MAX_DIMS, broadcast_strides, collapse_dims, contiguous_strides, convert_copy, dispatch_groups,
                     pad_dims, strided_copy)
 
-_POW = {0.0: "T(1.0)", 1.0: "x", 2.0: "(x * x)", 3.0: "(x * x * x)", -0.5: "rsqrt_(x)", -1.0: "(1.0 / x)"}
-"""Exponents with an exact (or driver-precise) expression; any other goes through pow_."""
+_POW = {0.0: "T(1.0)", 1.0: "x", 2.0: "(x * x)", 3.0: "(x * x * x)", -1.0: "(1.0 / x)", -2.0: "(1.0 / (x * x))",
+        0.5: op_decls.UNARY["sqrt"], -0.5: op_decls.UNARY["rsqrt"]}
+"""The exponents torch computes as products, reciprocals and square roots (so sqrt(-inf) is NaN
+where C's pow(-inf, 0.5) is inf); any other goes through pow_."""
 
 
 def _float(x: float) -> str:
-    """A GLSL float literal of `x` (±inf as an expression)."""
+    """A GLSL float literal of `x` (±inf and NaN as expressions)."""
+    if math.isnan(x):
+        return "uintBitsToFloat(0x7FC00000u)"
     if math.isinf(x):
         return f"uintBitsToFloat({'0xFF800000u' if x < 0 else '0x7F800000u'})"
     return f"{float(x)!r}"
@@ -32,7 +37,10 @@ def _float(x: float) -> str:
 @builds("aten.pow.Tensor_Scalar")
 def pow_scalar(builder: OpBuilder, call: Call) -> None:
     e = float(call["exponent"])
-    unary(builder, call, _POW[e] if e in _POW else "pow_(x)", {"E": _float(e)})
+    if e in _POW:
+        unary(builder, call, _POW[e])
+    else:
+        unary(builder, call, "pow_(x)", {"E": _float(e)})
 
 
 @builds("aten.clamp.default")
@@ -149,3 +157,32 @@ def cumsum(builder: OpBuilder, call: Call) -> None:
         defines["INT_PATH"] = 1
     builder.dispatch("cumsum", [src, out], struct.pack("<III", lines, shape[dim], inner), dispatch_groups(lines),
                      defines)
+
+
+def _fill(builder: OpBuilder, out: TensorArg, start: float | int, step: float | int) -> None:
+    """out[i] = start + i * step."""
+    if out.numel == 0:
+        return
+    _whole(builder, out)
+    defines = elem_defines("O", "o", out.dtype)
+    int_math = not out.dtype.is_float
+    if int_math:
+        defines["INT_PATH"] = 1
+    push = struct.pack("<Iffii", out.numel, float(start), float(step), int(start) if int_math else 0,
+                       int(step) if int_math else 0)
+    builder.dispatch("fill", [out], push, dispatch_groups(out.numel), defines)
+
+
+@builds("aten.full.default")
+def full(builder: OpBuilder, call: Call) -> None:
+    _fill(builder, call.out, call["fill_value"], 0)
+
+
+@builds("aten.scalar_tensor.default")
+def scalar_tensor(builder: OpBuilder, call: Call) -> None:
+    _fill(builder, call.out, call["s"], 0)
+
+
+@builds("aten.arange.start_step")
+def arange(builder: OpBuilder, call: Call) -> None:
+    _fill(builder, call.out, call["start"], call["step"])

@@ -23,7 +23,7 @@ import torch
 class Model(torch.nn.Module):
     def forward(self, x):
         y = torch.relu(x)
-        return torch.cumsum(y, dim=0)
+        return torch.flip(y, dims=[0])
 def get_model():
     return Model(), (torch.randn(3),)
 """
@@ -36,7 +36,7 @@ MODEL_FILES = {
     "not_a_module": ("import torch\ndef get_model():\n    return 'm', (torch.randn(2),)\n", "its first item is a str"),
     "bad_inputs": ("import torch\ndef get_model():\n    return torch.nn.ReLU(), (3,)\n", "not a tuple of tensors"),
     "syntax": ("def get_model(:\n", "importing it failed: SyntaxError"),
-    "unsupported": (UNSUPPORTED, "aten.cumsum.default (not supported) at unsupported.py:6: return torch.cumsum(y, dim=0)"),
+    "unsupported": (UNSUPPORTED, "aten.flip.default (not supported) at unsupported.py:6: return torch.flip(y, dims=[0])"),
 }
 
 
@@ -62,20 +62,22 @@ def test_bad_model_files(case, tmp_path):
 
 class ThreeUnsupported(torch.nn.Module):
     def forward(self, x):
-        wide = x.expand(2, 3)
-        return torch.cumsum(wide, 0).flip(0)
+        wide = x.flip(0).sort().values
+        return wide.flip(0).argmax()
 
 
 def test_unsupported_ops_are_listed_one_line_each_before_writing(tmp_path):
+    """One line per distinct op, with every source line that uses it."""
     with pytest.raises(UnsupportedOpsError) as caught:
         vkx.export_model(ThreeUnsupported(), (randn(3),), tmp_path / "m.pte")
     first = inspect.getsourcelines(ThreeUnsupported.forward)[1] + 1
-    where = f"test_export_errors.py:{first + 1}: return torch.cumsum(wide, 0).flip(0)"
+    here = f"test_export_errors.py:{first}: wide = x.flip(0).sort().values"
+    there = f"test_export_errors.py:{first + 1}: return wide.flip(0).argmax()"
     assert str(caught.value).splitlines() == [
         "the model uses 3 op(s) vkx cannot lower:",
-        f"  aten.expand.default (not supported) at test_export_errors.py:{first}: wide = x.expand(2, 3)",
-        f"  aten.cumsum.default (not supported) at {where}",
-        f"  aten.flip.default (not supported) at {where}"]
+        f"  aten.flip.default (not supported) at {here}; {there}",
+        f"  aten.sort.default (not supported) at {here}",
+        f"  aten.argmax.default (not supported) at {there}"]
     assert list(tmp_path.iterdir()) == []
 
 

@@ -11,12 +11,22 @@ import torch
 from tests.ops.conftest import run_vkx
 
 
-def check_model(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], rtol: float = 1e-4) -> float:
-    """Export and run `module` on the device; returns the error relative to the output's scale."""
+HALF = {"fp16": (torch.float16, 2e-3), "bf16": (torch.bfloat16, 2e-2)}
+"""`--dtype` → the torch dtype and the error allowed against the fp32 model (a few of its eps)."""
+
+
+def check_model(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], rtol: float = 1e-4,
+                dtype: str | None = None) -> float:
+    """Export (in `dtype`, else as it is) and run `module` on the device; returns the error relative
+    to the output's scale, against the module run in fp32 by torch."""
     module = module.eval()
     with torch.no_grad():
         want = module(*inputs)
-    got = run_vkx(module, inputs)
+    got = run_vkx(module, inputs, dtype=dtype)
+    if dtype is not None:
+        half, rtol = HALF[dtype]
+        assert got.dtype == half
+        got = got.float()
     assert got.shape == want.shape and got.dtype == want.dtype
     scale = float(want.abs().max())
     assert scale > 0.1 and float(want.std()) > 0.01, f"the output has no real magnitude (max {scale})"

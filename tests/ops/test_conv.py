@@ -42,7 +42,7 @@ def test_conv2d(name):
 
 
 def test_conv1d_graph():
-    # The exporter only lowers 2-D convolutions; the op also runs 1-D ones (as H = 1).
+    # 1-D convolutions run as 2-D ones (H = 1); tests/ops/test_models_ops exports one.
     x, w, b = rand(2, 4, 20, seed=1), rand(6, 2, 3, seed=2), rand(6, seed=3)
     want = F.conv1d(x, w, b, 2, 1, 1, 2)
     got = run_graph("aten.convolution.default", [x, Const(w), Const(b), [2], [1], [1], False, [0], 2],

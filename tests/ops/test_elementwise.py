@@ -170,6 +170,8 @@ UNARY = {
     "neg": torch.neg,
     "abs": torch.abs,
     "exp": torch.exp,
+    "log": torch.log,
+    "sqrt": torch.sqrt,
     "rsqrt": torch.rsqrt,
     "sin": torch.sin,
     "cos": torch.cos,
@@ -184,7 +186,7 @@ def test_unary_table_is_tested():
 
 def _unary_input(op, shape, dtype, seed=12):
     x = rand(*shape, seed=seed, scale=4.0)
-    if op == "rsqrt":
+    if op in ("rsqrt", "log", "sqrt"):
         x = x.abs() + 0.05
     if op == "exp" and dtype == torch.float16:
         x = x.clamp(max=10.0)  # exp(11) overflows fp16
