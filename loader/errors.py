@@ -24,6 +24,10 @@ class OutOfDeviceMemoryError(LoadError):
     """A device allocation failed (the driver said so, or the configured budget is spent)."""
 
 
+class OutOfHostMemoryError(LoadError):
+    """A host allocation of the load failed (the process's memory limit, or the machine's)."""
+
+
 class ValidationError(LoadError):
     """The Khronos validation layer reported warnings or errors (VKX_VALIDATION=1)."""
 

@@ -16,7 +16,7 @@ import numpy as np
 from vkx.format.errors import FormatError
 from vkx.format.infile import InputFile
 from vkx.loader.copy import copy_cast, parallel
-from vkx.loader.errors import FileError, as_load_error
+from vkx.loader.errors import FileError, OutOfHostMemoryError, as_load_error
 
 
 class FreeableBuffer:
@@ -40,7 +40,11 @@ class FreeableBuffer:
         """Keep a private host copy from now until `free()`; True when that took a read of the file."""
         if self._obj is not None or self.freed:
             return False
-        data = np.empty(self._length, np.uint8)
+        try:
+            data = np.empty(self._length, np.uint8)
+        except MemoryError:
+            raise OutOfHostMemoryError(f"out of host memory holding a copy of a {self._length}-byte weight "
+                                       "(the eager schedule holds every weight twice)") from None
         self.read_into(0, data)
         self._obj = memoryview(data)
         return True

@@ -61,7 +61,7 @@ def generate(
     tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", metavar="FILE.json",
                                              help="A Hugging Face tokenizer.json."),
     max_new_tokens: int = typer.Option(32, "--max-new-tokens", min=1, metavar="N", help="Tokens to generate."),
-    temperature: float = typer.Option(0.0, "--temperature", min=0.0, metavar="T",
+    temperature: float = typer.Option(0.0, "--temperature", min=0.0, metavar="T", show_default=False,
                                       help="Sample at this temperature [default: 0, greedy]."),
     top_k: Optional[int] = typer.Option(None, "--top-k", min=1, metavar="K",
                                         help="Sample among the K most likely tokens (needs --temperature)."),

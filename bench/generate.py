@@ -1,0 +1,112 @@
+"""Prefill and decode tokens/s: vkx on the Vulkan device against torch eager, same model, same dtype, one run.
+
+The model is a Hugging Face folder (DIR), or, without one, a Llama-shaped config with random
+weights (`--size small`: 4 layers of width 512, vocabulary 32000; `--size 1b`: Llama 3.2 1B).
+Three measurements of the same greedy generation:
+  vkx            the exported program (prefill + decode methods, KV cache on the device);
+  torch wrapper  the very module vkx exported (vkx.export.hf.CausalLM) run eagerly by torch,
+                 through the same generation loop (loader/generate.py): the same work, op for op;
+  transformers   `model.generate(do_sample=False)` with its own cache (decode tokens/s from the
+                 whole call minus one forward of the prompt).
+Torch runs on CUDA where it is available, else on the CPU.
+
+    .venv/bin/python bench/generate.py [DIR] [--size small|1b] [--dtype fp32|bf16] [--prompt-len 32]
+                                       [--new-tokens 64] [--max-seq-len 256] [--prefill-len 32]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import vkx
+from vkx.export import hf
+from vkx.loader.generate import LMShape, ProgramDecoder, Timings, generate
+
+_spec = importlib.util.spec_from_file_location("llama_load", Path(__file__).with_name("llama_load.py"))
+llama_load = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(llama_load)
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class TorchDecoder:
+    """loader/generate.py's Decoder over hf.CausalLM in torch eager."""
+
+    def __init__(self, lm: hf.CausalLM, device: str):
+        self.lm, self.device = lm.to(device), device
+
+    def prefill(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            logits = self.lm(torch.from_numpy(input_ids).to(self.device), torch.from_numpy(cache_position).to(self.device))
+        return logits.float().cpu().numpy()
+
+    decode = prefill
+
+    def reset(self) -> None:
+        self.lm.reset()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", nargs="?", type=Path)
+    parser.add_argument("--size", choices=llama_load.SIZES, default="small")
+    parser.add_argument("--dtype", choices=DTYPES, default="fp32")
+    parser.add_argument("--prompt-len", type=int, default=32)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--max-seq-len", type=int, default=256)
+    parser.add_argument("--prefill-len", type=int, default=32)
+    args = parser.parse_args()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = args.folder
+        if folder is None:
+            folder = Path(scratch) / "model"
+            llama_load.write_folder(folder, llama_load.SIZES[args.size])
+        pte = Path(scratch) / "model.pte"
+        hf.export_folder(folder, pte, max_seq_len=args.max_seq_len, prefill_len=args.prefill_len, dtype=args.dtype)
+        model = hf.build_model(hf.read_folder(folder), DTYPES[args.dtype]).to(DTYPES[args.dtype])
+        prompt = np.random.default_rng(0).integers(0, model.config.vocab_size, args.prompt_len).tolist()
+        rows = []
+        with vkx.load(pte) as program:
+            decoder = ProgramDecoder(program)
+            timings = Timings()
+            ours = list(generate(decoder, prompt, args.new_tokens, decoder.shape, timings=timings))
+            rows.append(("vkx", timings))
+        shape = LMShape(args.prefill_len, args.max_seq_len, model.config.vocab_size)
+        wrapper = TorchDecoder(hf.CausalLM(model, args.max_seq_len), device)
+        list(generate(wrapper, prompt, 2, shape))  # warm-up
+        timings = Timings()
+        theirs = list(generate(wrapper, prompt, args.new_tokens, shape, timings=timings))
+        rows.append((f"torch wrapper ({device})", timings))
+        model = model.to(device)
+        ids = torch.tensor([prompt], device=device)
+        with torch.no_grad():
+            model(ids)  # warm-up
+            began = time.perf_counter()
+            model(ids)
+            prefill = time.perf_counter() - began
+            began = time.perf_counter()
+            model.generate(ids, max_new_tokens=args.new_tokens, do_sample=False, pad_token_id=0, eos_token_id=None)
+            whole = time.perf_counter() - began
+        hf_timings = Timings(prompt_tokens=len(prompt), prefill_seconds=prefill, first_token_seconds=prefill,
+                             decode_tokens=args.new_tokens - 1, decode_seconds=max(whole - prefill, 1e-9))
+        rows.append((f"transformers generate ({device})", hf_timings))
+    print(f"{args.size if args.folder is None else args.folder}, {args.dtype}, prompt {len(prompt)} tokens, "
+          f"{args.new_tokens} new; vkx's greedy tokens equal the torch wrapper's for the first "
+          f"{next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), len(ours))} of {len(ours)}")
+    print(f"  {'':<30} {'prefill tok/s':>14} {'decode tok/s':>13} {'first token ms':>15}")
+    for name, t in rows:
+        print(f"  {name:<30} {t.prefill_tokens_per_s:14,.1f} {t.decode_tokens_per_s:13,.1f} "
+              f"{t.first_token_seconds * 1e3:15,.1f}")
+    base = rows[1][1]
+    print(f"  vkx / torch wrapper: prefill {rows[0][1].prefill_tokens_per_s / base.prefill_tokens_per_s:.2f}x, "
+          f"decode {rows[0][1].decode_tokens_per_s / base.decode_tokens_per_s:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
