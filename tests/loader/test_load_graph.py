@@ -86,9 +86,12 @@ def test_activations_past_the_device_heap_are_refused_before_any_work():
     from vkx.loader.device import default_device
     from vkx.loader.errors import OutOfDeviceMemoryError
     from .helpers import tensor
-    n = max(default_device().heap_sizes) // 4 + 1024  # one fp32 tensor past the largest heap
-    graph = g.VkGraph(values=[tensor([n]), tensor([n], mem=0)], input_ids=[0], output_ids=[1],
-                      chain=[g.OperatorCall(0, "test.relu_split.default", (0, 1))])
+    heap = max(default_device().heap_sizes)
+    n = min(heap // 4 + 1024, 1 << 30)  # elements of one fp32 tensor: within 32-bit indexing
+    count = heap // (4 * n) + 1  # activations in objects of their own, together past the largest heap
+    values = [tensor([n])] + [tensor([n], mem=i) for i in range(count)]
+    graph = g.VkGraph(values=values, input_ids=[0], output_ids=[count],
+                      chain=[g.OperatorCall(i, "test.relu_split.default", (i, i + 1)) for i in range(count)])
     with pytest.raises(OutOfDeviceMemoryError, match="activations") as info:
         load_graph(graph, [])
     assert info.value.ledger["total"] == 0

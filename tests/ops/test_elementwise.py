@@ -261,7 +261,9 @@ def test_gelu(approximate, shape, dtype):
     assert_close_in(got, F.gelu(x, approximate=approximate), dtype, each=True)
     x = torch.tensor(SPECIALS, dtype=dtype)
     got = run_graph("aten.gelu.default", [x, approximate], (tuple(x.shape), dtype))
-    assert_close_in(got, F.gelu(x, approximate=approximate), dtype, each=True)
+    want = F.gelu(x, approximate=approximate)
+    want[x == float("inf")] = float("inf")  # gelu's limit; some torch CPU builds (the H200 machine's) give NaN
+    assert_close_in(got, want, dtype, each=True)
 
 
 @pytest.mark.parametrize("approximate", ["none", "tanh"])

@@ -24,7 +24,8 @@ def main() -> None:
         report = program.memory
     phases = report["phases"]
     host_peak = max(p["peak_rss"] for p in phases[1:] if p["name"] != "after execute") - phases[0]["rss"]
-    device_peak = 0 if device.is_cpu else report["ledger"]["peak_total"]
+    # the staging ring is host memory (in VmRSS once written): on a discrete GPU only the rest is device memory
+    device_peak = 0 if device.is_cpu else report["ledger"]["peak_total"] - report["ledger"]["peak"].get("staging", 0)
     print(json.dumps({"peak": host_peak + device_peak, "device_memory_is_host": device.is_cpu,
                       "weight_bytes": report["weight_bytes"], "ledger_peak": report["ledger"]["peak"],
                       "staging_peak": report["ledger"]["peak"].get("staging", 0), "upload": report["upload"]}))
