@@ -154,9 +154,10 @@ _FACTORY = (optional("dtype", I, None), optional("layout", I, None), optional("d
 writes them Null)."""
 
 for _name in COMPARE:
-    declare(OpDecl(f"aten.{_name}.Tensor", (Arg("self", Kind.SCALAR_OR_TENSOR), Arg("other", Kind.SCALAR_OR_TENSOR)),
-                   dtypes=ALL_TYPES, rule=_compare, family="binary",
-                   glsl=f"C_T(x {COMPARE[_name]} y)"))
+    for _overload in ("Tensor", "Scalar"):  # vkx writes .Tensor; ExecuTorch's files have .Scalar too
+        declare(OpDecl(f"aten.{_name}.{_overload}",
+                       (Arg("self", Kind.SCALAR_OR_TENSOR), Arg("other", Kind.SCALAR_OR_TENSOR)),
+                       dtypes=ALL_TYPES, rule=_compare, family="binary", glsl=f"C_T(x {COMPARE[_name]} y)"))
 for _name, _expr in LOGICAL.items():
     declare(OpDecl(f"aten.{_name}.Tensor", (Arg("self", Kind.SCALAR_OR_TENSOR), Arg("other", Kind.SCALAR_OR_TENSOR)),
                    dtypes=ALL_TYPES, rule=_logical, family="binary", glsl=_expr))

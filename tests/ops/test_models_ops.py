@@ -33,7 +33,8 @@ def test_compare(op, dtype):
         a, b = a + 0.5 * rand(3, 5, seed=3).sign().to(dtype), b  # ties and fractions
     assert_close(run_graph(f"aten.{op}.Tensor", [a, b], ((3, 5), torch.bool)), fn(a, b))
     scalar = 1 if not dtype.is_floating_point else 0.5
-    assert_close(run_graph(f"aten.{op}.Tensor", [a, scalar], ((3, 5), torch.bool)), fn(a, scalar))
+    for overload in ("Tensor", "Scalar"):  # ExecuTorch's files write the .Scalar overload
+        assert_close(run_graph(f"aten.{op}.{overload}", [a, scalar], ((3, 5), torch.bool)), fn(a, scalar))
 
 
 @pytest.mark.parametrize("op", list(op_models.COMPARE))
