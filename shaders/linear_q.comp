@@ -1,6 +1,6 @@
 #version 450
 // Weight-only quantized linear: o[m, n] = sum_k x[m, k] * q[n, k] * s[n, k / GROUP] (+ bias[n]).
-// The weight is read as 32-bit words: BITS 4 packs 8 values a word (value j in bits 4j..4j+3,
+// The weight is read as 32-bit words (with VEC four at a time): BITS 4 packs 8 values a word (value j in bits 4j..4j+3,
 // stored as q + 8), BITS 8 packs 4 (signed bytes). Each workgroup computes ROWS outputs of one
 // row m: its 64 invocations stride over the words of those weight rows (adjacent invocations read
 // adjacent words, so the weight streams), then one shared-memory reduction gives the sums.
@@ -30,7 +30,15 @@ layout(local_size_x = 64) in;
 #endif
 
 layout(std430, set = 0, binding = 0) readonly buffer BufX { X_T x[]; };
+#ifdef VEC
+// 16 bytes of a weight row at a time (words per row a multiple of 4, the scale group a multiple
+// of the values in them): a quarter of the weight loads, one scale load per row and load.
+layout(std430, set = 0, binding = 1) readonly buffer BufW { uvec4 w[]; };
+#define PER_LOAD (PER_WORD * 4)
+#else
 layout(std430, set = 0, binding = 1) readonly buffer BufW { uint w[]; };
+#define PER_LOAD PER_WORD
+#endif
 layout(std430, set = 0, binding = 2) readonly buffer BufS { S_T s[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer BufO { O_T o[]; };
 #ifdef HAS_BIAS
@@ -67,20 +75,28 @@ void main() {
     for (uint r = 0u; r < ROWS; ++r) {
         acc[r] = 0.0;
     }
-    for (uint wi = t; wi < p.words; wi += WG) {
-        uint k0 = wi * PER_WORD;
-        float xv[PER_WORD];
-        for (uint j = 0u; j < PER_WORD; ++j) {
+    const uint loads = p.words * PER_WORD / PER_LOAD;  // per weight row
+    for (uint wi = t; wi < loads; wi += WG) {
+        uint k0 = wi * PER_LOAD;
+        float xv[PER_LOAD];
+        for (uint j = 0u; j < PER_LOAD; ++j) {
             xv[j] = LOAD_X(m * p.K + k0 + j);
         }
         uint g = k0 / p.group;
         for (uint r = 0u; r < ROWS; ++r) {
             uint local = local0 + r;
             if (local < p.rows) {
-                uint word = w[local * p.words + wi];
+#ifdef VEC
+                uvec4 q = w[local * loads + wi];
+                uint words[4] = uint[4](q.x, q.y, q.z, q.w);
+#else
+                uint words[1] = uint[1](w[local * loads + wi]);
+#endif
                 float dot = 0.0;
-                for (uint j = 0u; j < PER_WORD; ++j) {
-                    dot += dequant(word, j) * xv[j];
+                for (uint i = 0u; i < PER_LOAD / PER_WORD; ++i) {
+                    for (uint j = 0u; j < PER_WORD; ++j) {
+                        dot += dequant(words[i], j) * xv[i * PER_WORD + j];
+                    }
                 }
                 acc[r] += dot * LOAD_S(SCALE_AT(p.row0 + local, g));
             }

@@ -37,6 +37,18 @@ def test_linear_q_matches_dequantized_torch(bits, group, m):
     assert_norm_close(got, _reference(x, q, s, bias, bits, g), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("bits,k", [(8, 40), (4, 72)])
+def test_linear_q_by_words_where_16_bytes_do_not_divide_a_row(bits, k):
+    """Rows of 40 int8 or 36 bytes of int4 values are read a word at a time (16-byte loads need
+    rows of whole 16 bytes)."""
+    n = 11
+    q, s = quantize_weight(rand(n, k, seed=8), bits, None if bits == 8 else 8)
+    g = k if bits == 8 else 8
+    x = rand(2, k, seed=9)
+    got = run_graph("vkx.linear_q.default", [x, Const(q), Const(s), None, bits, g], (2, n))
+    assert_norm_close(got, _reference(x, q, s, None, bits, g), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_linear_q_in_16_bit_activations(dtype):
     n, k = 19, 96
