@@ -39,6 +39,19 @@ def _barrier(src_access: int, dst_access: int):
     return mb
 
 
+def _release(device: Device, owner) -> None:
+    """Free `owner`'s recorded command buffer and its fence (waiting for the device first): the one
+    release path of Executor and StateStore."""
+    d = device.device
+    if owner.fence is not None:
+        lib.vkDeviceWaitIdle(d)
+        vk.vkDestroyFence(d, owner.fence, None)
+        owner.fence = None
+    if owner.cmd is not None:
+        vk.vkFreeCommandBuffers(d, device.command_pool, 1, [owner.cmd])
+        owner.cmd = None
+
+
 class Executor:
     def __init__(self, device: Device, dispatches: list[Dispatch], pipelines: list[Pipeline],
                  inputs: list[tuple[Buffer, RTensor]], outputs: list[tuple[RTensor, Buffer]]):
@@ -191,16 +204,9 @@ class Executor:
         d.check()
 
     def close(self) -> None:
-        d = self.device.device
-        if self.fence is not None:
-            lib.vkDeviceWaitIdle(d)
-            vk.vkDestroyFence(d, self.fence, None)
-            self.fence = None
-        if self.cmd is not None:
-            vk.vkFreeCommandBuffers(d, self.device.command_pool, 1, [self.cmd])
-            self.cmd = None
+        _release(self.device, self)
         if self.pool is not None:
-            vk.vkDestroyDescriptorPool(d, self.pool, None)
+            vk.vkDestroyDescriptorPool(self.device.device, self.pool, None)
             self.pool = None
 
 
@@ -274,11 +280,4 @@ class StateStore:
         vk.vkResetFences(d.device, 1, [fence])
 
     def close(self) -> None:
-        d = self.device.device
-        if self.fence is not None:
-            lib.vkDeviceWaitIdle(d)
-            vk.vkDestroyFence(d, self.fence, None)
-            self.fence = None
-        if self.cmd is not None:
-            vk.vkFreeCommandBuffers(d, self.device.command_pool, 1, [self.cmd])
-            self.cmd = None
+        _release(self.device, self)
