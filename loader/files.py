@@ -28,12 +28,12 @@ from vkx.format.common import align
 from vkx.format.describe import external_beside, missing_keys
 from vkx.format.methods import methods as methods_of
 from vkx.format.names import io_names
-from vkx.format.pte import VULKAN_BACKEND, VulkanDelegate
+from vkx.format.pte import VulkanDelegate
 from vkx.loader.errors import BadProgramError, FileError, LoadError, MissingDataError, as_load_error
 from vkx.loader.named_data import FreeableBuffer
 from vkx.loader.plan import PlanProgram, load_plan, runs_as_one_delegate
-from vkx.loader.methods import load_methods
-from vkx.loader.runner import Methods, Program
+from vkx.loader.methods import Methods, load_methods
+from vkx.loader.runner import Program
 from vkx.loader.trace import Timeline
 
 

@@ -5,20 +5,21 @@ docs/architecture.md, "Several methods and state"; docs/format.md, "Methods".
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import vulkan as vk
 
 from vkx.format import vkgraph as g
-from vkx.loader.errors import BadProgramError, DeviceError, LoadError, OutOfDeviceMemoryError
+from vkx.loader.errors import BadProgramError, DeviceError, InputError, LoadError, OutOfDeviceMemoryError
 from vkx.loader.graph import RTensor
 from vkx.loader.memory import Allocator, MiB
 from vkx.loader.program import (Built, Options, Progress, Resources, _check_budget, _device, _io_buffers,
                                 _memory_objects, _share_constants, _upload_eager, allocate_activations, build,
                                 record, upload_weights)
 from vkx.loader.record import StateStore
-from vkx.loader.runner import Program
+from vkx.loader.runner import Closes, Program
 from vkx.loader.trace import Timeline
 
 
@@ -129,3 +130,78 @@ def allocate_shared_activations(builts: list[Built], graphs: list[g.VkGraph], re
             for t, b in zip(members, bound):
                 t.buffer = b
     return [_io_buffers(built, graph, res) for built, graph in zip(builts, graphs)]
+
+
+class Methods(Closes):
+    """A loaded program of several methods: `program.decode(...)` or `program["decode"](...)`.
+
+    The methods share one load: the weights (each once), the state tensors and the
+    activation memory, so their calls run one at a time. `close()` releases it all.
+    """
+
+    def __init__(self, programs: dict[str, Program]):
+        self._programs = programs
+        lock = threading.Lock()
+        for program in programs.values():
+            program._lock, program._owner = lock, False
+        first = next(iter(programs.values()))
+        self._first, self._lock = first, lock
+        self.device, self.ledger, self.timeline = first.device, first.ledger, first.timeline
+        self.weight_bytes = first.weight_bytes
+        """Device bytes of the constants of all methods, each once."""
+        self.closed = False
+
+    @property
+    def methods(self) -> list[str]:
+        """The method names, in file order."""
+        return list(self._programs)
+
+    def __getitem__(self, name: str) -> Program:
+        program = self._programs.get(name)
+        if program is None:
+            raise InputError(f"no method {name!r} (methods: {', '.join(self._programs)})")
+        return program
+
+    def __getattr__(self, name: str) -> Program:
+        programs = self.__dict__.get("_programs", {})
+        if name in programs:
+            return programs[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute or method {name!r}")
+
+    @property
+    def states(self) -> list[str]:
+        return self._first.states
+
+    def reset(self) -> None:
+        """Every state tensor back to its initial value."""
+        self._first.reset()
+
+    def state(self, name: str):
+        """A copy of state tensor `name` as a torch tensor."""
+        return self._first.state(name)
+
+    @property
+    def memory(self) -> dict:
+        return self._first.memory
+
+    def generate(self, input_ids, max_new_tokens: int = 32, *, temperature: float = 0.0, top_k: int | None = None,
+                 top_p: float | None = None, seed: int | None = None, timings=None):
+        """Yield the token ids that follow `input_ids`, for a causal LM program (methods prefill and
+        decode, what `vkx export DIR` writes): greedy unless a temperature is given. The cache starts
+        empty; `timings` (a `vkx.loader.generate.Timings`) receives the measurements."""
+        from vkx.loader.generate import ProgramDecoder, Sampling, generate
+
+        decoder = ProgramDecoder(self)
+        return generate(decoder, input_ids, max_new_tokens, decoder.shape,
+                        sampling=Sampling(temperature, top_k, top_p, seed), timings=timings)
+
+    def close(self) -> None:
+        """Release the load (every method's memory, the weights, the state)."""
+        if self.closed:
+            return
+        for program in self._programs.values():
+            program.close()
+        with self._lock:
+            self.closed = True
+            self._first._resources.close()
+        self.device.check()

@@ -206,7 +206,7 @@ def run(
 
 def _method(program, name: Optional[str]):
     """The method `--method` names; a file of several methods needs it."""
-    from vkx.loader.runner import Methods
+    from vkx.loader.methods import Methods
     if isinstance(program, Methods):
         if name is None:
             raise paths.UsageError(f"the file has methods {', '.join(program.methods)}: pass --method NAME")
