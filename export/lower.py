@@ -14,11 +14,8 @@ is bound to its `vkx.format.contract` declaration as it is emitted.
 """
 from __future__ import annotations
 
-import os
-import re
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Container
+from typing import Any
 
 import torch
 from torch.export import ExportedProgram
@@ -26,9 +23,10 @@ from torch.export.graph_signature import InputKind, OutputKind
 from torch.fx import Node
 
 from vkx.export.dtypes import check_narrowing, on_device, supported
-from vkx.export.errors import ExportError, UnsupportedOpsError
+from vkx.export.errors import ExportError
 from vkx.export.fold import fold_constants
 from vkx.export.ops import FORWARDED, OUTPUT_CLONE, RULES
+from vkx.export.support import check_supported, op_name, source_line
 from vkx.format import contract
 from vkx.format.contract import Arg, ContractError, Kind
 from vkx.format.liveness import PREPACK  # the name by which the plan knows weights' dedicated memory
@@ -36,8 +34,6 @@ from vkx.format.op_state import COPY, STATE
 from vkx.format.vkgraph import (Bool, Double, Int, IntList, MemoryLayout, Null, OperatorCall, StorageType, String,
                                 Tensor, Value, ValueList, VkGraph)
 
-_TORCH_DIR = os.path.join(os.path.dirname(torch.__file__), "")  # the separator: not torchvision, torchao
-_FRAME = re.compile(r'File "([^"]+)", line (\d+), in [^\n]*\n[ \t]*([^\n]*)')
 _NOT_TENSORS = (torch.dtype, torch.memory_format, torch.layout, torch.device)
 INT32 = torch.iinfo(torch.int32)
 
@@ -77,52 +73,6 @@ def lower(program: ExportedProgram, states: frozenset[str] = frozenset()) -> Low
     builder = GraphBuilder(program, placeholders, uses=scan.uses)
     builder.build()
     return Lowered(builder.graph, builder.sources, builder.io_inputs, builder.io_outputs)
-
-
-def source_line(node: Node) -> str:
-    """`file.py:LINE: code` of the innermost user frame (outside torch) the node came from."""
-    frames = [m for m in _FRAME.finditer(node.meta.get("stack_trace") or "")
-              if not m.group(1).startswith(_TORCH_DIR)]
-    if not frames:
-        return "an unknown source line"
-    file, line, code = frames[-1].groups()
-    return f"{Path(file).name}:{line}: {code.strip()}"
-
-
-def _op_name(node: Node) -> str:
-    if isinstance(node.target, torch._ops.OpOverload):
-        return str(node.target)
-    return getattr(node.target, "__name__", str(node.target))
-
-
-def _fakes(node: Node) -> list[Any]:
-    value = node.meta.get("val")
-    return list(value) if isinstance(value, (tuple, list)) else [value]
-
-
-def check_supported(program: ExportedProgram, folded: Container[Node] = ()) -> None:
-    """Raise UnsupportedOpsError naming each distinct op the contract lacks with the source lines that
-    use it (ops folded at export, `folded`, run on no device)."""
-    uses: dict[str, list[str]] = {}
-    for node in program.graph.nodes:
-        if node.op != "call_function" or node in folded:
-            continue
-        rule = RULES.get(node.target)
-        reason = "not supported" if rule is None else rule.check(node)
-        if reason is None:
-            dtypes = {f.dtype for f in _fakes(node) if isinstance(f, torch.Tensor) and not supported(f.dtype)}
-            reason = f"dtype {sorted(map(str, dtypes))[0]} is not supported" if dtypes else None
-        if reason is not None:
-            lines = uses.setdefault(f"{_op_name(node)} ({reason})", [])
-            if source_line(node) not in lines:
-                lines.append(source_line(node))
-    if uses:
-        raise UnsupportedOpsError([f"{op} at {_some(lines)}" for op, lines in uses.items()])
-
-
-def _some(lines: list[str], shown: int = 3) -> str:
-    more = f"; and {len(lines) - shown} more" if len(lines) > shown else ""
-    return "; ".join(lines[:shown]) + more
 
 
 Placeholders = tuple[list[Node], dict[Node, tuple[str, torch.Tensor]], dict[Node, tuple[str, torch.Tensor]]]
@@ -242,7 +192,7 @@ class GraphBuilder:
             return
         state = self.state_of(node.args[0])
         if state is None:
-            raise ExportError(f"{_op_name(node)}: vkx updates model state (a buffer the model mutates) in place; "
+            raise ExportError(f"{op_name(node)}: vkx updates model state (a buffer the model mutates) in place; "
                               f"this one writes into another tensor at {source_line(node)}")
         out = self.outputs(node)
         self.emit(name, args + [out])
@@ -320,7 +270,7 @@ class GraphBuilder:
             return self.int(value) if isinstance(value, int) else self.double(value)
         if kind is Kind.STRING and isinstance(value, str):
             return self._add(String(value))
-        raise ExportError(f"{_op_name(self.node)}: cannot lower argument {argument.name}={value!r} "
+        raise ExportError(f"{op_name(self.node)}: cannot lower argument {argument.name}={value!r} "
                           f"(the contract takes {kind.value}) at {source_line(self.node)}")
 
     def number(self, value: int | float | bool) -> int:
@@ -329,7 +279,7 @@ class GraphBuilder:
         if self.node.meta["val"].dtype.is_floating_point:
             return self.double(float(value))
         if not INT32.min <= int(value) <= INT32.max:
-            raise ExportError(f"{_op_name(self.node)}: the scalar {value} does not fit an int32 "
+            raise ExportError(f"{op_name(self.node)}: the scalar {value} does not fit an int32 "
                               f"at {source_line(self.node)}")
         return self.int(int(value))
 
@@ -340,7 +290,7 @@ class GraphBuilder:
             value_id = self.value_of(node)
             name = None if self.scanning else self._state_of.get(value_id)
             if name is not None and self._latest[name] != value_id:
-                raise ExportError(f"{_op_name(self.node)} reads the old content of state {name} after it was "
+                raise ExportError(f"{op_name(self.node)} reads the old content of state {name} after it was "
                                   f"updated in place at {source_line(self.node)}")
             return value_id
         if self.scanning:
@@ -411,7 +361,7 @@ class GraphBuilder:
         try:
             contract.bind(decl, call, self.graph.values, contract.check_tensor)
         except ContractError as error:
-            where = f" ({_op_name(self.node)} at {source_line(self.node)})" if self.node is not None else ""
+            where = f" ({op_name(self.node)} at {source_line(self.node)})" if self.node is not None else ""
             raise ExportError(f"cannot lower{where}: {error}") from None
         self.graph.chain.append(call)
 

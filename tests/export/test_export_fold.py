@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from vkx.export import UnsupportedOpsError
-from vkx.export.lower import lower, source_line
+from vkx.export.lower import lower
+from vkx.export.support import source_line
 from vkx.export.trace import trace
 
 from .export_helpers import Fn, check_graph
