@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from vkx.format import dtypes, vkgraph as g
 from vkx.loader import load_graph
-from vkx.loader.ops import matmul
+from vkx.loader.ops import gemm
 
 
 def chain_graph(weights: list[torch.Tensor], dtype: torch.dtype) -> tuple[g.VkGraph, list[bytes]]:
@@ -58,12 +58,12 @@ def best_seconds(fn, repeats: int) -> tuple[float, float]:
 @contextmanager
 def plain_path():
     """Switch the matvec path off: every product takes the tiled shader."""
-    use = matmul.use_matvec
-    matmul.use_matvec = lambda *args: False
+    use = gemm.use_matvec
+    gemm.use_matvec = lambda *args: False
     try:
         yield
     finally:
-        matmul.use_matvec = use
+        gemm.use_matvec = use
 
 
 def vkx_seconds(weights, x, dtype, repeats: int, want: torch.Tensor) -> tuple[float, float]:

@@ -1,13 +1,13 @@
 """aten.scaled_dot_product_attention.default.
 
 Three dispatches through an fp32 scratch tensor of scores [batch, L, S]:
-  1. scores = scale * q @ k^T      (matmul.gemm; k is read transposed in place, and
+  1. scores = scale * q @ k^T      (gemm.gemm; k is read transposed in place, and
      one query row, the decode case, takes the matvec shader)
   2. masked, stable softmax of each scores row, in place (attention_softmax shader, a
      workgroup per row of S >= reduce.ROW_MIN scores;
      bool mask, one byte per element: 0 = masked out; float mask of any float
      dtype: added; is_causal: top-left aligned)
-  3. out = scores @ v              (matmul.gemm)
+  3. out = scores @ v              (gemm.gemm)
 q, k, v and the output may have any float dtypes; every sum is fp32.
 Batch dims broadcast. With enable_gqa, q's Hq heads share Hkv = Hq / rep key/value
 heads: q [..., Hq, L, E] is read as [..., Hkv, rep*L, E] (same memory), so the
@@ -20,7 +20,8 @@ import struct
 
 from vkx.format.contract import Call
 from vkx.loader.ops import OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines
-from vkx.loader.ops.matmul import Operand, batch_plan, batch_strides, gemm
+from vkx.loader.ops.gemm import Operand, gemm
+from vkx.loader.ops.matmul import batch_plan, batch_strides
 from vkx.loader.ops.reduce import row_dispatch
 from vkx.loader.ops.shape import bind_elems, broadcast_strides, contiguous_strides
 

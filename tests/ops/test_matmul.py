@@ -228,15 +228,15 @@ def test_linear_nan_and_inf_propagate(dtype, m):
 @pytest.fixture
 def matvec_dispatches(monkeypatch):
     """Counts the matvec dispatches recorded while the test runs."""
-    from vkx.loader.ops import matmul
+    from vkx.loader.ops import gemm
     calls = []
-    record = matmul._record_matvec
+    record = gemm._record_matvec
 
     def counting(*args, **kwargs):
         calls.append(args)
         record(*args, **kwargs)
 
-    monkeypatch.setattr(matmul, "_record_matvec", counting)
+    monkeypatch.setattr(gemm, "_record_matvec", counting)
     return calls
 
 
@@ -350,7 +350,7 @@ def test_linear_tiled_nan_and_inf_propagate(dtype):
 def test_tiled_tile_sizes(dtype, tiled_dispatches):
     """A product of >= FEW_TILES 128x128 tiles takes them (8x8 per invocation); fewer take
     64x64 tiles (RT = CT = 4), e.g. 64 rows of activations."""
-    from vkx.loader.ops.matmul import FEW_TILES
+    from vkx.loader.ops.gemm import FEW_TILES
     x, w = rand(1030, 36, seed=1, dtype=dtype), rand(1800, 36, seed=2, dtype=dtype)  # 9 x 15 tiles
     assert 9 * 15 >= FEW_TILES
     assert_close_in(run_graph("aten.linear.default", [x, Const(w), None], ((1030, 1800), dtype)),

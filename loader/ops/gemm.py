@@ -1,0 +1,260 @@
+"""The matrix-product kernels behind `gemm()`, the one entry point (vkx.loader.ops.matmul's ops and
+attention call it).
+
+Three shaders: `shaders/matmul_tiled.comp` for products of at least TILED_MIN rows
+and columns (128x128 tiles of C per workgroup, 8x8 per invocation, or 64x64 and 4x4
+when there would be few tiles; A's and B's slices staged through shared memory with
+coalesced loads whichever way B is laid out),
+`shaders/matmul.comp` for the rest, a strided batched matmul with a 4x4 register
+tile per invocation, and `shaders/matvec.comp` for one row of activations against
+a k-contiguous B (the LLM decode case: x[1, K] @ W[N, K]^T), which splits K over a
+workgroup so the weight streams once with 16-byte loads. Operands of any float
+dtype are described by element strides, so linear's W[N, K] is read in place
+(B[k, n] = W[n, k]) and broadcast batch dims are stride 0; products accumulate in
+fp32 and round once on the store. `gemm()` is the one entry point; it also
+splits a dispatch whose operands do not fit one storage-buffer binding
+(`builder.max_binding_bytes`): W by output rows (each chunk writes its column
+slice of C), A and C by rows, and batches one by one.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, replace
+from typing import Optional, Sequence
+
+from vkx.format import dtypes
+from vkx.loader.ops import Binding, OpBuilder, TensorArg, UnsupportedOpError, elem_defines
+from vkx.loader.ops.shape import MAX_GROUPS, bind_elems, fits_binding
+
+_PUSH = struct.Struct("<21i2f")
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A strided view of a GPU tensor: element (i, j, b1, b2) is at
+    off + i*si + j*sj + b1*sb1 + b2*sb2 (elements, not bytes)."""
+    tensor: TensorArg
+    off: int
+    si: int
+    sj: int
+    sb1: int = 0
+    sb2: int = 0
+
+    def shifted(self, delta: int) -> "Operand":
+        return replace(self, off=self.off + delta)
+
+
+def _span(op: Operand, ni: int, nj: int, nb1: int, nb2: int) -> tuple[int, int]:
+    """(first element, element count) of the range `op` touches."""
+    hi = op.off + op.si * (ni - 1) + op.sj * (nj - 1) + op.sb1 * (nb1 - 1) + op.sb2 * (nb2 - 1) + 1
+    return op.off, hi - op.off
+
+
+def _fits(builder: OpBuilder, op: Operand, ni: int, nj: int, nb1: int, nb2: int) -> bool:
+    return fits_binding(builder, op.tensor, *_span(op, ni, nj, nb1, nb2))
+
+
+def _bind(builder: OpBuilder, op: Operand, ni: int, nj: int, nb1: int, nb2: int) -> tuple[Binding, int]:
+    """Bind the range `op` touches; returns (binding, op.off relative to the binding)."""
+    binding, shift = bind_elems(builder, op.tensor, *_span(op, ni, nj, nb1, nb2))
+    return binding, op.off - shift
+
+
+def gemm(builder: OpBuilder, a: Operand, b: Operand, c: Operand, M: int, N: int, K: int,
+         nb1: int = 1, nb2: int = 1, bias: Optional[Operand] = None,
+         alpha: float = 1.0, beta: float = 1.0) -> None:
+    """Record C[b1,b2,m,n] = alpha * sum_k A[b1,b2,m,k] B[b1,b2,k,n] + beta * bias[m,n].
+
+    `a` is indexed (m, k), `b` (k, n), `c` (m, n) with c.sj == 1, `bias` (m, n) and
+    has no batch strides. K == 0 reads neither A nor B (the result is beta * bias or 0).
+    """
+    if M == 0 or N == 0 or nb1 == 0 or nb2 == 0:
+        return
+    fit_a = _fits(builder, a, M, K, nb1, nb2)
+    fit_b = _fits(builder, b, K, N, nb1, nb2)
+    fit_c = _fits(builder, c, M, N, nb1, nb2)
+    fit_bias = bias is None or _fits(builder, bias, M, N, 1, 1)
+    if nb1 * nb2 <= MAX_GROUPS and fit_a and fit_b and fit_c and fit_bias:
+        _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta)
+    elif nb1 > 1:
+        # Too many batches for one grid, or an operand too large: one call per b1.
+        for i in range(nb1):
+            gemm(builder, a.shifted(i * a.sb1), b.shifted(i * b.sb1), c.shifted(i * c.sb1),
+                 M, N, K, 1, nb2, bias, alpha, beta)
+    elif nb2 > 1:
+        # Grid-sized chunks of b2 when there are too many, else one b2 at a time.
+        step = MAX_GROUPS if nb2 > MAX_GROUPS else 1
+        for s in range(0, nb2, step):
+            gemm(builder, a.shifted(s * a.sb2), b.shifted(s * b.sb2), c.shifted(s * c.sb2),
+                 M, N, K, 1, min(step, nb2 - s), bias, alpha, beta)
+    else:
+        _split(builder, a, b, c, M, N, K, bias, alpha, beta, fit_a, fit_b, fit_c)
+
+
+def _split(builder, a, b, c, M, N, K, bias, alpha, beta, fit_a, fit_b, fit_c) -> None:
+    """One batch whose operands do not all fit a binding: split by output columns or rows."""
+    align = builder.offset_alignment
+    limit = builder.max_binding_bytes - align
+    if not fit_b and b.sj >= b.si * K and N > 1:
+        # B's columns are contiguous blocks (linear's W[N, K] rows): split by output columns.
+        # Chunks start on aligned bytes when W's row size and offset are aligned.
+        col_bytes = b.tensor.dtype.itemsize * b.sj
+        exact = col_bytes % align == 0 and (b.tensor.dtype.itemsize * b.off) % align == 0
+        step = max(1, (builder.max_binding_bytes if exact else limit) // col_bytes)
+        if step >= 4:
+            step -= step % 4
+        if step < N:
+            for n0 in range(0, N, step):
+                n = min(step, N - n0)
+                gemm(builder, a, b.shifted(n0 * b.sj), c.shifted(n0 * c.sj), M, n, K, 1, 1,
+                     bias.shifted(n0 * bias.sj) if bias is not None else None, alpha, beta)
+            return
+    elif fit_b and M > 1:
+        # A and/or C (or the bias) too large: split by output rows.
+        row_bytes = max(_row_bytes(a) if not fit_a else 1, _row_bytes(c) if not fit_c else 1,
+                        _row_bytes(bias) if bias is not None else 1)
+        step = max(1, limit // row_bytes)
+        if step < M:
+            for m0 in range(0, M, step):
+                m = min(step, M - m0)
+                gemm(builder, a.shifted(m0 * a.si), b, c.shifted(m0 * c.si), m, N, K, 1, 1,
+                     bias.shifted(m0 * bias.si) if bias is not None else None, alpha, beta)
+            return
+    raise UnsupportedOpError(
+        f"matmul operands ({M}x{K} @ {K}x{N}) cannot be split into storage-buffer bindings "
+        f"of at most {builder.max_binding_bytes} bytes")
+
+
+def _row_bytes(op: Operand) -> int:
+    return max(op.si, 1) * op.tensor.dtype.itemsize
+
+
+def _vec_ok(off: int, strides: Sequence[tuple[int, int]], n: int = 4) -> bool:
+    """True when every offset reachable through (stride, count) pairs is a multiple of `n`."""
+    return off % n == 0 and all(count <= 1 or stride % n == 0 for stride, count in strides)
+
+
+_PAIRS = {dtypes.FLOAT16: "half2", dtypes.BFLOAT16: "bf162"}
+"""GLSL helper (shaders/pairs.glslh) unpacking two 16-bit floats of one 32-bit word."""
+
+
+def _load4(prefix: str, buffer: str, dtype) -> dict[str, str]:
+    """`<P>_V` and `LOAD4_<P>(i)`: elements i..i+3 of `buffer` (i a multiple of 4) as a vec4,
+    in one load: a vec4, or a uvec2 of two 16-bit pairs."""
+    if dtype is dtypes.FLOAT32:
+        return {f"{prefix}_V": "vec4", f"LOAD4_{prefix}(i)": f"{buffer}[(i) >> 2]"}
+    pair, word = _PAIRS[dtype], f"{buffer}[(i) >> 2]"
+    return {f"{prefix}_V": "uvec2", f"LOAD4_{prefix}(i)": f"vec4({pair}({word}.x), {pair}({word}.y))"}
+
+
+def _elem_defines(a: Operand, b: Operand, c: Operand, bias: Optional[Operand]) -> dict[str, str]:
+    defines = {**elem_defines("A", "a", a.tensor.dtype), **elem_defines("B", "b", b.tensor.dtype),
+               **elem_defines("C", "c", c.tensor.dtype)}
+    if bias is not None:
+        defines.update(elem_defines("BIAS", "bias", bias.tensor.dtype))
+        defines["HAS_BIAS"] = "1"
+    return defines
+
+
+def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
+    bind_a, aoff = _bind(builder, a, M, K, nb1, nb2)
+    bind_b, boff = _bind(builder, b, K, N, nb1, nb2)
+    bind_c, coff = _bind(builder, c, M, N, nb1, nb2)
+    bindings: list[Binding] = [bind_a, bind_b, bind_c]
+    biasoff = sbm = sbn = 0
+    if bias is not None:
+        bind_bias, biasoff = _bind(builder, bias, M, N, 1, 1)
+        bindings.append(bind_bias)
+        sbm, sbn = bias.si, bias.sj
+    defines: dict[str, int | str] = _elem_defines(a, b, c, bias)
+    if use_matvec(a, b, M, N, K):
+        _record_matvec(builder, bindings, defines, a, aoff, b, boff, c, coff, N, K, nb1, nb2,
+                       biasoff, sbn, alpha, beta)
+        return
+    if a.sj == 1 and K % 4 == 0 and _vec_ok(aoff, [(a.si, M), (a.sb1, nb1), (a.sb2, nb2)]):
+        defines.update(A_VEC=1, **_load4("A", "a4", a.tensor.dtype))
+    if b.si == 1 and K % 4 == 0 and _vec_ok(boff, [(b.sj, N), (b.sb1, nb1), (b.sb2, nb2)]):
+        defines.update(B_VEC_K=1, **_load4("B", "b4", b.tensor.dtype))
+    elif b.sj == 1 and N % 4 == 0 and _vec_ok(boff, [(b.si, K), (b.sb1, nb1), (b.sb2, nb2)]):
+        defines.update(B_VEC_N=1, **_load4("B", "b4", b.tensor.dtype))
+    if M >= TILED_MIN and N >= TILED_MIN:
+        shader = "matmul_tiled"
+        tile = TILE
+        if -(-M // TILE) * -(-N // TILE) * nb1 * nb2 < FEW_TILES:
+            tile = TILE // 2  # 64x64 tiles, 4x4 per invocation: 4x the workgroups (M = 64: no idle rows)
+            defines.update(RT=4, CT=4)
+        groups = (-(-N // tile), -(-M // tile), nb1 * nb2)
+    else:
+        shader = "matmul"
+        tm = 1 if M == 1 else 4
+        if tm != 4:
+            defines["TM"] = tm
+        tiles_m, tiles_n = -(-M // tm), -(-N // 4)
+        if tiles_m == 1:
+            wg = (64, 1)
+        elif tiles_n == 1:
+            wg = (1, 64)
+        else:
+            wg = (8, 8)
+        defines["WG_X"], defines["WG_Y"] = wg
+        groups = (-(-tiles_n // wg[0]), -(-tiles_m // wg[1]), nb1 * nb2)
+    if groups[0] > MAX_GROUPS or groups[1] > MAX_GROUPS:
+        raise UnsupportedOpError(f"matmul output {M}x{N} is too large for one dispatch grid")
+    push = _PUSH.pack(M, N, K, nb2,
+                      aoff, a.si, a.sj, a.sb1, a.sb2,
+                      boff, b.si, b.sj, b.sb1, b.sb2,
+                      coff, c.si, c.sb1, c.sb2,
+                      biasoff, sbm, sbn,
+                      float(alpha), float(beta))
+    builder.dispatch(shader, bindings, push, groups, defines)
+
+
+TILED_MIN = 32
+"""Products with at least this many rows and columns take shaders/matmul_tiled.comp."""
+TILE = 128
+"""Its output tile: TILE x TILE elements per workgroup (half that for products of FEW_TILES)."""
+FEW_TILES = 128
+"""Fewer TILE-sized tiles than this would leave a large GPU's cores idle (an H200 has 132 SMs)."""
+
+MATVEC_ROWS = 16
+"""Output columns per matvec workgroup (A is read once per MATVEC_ROWS columns)."""
+MATVEC_WG = 64
+"""Invocations per matvec workgroup, splitting K."""
+
+
+def use_matvec(a: Operand, b: Operand, M: int, N: int, K: int) -> bool:
+    """Whether a product takes shaders/matvec.comp: one k-contiguous row of A against a k-contiguous B."""
+    return M == 1 and a.sj == 1 and b.si == 1 and K > 0 and -(-N // MATVEC_ROWS) <= MAX_GROUPS
+
+
+_MATVEC_PUSH = struct.Struct("<15i2f")
+
+
+def _load8(prefix: str, buffer: str, dtype, vector: bool) -> dict[str, str]:
+    """`<P>_V` and `LOAD8_<P>(i, lo, hi)`: elements i..i+7 of `buffer` into two vec4s
+    (i a multiple of 8 when `vector`: 16-byte loads)."""
+    macro = f"LOAD8_{prefix}(i,lo,hi)"
+    if not vector:
+        four = [", ".join(f"LOAD_{prefix}((i) + {j + h})" for j in range(4)) for h in (0, 4)]
+        return {f"{prefix}_V": dtype.glsl, macro: f"lo = vec4({four[0]}); hi = vec4({four[1]})"}
+    if dtype is dtypes.FLOAT32:
+        return {f"{prefix}_V": "vec4", macro: f"lo = {buffer}[(i) >> 2]; hi = {buffer}[((i) >> 2) + 1]"}
+    pair = _PAIRS[dtype]
+    word = f"{buffer}[(i) >> 3]"
+    return {f"{prefix}_V": "uvec4",
+            macro: f"lo = vec4({pair}({word}.x), {pair}({word}.y)); hi = vec4({pair}({word}.z), {pair}({word}.w))"}
+
+
+def _record_matvec(builder, bindings, defines, a, aoff, b, boff, c, coff, N, K, nb1, nb2,
+                   biasoff, sbn, alpha, beta) -> None:
+    """M == 1 against a k-contiguous B: shaders/matvec.comp (split-K, weight streamed once)."""
+    a_vec = K % 8 == 0 and _vec_ok(aoff, [(a.sb1, nb1), (a.sb2, nb2)], 8)
+    b_vec = K % 8 == 0 and _vec_ok(boff, [(b.sj, N), (b.sb1, nb1), (b.sb2, nb2)], 8)
+    defines.update(_load8("A", "a", a.tensor.dtype, a_vec))
+    defines.update(_load8("B", "b", b.tensor.dtype, b_vec))
+    if K % 8:
+        defines["K_TAIL"] = 1
+    defines["ROWS"], defines["WG"] = MATVEC_ROWS, MATVEC_WG
+    push = _MATVEC_PUSH.pack(N, K, nb2, aoff, a.sb1, a.sb2, boff, b.sj, b.sb1, b.sb2,
+                             coff, c.sb1, c.sb2, biasoff, sbn, float(alpha), float(beta))
+    builder.dispatch("matvec", bindings, push, (-(-N // MATVEC_ROWS), 1, nb1 * nb2), defines)
