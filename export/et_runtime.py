@@ -1,0 +1,68 @@
+"""What ExecuTorch's C++ Vulkan runtime implements, for `target="executorch"` (vkx.export.target_executorch):
+the storage type, memory layout and dtypes of each contract op it has (the facts of the installed
+ExecuTorch's `backends/vulkan/op_registry.py`, which tests/export/test_target_executorch.py checks files
+against), and the 3-D texture extents a tensor needs."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vkx.format import dtypes
+from vkx.format.liveness import PREPACK
+from vkx.format.vkgraph import MemoryLayout, StorageType, Tensor
+
+Repr = tuple[StorageType, MemoryLayout]
+BUFFER = (StorageType.BUFFER, MemoryLayout.WIDTH_PACKED)
+CHANNELS = (StorageType.TEXTURE_3D, MemoryLayout.CHANNELS_PACKED)
+PACKED_BY_WHCN = (MemoryLayout.WIDTH_PACKED, MemoryLayout.HEIGHT_PACKED, MemoryLayout.CHANNELS_PACKED)
+TEXTURE_LIMITS = (16384, 16384, 2048)
+"""The 3-D image extents (x, y, z) the runtime's partitioner assumes a device has."""
+CLONE = "aten.clone.default"
+LAYER_NORM = "aten.native_layer_norm.default"
+BATCH_NORM = "aten._native_batch_norm_legit_no_training.default"
+
+FLOAT = frozenset({dtypes.FLOAT32, dtypes.FLOAT16})
+NUMERIC = FLOAT | {dtypes.INT32}
+ANY = NUMERIC | {dtypes.BOOL}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How the runtime implements an op: which representation its tensors take, and their dtypes."""
+    storage: str
+    """"texture" (channels-packed), "conv" (the same, one image), "reduce", "follow" (its inputs'), "buffer"."""
+    dtypes: frozenset = FLOAT
+    indices: str = ""
+    """An argument that holds int32 indices instead (embedding)."""
+
+
+RUNTIME: dict[str, Rule] = {
+    **{f"aten.{name}.default": Rule("follow") for name in (
+        "relu", "sigmoid", "tanh", "neg", "abs", "exp", "rsqrt", "sin", "cos", "hardswish", "gelu")},
+    **{f"aten.{name}.Tensor": Rule("follow", NUMERIC) for name in ("add", "sub", "mul", "div")},
+    CLONE: Rule("follow", ANY),
+    PREPACK: Rule("follow", ANY),
+    "aten.linear.default": Rule("buffer"), "aten.addmm.default": Rule("buffer"),
+    "aten.mm.default": Rule("buffer"), "aten.bmm.default": Rule("buffer"),
+    "aten._softmax.default": Rule("buffer"), "aten._log_softmax.default": Rule("buffer"),
+    LAYER_NORM: Rule("buffer"),
+    "aten.embedding.default": Rule("buffer", FLOAT, indices="indices"),
+    "aten.view_copy.default": Rule("buffer", ANY), "aten.permute_copy.default": Rule("buffer", ANY),
+    "aten.slice_copy.Tensor": Rule("buffer", ANY), "aten.cat.default": Rule("buffer", NUMERIC),
+    "aten.convolution.default": Rule("conv"), "et_vk.conv_with_clamp.default": Rule("conv"),
+    BATCH_NORM: Rule("texture"),
+    "aten.max_pool2d.default": Rule("texture"), "aten.avg_pool2d.default": Rule("texture"),
+    "aten.mean.dim": Rule("reduce"), "aten.sum.dim_IntList": Rule("reduce"),
+}
+"""The ops of vkx's contract that the runtime has, by the storage rule its registry gives them."""
+
+
+def _extents(dims: tuple[int, ...], layout: MemoryLayout) -> tuple[int, int, int]:
+    """The 3-D image a tensor of `dims` needs in `layout` (the packed dim in groups of four)."""
+    whcn = [*reversed(dims[-3:]), *[1] * (3 - len(dims[-3:]))]
+    packed = PACKED_BY_WHCN.index(layout)
+    whcn[packed] = -(-whcn[packed] // 4)
+    return whcn[0], whcn[1], whcn[2] * (dims[0] if len(dims) == 4 else 1)
+
+
+def fits_texture(tensor: Tensor, layout: MemoryLayout) -> bool:
+    return len(tensor.dims) <= 4 and all(e <= m for e, m in zip(_extents(tensor.dims, layout), TEXTURE_LIMITS))
