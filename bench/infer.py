@@ -59,8 +59,11 @@ CASES = {**{name: example(name) for name in EXAMPLES},
          "linear8x4096-b64": lambda: linear_stack(64)}
 
 
-def median_seconds(fn, runs: int) -> float:
-    fn()  # warm-up: pipelines, first touch, torch's kernels
+def median_seconds(fn, runs: int, warmup: int = 1) -> float:
+    """The median wall time of `runs` calls of `fn`, after `warmup` calls (pipelines, first touch,
+    torch's kernels); bench/quant.py times with it too."""
+    for _ in range(warmup):
+        fn()
     times = []
     for _ in range(runs):
         start = time.perf_counter()

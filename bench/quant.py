@@ -23,17 +23,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from infer import median_seconds  # bench/ is this script's directory: sys.path[0]
 
 ROOT = Path(__file__).resolve().parents[1]
 DTYPES = ("fp32", "fp16", "int8", "int4")
@@ -74,7 +74,7 @@ def copy_bandwidth(runs: int) -> float:
         dst.copy_(src)
         synchronize()
 
-    seconds = median_seconds(copy, max(5, runs // 5))
+    seconds = median_seconds(copy, max(5, runs // 5), warmup=3)
     return 2 * src.numel() * 4 / seconds
 
 
@@ -90,17 +90,6 @@ def variant(base: nn.Module, dtype: str) -> tuple[nn.Module, str, list[torch.Ten
     quantized = quantize_module(base, dtype, GROUP)
     bits = 8 if dtype == "int8" else 4
     return quantized, "fp32", [dequantize(layer.weight_q, layer.scales, bits, GROUP) for layer in quantized]
-
-
-def median_seconds(fn, runs: int) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 class LoadFailed(Exception):
@@ -125,7 +114,7 @@ def measure(base: nn.Module, dtype: str, folder: Path, runs: int) -> Row:
     x = torch.randn(1, base[0].in_features)
     on = [w.to(TORCH_DEVICE) for w in weights]
     x_on = x.to(TORCH_DEVICE)
-    row.torch_seconds = median_seconds(lambda: _torch_decode(x_on, on), runs)
+    row.torch_seconds = median_seconds(lambda: _torch_decode(x_on, on), runs, warmup=3)
     del on
     path = folder / f"linears-{dtype}.pte"
     try:
@@ -133,7 +122,7 @@ def measure(base: nn.Module, dtype: str, folder: Path, runs: int) -> Row:
         child = peak_over_baseline(path)
         xin = x.half() if export_dtype == "fp16" else x  # an fp16 program takes fp16 inputs
         with vkx.load(path) as program:
-            row.vkx_seconds = median_seconds(lambda: program(xin), runs)
+            row.vkx_seconds = median_seconds(lambda: program(xin), runs, warmup=3)
     except Exception as error:  # the row says why; the other dtypes still run
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         row.error = f"not run: {first}" if isinstance(error, LoadFailed) else f"{type(error).__name__}: {first}"
