@@ -74,9 +74,7 @@ def generate(
                                          help="Device index or name substring, as vkx devices lists them."),
 ) -> None:
     """Generate text with the causal LM program FILE (exported from a Hugging Face folder), streaming it."""
-    paths.program_file(model)
-    external, beside = paths.with_external(model, paths.external_files(external_data))
-    paths.require_external(model, external)
+    external, beside = paths.loadable(model, external_data)
     if (prompt is None) == (prompt_ids is None):
         raise paths.UsageError("give the prompt as --prompt TEXT (with --tokenizer) or as --prompt-ids IDS")
     if tokenizer is not None and (tokenizer.is_dir() or not tokenizer.exists()):

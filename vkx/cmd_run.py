@@ -148,9 +148,7 @@ def run(
                                          help="The method to run, in a file of several (vkx inspect lists them)."),
 ) -> None:
     """Load the .pte FILE onto the Vulkan device and run it (one method of a file of several)."""
-    paths.program_file(model)
-    external, beside = paths.with_external(model, paths.external_files(external_data))
-    paths.require_external(model, external)
+    external, beside = paths.loadable(model, external_data)
     if inputs is not None:
         _check_inputs_file(inputs)
     if output is not None:

@@ -82,6 +82,15 @@ def require_external(program: Path, external: list[Path]) -> None:
                          "not in the file, none beside it): pass --external-data FILE")
 
 
+def loadable(program: Path, external: Iterable[Path]) -> tuple[list[Path], Path | None]:
+    """What `run` and `generate` check before loading: the .pte, its external data (given, or found
+    beside it: the second item) and that none it needs is missing."""
+    program_file(program)
+    files, beside = with_external(program, external_files(external))
+    require_external(program, files)
+    return files, beside
+
+
 def is_same_file(a: Path, b: Path) -> bool:
     """Whether two paths name one file (same inode, or the same resolved path for one not yet made)."""
     try:
