@@ -53,17 +53,25 @@ def write_folder(folder: Path, config: dict) -> None:
 
 
 def export_both(folder: Path, out: Path, max_seq_len: int, prefill_len: int) -> tuple[Path, Path, int]:
-    """The new file (named, prefill + decode), the old one (legacy, decode only), and W."""
+    """The new file (named, prefill + decode), the old one (legacy, decode only), and W; files an
+    earlier run left in `out` for the same config are used again (a 1B export takes minutes)."""
     import torch
 
     from vkx.export import export_model
     from vkx.export import hf
+    from vkx.format.describe import describe
 
     new, old = out / "llama.pte", out / "llama_legacy.pte"
+    stamp = out / "exported-config.json"
+    wanted = json.dumps({"config": json.loads((folder / "config.json").read_text()),
+                         "max_seq_len": max_seq_len, "prefill_len": prefill_len}, sort_keys=True)
+    if new.exists() and old.exists() and stamp.exists() and stamp.read_text() == wanted:
+        return new, old, describe(new)["totals"]["W"]
     weights = hf.export_folder(folder, new, max_seq_len=max_seq_len, prefill_len=prefill_len).constant_bytes
     lm = hf.CausalLM(hf.build_model(hf.read_folder(folder)), max_seq_len)
     export_model(lm, {"decode": (torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, dtype=torch.long))}, old,
                  layout="legacy")
+    stamp.write_text(wanted)
     return new, old, weights
 
 
