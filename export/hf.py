@@ -11,6 +11,7 @@ values into per-layer cache buffers at `cache_position` (`index_copy_`), exporte
 """
 from __future__ import annotations
 
+import inspect
 import json
 import mmap
 from dataclasses import dataclass
@@ -252,6 +253,10 @@ class CausalLM(torch.nn.Module):
                                  persistent=False)
         self._layers = layers
         self._cache = Cache(layers=layers)
+        # transformers renamed forward's cache argument (past_key_values up to 5.17, cache in 5.24);
+        # a name the model does not take would be swallowed by its **kwargs and the cache ignored.
+        taken = inspect.signature(model.forward).parameters
+        self._cache_argument = "cache" if "cache" in taken else "past_key_values"
         self.register_buffer("_slots", torch.arange(max_seq_len), persistent=False)
 
     def forward(self, input_ids: torch.Tensor, cache_position: torch.Tensor) -> torch.Tensor:
@@ -261,7 +266,8 @@ class CausalLM(torch.nn.Module):
             layer.bind(getattr(self, f"key_cache_{i}"), getattr(self, f"value_cache_{i}"), cache_position)
         visible = self._slots[None, :] <= cache_position[:, None]
         return self.model(input_ids=input_ids, position_ids=cache_position[None, :],
-                          attention_mask=visible[None, None], cache=self._cache, use_cache=True).logits
+                          attention_mask=visible[None, None], use_cache=True,
+                          **{self._cache_argument: self._cache}).logits
 
     def reset(self) -> None:
         """Zero the cache (a new sequence)."""
