@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -51,6 +52,11 @@ class TorchDecoder:
         self.lm.reset()
 
 
+def progress(began: float, what: str) -> None:
+    """A line on stderr as each stage ends (a 1B run takes minutes)."""
+    print(f"[{time.perf_counter() - began:7.1f} s] {what}", file=sys.stderr, flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", nargs="?", type=Path)
@@ -62,6 +68,7 @@ def main() -> None:
     parser.add_argument("--prefill-len", type=int, default=32)
     args = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    began = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
         folder = args.folder
         if folder is None:
@@ -69,6 +76,7 @@ def main() -> None:
             llama_load.write_folder(folder, llama_load.SIZES[args.size])
         pte = Path(scratch) / "model.pte"
         hf.export_folder(folder, pte, max_seq_len=args.max_seq_len, prefill_len=args.prefill_len, dtype=args.dtype)
+        progress(began, "exported")
         model = hf.build_model(hf.read_folder(folder), DTYPES[args.dtype]).to(DTYPES[args.dtype])
         prompt = np.random.default_rng(0).integers(0, model.config.vocab_size, args.prompt_len).tolist()
         rows = []
@@ -77,12 +85,14 @@ def main() -> None:
             timings = Timings()
             ours = list(generate(decoder, prompt, args.new_tokens, decoder.shape, timings=timings))
             rows.append(("vkx", timings))
+        progress(began, "vkx generated")
         shape = LMShape(args.prefill_len, args.max_seq_len, model.config.vocab_size)
         wrapper = TorchDecoder(hf.CausalLM(model, args.max_seq_len), device)
         list(generate(wrapper, prompt, 2, shape))  # warm-up
         timings = Timings()
         theirs = list(generate(wrapper, prompt, args.new_tokens, shape, timings=timings))
         rows.append((f"torch wrapper ({device})", timings))
+        progress(began, "torch wrapper generated")
         model = model.to(device)
         ids = torch.tensor([prompt], device=device)
         with torch.no_grad():
