@@ -44,8 +44,7 @@ def _linear(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: 
         defines.update(HAS_BIAS=1, **elem_defines("B", "bias", bias.dtype))
     if m == 0 or n_rows == 0:
         return
-    vals = 128 // bits  # values in 16 bytes
-    if m == 1 and k % vals == 0 and group % vals == 0 and -(-n_rows // MATVEC_ROWS) <= MAX_GROUPS:
+    if m == 1 and group % (128 // bits) == 0 and -(-n_rows // MATVEC_ROWS) <= MAX_GROUPS:  # whole 16-byte chunks a group
         _matvec(builder, x, w, s, bias, out, bits, group, defines)
         return
     words = k // VALUES_PER_WORD[bits]
@@ -60,7 +59,7 @@ def _linear(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: 
 
 
 def _matvec(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: TensorArg | None,
-            out: TensorArg, bits: int, group: int, defines: dict) -> None:
+            out: TensorArg, bits: int, group: int, defines: dict[str, str | int]) -> None:
     """matvec_q.comp: one row of activations, rows of whole 16-byte chunks each inside a scale group."""
     n_rows, stored = w.shape
     chunks = stored // 16
