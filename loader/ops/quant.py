@@ -27,7 +27,8 @@ MATVEC_ROWS = 16
 """Output rows per matvec_q workgroup: each invocation reads the activations once for this many
 rows and has this many 16-byte weight loads in flight."""
 MATVEC_WG = 128
-"""Invocations per matvec_q workgroup, splitting K (a multiple of MATVEC_ROWS)."""
+"""Invocations per matvec_q workgroup, splitting K (a multiple of MATVEC_ROWS); half as many for rows
+of at most that many 16-byte chunks (K <= 2048 at int4), where the rest would have none to read."""
 
 
 def _linear(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: TensorArg | None,
@@ -63,7 +64,8 @@ def _matvec(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: 
     """matvec_q.comp: one row of activations, rows of whole 16-byte chunks each inside a scale group."""
     n_rows, stored = w.shape
     chunks = stored // 16
-    defines = {**defines, **load4("X", "x", x.dtype), "ROWS": MATVEC_ROWS, "WG": MATVEC_WG}
+    wg = MATVEC_WG // 2 if chunks <= MATVEC_WG // 2 else MATVEC_WG
+    defines = {**defines, **load4("X", "x", x.dtype), "ROWS": MATVEC_ROWS, "WG": wg}
     for r0, rc in row_chunks(builder, n_rows, stored, [w]):
         push = struct.pack("<5I", chunks, x.shape[-1] // group, group * bits // 128, r0, rc)
         bindings = [x, rows_binding(w, r0, rc, stored), s, out] + ([bias] if bias is not None else [])

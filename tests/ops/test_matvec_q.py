@@ -43,7 +43,8 @@ def _kernel(m: int) -> str:
 
 
 # K = 4352: 136 int4 (272 int8) 16-byte chunks a row, more than a workgroup's 128 invocations, so
-# some read two chunks and others one; N = 37 leaves the last workgroup 5 of its 16 rows.
+# some read two chunks and others one; N = 37 leaves the last workgroup 5 of its 16 rows. The other
+# tests' rows have at most 64 chunks (workgroups of 64).
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("group", [32, 64, 128, 256])
 @pytest.mark.parametrize("with_bias", [False, True], ids=["no-bias", "bias"])
