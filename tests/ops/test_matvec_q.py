@@ -75,8 +75,9 @@ def _full_range(n: int, k: int, bits: int, seed: int) -> tuple[torch.Tensor, tor
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("rows", [1, 16, 17, 50])
 def test_every_integer_and_row_count(bits, rows, shaders):
-    """Every stored integer in every position of a word converts exactly; 1, 16, 17, 50 rows
-    (one workgroup, full, one row over, several with a partial last)."""
+    """Every integer of the type (the extremes too, each at an even and an odd k; a field read wrong
+    is off by at least one scale step, far over the tolerance); 1, 16, 17, 50 rows (one workgroup,
+    full, one row over, several with a partial last)."""
     k, group = 512, 32
     packed, q = _full_range(rows, k, bits, seed=4)
     s = rand(rows, k // group, seed=5, scale=0.05).abs() + 0.01
