@@ -1,5 +1,6 @@
 #version 450
 // Weight-only quantized linear: o[m, n] = sum_k x[m, k] * q[n, k] * s[n, k / GROUP] (+ bias[n]).
+// (One row of activations takes matvec_q.comp where its weight rows allow: loader/ops/quant.py.)
 // The weight is read as 32-bit words (with VEC four at a time): BITS 4 packs 8 values a word (value j in bits 4j..4j+3,
 // stored as q + 8), BITS 8 packs 4 (signed bytes). Each workgroup computes ROWS outputs of one
 // row m: its 64 invocations stride over the words of those weight rows (adjacent invocations read

@@ -4,7 +4,10 @@ and those of ExecuTorch's quantized Vulkan files (`et_vk.linear_q4gsw`, `et_vk.e
 weight-only flow `aten._weight_int8pack_mm`, `et_vk.linear_qcs4w`).
 
 The packed weight goes to the device as its file bytes and is dequantized in the
-shader, accumulating in fp32. A weight larger than one storage binding is
+shader, accumulating in fp32. One row of activations (decode) takes
+`shaders/matvec_q.comp` (16-byte weight loads, vec4 activations, the zero point and scale
+once per 16 bytes) where the row is whole 16-byte chunks inside the scale groups; other
+shapes take `shaders/linear_q.comp`. A weight larger than one storage binding is
 dispatched in row blocks.
 """
 from __future__ import annotations
@@ -15,15 +18,24 @@ from vkx.format.contract import Call
 from vkx.format.op_quant import VALUES_PER_WORD
 
 from . import OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines
-from .shape import dispatch_groups, row_chunks, rows_binding
+from .gemm import load4
+from .shape import MAX_GROUPS, dispatch_groups, row_chunks, rows_binding
 
 ROWS = 4
 """Output rows per linear_q workgroup (ROWS in shaders/linear_q.comp)."""
+MATVEC_ROWS = 16
+"""Output rows per matvec_q workgroup: each invocation reads the activations once for this many
+rows and has this many 16-byte weight loads in flight."""
+MATVEC_WG = 128
+"""Invocations per matvec_q workgroup, splitting K (a multiple of MATVEC_ROWS); half as many for rows
+of at most that many 16-byte chunks (K <= 2048 at int4), where the rest would have none to read."""
 
 
 def _linear(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: TensorArg | None,
             out: TensorArg, bits: int, group: int, **variant: str | int) -> None:
-    """linear_q.comp over a packed weight [N, K / values a byte]; `variant`: its packing defines."""
+    """A linear over a packed weight [N, K / values a byte] (`variant`: its packing defines):
+    matvec_q.comp for one row of activations whose weight rows are whole 16-byte chunks, each
+    inside one scale group; linear_q.comp for the rest."""
     n_rows, stored = w.shape
     k = x.shape[-1]
     m = x.numel // k if k else 0
@@ -33,16 +45,31 @@ def _linear(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: 
         defines.update(HAS_BIAS=1, **elem_defines("B", "bias", bias.dtype))
     if m == 0 or n_rows == 0:
         return
+    if m == 1 and group % (128 // bits) == 0 and -(-n_rows // MATVEC_ROWS) <= MAX_GROUPS:  # whole 16-byte chunks a group
+        _matvec(builder, x, w, s, bias, out, bits, group, defines)
+        return
     words = k // VALUES_PER_WORD[bits]
-    # int8: 16-byte weight loads, each inside one scale group (H200, 16 x 4096^2 at batch 1: 0.50
-    # against 0.65 ms a token). int4 read so was slower (0.63 against 0.42 ms: 32 activations a
-    # load and invocation), so it keeps word loads.
+    # int8: 16-byte weight loads, each inside one scale group. int4 keeps word loads: read 16 bytes
+    # at a time here, an invocation's 32 activations a load were scattered across the workgroup.
     if bits == 8 and words % 4 == 0 and group % (4 * VALUES_PER_WORD[bits]) == 0 and stored == 4 * words:
         defines["VEC"] = 1
     for r0, rc in row_chunks(builder, n_rows, stored, [w]):
         push = struct.pack("<7I", n_rows, k, k // VALUES_PER_WORD[bits], k // group, group, r0, rc)
         bindings = [x, rows_binding(w, r0, rc, stored), s, out] + ([bias] if bias is not None else [])
         builder.dispatch("linear_q", bindings, push, (-(-rc // ROWS), m, 1), defines)
+
+
+def _matvec(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: TensorArg | None,
+            out: TensorArg, bits: int, group: int, defines: dict[str, str | int]) -> None:
+    """matvec_q.comp: one row of activations, rows of whole 16-byte chunks each inside a scale group."""
+    n_rows, stored = w.shape
+    chunks = stored // 16
+    wg = MATVEC_WG // 2 if chunks <= MATVEC_WG // 2 else MATVEC_WG
+    defines = {**defines, **load4("X", "x", x.dtype), "ROWS": MATVEC_ROWS, "WG": wg}
+    for r0, rc in row_chunks(builder, n_rows, stored, [w]):
+        push = struct.pack("<5I", chunks, x.shape[-1] // group, group * bits // 128, r0, rc)
+        bindings = [x, rows_binding(w, r0, rc, stored), s, out] + ([bias] if bias is not None else [])
+        builder.dispatch("matvec_q", bindings, push, (-(-rc // MATVEC_ROWS), 1, 1), defines)
 
 
 @builds("vkx.linear_q.default")
