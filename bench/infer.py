@@ -10,7 +10,9 @@ case's GPU time per op and shader.
 
 Cases: the example model files (examples/*.py, get_model()), a transformer encoder block
 (d 1024, 16 heads, MLP 4096, seq 512: examples/transformer.py's block at that size) and
-8 × Linear(4096, 4096) (no bias) at batch 1 and 64.
+8 × Linear(4096, 4096) (no bias) at batch 1 and 64, and row reductions over [8192, 4096]
+(layer_norm, rms_norm, softmax, sum over the last dim), for which a second table gives the
+bytes moved (input read + output written) per second of GPU time.
 
     .venv/bin/python bench/infer.py [--cases all|NAME,...] [--runs 20] [--dtype fp32] [--profile]
 """
@@ -48,6 +50,23 @@ def transformer_block():
     return block.eval(), (torch.randn(1, 512, 1024),)
 
 
+ROWS = (8192, 4096)
+
+
+class _Sum(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.sum(-1)
+
+
+ROW_OPS = {"layer_norm": lambda: nn.LayerNorm(ROWS[1]), "rms_norm": lambda: nn.RMSNorm(ROWS[1]),
+           "softmax": lambda: nn.Softmax(-1), "sum": _Sum}
+
+
+def row_op(kind: str):
+    torch.manual_seed(0)
+    return ROW_OPS[kind]().eval(), (torch.randn(*ROWS),)
+
+
 def example(name: str):
     from vkx.export.model_file import load_model_file
     return lambda: load_model_file(ROOT / "examples" / f"{name}.py")
@@ -56,7 +75,8 @@ def example(name: str):
 CASES = {**{name: example(name) for name in EXAMPLES},
          "transformer-d1024-s512": transformer_block,
          "linear8x4096-b1": lambda: linear_stack(1),
-         "linear8x4096-b64": lambda: linear_stack(64)}
+         "linear8x4096-b64": lambda: linear_stack(64),
+         **{f"rows-{kind}": (lambda kind=kind: row_op(kind)) for kind in ROW_OPS}}
 
 
 def median_seconds(fn, runs: int, warmup: int = 1) -> float:
@@ -109,7 +129,8 @@ def measure(name: str, dtype: str, runs: int, profile: bool, folder: Path) -> di
         ops = program.profile(*xs, runs=max(3, runs // 2))
         dispatches = program.dispatch_count
     torch_s, device = torch_seconds(module, inputs, tdtype, runs)
-    return {"name": name, "vkx": vkx_s, "gpu": sum(t for _, _, t in ops), "torch": torch_s,
+    moved = sum(x.numel() * x.element_size() for x in xs) + want.numel() * want.element_size()
+    return {"name": name, "moved": moved, "vkx": vkx_s, "gpu": sum(t for _, _, t in ops), "torch": torch_s,
             "device": device, "ops": ops if profile else None, "dispatches": dispatches, "err": err}
 
 
@@ -155,6 +176,13 @@ def main() -> None:
     for r in results:
         print(f"| {r['name']} | {r['dispatches']} | {r['vkx'] * 1e3:.3f} | {r['gpu'] * 1e3:.3f} "
               f"| {r['torch'] * 1e3:.3f} | {r['torch'] / r['vkx']:.3f} | {r['torch'] / r['gpu']:.3f} |")
+    rows = [r for r in results if r["name"].startswith("rows-")]
+    if rows:
+        print("\n| row reduction | MB moved | vkx GPU ms | vkx GB/s | torch ms | torch GB/s |")
+        print("|---|--:|--:|--:|--:|--:|")
+        for r in rows:
+            print(f"| {r['name'][5:]} | {r['moved'] / 1e6:.0f} | {r['gpu'] * 1e3:.3f} | {r['moved'] / r['gpu'] / 1e9:.1f} "
+                  f"| {r['torch'] * 1e3:.3f} | {r['moved'] / r['torch'] / 1e9:.1f} |")
     for r in results:
         if r["ops"] is not None:
             print(f"\n{r['name']}: GPU time per op\n\n{op_table(r['ops'])}")
