@@ -11,6 +11,8 @@ constants (`load_graph`) are wrapped too; freeing one drops the reference.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from vkx.format.errors import FormatError
@@ -48,6 +50,16 @@ class FreeableBuffer:
         self.read_into(0, data)
         self._obj = memoryview(data)
         return True
+
+    def read_ahead(self) -> None:
+        """Start the kernel reading this constant's file range into the page cache, without
+        waiting (POSIX_FADV_WILLNEED: for a file read with pread it is what MADV_WILLNEED is for
+        a mapping), so that a later `read_into` copies from memory instead of waiting on disk."""
+        if self._file is not None and not self.freed and self._length:
+            try:
+                os.posix_fadvise(self._file.fd, self._offset, self._length, os.POSIX_FADV_WILLNEED)
+            except OSError:
+                pass  # only a hint: a file system that takes none reads as before
 
     def read_into(self, lo: int, dst) -> None:
         """Copy bytes [lo, lo + len(dst)) of the constant into the writable buffer `dst`."""

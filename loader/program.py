@@ -37,7 +37,7 @@ from vkx.loader.prepack import Uploader
 from vkx.loader.record import Executor, StateStore
 from vkx.loader.runner import Program
 from vkx.loader.shaders import Pipeline, pipelines_for
-from vkx.loader.staging import StagingRing
+from vkx.loader.staging import StagingRing, ring_shape
 from vkx.loader.trace import Timeline
 
 SCHEDULES = ("lazy", "eager")
@@ -236,10 +236,10 @@ def upload_weights(built: Built, res: Resources, options: Options, progress: Pro
     """
     dev, allocator = res.device, res.allocator
     mode = _upload_mode(options, allocator, dev)
-    if mode == "ring":
-        res.ring = StagingRing(dev, allocator, options.staging_chunks, options.staging_chunk_bytes)
-    res.uploader = up = Uploader(dev, allocator, mode, res.ring, imports(options, dev), options.upload == "import")
     total = sum(ts[0].nbytes for ts in built.constants.values())
+    if mode == "ring":
+        res.ring = StagingRing(dev, allocator, *ring_shape(total, options.staging_chunks, options.staging_chunk_bytes))
+    res.uploader = up = Uploader(dev, allocator, mode, res.ring, imports(options, dev), options.upload == "import")
     done = 0
     kept: dict[int, tuple] = {}
     order = sorted(built.constants.items())
@@ -253,10 +253,12 @@ def upload_weights(built: Built, res: Resources, options: Options, progress: Pro
         return kept
     res.timeline.mark("after graph build")
     res.timeline.mark("prepack start")
-    for cid, ts in order:
-        host = res.source.get(cid)                                           # M = W
-        # imported: + 0; else + w (GPU), host pages freed as they are copied
-        _give(ts, up.place(ts[0], host, res.source.in_place(cid) if up.imports else None))
+    hosts = [res.source.get(cid) for cid, _ in order]                     # byte ranges, no bytes yet
+    for i, (cid, ts) in enumerate(order):
+        if i + 1 < len(hosts):
+            hosts[i + 1].read_ahead()  # the kernel reads the next weight from disk while this one is copied
+        # M = W; imported: + 0; else + w (GPU), host pages freed as they are copied
+        _give(ts, up.place(ts[0], hosts[i], res.source.in_place(cid) if up.imports else None))
         done += ts[0].nbytes
         if progress is not None:
             progress(done, total)
@@ -374,14 +376,24 @@ def imports(options: Options, device: Device) -> bool:
 
 
 def _upload_mode(options: Options, allocator: Allocator, device: Device) -> str:
+    """How copied weights reach the device (docs/architecture.md, "Upload paths").
+
+    "auto" writes directly where device memory is host memory (an integrated GPU, a CPU
+    device) or is host-cached: there a direct write is the one copy a load needs. Where
+    device-local host-visible memory is uncached (a discrete GPU's BAR: write-combined,
+    CPU stores over PCIe) the ring is faster, so "auto" stages: the CPU fills cached host
+    memory and the GPU's copy engine moves it, overlapped with the next chunk's read.
+    """
     if options.schedule == "eager":
         return "eager"
     if options.upload == "staging":
         return "ring"
-    has_direct = allocator.direct_type() is not None
-    if options.upload == "direct" and not has_direct:
-        raise DeviceError(f"{device.name}: no DEVICE_LOCAL|HOST_VISIBLE memory type for upload='direct'")
-    return "direct" if has_direct else "ring"
+    direct = allocator.direct_type()
+    if options.upload == "direct":
+        if direct is None:
+            raise DeviceError(f"{device.name}: no DEVICE_LOCAL|HOST_VISIBLE memory type for upload='direct'")
+        return "direct"
+    return "direct" if direct is not None and (device.integrated or direct.host_cached) else "ring"
 
 
 def _give(tensors: list[RTensor], buffer: Buffer) -> None:

@@ -1,10 +1,17 @@
 """A fixed ring of host-visible staging chunks for uploads to device-only memory.
 
-Default 4 chunks x 16 MiB. Source bytes are read (from the file, or copied
-from memory) into the next free chunk, a vkCmdCopyBuffer to the destination is recorded, and the chunk is
+Source bytes are read (from the file, or copied from memory) into the next free
+chunk, a vkCmdCopyBuffer to the destination is recorded, and the chunk is
 submitted with its own fence once it is full (several small tensors share a
-chunk); a chunk is reused after its fence signals. Staging memory never grows
-with the largest tensor: a big tensor simply takes many chunks.
+chunk); a chunk is reused after its fence signals, so the file read and host copy
+into one chunk overlap the device's copies out of the others. Staging memory
+never grows with the largest tensor: a big tensor simply takes many chunks.
+
+Size (`ring_shape`): at most W / RING_SHARE bytes in all for W bytes of weights,
+so a staged load peaks within 1% of W over a direct one (1.146 W was measured on
+an H200 at W = 1 GiB with a fixed 64 MiB ring, its pages counted as host memory
+and again by the ledger); the load options' 4 x 16 MiB is the most it takes, and
+a chunk is never under 64 KiB.
 """
 from __future__ import annotations
 
@@ -18,6 +25,14 @@ from vkx.loader.named_data import FreeableBuffer
 ffi = vk.ffi
 lib = vk._vulkan.lib
 _ALIGN = 16
+RING_SHARE = 100
+MIN_CHUNK = 64 * 1024
+
+
+def ring_shape(weight_bytes: int, chunks: int, max_chunk_bytes: int) -> tuple[int, int]:
+    """(chunks, bytes per chunk) of the ring that stages `weight_bytes` of weights."""
+    share = weight_bytes // RING_SHARE // chunks
+    return chunks, max(MIN_CHUNK, min(max_chunk_bytes, share - share % _ALIGN))
 
 
 class _Chunk:
@@ -55,7 +70,7 @@ def wait_and_reset(device: Device, fence) -> None:
 
 class StagingRing:
     def __init__(self, device: Device, allocator: Allocator, chunks: int = 4, chunk_bytes: int = 16 * MiB):
-        if chunks < 1 or chunk_bytes < 64 * 1024:
+        if chunks < 1 or chunk_bytes < MIN_CHUNK:
             raise ValueError("staging ring needs at least 1 chunk of at least 64 KiB")
         self.device, self.allocator = device, allocator
         self.nchunks, self.chunk_bytes = chunks, chunk_bytes - chunk_bytes % _ALIGN

@@ -9,7 +9,7 @@ from .helpers import relu_add_graph, weights
 
 
 @pytest.mark.parametrize("schedule", ["lazy", "eager"])
-@pytest.mark.parametrize("upload", ["auto", "staging"])
+@pytest.mark.parametrize("upload", ["auto", "staging", "direct"])
 def test_relu_add(schedule, upload):
     if schedule == "eager" and upload == "direct":
         pytest.skip()
