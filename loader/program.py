@@ -37,7 +37,7 @@ from vkx.loader.prepack import Uploader
 from vkx.loader.record import Executor, StateStore
 from vkx.loader.runner import Program
 from vkx.loader.shaders import Pipeline, pipelines_for
-from vkx.loader.staging import StagingRing, ring_shape
+from vkx.loader.staging import MIN_CHUNK, StagingRing, ring_shape
 from vkx.loader.trace import Timeline
 
 SCHEDULES = ("lazy", "eager")
@@ -91,6 +91,8 @@ class Options:
         for name in ("staging_chunks", "staging_chunk_bytes"):
             if not _positive_int(getattr(self, name)):
                 raise LoadError(f"{name} must be a positive integer, not {getattr(self, name)!r}")
+        if self.staging_chunk_bytes < MIN_CHUNK:
+            raise LoadError(f"staging_chunk_bytes must be at least 64 KiB, not {self.staging_chunk_bytes}")
         for name in ("memory_budget", "max_binding_bytes"):
             value = getattr(self, name)
             if value is not None and not _positive_int(value):

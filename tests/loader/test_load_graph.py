@@ -98,7 +98,8 @@ def test_activations_past_the_device_heap_are_refused_before_any_work():
 
 
 @pytest.mark.parametrize("bad,error", [({"memory_budget": "lots"}, "memory_budget"), ({"memory_budget": -5}, "memory_budget"),
-                                       ({"staging_chunks": 0}, "staging_chunks"), ({"schedule": "soon"}, "schedule")])
+                                       ({"staging_chunks": 0}, "staging_chunks"), ({"schedule": "soon"}, "schedule"),
+                                       ({"staging_chunk_bytes": 4096}, "staging_chunk_bytes must be at least 64 KiB")])
 def test_bad_load_options_are_typed(bad, error):
     from vkx.loader.errors import LoadError
     from .helpers import relu_add_graph, weights
