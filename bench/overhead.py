@@ -7,7 +7,10 @@ call with numpy and with torch inputs. The baseline, measured in the same run on
 same device and queue, is a bare vkQueueSubmit + vkWaitForFences + vkResetFences of an
 empty command buffer: what any Vulkan program pays per submission. "vkx's part" is the
 whole call less its submit, wait and reset; "host work" is the same call with the replay
-taken out (what vkx's Python costs per call, free of the wait's wake-up jitter).
+taken out (what vkx's Python costs per call, free of the wait's wake-up jitter). The
+polled baseline shows what a busy-wait on the fence would save over blocking in
+vkWaitForFences on this device (vkx blocks: on a CPU device a spinning caller takes a
+core from the driver's own threads).
 
 Every row is the median over `--calls` timed repetitions, taken in `--rounds` rounds
 that interleave the phases (so load from other processes spreads over all of them).
@@ -57,6 +60,14 @@ class EmptySubmit:
         lib.vkWaitForFences(d.device, 1, self.fences, vk.VK_TRUE, UINT64_MAX)
         lib.vkResetFences(d.device, 1, self.fences)
 
+    def polled(self) -> None:
+        """The same, polling vkGetFenceStatus instead of blocking in vkWaitForFences."""
+        d = self.device
+        lib.vkQueueSubmit(d.queue, 1, self.submit, self.fence)
+        while lib.vkGetFenceStatus(d.device, self.fence) != vk.VK_SUCCESS:
+            pass
+        lib.vkResetFences(d.device, 1, self.fences)
+
     def close(self) -> None:
         vk.vkDestroyFence(self.device.device, self.fence, None)
         vk.vkFreeCommandBuffers(self.device.device, self.device.command_pool, 1, [self.cmd])
@@ -97,6 +108,7 @@ def measure(calls: int, rounds: int) -> dict:
 
     phases = {
         "baseline: empty submit + wait + reset": empty,
+        "the same, fence polled (vkGetFenceStatus)": empty.polled,
         "arguments and checks, numpy": lambda: program._inputs(program._arguments((xn,), {})),
         "arguments and checks, torch": lambda: program._inputs(program._arguments((xt,), {})),
         "input write (one np.copyto)": lambda: port_in.write(xn, False),
@@ -132,7 +144,7 @@ def measure(calls: int, rounds: int) -> dict:
     return {"device": program.device.name, "calls": per_round * rounds, "us": us}
 
 
-ORDER = ("baseline: empty submit + wait + reset", "arguments and checks, numpy", "arguments and checks, torch",
+ORDER = ("baseline: empty submit + wait + reset", "the same, fence polled (vkGetFenceStatus)", "arguments and checks, numpy", "arguments and checks, torch",
          "input write (one np.copyto)", "vkQueueSubmit", "vkWaitForFences", "vkResetFences",
          "output read (one copy)", "torch.from_numpy of the output", "whole call, numpy", "whole call, torch",
          "vkx's part, numpy (whole call - submit, wait, reset)", "vkx's part, torch",

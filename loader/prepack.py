@@ -23,7 +23,7 @@ from vkx.loader.errors import BadProgramError, ImportRefusedError
 from vkx.loader.graph import RTensor
 from vkx.loader.memory import Allocator, Buffer
 from vkx.loader.named_data import FreeableBuffer
-from vkx.loader.staging import StagingRing, submit_copies, wait_and_reset
+from vkx.loader.staging import CopyBatch, StagingRing
 
 lib = vk._vulkan.lib
 
@@ -49,8 +49,7 @@ class Uploader:
         self.weight_bytes = 0        # device bytes of all constants (== their file bytes)
         self.path_bytes = {"imported": 0, "direct": 0, "staged": 0}
         """Weight bytes per way to the device: used in place, written directly, through staging."""
-        self._cmd = None
-        self._fence = None
+        self._batch: CopyBatch | None = None
 
     def place(self, t: RTensor, host: FreeableBuffer, in_place: tuple[int, int, int] | str | None) -> Buffer:
         """The device buffer of constant tensor `t`, filled: its file bytes imported where
@@ -108,11 +107,10 @@ class Uploader:
         try:
             host.read_into(0, staging.mapped()[:n])
             self.host_copy_bytes += n
-            if self._cmd is None:
-                self._cmd = self.device.command_buffer()
-                self._fence = vk.vkCreateFence(self.device.device, vk.VkFenceCreateInfo(), None)
-            submit_copies(self.device, self._cmd, staging, [(dst.handle, 0, 0, n)], self._fence)
-            wait_and_reset(self.device, self._fence)
+            if self._batch is None:
+                self._batch = CopyBatch(self.device)
+            self._batch.submit(staging, [(dst.handle, 0, 0, n)])
+            self._batch.wait()
             self.device_copy_bytes += n
         finally:
             staging.free()
@@ -128,9 +126,7 @@ class Uploader:
         return (self.host_copy_bytes + self.device_copy_bytes) / self.weight_bytes
 
     def close(self) -> None:
-        d = self.device.device
-        if self._cmd is not None:
-            lib.vkDeviceWaitIdle(d)
-            vk.vkFreeCommandBuffers(d, self.device.command_pool, 1, [self._cmd])
-            vk.vkDestroyFence(d, self._fence, None)
-            self._cmd = self._fence = None
+        if self._batch is not None:
+            lib.vkDeviceWaitIdle(self.device.device)
+            self._batch.close(in_flight=False)
+            self._batch = None

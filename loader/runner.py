@@ -196,7 +196,7 @@ class Program(Closes):
     def profile(self, *tensors, runs: int = 10) -> list[tuple[str, str, float]]:
         """(node, shader, GPU seconds) of every dispatch in order, the median of `runs`
         timestamped calls on these inputs (bench/infer.py --profile)."""
-        self._execute(self._inputs(tensors)[0], torch_out=False)  # checks and writes the inputs
+        self._execute(self._inputs(self._arguments(tensors, {}))[0], torch_out=False)  # checks, writes the inputs
         with self._lock:
             if self.closed:
                 raise LoadError("program is closed")
