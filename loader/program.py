@@ -29,11 +29,11 @@ from typing import Callable, Sequence
 
 from vkx.format import vkgraph as g
 from vkx.loader.device import Device, default_device
-from vkx.loader.errors import BadProgramError, DeviceError, ImportRefusedError, LoadError, OutOfDeviceMemoryError
+from vkx.loader.errors import BadProgramError, LoadError, OutOfDeviceMemoryError
 from vkx.loader.graph import GraphBuilder, RTensor
 from vkx.loader.memory import Allocator, Buffer, MiB
 from vkx.loader.named_data import FreeableBuffer
-from vkx.loader.prepack import Uploader
+from vkx.loader.prepack import Uploader, imports, upload_mode
 from vkx.loader.record import Executor, StateStore
 from vkx.loader.runner import Program
 from vkx.loader.shaders import Pipeline, pipelines_for
@@ -237,11 +237,12 @@ def upload_weights(built: Built, res: Resources, options: Options, progress: Pro
     freed by the caller after the activations, as the old runtime did).
     """
     dev, allocator = res.device, res.allocator
-    mode = _upload_mode(options, allocator, dev)
+    mode = upload_mode(options.upload, options.schedule, allocator, dev)
     total = sum(ts[0].nbytes for ts in built.constants.values())
     if mode == "ring":
         res.ring = StagingRing(dev, allocator, *ring_shape(total, options.staging_chunks, options.staging_chunk_bytes))
-    res.uploader = up = Uploader(dev, allocator, mode, res.ring, imports(options, dev), options.upload == "import")
+    res.uploader = up = Uploader(dev, allocator, mode, res.ring, imports(options.upload, options.schedule, dev),
+                                      options.upload == "import")
     done = 0
     kept: dict[int, tuple] = {}
     order = sorted(built.constants.items())
@@ -359,43 +360,6 @@ def _device(device) -> tuple[Device, bool]:
     if isinstance(device, Device):
         return device, False
     return Device(str(device)), True
-
-
-def imports(options: Options, device: Device) -> bool:
-    """Whether weights are used in place from their files where the device allows it.
-
-    "auto" imports only where the device's memory is host memory anyway (an integrated
-    GPU, or lavapipe, whose every memory type is device-local): there it is as fast as
-    a copy. A discrete GPU reads imported host memory over PCIe on every use, so "auto"
-    copies there; "import" still forces it.
-    """
-    if options.upload == "import":
-        if device.import_alignment is None:
-            raise ImportRefusedError(f"upload='import': {device.name} has no VK_EXT_external_memory_host")
-        return True
-    return (options.upload == "auto" and options.schedule == "lazy" and device.import_alignment is not None
-            and device.integrated)
-
-
-def _upload_mode(options: Options, allocator: Allocator, device: Device) -> str:
-    """How copied weights reach the device (docs/architecture.md, "Upload paths").
-
-    "auto" writes directly where device memory is host memory (an integrated GPU, a CPU
-    device) or is host-cached: there a direct write is the one copy a load needs. Where
-    device-local host-visible memory is uncached (a discrete GPU's BAR: write-combined,
-    CPU stores over PCIe) the ring is faster, so "auto" stages: the CPU fills cached host
-    memory and the GPU's copy engine moves it, overlapped with the next chunk's read.
-    """
-    if options.schedule == "eager":
-        return "eager"
-    if options.upload == "staging":
-        return "ring"
-    direct = allocator.direct_type()
-    if options.upload == "direct":
-        if direct is None:
-            raise DeviceError(f"{device.name}: no DEVICE_LOCAL|HOST_VISIBLE memory type for upload='direct'")
-        return "direct"
-    return "direct" if direct is not None and (device.integrated or direct.host_cached) else "ring"
 
 
 def _give(tensors: list[RTensor], buffer: Buffer) -> None:

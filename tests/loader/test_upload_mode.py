@@ -1,4 +1,4 @@
-"""upload="auto" picks the way weights are copied from the device's memory types (loader/program.py)."""
+"""upload="auto" picks the way weights are copied from the device's memory types (loader/prepack.py)."""
 from __future__ import annotations
 
 import pytest
@@ -7,7 +7,7 @@ import vulkan as vk
 from vkx.loader.device import MemoryType
 from vkx.loader.errors import DeviceError
 from vkx.loader.memory import Allocator
-from vkx.loader.program import Options, _upload_mode
+from vkx.loader.prepack import upload_mode
 from vkx.loader.staging import MIN_CHUNK, RING_SHARE, ring_shape
 
 MiB = 1 << 20
@@ -30,7 +30,7 @@ class FakeDevice:
 
 
 def mode(device: FakeDevice, upload: str = "auto") -> str:
-    return _upload_mode(Options(upload=upload), Allocator(device), device)
+    return upload_mode(upload, "lazy", Allocator(device), device)
 
 
 @pytest.mark.parametrize("device, expect", [
