@@ -59,3 +59,24 @@ def test_the_ring_scales_with_the_weights(weights):
     assert chunks * chunk <= max(weights // RING_SHARE, 4 * MIN_CHUNK)
     if weights >= 4 * 16 * MiB * RING_SHARE:
         assert chunk == 16 * MiB  # the options' most
+
+
+@pytest.mark.parametrize("upload, path", [("auto", None), ("staging", "staged"), ("direct", "direct")])
+def test_a_file_loads_the_same_on_every_path(tmp_path, upload, path):
+    import numpy as np
+
+    from vkx.loader import load
+
+    from .helpers import relu_add_graph, weights, write_pte
+
+    n = 300_000  # 1.2 MB of weights: the ring (4 chunks of 64 KiB at this W) wraps around four times
+    w = weights(n)
+    pte, _ = write_pte(tmp_path, relu_add_graph(n), [w])
+    x = np.random.default_rng(3).standard_normal(n).astype(np.float32)
+    with load(pte, upload=upload) as p:
+        np.testing.assert_array_equal(p(x), np.maximum(x, 0) + w)
+        if path is not None:
+            assert p.weight_paths[path] == w.nbytes
+        if upload == "staging":
+            assert p.ledger.peak["staging"] == 4 * MIN_CHUNK
+    assert p.ledger.is_zero
