@@ -124,12 +124,14 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
     `external_data`: .ptd / .safetensors files searched (in order) before the
     .pte's own named data; none given and the .pte needs some: its same-stem
     file beside it (a warning says so). `schedule`: "lazy" (default) or "eager"
-    (the old order, for comparison). `upload`: "auto", "staging" or "direct".
+    (the old order, for comparison). `upload`: "auto" (by the device's memory
+    types: docs/architecture.md, "Upload paths"), "staging", "direct" or "import".
     `progress(done_bytes, total_bytes)` is called after each weight's upload.
     `trace_memory`: reset the process's VmHWM at each phase so that
     `Program.memory["phases"]` has the RSS peak of each (only then is the
     process-wide counter touched).
-    Options: staging_chunks, staging_chunk_bytes, memory_budget (bytes).
+    Options: staging_chunks, staging_chunk_bytes (the ring's most per chunk: it
+    holds W / 100 in all), memory_budget (bytes).
     """
     if not isinstance(path, (str, os.PathLike)):
         raise FileError(f"vkx.load takes the path of a .pte file, not {type(path).__name__}")

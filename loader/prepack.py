@@ -13,17 +13,18 @@ the load mode. Three ways to copy, one per load mode:
 - "eager" (the old order): host copies are read and kept until the end of the
   load; a full-size staging buffer per tensor, copied with vkCmdCopyBuffer,
   waited for, then freed.
+`imports` and `upload_mode` decide, from the load options and the device, which apply.
 """
 from __future__ import annotations
 
 import vulkan as vk
 
 from vkx.loader.device import Device
-from vkx.loader.errors import BadProgramError, ImportRefusedError
+from vkx.loader.errors import BadProgramError, DeviceError, ImportRefusedError
 from vkx.loader.graph import RTensor
 from vkx.loader.memory import Allocator, Buffer
 from vkx.loader.named_data import FreeableBuffer
-from vkx.loader.staging import StagingRing, submit_copies, wait_and_reset
+from vkx.loader.staging import CopyBatch, StagingRing
 
 lib = vk._vulkan.lib
 
@@ -49,8 +50,7 @@ class Uploader:
         self.weight_bytes = 0        # device bytes of all constants (== their file bytes)
         self.path_bytes = {"imported": 0, "direct": 0, "staged": 0}
         """Weight bytes per way to the device: used in place, written directly, through staging."""
-        self._cmd = None
-        self._fence = None
+        self._batch: CopyBatch | None = None
 
     def place(self, t: RTensor, host: FreeableBuffer, in_place: tuple[int, int, int] | str | None) -> Buffer:
         """The device buffer of constant tensor `t`, filled: its file bytes imported where
@@ -108,11 +108,10 @@ class Uploader:
         try:
             host.read_into(0, staging.mapped()[:n])
             self.host_copy_bytes += n
-            if self._cmd is None:
-                self._cmd = self.device.command_buffer()
-                self._fence = vk.vkCreateFence(self.device.device, vk.VkFenceCreateInfo(), None)
-            submit_copies(self.device, self._cmd, staging, [(dst.handle, 0, 0, n)], self._fence)
-            wait_and_reset(self.device, self._fence)
+            if self._batch is None:
+                self._batch = CopyBatch(self.device)
+            self._batch.submit(staging, [(dst.handle, 0, 0, n)])
+            self._batch.wait()
             self.device_copy_bytes += n
         finally:
             staging.free()
@@ -128,9 +127,44 @@ class Uploader:
         return (self.host_copy_bytes + self.device_copy_bytes) / self.weight_bytes
 
     def close(self) -> None:
-        d = self.device.device
-        if self._cmd is not None:
-            lib.vkDeviceWaitIdle(d)
-            vk.vkFreeCommandBuffers(d, self.device.command_pool, 1, [self._cmd])
-            vk.vkDestroyFence(d, self._fence, None)
-            self._cmd = self._fence = None
+        if self._batch is not None:
+            lib.vkDeviceWaitIdle(self.device.device)
+            self._batch.close(in_flight=False)
+            self._batch = None
+
+
+def imports(upload: str, schedule: str, device: Device) -> bool:
+    """Whether weights are used in place from their files where the device allows it.
+
+    "auto" imports only where the device's memory is host memory anyway (an integrated
+    GPU, or lavapipe, whose every memory type is device-local): there it is as fast as
+    a copy. A discrete GPU reads imported host memory over PCIe on every use, so "auto"
+    copies there; "import" still forces it.
+    """
+    if upload == "import":
+        if device.import_alignment is None:
+            raise ImportRefusedError(f"upload='import': {device.name} has no VK_EXT_external_memory_host")
+        return True
+    return (upload == "auto" and schedule == "lazy" and device.import_alignment is not None
+            and device.integrated)
+
+
+def upload_mode(upload: str, schedule: str, allocator: Allocator, device: Device) -> str:
+    """How copied weights reach the device (docs/architecture.md, "Upload paths").
+
+    "auto" writes directly where device memory is host memory (an integrated GPU, a CPU
+    device) or is host-cached: there a direct write is the one copy a load needs. Where
+    device-local host-visible memory is uncached (a discrete GPU's BAR: write-combined,
+    CPU stores over PCIe) the ring is faster, so "auto" stages: the CPU fills cached host
+    memory and the GPU's copy engine moves it, overlapped with the next chunk's read.
+    """
+    if schedule == "eager":
+        return "eager"
+    if upload == "staging":
+        return "ring"
+    direct = allocator.direct_type()
+    if upload == "direct":
+        if direct is None:
+            raise DeviceError(f"{device.name}: no DEVICE_LOCAL|HOST_VISIBLE memory type for upload='direct'")
+        return "direct"
+    return "direct" if direct is not None and (device.integrated or direct.host_cached) else "ring"

@@ -29,15 +29,15 @@ from typing import Callable, Sequence
 
 from vkx.format import vkgraph as g
 from vkx.loader.device import Device, default_device
-from vkx.loader.errors import BadProgramError, DeviceError, ImportRefusedError, LoadError, OutOfDeviceMemoryError
+from vkx.loader.errors import BadProgramError, LoadError, OutOfDeviceMemoryError
 from vkx.loader.graph import GraphBuilder, RTensor
 from vkx.loader.memory import Allocator, Buffer, MiB
 from vkx.loader.named_data import FreeableBuffer
-from vkx.loader.prepack import Uploader
+from vkx.loader.prepack import Uploader, imports, upload_mode
 from vkx.loader.record import Executor, StateStore
 from vkx.loader.runner import Program
 from vkx.loader.shaders import Pipeline, pipelines_for
-from vkx.loader.staging import StagingRing
+from vkx.loader.staging import MIN_CHUNK, StagingRing, ring_shape
 from vkx.loader.trace import Timeline
 
 SCHEDULES = ("lazy", "eager")
@@ -91,6 +91,8 @@ class Options:
         for name in ("staging_chunks", "staging_chunk_bytes"):
             if not _positive_int(getattr(self, name)):
                 raise LoadError(f"{name} must be a positive integer, not {getattr(self, name)!r}")
+        if self.staging_chunk_bytes < MIN_CHUNK:
+            raise LoadError(f"staging_chunk_bytes must be at least 64 KiB, not {self.staging_chunk_bytes}")
         for name in ("memory_budget", "max_binding_bytes"):
             value = getattr(self, name)
             if value is not None and not _positive_int(value):
@@ -235,11 +237,12 @@ def upload_weights(built: Built, res: Resources, options: Options, progress: Pro
     freed by the caller after the activations, as the old runtime did).
     """
     dev, allocator = res.device, res.allocator
-    mode = _upload_mode(options, allocator, dev)
-    if mode == "ring":
-        res.ring = StagingRing(dev, allocator, options.staging_chunks, options.staging_chunk_bytes)
-    res.uploader = up = Uploader(dev, allocator, mode, res.ring, imports(options, dev), options.upload == "import")
+    mode = upload_mode(options.upload, options.schedule, allocator, dev)
     total = sum(ts[0].nbytes for ts in built.constants.values())
+    if mode == "ring":
+        res.ring = StagingRing(dev, allocator, *ring_shape(total, options.staging_chunks, options.staging_chunk_bytes))
+    res.uploader = up = Uploader(dev, allocator, mode, res.ring, imports(options.upload, options.schedule, dev),
+                                      options.upload == "import")
     done = 0
     kept: dict[int, tuple] = {}
     order = sorted(built.constants.items())
@@ -253,10 +256,12 @@ def upload_weights(built: Built, res: Resources, options: Options, progress: Pro
         return kept
     res.timeline.mark("after graph build")
     res.timeline.mark("prepack start")
-    for cid, ts in order:
-        host = res.source.get(cid)                                           # M = W
-        # imported: + 0; else + w (GPU), host pages freed as they are copied
-        _give(ts, up.place(ts[0], host, res.source.in_place(cid) if up.imports else None))
+    hosts = [res.source.get(cid) for cid, _ in order]                     # byte ranges, no bytes yet
+    for i, (cid, ts) in enumerate(order):
+        if i + 1 < len(hosts):
+            hosts[i + 1].read_ahead()  # the kernel reads the next weight from disk while this one is copied
+        # M = W; imported: + 0; else + w (GPU), host pages freed as they are copied
+        _give(ts, up.place(ts[0], hosts[i], res.source.in_place(cid) if up.imports else None))
         done += ts[0].nbytes
         if progress is not None:
             progress(done, total)
@@ -355,33 +360,6 @@ def _device(device) -> tuple[Device, bool]:
     if isinstance(device, Device):
         return device, False
     return Device(str(device)), True
-
-
-def imports(options: Options, device: Device) -> bool:
-    """Whether weights are used in place from their files where the device allows it.
-
-    "auto" imports only where the device's memory is host memory anyway (an integrated
-    GPU, or lavapipe, whose every memory type is device-local): there it is as fast as
-    a copy. A discrete GPU reads imported host memory over PCIe on every use, so "auto"
-    copies there; "import" still forces it.
-    """
-    if options.upload == "import":
-        if device.import_alignment is None:
-            raise ImportRefusedError(f"upload='import': {device.name} has no VK_EXT_external_memory_host")
-        return True
-    return (options.upload == "auto" and options.schedule == "lazy" and device.import_alignment is not None
-            and device.integrated)
-
-
-def _upload_mode(options: Options, allocator: Allocator, device: Device) -> str:
-    if options.schedule == "eager":
-        return "eager"
-    if options.upload == "staging":
-        return "ring"
-    has_direct = allocator.direct_type() is not None
-    if options.upload == "direct" and not has_direct:
-        raise DeviceError(f"{device.name}: no DEVICE_LOCAL|HOST_VISIBLE memory type for upload='direct'")
-    return "direct" if has_direct else "ring"
 
 
 def _give(tensors: list[RTensor], buffer: Buffer) -> None:

@@ -6,6 +6,8 @@ pre-recorded command buffer is replayed, and outputs come back in the dtype
 the graph declares: torch tensors when any input was one, else numpy arrays (torch
 is not needed to run). One output gives one value; several give a tuple. Inputs
 may be given by name (the model's forward argument names, recorded in the file).
+Each call returns arrays of its own: one copy out of the readback buffers, which
+the next call reuses (loader/ports.py).
 
 numpy has no bfloat16: `run_numpy` takes and returns float32 arrays for
 bfloat16 inputs and outputs (rounded to bfloat16 on the way in, as torch rounds);
@@ -18,26 +20,8 @@ import threading
 import numpy as np
 
 from vkx.format import dtypes, vkgraph as g
-from vkx.format.dtypes import DType
 from vkx.loader.errors import InputError, LoadError
-from vkx.loader.graph import RTensor
-from vkx.loader.memory import Buffer
-
-_BF16_TORCH = "torch.bfloat16"
-
-
-def _to_numpy(x) -> tuple[np.ndarray, str]:
-    """The array, and the dtype name the caller gave (torch's bfloat16 arrives as its uint16 bits)."""
-    if isinstance(x, np.ndarray):
-        return x, x.dtype.name
-    if _is_torch(x):
-        x = x.detach().cpu().contiguous()
-        if str(x.dtype) == _BF16_TORCH:
-            import torch
-            return x.view(torch.int16).numpy().view(np.uint16), "bfloat16"
-        return x.numpy(), x.numpy().dtype.name
-    a = np.asarray(x)
-    return a, a.dtype.name
+from vkx.loader.ports import Port, bf16_values, host_array
 
 
 class TensorSpec(tuple):
@@ -61,60 +45,6 @@ class TensorSpec(tuple):
 
     def __repr__(self) -> str:
         return f"TensorSpec(shape={self[0]}, dtype={self[1]!r}, name={self.name!r})"
-
-
-def _is_torch(x) -> bool:
-    return type(x).__module__.startswith("torch")
-
-
-def bf16_bits(a: np.ndarray) -> np.ndarray:
-    """float32 values rounded to bfloat16 (nearest even), as uint16 bits."""
-    u = np.ascontiguousarray(a, np.float32).view(np.uint32)
-    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-    return np.where(np.isnan(a), ((u >> 16) | 0x40).astype(np.uint16), rounded)
-
-
-def bf16_values(bits: np.ndarray) -> np.ndarray:
-    """uint16 bfloat16 bits as float32 values (exact)."""
-    return (bits.astype(np.uint32) << 16).view(np.float32)
-
-
-class _Port:
-    """One graph input or output: its shape, its dtype as the caller sees it, and its io buffer."""
-    __slots__ = ("shape", "dtype", "device", "accepts", "view", "name")
-
-    def __init__(self, t: RTensor, io: Buffer):
-        self.name: str | None = None
-        self.shape = t.arg.shape
-        self.dtype: DType = t.staging
-        self.device: DType = t.arg.dtype
-        names = {self.dtype.name}
-        if self.dtype is dtypes.INT32:
-            names.add("int64")
-        if self.dtype is dtypes.BFLOAT16:
-            names.add("float32")  # numpy callers: rounded to bfloat16
-        self.accepts = names
-        self.view = np.frombuffer(io.mapped(), np.dtype(self.device.numpy), count=t.arg.numel)
-
-    def write(self, a: np.ndarray, given: str) -> None:
-        flat = a.reshape(-1)
-        if self.device is dtypes.BFLOAT16 and given != "bfloat16":
-            flat = bf16_bits(flat)
-        elif self.device is not dtypes.BFLOAT16 and given == "bfloat16":
-            flat = bf16_values(flat)
-        np.copyto(self.view, flat, casting="unsafe")
-
-    def read(self, torch_out: bool) -> np.ndarray:
-        """A copy of the output in the caller's dtype (bfloat16 as uint16 bits when `torch_out`)."""
-        v = self.view
-        if self.device is dtypes.BFLOAT16:
-            if self.dtype is dtypes.BFLOAT16 and torch_out:
-                return v.copy().reshape(self.shape)
-            v = bf16_values(v)
-        elif self.dtype is dtypes.BFLOAT16:
-            return bf16_bits(v).reshape(self.shape) if torch_out else v.astype(np.float32).reshape(self.shape)
-        want = np.float32 if self.dtype is dtypes.BFLOAT16 else np.dtype(self.dtype.numpy)
-        return v.astype(want, copy=True).reshape(self.shape)
 
 
 class Closes:
@@ -167,8 +97,8 @@ class Program(Closes):
         self.dispatch_count = len(executor.dispatches)
         """Compute dispatches recorded in the command buffer that each call replays."""
         self._executor = executor
-        self._in = [_Port(t, io) for io, t in io_in]
-        self._out = [_Port(t, io) for t, io in io_out]
+        self._in = [Port(t, io) for io, t in io_in]
+        self._out = [Port(t, io) for t, io in io_out]
         self.closed = False
         """True once `close()` has released the device memory."""
         self._owner = True
@@ -212,23 +142,34 @@ class Program(Closes):
             arrays = (*arrays, *(named[n] for n in names[len(arrays):]))
         if len(arrays) != len(self._in):
             raise InputError(f"expected {len(self._in)} input(s), got {len(arrays)}")
-        return list(arrays)
+        return arrays
 
-    def _run(self, arrays, torch_out: bool) -> list[np.ndarray]:
+    def _inputs(self, arrays) -> tuple[list, bool]:
+        """Each input checked against its port, as (port, host array, bits); and whether any was torch's."""
         given = []
-        for i, (x, p) in enumerate(zip(arrays, self._in)):
-            a, name = _to_numpy(x)
-            label = f"input {i}" if p.name is None else f"input {i} ({p.name})"
-            if tuple(a.shape) != p.shape:
-                raise InputError(f"{label}: shape {tuple(a.shape)}, expected {p.shape}")
-            if name not in p.accepts:
-                raise InputError(f"{label}: dtype {name}, expected {p.dtype}")
-            given.append((p, a, name))
+        from_torch = False
+        for p, x in zip(self._in, arrays):
+            a, bits, torch_in = host_array(x)
+            from_torch |= torch_in
+            if a.shape != p.shape or not p.takes(a, bits):
+                self._refuse(len(given), a, bits)
+            given.append((p, a, bits))
+        return given, from_torch
+
+    def _refuse(self, i: int, a: np.ndarray, bits: bool) -> None:
+        p = self._in[i]
+        label = f"input {i}" if p.name is None else f"input {i} ({p.name})"
+        if a.shape != p.shape:
+            raise InputError(f"{label}: shape {a.shape}, expected {p.shape}")
+        raise InputError(f"{label}: dtype {'bfloat16' if bits else a.dtype.name}, expected {p.dtype}")
+
+    def _execute(self, given: list, torch_out: bool) -> list[np.ndarray]:
+        """Write the inputs, replay the command buffer, and read the outputs (fresh arrays)."""
         with self._lock:
             if self.closed:
                 raise LoadError("program is closed")
-            for p, a, name in given:
-                p.write(a, name)
+            for p, a, bits in given:
+                p.write(a, bits)
             self._executor.run()
             if not self._executed:
                 self._executed = True
@@ -238,25 +179,24 @@ class Program(Closes):
     def run_numpy(self, *arrays, **named) -> list[np.ndarray]:
         """Run on numpy arrays (or anything numpy takes), by position or input name; returns
         one array per output (bfloat16 ones as float32)."""
-        return self._run(self._arguments(arrays, named), torch_out=False)
+        return self._execute(self._inputs(self._arguments(arrays, named))[0], torch_out=False)
 
     def __call__(self, *inputs, **named):
         """Run on numpy arrays or torch tensors, by position or input name; returns one output,
-        or a tuple for several: torch tensors when any input is one, else numpy arrays."""
-        arrays = self._arguments(inputs, named)
-        if not any(_is_torch(x) for x in arrays):
-            res = self._run(arrays, torch_out=False)
-            return res[0] if len(res) == 1 else tuple(res)
-        import torch
-        outs = self._run(arrays, torch_out=True)
-        res = [torch.from_numpy(o).view(torch.bfloat16) if p.dtype is dtypes.BFLOAT16 else torch.from_numpy(o)
-               for o, p in zip(outs, self._out)]
+        or a tuple for several: torch tensors when any input is one, else numpy arrays. Every
+        call returns new arrays, which a later call does not overwrite."""
+        given, from_torch = self._inputs(self._arguments(inputs, named))
+        res = self._execute(given, torch_out=from_torch)
+        if from_torch:
+            import torch
+            res = [torch.from_numpy(o).view(torch.bfloat16) if p.dtype is dtypes.BFLOAT16 else torch.from_numpy(o)
+                   for o, p in zip(res, self._out)]
         return res[0] if len(res) == 1 else tuple(res)
 
     def profile(self, *tensors, runs: int = 10) -> list[tuple[str, str, float]]:
         """(node, shader, GPU seconds) of every dispatch in order, the median of `runs`
         timestamped calls on these inputs (bench/infer.py --profile)."""
-        self._run(tensors, torch_out=False)  # checks and writes the inputs
+        self._execute(self._inputs(self._arguments(tensors, {}))[0], torch_out=False)  # checks, writes the inputs
         with self._lock:
             if self.closed:
                 raise LoadError("program is closed")

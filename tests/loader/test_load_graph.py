@@ -8,11 +8,9 @@ from vkx.loader.errors import UnsupportedOpError
 from .helpers import relu_add_graph, weights
 
 
-@pytest.mark.parametrize("schedule", ["lazy", "eager"])
-@pytest.mark.parametrize("upload", ["auto", "staging"])
+@pytest.mark.parametrize("schedule, upload", [("lazy", "auto"), ("lazy", "staging"), ("lazy", "direct"),
+                                              ("eager", "auto"), ("eager", "staging")])
 def test_relu_add(schedule, upload):
-    if schedule == "eager" and upload == "direct":
-        pytest.skip()
     w = weights()
     x = np.random.default_rng(1).standard_normal(1000).astype(np.float32)
     with load_graph(relu_add_graph(), [w.tobytes()], schedule=schedule, upload=upload) as p:
@@ -98,7 +96,8 @@ def test_activations_past_the_device_heap_are_refused_before_any_work():
 
 
 @pytest.mark.parametrize("bad,error", [({"memory_budget": "lots"}, "memory_budget"), ({"memory_budget": -5}, "memory_budget"),
-                                       ({"staging_chunks": 0}, "staging_chunks"), ({"schedule": "soon"}, "schedule")])
+                                       ({"staging_chunks": 0}, "staging_chunks"), ({"schedule": "soon"}, "schedule"),
+                                       ({"staging_chunk_bytes": 4096}, "staging_chunk_bytes must be at least 64 KiB")])
 def test_bad_load_options_are_typed(bad, error):
     from vkx.loader.errors import LoadError
     from .helpers import relu_add_graph, weights

@@ -70,11 +70,20 @@ def test_lazy_peak_is_about_W_eager_about_2W(chain_pte, measure, name, ext):
 
 
 def test_staging_ring_peak_is_W_plus_ring(chain_pte, measure):
+    """The ring is sized to the weights (W / 100 here, 4 chunks of at least 64 KiB) and a staged
+    load's peak (VmHWM, from /proc) exceeds a direct one's by no more than the ring."""
     ring = measure(chain_pte / "chain.pte", "lazy", "staging")
     assert ring["upload"] == "ring" and ring["copies_per_weight_byte"] == 2.0
-    assert ring["ledger"]["peak"]["staging"] == 64 * MiB
-    weights_in_rss = W if ring["device_memory_is_host_rss"] else 0
-    assert ring["load_peak_over_baseline"] < weights_in_rss + 64 * MiB + 28 * MiB  # + io buffers
+    S = ring["ledger"]["peak"]["staging"]
+    assert 4 * 64 * 1024 <= S <= W // 100 + 4 * 4096  # + each chunk rounded to the driver's alignment
+    if ring["device_memory_is_host_rss"]:  # lavapipe: the weights and the ring are both in VmRSS
+        direct = measure(chain_pte / "chain.pte", "lazy", "direct")
+        assert direct["upload"] == "direct"
+        # the processes differ by the ring alone (measured: 0.57 MiB for a 0.64 MiB ring)
+        assert ring["load_peak_over_baseline"] - direct["load_peak_over_baseline"] <= S + 2 * MiB
+        assert ring["load_peak_over_baseline"] < 1.02 * W + 8 * MiB  # + pipelines, pools, io buffers
+    else:  # discrete: W is in VRAM; the ring and the driver's own host memory (tens of MiB) are in VmRSS
+        assert ring["load_peak_over_baseline"] < S + 64 * MiB
 
 
 def test_legacy_blob_released_after_prepack(chain_pte, measure):

@@ -1,0 +1,72 @@
+"""What a call gives back: correct after many calls, arrays of its own, any input layout (loader/ports.py)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from vkx.loader import load_graph
+from vkx.loader.errors import InputError
+
+from .helpers import relu_add_graph, weights
+
+N = 1000
+
+
+@pytest.fixture(scope="module")
+def program():
+    w = weights(N)
+    with load_graph(relu_add_graph(N), [w]) as p:
+        yield p, w
+
+
+def expect(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    return np.maximum(np.asarray(x, np.float32), 0) + w
+
+
+def test_many_calls_stay_correct_and_keep_their_outputs(program):
+    p, w = program
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal(N).astype(np.float32) * 3 for _ in range(300)]
+    outs = [p(x) for x in xs]
+    # each earlier output still holds its own call's result: no call wrote into another's array
+    for x, out in zip(xs, outs):
+        np.testing.assert_allclose(out, expect(x, w), rtol=1e-6)
+    assert len({out.ctypes.data for out in outs}) == len(outs)
+
+
+def test_an_output_is_the_callers_to_write(program):
+    p, w = program
+    x = np.linspace(-2, 2, N, dtype=np.float32)
+    first = p(x)
+    first[:] = 7.0
+    np.testing.assert_allclose(p(x), expect(x, w), rtol=1e-6)
+
+
+def test_torch_outputs_are_their_own_tensors(program):
+    p, w = program
+    a = p(torch.full((N,), 1.0))
+    b = p(torch.full((N,), 2.0))
+    np.testing.assert_allclose(a.numpy(), expect(np.full(N, 1.0), w), rtol=1e-6)
+    np.testing.assert_allclose(b.numpy(), expect(np.full(N, 2.0), w), rtol=1e-6)
+
+
+def test_strided_and_grad_inputs_are_read_as_values(program):
+    p, w = program
+    big = np.random.default_rng(2).standard_normal(2 * N).astype(np.float32)
+    np.testing.assert_allclose(p(big[::2]), expect(big[::2], w), rtol=1e-6)
+    t = torch.from_numpy(big).requires_grad_()
+    np.testing.assert_allclose(p(t[1::2]).numpy(), expect(big[1::2], w), rtol=1e-6)
+
+
+def test_bad_inputs_are_refused_before_any_write(program):
+    p, w = program
+    x = np.ones(N, np.float32)
+    good = p(x)
+    with pytest.raises(InputError, match=r"input 0: dtype float64, expected float32"):
+        p(np.ones(N))
+    with pytest.raises(InputError, match=r"input 0: shape \(3,\), expected \(1000,\)"):
+        p(np.ones(3, np.float32))
+    with pytest.raises(InputError, match="expected 1 input"):
+        p(x, x)
+    np.testing.assert_allclose(p.run_numpy(x)[0], good, rtol=0)
