@@ -177,7 +177,7 @@ class Methods(Closes):
         self._first.reset()
 
     def state(self, name: str):
-        """A copy of state tensor `name` as a torch tensor."""
+        """A copy of state tensor `name`: a torch tensor, or a numpy array where torch is not installed."""
         return self._first.state(name)
 
     @property
