@@ -48,6 +48,8 @@ class Row:
     device_bytes: int = 0
     peak_ratio: float = 0.0
     vkx_seconds: float = 0.0
+    gpu_seconds: float = 0.0
+    """The dispatches' own time (timestamps): a call less its fixed submit-and-wait cost."""
     torch_seconds: float = 0.0
     error: str = ""
 
@@ -123,6 +125,7 @@ def measure(base: nn.Module, dtype: str, folder: Path, runs: int) -> Row:
         xin = x.half() if export_dtype == "fp16" else x  # an fp16 program takes fp16 inputs
         with vkx.load(path) as program:
             row.vkx_seconds = median_seconds(lambda: program(xin), runs, warmup=3)
+            row.gpu_seconds = sum(t for _, _, t in program.profile(xin, runs=runs))
     except Exception as error:  # the row says why; the other dtypes still run
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         row.error = f"not run: {first}" if isinstance(error, LoadFailed) else f"{type(error).__name__}: {first}"
@@ -148,19 +151,20 @@ def table(rows: list[Row], device: str, width: int, layers: int, copy: float) ->
     lines = [f"{layers} × Linear({width}, {width}), batch 1, {device}; torch on {where}, the same weights "
              f"dequantized to fp32; copy bandwidth (torch, 1 GiB copy, read + write) {copy / 1e9:.0f} GB/s", "",
              "| dtype | file MiB | file / fp32 | device MiB | device / fp32 | load peak / (W+A) "
-             "| vkx ms/token | vkx weight GB/s | / copy | / torch | torch ms/token | torch GB/s |",
-             "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+             "| vkx ms/token | vkx weight GB/s | / copy | / torch | vkx GPU ms | GPU GB/s | torch ms/token | torch GB/s |",
+             "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for r in rows:
         torch_bw = fp32_weights / r.torch_seconds
         torch_cells = f"{r.torch_seconds * 1e3:.3f} | {torch_bw / 1e9:.1f}"
         if r.error:
-            lines.append(f"| {r.dtype} | {r.error} | | | | | | | | | {torch_cells} |")
+            lines.append(f"| {r.dtype} | {r.error} | | | | | | | | | | | {torch_cells} |")
             continue
         bw = r.device_bytes / r.vkx_seconds
         lines.append(
             f"| {r.dtype} | {r.file_bytes / MiB:.2f} | {r.file_bytes / fp32.file_bytes:.3f} "
             f"| {r.device_bytes / MiB:.2f} | {r.device_bytes / fp32.device_bytes:.3f} | {r.peak_ratio:.3f} "
-            f"| {r.vkx_seconds * 1e3:.3f} | {bw / 1e9:.1f} | {bw / copy:.3f} | {bw / torch_bw:.3f} | {torch_cells} |")
+            f"| {r.vkx_seconds * 1e3:.3f} | {bw / 1e9:.1f} | {bw / copy:.3f} | {bw / torch_bw:.3f} "
+            f"| {r.gpu_seconds * 1e3:.3f} | {r.device_bytes / r.gpu_seconds / 1e9:.1f} | {torch_cells} |")
     return "\n".join(lines)
 
 
