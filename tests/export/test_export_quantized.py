@@ -42,13 +42,13 @@ def test_quantized_example_matches_its_dequantized_reference(tmp_path, name, sch
 
 
 def test_cli_quantize_and_group_size(tmp_path):
-    vkx_cli = Path(sys.executable).parent / "vkx"
+    vkx_cli = [sys.executable, "-m", "vkx"]  # not the console script: a machine without an install has none
     out = tmp_path / "t.pte"
-    done = subprocess.run([vkx_cli, "export", EXAMPLES / "transformer.py", "-o", out, "--quantize", "int4",
+    done = subprocess.run([*vkx_cli, "export", EXAMPLES / "transformer.py", "-o", out, "--quantize", "int4",
                            "--group-size", "64", "-q"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert "vkx.linear_q.default" in subprocess.run([vkx_cli, "inspect", out, "--json"], capture_output=True,
+    assert "vkx.linear_q.default" in subprocess.run([*vkx_cli, "inspect", out, "--json"], capture_output=True,
                                                     text=True).stdout
-    bad = subprocess.run([vkx_cli, "export", EXAMPLES / "transformer.py", "-o", out, "--group-size", "48"],
+    bad = subprocess.run([*vkx_cli, "export", EXAMPLES / "transformer.py", "-o", out, "--group-size", "48"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("vkx: error: --group-size 48")
