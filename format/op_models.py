@@ -21,6 +21,10 @@ is bool, computed in fp32 when an operand is floating, else in int32."""
 LOGICAL: dict[str, str] = {"bitwise_and": "(x & y)", "bitwise_or": "(x | y)", "bitwise_xor": "(x ^ y)"}
 """Bitwise ops on integer and bool tensors `aten.<name>.Tensor(self, other)`: GLSL of int x, y."""
 
+LOGICAL_ANY: dict[str, str] = {"logical_and": "&&", "logical_or": "||", "logical_xor": "!="}
+"""`aten.<name>.default(self, other)` on tensors of any dtype (nonzero is true), a bool result: the
+GLSL operator between the two truth values (ExecuTorch's attention masks have logical_and)."""
+
 MIN_MAX: dict[str, str] = {"minimum": "min_(x, y)", "maximum": "max_(x, y)"}
 """`aten.<name>.default(self, other)`: NaN wins, as in torch (helpers in shaders/binary.comp)."""
 
@@ -161,6 +165,9 @@ for _name in COMPARE:
 for _name, _expr in LOGICAL.items():
     declare(OpDecl(f"aten.{_name}.Tensor", (Arg("self", Kind.SCALAR_OR_TENSOR), Arg("other", Kind.SCALAR_OR_TENSOR)),
                    dtypes=ALL_TYPES, rule=_logical, family="binary", glsl=_expr))
+for _name, _op in LOGICAL_ANY.items():
+    declare(OpDecl(f"aten.{_name}.default", (Arg("self", T), Arg("other", T)), dtypes=ALL_TYPES, rule=_compare,
+                   family="binary", glsl=f"C_T((!(x == 0)) {_op} (!(y == 0)))"))  # NaN is true, as in torch
 for _name, _expr in MIN_MAX.items():
     declare(OpDecl(f"aten.{_name}.default", (Arg("self", T), Arg("other", T)), dtypes=ALL_TYPES, rule=_min_max,
                    family="binary", glsl=_expr))

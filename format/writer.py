@@ -281,6 +281,7 @@ def _write_ptd(out: AtomicFile, named: Sequence[ConstantPayload], alignment: int
     seg_data = offsets[-1] + named[-1].nbytes if named else 0
     header = b"FH01" + struct.pack("<IQQQQ", 40, PTD_HEADER_LENGTH, len(fb), sbo, seg_data)
     out.write(insert_header(fb, header, PTD_HEADER_LENGTH))
+    out.pad_to(sbo)  # the segment data starts here even when there is none (ExecuTorch checks the size)
     for o, p in zip(offsets, named):
         out.pad_to(sbo + o)
         _write_payload(out, p)

@@ -94,6 +94,22 @@ def test_pte_and_ptd_keys_are_names_and_executorch_reads_them(tmp_path, external
     assert "forward" in program.method_names
 
 
+def test_a_ptd_without_weights_is_whole(tmp_path):
+    """A model with no constants still gets a .ptd as long as its header says (its segment data
+    starts at byte 128): vkx validate and ExecuTorch's data map both check the size."""
+    model = nn.Sequential(nn.ReLU())
+    report = vkx.export_model(model, (torch.randn(2, 3),), tmp_path / "m.pte", external_data=tmp_path / "m.ptd")
+    assert report.constant_bytes == 0
+    with ExternalData.open(tmp_path / "m.ptd") as ext:
+        assert ext.named_data == {} and ext.size == ext.header.segment_base_offset
+    assert validate(tmp_path / "m.pte", [tmp_path / "m.ptd"]).warnings == []
+    runtime = pytest.importorskip("executorch.runtime")
+    program = runtime.Runtime.get().load_program((tmp_path / "m.pte").read_bytes(),
+                                                 verification=runtime.Verification.InternalConsistency,
+                                                 data_path=str(tmp_path / "m.ptd"))
+    assert "forward" in program.method_names
+
+
 @pytest.mark.vulkan
 def test_loader_names_inputs_and_outputs_and_takes_keywords(tmp_path):
     model, (ids, gate) = example()

@@ -47,6 +47,19 @@ def test_compare_ints_with_a_fraction_and_nan(op):
     assert_close(run_graph(f"aten.{op}.Tensor", [x, x.flip(0)], ((20,), torch.bool)), fn(x, x.flip(0)))
 
 
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("op", list(op_models.LOGICAL_ANY))
+def test_logical_any_dtype(op, dtype):
+    """logical_and/or/xor: nonzero is true (NaN too), broadcast, a bool result."""
+    fn = getattr(torch, op)
+    a, b = _ints((4, 6), 1, dtype), _ints((1, 6), 2, dtype)
+    assert a.any() and not a.all()  # both truth values occur
+    assert_close(run_graph(f"aten.{op}.default", [a, b], ((4, 6), torch.bool)), fn(a, b))
+    if dtype.is_floating_point:
+        x = torch.tensor(SPECIALS, dtype=dtype)
+        assert_close(run_graph(f"aten.{op}.default", [x, x.flip(0)], ((20,), torch.bool)), fn(x, x.flip(0)))
+
+
 @pytest.mark.parametrize("dtype", INT_DTYPES, ids=str)
 @pytest.mark.parametrize("op", list(op_models.LOGICAL))
 def test_bitwise(op, dtype):
@@ -202,7 +215,8 @@ def test_cumsum_of_a_mask_counts():
 
 EXPORTED = {
     "compare_and_where": (lambda m, x, y: torch.where((x > y) & (x != 0.5) | ~(y <= 0.1), x, y * 2)
-                          + torch.where(torch.logical_and(x > 0, torch.logical_or(y > 0, x > 1)), x.sqrt(), -x),
+                          + torch.where(torch.logical_and(x > 0, torch.logical_or(y > 0, x > 1)), x.sqrt(), -x)
+                          + torch.logical_xor(x, y - 0.25).float() + torch.logical_and(x - 0.25, y).float(),
                           (rand(3, 4, seed=1), rand(1, 4, seed=2))),
     "minimum_maximum_clamp": (lambda m, x, y: torch.maximum(torch.minimum(x, y), x.clamp(-0.5, 0.3)) + torch.nn.functional.relu6(x),
                               (rand(3, 4, seed=3), rand(3, 4, seed=4))),
