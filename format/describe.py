@@ -14,6 +14,7 @@ from .common import FileRange
 from .external import ExternalData, constant_tensors
 from .names import io_names
 from .liveness import lifetimes, peak_live_bytes, shared_object_bytes
+from .metadata import recorded_external
 from .methods import constant_keys, methods as methods_of, states as graph_states
 from .program import SEGMENT, ExecutionPlan
 from .pte import ProgramFile, VulkanDelegate
@@ -40,16 +41,18 @@ def external_beside(path: str | os.PathLike) -> Path | None:
     return None
 
 
-def find_external(path: str | os.PathLike, external: Sequence[str | os.PathLike] = ()) -> Path | None:
-    """The external data file to add for a .pte given with none: its same-stem
-    .ptd/.safetensors, when the .pte lacks named keys its constants use."""
+def find_external(path: str | os.PathLike, external: Sequence[str | os.PathLike] = ()) -> tuple[list[Path], Path | None]:
+    """The external data files to use for a .pte: those given; else the files it records
+    (vkx.format.metadata); else its same-stem .ptd/.safetensors when it lacks named keys its
+    constants use. The second item is that same-stem file when it was chosen."""
     if external:
-        return None
-    beside = external_beside(path)
-    if beside is None:
-        return None
+        return [Path(e) for e in external], None
     with ProgramFile.open(path) as pf:
-        return beside if missing_keys(pf) else None
+        recorded = recorded_external(path, pf.metadata)
+        if recorded:
+            return [Path(e) for e in recorded], None
+        beside = external_beside(path)
+        return ([beside], beside) if beside is not None and missing_keys(pf) else ([], None)
 IMPORT_PAGE = 4096
 """A constant whose file bytes start on this boundary can be used in place by a device (import)."""
 
@@ -93,9 +96,9 @@ def describe(path: str | os.PathLike, external: Sequence[str | os.PathLike] = ()
     """Everything `vkx inspect` shows, as plain JSON-able data."""
     exts = []
     try:
-        for e in external:
-            exts.append(ExternalData.open(e))
         with ProgramFile.open(path) as pf:
+            for e in external or recorded_external(path, pf.metadata):
+                exts.append(ExternalData.open(e))
             return _describe(pf, exts)
     finally:
         for e in exts:
