@@ -143,12 +143,13 @@ def checkpoint_files(folder: Folder, external_data: str | Path) -> bool:
     target = Path(external_data).resolve()
     index = folder.path / INDEX
     named = {p.resolve() for p in (folder.path, *folder.weights, *([index] if index.is_file() else []))}
+    inside = target.is_relative_to(folder.path.resolve())
+    if inside and not folder.weights:
+        raise ExportError(f"external data {external_data}: {folder.path} has no checkpoint to reference "
+                          f"(no {SINGLE}, no {INDEX})")
     if target in named:
-        if not folder.weights:
-            raise ExportError(f"external data {external_data}: {folder.path} has no checkpoint to reference "
-                              f"(no {SINGLE}, no {INDEX})")
         return True
-    if target.is_relative_to(folder.path.resolve()):
+    if inside:
         spelled = f"{folder.path / SINGLE}" if (folder.path / SINGLE).is_file() else f"{index} (or a shard)"
         raise ExportError(f"external data {external_data} is inside the model folder but is not its checkpoint: "
                           f"name {spelled} or the folder to reference the weights, or a file outside it to write them")

@@ -134,6 +134,9 @@ def _describe(pf: ProgramFile, exts: list[ExternalData]) -> dict[str, Any]:
         for key, r in src.named_data.items():
             info = key_info.get(key, {"dtype": None, "dims": None, "constant_ids": [], "users": []})
             named.append({"key": key, "file": "pte" if src is pf else src.path, "offset": r.offset, "bytes": r.size, **info})
+    tensors = tensor_list(named)
+    folder = os.path.dirname(os.path.abspath(pf.path))
+    recorded = {os.path.abspath(os.path.join(folder, name)) for name in pf.metadata.external_files}
     return {
         "schema": SCHEMA,
         "file": {"path": pf.path, "bytes": pf.size},
@@ -150,8 +153,12 @@ def _describe(pf: ProgramFile, exts: list[ExternalData]) -> dict[str, Any]:
             for plan in p.execution_plan]},
         "segments": segments,
         "named_data": named,
-        "tensors": tensor_list(named),
-        "external": [{"path": e.path, "kind": e.kind, "bytes": e.size, "entries": len(e.named_data)} for e in exts],
+        "tensors": tensors,
+        "files": file_totals(tensors),
+        "external": [{"path": e.path, "kind": e.kind, "bytes": e.size, "entries": len(e.named_data),
+                      "recorded": os.path.abspath(e.path) in recorded} for e in exts],
+        "metadata": {"external_files": list(pf.metadata.external_files),
+                     "eos_token_ids": list(pf.metadata.eos_token_ids)},
         "delegates": [{"plan": pi, "index": di, "id": d.id, "location": "segment" if d.location == SEGMENT else "inline",
                        "data_index": d.index, "compile_specs": {k: val.hex() for k, val in d.compile_specs},
                        "vulkan": graphs.get((pi, di))}
@@ -216,6 +223,17 @@ def tensor_list(named: list[dict[str, Any]]) -> list[dict[str, Any]]:
             t["dtype"], t["dims"] = n["dtype"], n["dims"]
         t["users"] += n["users"]
     return list(tensors.values())
+
+
+def file_totals(tensors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per file ("pte" or an external path), the stored tensors a constant reads and their bytes."""
+    out: dict[str, dict[str, Any]] = {}
+    for t in tensors:
+        if t["users"]:
+            f = out.setdefault(t["file"], {"file": t["file"], "tensors": 0, "bytes": 0})
+            f["tensors"] += 1
+            f["bytes"] += t["bytes"]
+    return list(out.values())
 
 
 def _totals(delegates: list[dict[str, Any]], state: int, methods: bool) -> dict[str, int]:

@@ -204,8 +204,10 @@ def export(
 
     if folder:
         with _quiet_torch(verbose):  # transformers warns about configs on stderr
-            from vkx.export.hf import check_lengths
+            from vkx.export.hf import check_lengths, checkpoint_files, read_folder
             max_seq_len, prefill_len = check_lengths(model, max_seq_len, prefill_len)
+            if external_data is not None:
+                checkpoint_files(read_folder(model), external_data)  # its errors before the progress display
     bars = Progress(SpinnerColumn(), TextColumn("{task.description:<13}"), BarColumn(), _Bytes(),
                     TimeElapsedColumn(), console=console, disable=quiet or json_out)
     started = time.perf_counter()
