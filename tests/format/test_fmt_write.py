@@ -1,11 +1,12 @@
 """write_program: golden bytes, round trips, alignment policy, streaming and atomicity."""
 import hashlib
 import os
+import shutil
 
 import pytest
 
 from .conftest import GOLDEN
-from .fmt_tiny import GOLDENS, tiny_constants, tiny_graph, tiny_payloads, write_tiny
+from .fmt_tiny import GOLDENS, tiny_constants, tiny_graph, tiny_payloads, write_tiny, write_tiny_ref
 from vkx.format import (ConstantPayload, DuplicateKeyError, ExternalData, InvalidValueError, IOSpec, ProgramFile,
                         ScalarType, resolve_constants, validate, write_program)
 from vkx.format import vkgraph as vk
@@ -34,6 +35,23 @@ def test_golden_external_bytes(tmp_path, ext):
     stem = "tiny_ext" if ext == "ptd" else "tiny_st"
     assert (tmp_path / "tiny_x.pte").read_bytes() == (GOLDEN / f"{stem}.pte").read_bytes()
     assert (tmp_path / f"tiny_x.{ext}").read_bytes() == (GOLDEN / f"{stem}.{ext}").read_bytes()
+
+
+def test_golden_reference_bytes(tmp_path):
+    """A program whose constants stay in a safetensors file beside it: the file's name relative to the .pte
+    and the EOS ids in the `vkx.metadata` compile spec, no named data of its own."""
+    shutil.copy(GOLDEN / "tiny_st.safetensors", tmp_path / "tiny_st.safetensors")
+    report = write_tiny_ref(tmp_path / "tiny_ref.pte", tmp_path / "tiny_st.safetensors")
+    data = (tmp_path / "tiny_ref.pte").read_bytes()
+    assert data == (GOLDEN / "tiny_ref.pte").read_bytes()
+    assert b'{"external_files":["tiny_st.safetensors"],"eos_token_ids":[2]}' in data
+    assert (report.constant_bytes, report.named_data_entries, report.referenced_bytes) == (0, 0, 60)
+    # read where it lies, without being told: the recorded file beside it
+    assert validate(GOLDEN / "tiny_ref.pte").external == [str(GOLDEN / "tiny_st.safetensors")]
+    with ProgramFile.open(GOLDEN / "tiny_ref.pte") as pf:
+        assert pf.named_data == {} and pf.metadata.eos_token_ids == (2,)
+        with ExternalData.open(GOLDEN / "tiny_st.safetensors") as st:
+            assert _constants(pf, [st]) == tiny_constants()
 
 
 @pytest.mark.parametrize("layout,ext", [("named", None), ("legacy", None), ("named", "ptd"), ("named", "safetensors")])
