@@ -159,7 +159,8 @@ class ExternalData(InputFile):
             self.dtypes[alias] = self.dtypes[key]
 
 
-def _check_entry(holder: ExternalData, key: str, t: vk.Tensor, where: str, path: str) -> None:
+def check_entry(holder: ExternalData, key: str, t: vk.Tensor, where: str, path: str | None) -> None:
+    """MismatchError unless safetensors entry `key` of `holder` has the dtype and shape of `t`."""
     stored, shape = holder.dtypes[key]
     dtype = SAFETENSORS_DTYPES.get(t.datatype)
     if (stored, list(shape)) != (dtype, list(t.dims)):
@@ -197,7 +198,7 @@ def resolve_constants(pf: ProgramFile, external: Sequence[ExternalData] = (),
             holder = next((e for e in external if ref.named_key in e.named_data), None)
             r = None if holder is None else holder.named_data[ref.named_key]
             if holder is not None and t is not None and holder.kind == "safetensors":
-                _check_entry(holder, ref.named_key, t, where, pf.path)
+                check_entry(holder, ref.named_key, t, where, pf.path)
             if r is None:
                 r = pf.named_data.get(ref.named_key)
             if r is None:

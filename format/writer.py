@@ -18,8 +18,8 @@ from .atomic import AtomicFile
 from .common import ScalarType, align, lcm, segment_alignment
 from .encode import (PTD_HEADER_LENGTH, PTE_HEADER_LENGTH, PlanSpec, encode_flat_tensor, encode_program,
                      encode_vkgraph, insert_header, plan_io)
-from .errors import DuplicateKeyError, InvalidValueError
-from .external import ALIASES_METADATA, SAFETENSORS_DTYPES, constant_tensors
+from .errors import DuplicateKeyError, InvalidValueError, MissingKeyError
+from .external import ALIASES_METADATA, SAFETENSORS_DTYPES, ExternalData, check_entry, constant_tensors
 from .metadata import ProgramMetadata, relative_to
 from .names import encode_io_names
 
@@ -130,6 +130,24 @@ def _unique(methods: Sequence[MethodSpec]) -> dict[str, ConstantPayload]:
     return out
 
 
+def _check_references(methods: Sequence[MethodSpec], files: Sequence[str]) -> None:
+    """Before anything is written: each payload `stored_in` a file is there under its key, with the
+    dtype and shape of every tensor using it (else the file would not load)."""
+    for file in files:
+        with ExternalData.open(file) as held:
+            if held.kind != "safetensors":
+                raise InvalidValueError("payloads", f"{file}: constants are referenced in safetensors files only")
+            for m in methods:
+                for cid, t in constant_tensors(m.graph).items():
+                    p = m.payloads[cid]
+                    if p.stored_in != file:
+                        continue
+                    where = f"method {m.name!r} payloads[{cid}]"
+                    if p.key not in held.named_data:
+                        raise MissingKeyError(where, f"key {p.key!r} is not in {file}")
+                    check_entry(held, p.key, t, where, None)
+
+
 def _entries(named: Sequence[ConstantPayload], first: int) -> list[tuple[str, int]]:
     """(key, segment index) of every name of every payload; payload i is segment `first + i`."""
     return [(name, first + i) for i, p in enumerate(named) for name in (p.key, *p.aliases)]
@@ -223,6 +241,7 @@ def write_methods(path: str | os.PathLike, methods: Sequence[MethodSpec], *,
     if referenced and layout == "legacy":
         raise ValueError("constants stored in other files need the named layout")
     files = tuple(dict.fromkeys(p.stored_in for p in referenced))
+    _check_references(methods, files)
     metadata = ProgramMetadata(relative_to(path, files), metadata.eos_token_ids)
     blobs = []
     for m in methods:

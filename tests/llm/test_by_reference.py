@@ -14,7 +14,7 @@ import torch
 
 import vkx
 from tests.cli.conftest import one_error_line, vkx as run_vkx
-from tests.llm.families import VOCAB, write_folder
+from tests.llm.families import write_folder
 from vkx.format import validate
 from vkx.format.errors import FormatError, MismatchError, MissingFileError, MissingKeyError, VkxError
 from vkx.loader.errors import LoadError
@@ -107,12 +107,14 @@ def checkpoint_tensors_of(path: Path) -> list[str]:
 
 def test_validate_and_generate_read_the_checkpoint(exported):
     root, folder, model, _ = exported
+    before = fingerprint(folder)
     validated = run_vkx("validate", root / "lm.pte")
     assert validated.returncode == 0 and validated.stdout.startswith("ok "), validated.stderr
     done = run_vkx("generate", root / "lm.pte", "--prompt-ids", ",".join(map(str, PROMPT)), "--max-new-tokens", 24,
                    "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["tokens"] == greedy(model, PROMPT, 24, model.config.eos_token_id)
+    assert fingerprint(folder) == before  # loading reads the checkpoint where it is and leaves it so
 
 
 def copy_of(exported, tmp_path) -> tuple[Path, Path]:
@@ -209,3 +211,21 @@ def test_a_legacy_layout_cannot_reference(tmp_path):
     assert "needs the named layout" in line
     assert issubclass(MissingFileError, VkxError) and issubclass(MismatchError, VkxError)
     assert os.listdir(tmp_path) == ["m"]
+
+
+def test_a_bf16_checkpoint_exported_as_bf16_is_all_referenced(tmp_path):
+    """Sharded, and named by one of its shards: every shard is referenced, every checkpoint tensor is
+    used as stored; the .pte holds only what the wrapper computes (slot numbers, rotary frequencies)."""
+    folder = tmp_path / "qwen3"
+    write_folder(folder, "qwen3", weights=True, shard_bytes=40_000)
+    shards = sorted(folder.glob("*.safetensors"))
+    assert len(shards) > 2
+    for shard in shards:
+        rewrite(shard, lambda t: t.update({k: v.bfloat16() for k, v in t.items()}))
+    stored = checkpoint_tensors(folder)
+    assert {dtype for dtype, _, _ in stored.values()} == {"BF16"}
+    report = export(tmp_path, folder, shards[-1], "--dtype", "bf16")
+    assert report["referenced_bytes"] == sum(b for _, _, b in stored.values())
+    assert sorted(report["referenced_files"]) == [str(p) for p in shards]
+    assert report["constant_bytes"] < 1024 and report["file_bytes"] < 128 * 1024
+    assert run_vkx("validate", tmp_path / "lm.pte").returncode == 0
