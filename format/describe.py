@@ -53,6 +53,8 @@ def find_external(path: str | os.PathLike, external: Sequence[str | os.PathLike]
             return [Path(e) for e in recorded], None
         beside = external_beside(path)
         return ([beside], beside) if beside is not None and missing_keys(pf) else ([], None)
+
+
 IMPORT_PAGE = 4096
 """A constant whose file bytes start on this boundary can be used in place by a device (import)."""
 
