@@ -87,7 +87,6 @@ def child(path: str, schedule: str, cap_bytes: int, new_tokens: int) -> dict:
     """In a fresh process: load `path` (under RLIMIT_DATA = data now + cap_bytes when given), run
     one decode step (and `new_tokens` of generation when the file has prefill), report."""
     import numpy as np
-    import torch  # noqa: F401  (ProgramDecoder reads the cache's shape as a torch tensor: imported before the cap)
 
     import vkx
     from vkx.format.errors import VkxError

@@ -6,13 +6,13 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal, Mapping, Protocol
 
 import torch
 from torch.export.graph_signature import InputKind
 from torch.utils._pytree import treespec_dumps
 
-from vkx.export.constants import KeyCache, make_payloads, state_names, stored_nbytes
+from vkx.export.constants import KeyCache, Reference, identity, make_payloads, state_names, stored_nbytes
 from vkx.export.dtypes import TARGETS, of
 from vkx.export.errors import ExportError
 from vkx.export.lower import lower, mutated_buffers
@@ -23,6 +23,7 @@ from vkx.export.target_executorch import for_executorch
 from vkx.export import torchao_import  # noqa: F401  (registers the rules for torchao-quantized weights)
 from vkx.export.trace import convert, convert_inputs, trace
 from vkx.format import IOSpec, MethodSpec, WriteReport, write_methods
+from vkx.format.metadata import ProgramMetadata
 
 EXTERNAL_SUFFIXES = (".ptd", ".safetensors")
 
@@ -79,13 +80,18 @@ class ExportReport:
     """The plan of the method with the most activation bytes."""
     seconds: dict[str, float] = field(default_factory=dict)
     methods: list[str] = field(default_factory=lambda: ["forward"])
+    referenced_bytes: int = 0
+    """Weight bytes the program references in a checkpoint (not written)."""
+    referenced_files: list[str] = field(default_factory=list)
 
 
 def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...] | dict, path: str | os.PathLike, *,
                  layout: Literal["named", "legacy"] = "named", external_data: str | os.PathLike | None = None,
                  dtype: Literal["keep", "fp32", "fp16", "bf16"] = "keep", alignment: int | None = None,
                  quantize: Literal["int8", "int4"] | None = None, group_size: int | None = None,
-                 target: Literal["vkx", "executorch"] = "vkx", progress: Progress | None = None) -> ExportReport:
+                 target: Literal["vkx", "executorch"] = "vkx", progress: Progress | None = None,
+                 references: Mapping[tuple, Reference] | None = None,
+                 metadata: ProgramMetadata = ProgramMetadata()) -> ExportReport:
     """Export `module` (put in eval mode) to a Vulkan-delegated `.pte` at `path`.
 
     `dtype`: the floating type of every parameter, buffer, activation, input and output
@@ -102,6 +108,11 @@ def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
     (a bound method, or a function of the inputs that calls it). Every method is one
     execution plan of the file; a buffer the methods mutate is state they share; each weight
     is stored once (docs/format.md, "Methods" and "State").
+
+    `references` (vkx.export.hf does this for a checkpoint folder): the module's tensors that are
+    a safetensors checkpoint's own bytes, by `constants.identity`; those the program uses as they
+    are stay there, referenced by name (docs/format.md, "Weights by reference"). `metadata`: what
+    the file records besides (a causal LM's EOS token ids).
 
     Raises ExportError, before anything is written, for a bad option, an unwritable
     destination, an op outside the contract or a constant that narrowing would change.
@@ -121,7 +132,8 @@ def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
         raise ExportError("group_size needs quantize='int8' or 'int4'")
 
     keys = KeyCache()
-    keys.start(converted.state_dict().values())
+    references = references or {}
+    keys.start(t for t in converted.state_dict().values() if identity(t) not in references)
     names = state_names(converted)
     specs, memories, sources, programs = [], [], 0, {}
     try:
@@ -137,7 +149,7 @@ def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
                 lowered = for_executorch(lowered)
             stages.start("plan", sum(stored_nbytes(source.tensor) for source in lowered.constants))
             memories.append(plan_memory(lowered.graph))
-            payloads = make_payloads(lowered.constants, keys, names, progress.advance)
+            payloads = make_payloads(lowered.constants, keys, names, progress.advance, references)
             sources += len(payloads)
             specs.append(MethodSpec(
                 name, lowered.graph, payloads,
@@ -147,16 +159,17 @@ def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
                 treespec_dumps(program.call_spec.in_spec), treespec_dumps(program.call_spec.out_spec)))
     finally:
         keys.stop()
-    distinct = {p.key: p.nbytes for spec in specs for p in spec.payloads}
-    stages.start("write", sum(distinct.values()))
+    distinct = {p.key: p for spec in specs for p in spec.payloads}
+    stages.start("write", sum(p.nbytes for p in distinct.values() if p.stored_in is None))
     written: WriteReport = write_methods(path, specs, layout=layout, external_data=external_data,
-                                         alignment=alignment, on_bytes=progress.advance)
+                                         alignment=alignment, on_bytes=progress.advance, metadata=metadata)
     return ExportReport(
         path=str(path), external_path=written.external_path, file_bytes=written.file_bytes,
         external_bytes=written.external_bytes, constant_bytes=written.constant_bytes,
         constants=sources, distinct_constants=len(distinct),
         operators=sum(len(spec.graph.chain) for spec in specs), memory=max(memories, key=lambda m: m.total_nbytes),
-        seconds=stages.finish(), methods=[spec.name for spec in specs])
+        seconds=stages.finish(), methods=[spec.name for spec in specs],
+        referenced_bytes=written.referenced_bytes, referenced_files=list(written.referenced_files))
 
 
 def input_names(program: torch.export.ExportedProgram) -> list[str]:

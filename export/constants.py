@@ -14,13 +14,21 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from typing import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping, Sequence
 
 import torch
 
-from vkx.export.dtypes import on_device, supported, torch_dtype
+from vkx.export.dtypes import of, on_device, supported, torch_dtype
 from vkx.export.lower import ConstantSource
 from vkx.format import ConstantPayload
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A tensor of a safetensors checkpoint: its name there and the file."""
+    key: str
+    file: str
 
 
 def constant_bytes(tensor: torch.Tensor) -> memoryview:
@@ -38,7 +46,8 @@ def stored_nbytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * on_device(tensor.dtype).itemsize
 
 
-def _identity(tensor: torch.Tensor) -> tuple:
+def identity(tensor: torch.Tensor) -> tuple:
+    """What tells one tensor's bytes from another's: where they are and how they are laid out."""
     return tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tuple(tensor.stride())
 
 
@@ -46,7 +55,7 @@ def state_names(module: torch.nn.Module) -> dict[tuple, list[str]]:
     """Every state-dict name of each of the module's tensors (several for a tied one), by identity."""
     names: dict[tuple, list[str]] = {}
     for name, tensor in module.state_dict(keep_vars=True).items():
-        names.setdefault(_identity(tensor), []).append(name)
+        names.setdefault(identity(tensor), []).append(name)
     return names
 
 
@@ -90,10 +99,10 @@ class KeyCache:
 
     def _hash(self, tensor: torch.Tensor) -> str:
         """The tensor's key; its bytes are read only the first time its identity is seen."""
-        identity = _identity(tensor)
-        if identity not in self._keys:
-            self._keys[identity] = hashlib.sha256(constant_bytes(tensor)).hexdigest()
-        return self._keys[identity]
+        seen = identity(tensor)
+        if seen not in self._keys:
+            self._keys[seen] = hashlib.sha256(constant_bytes(tensor)).hexdigest()
+        return self._keys[seen]
 
     def _hash_all(self) -> None:
         for tensor in self._held:  # a state dict lists a tied tensor under each of its names
@@ -106,22 +115,34 @@ class KeyCache:
 
 
 def make_payloads(sources: Sequence[ConstantSource], keys: KeyCache, names: dict[tuple, list[str]],
-                  on_hashed: Callable[[int], None] | None = None) -> list[ConstantPayload]:
+                  on_hashed: Callable[[int], None] | None = None,
+                  references: Mapping[tuple, Reference] | None = None) -> list[ConstantPayload]:
     """One payload per constant_id, named: identical bytes get one key (the first name) and every
     name of every constant holding them as aliases.
 
     `names`: state_names() of the exported module. A constant that is none of its tensors (a
     lifted or folded constant, a quantized pack) keeps the name torch.export or vkx gave it.
+    `references`: by identity(), the tensors that are a checkpoint's own bytes, stored as the
+    device stores them; each is a payload `stored_in` its file under its checkpoint name (never
+    read nor hashed).
     """
+    references = references or {}
+    out: dict[int, ConstantPayload] = {}
     groups: dict[tuple, list[str]] = {}  # (sha256, dtype, shape) -> names, the key first
     digests = []
-    for source in sources:  # equal bytes of another dtype or shape are another tensor for a checkpoint reader
-        digests.append((keys.key(source.tensor), on_device(source.tensor.dtype), tuple(source.tensor.shape)))
-        own = names.get(_identity(source.tensor), [source.name])
-        group = groups.setdefault(digests[-1], [])
-        group += [name for name in own if name not in group]
+    for i, source in enumerate(sources):
+        ref = references.get(identity(source.tensor))
+        if ref is not None and of(source.tensor.dtype) == on_device(source.tensor.dtype):
+            out[i] = ConstantPayload(ref.key, stored_nbytes(source.tensor), None, stored_in=ref.file)
+            digests.append(None)
+        else:  # equal bytes of another dtype or shape are another tensor for a checkpoint reader
+            digests.append((keys.key(source.tensor), on_device(source.tensor.dtype), tuple(source.tensor.shape)))
+            own = names.get(identity(source.tensor), [source.name])
+            group = groups.setdefault(digests[-1], [])
+            group += [name for name in own if name not in group]
         if on_hashed is not None:
             on_hashed(stored_nbytes(source.tensor))
-    return [ConstantPayload(groups[digest][0], stored_nbytes(source.tensor), _reader(source.tensor),
+    return [out[i] if digest is None else
+            ConstantPayload(groups[digest][0], stored_nbytes(source.tensor), _reader(source.tensor),
                             tuple(groups[digest][1:]))
-            for source, digest in zip(sources, digests)]
+            for i, (source, digest) in enumerate(zip(sources, digests))]

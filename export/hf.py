@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from vkx.export.constants import Reference, identity
 from vkx.export.errors import ExportError
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ CONFIG = "config.json"
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 TOKENIZER = "tokenizer.json"
+GENERATION_CONFIG = "generation_config.json"
 
 _SAFETENSORS_DTYPES = {
     "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
@@ -107,27 +109,77 @@ def check_lengths(path: str | Path, max_seq_len: int | None = None, prefill_len:
 
 
 def export_folder(path: str | Path, output: str | Path, *, max_seq_len: int | None = None,
-                  prefill_len: int | None = None, dtype: str = "keep", **options) -> "ExportReport":
+                  prefill_len: int | None = None, dtype: str = "keep", external_data: str | Path | None = None,
+                  **options) -> "ExportReport":
     """Export a model folder to a two-method program (prefill `[1, prefill_len]`, decode `[1, 1]`)
-    whose state is the KV cache of `max_seq_len` positions (check_lengths' defaults); `options`
-    go to `export_model`."""
+    whose state is the KV cache of `max_seq_len` positions (check_lengths' defaults), recording
+    the config's EOS token ids; `options` go to `export_model`.
+
+    `external_data` naming the folder's checkpoint (checkpoint_files) exports weights by
+    reference: every tensor used as the checkpoint stores it stays there, named by its
+    checkpoint key; the others (cast, quantized, computed) go into the .pte itself.
+    """
     from vkx.export.api import export_model
     from vkx.export.dtypes import TARGETS, torch_dtype
+    from vkx.format.metadata import ProgramMetadata
 
     max_seq_len, prefill_len = check_lengths(path, max_seq_len, prefill_len)
     folder = read_folder(path)
-    lm = CausalLM(build_model(folder, torch_dtype(TARGETS[dtype]) if TARGETS.get(dtype) else None), max_seq_len)
+    by_reference = external_data is not None and checkpoint_files(folder, external_data)
+    references: dict[tuple, Reference] = {}
+    model = build_model(folder, torch_dtype(TARGETS[dtype]) if TARGETS.get(dtype) else None, references=references)
+    lm = CausalLM(model, max_seq_len)
     methods = {"prefill": (torch.zeros(1, prefill_len, dtype=torch.long), torch.arange(prefill_len)),
                "decode": (torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, dtype=torch.long))}
-    return export_model(lm, methods, output, dtype=dtype, **options)
+    return export_model(lm, methods, output, dtype=dtype, external_data=None if by_reference else external_data,
+                        references=references if by_reference else None,
+                        metadata=ProgramMetadata(eos_token_ids=eos_token_ids(folder, model.config)), **options)
 
 
-def build_model(folder: Folder, dtype: torch.dtype | None = None, seed: int = 0) -> torch.nn.Module:
+def checkpoint_files(folder: Folder, external_data: str | Path) -> bool:
+    """Whether `external_data` names the folder's checkpoint: the folder itself, its
+    model.safetensors, its shard index or one of the shards (all shards are then referenced).
+    False for a file outside the folder (vkx writes it); ExportError for any other file in the
+    folder, or a folder without a checkpoint (vkx never writes into a model folder)."""
+    target = Path(external_data).resolve()
+    index = folder.path / INDEX
+    named = {p.resolve() for p in (folder.path, *folder.weights, *([index] if index.is_file() else []))}
+    inside = target.is_relative_to(folder.path.resolve())
+    if inside and not folder.weights:
+        raise ExportError(f"external data {external_data}: {folder.path} has no checkpoint to reference "
+                          f"(no {SINGLE}, no {INDEX})")
+    if target in named:
+        return True
+    if inside:
+        spelled = f"{folder.path / SINGLE}" if (folder.path / SINGLE).is_file() else f"{index} (or a shard)"
+        raise ExportError(f"external data {external_data} is inside the model folder but is not its checkpoint: "
+                          f"name {spelled} or the folder to reference the weights, or a file outside it to write them")
+    return False
+
+
+def eos_token_ids(folder: Folder, config) -> tuple[int, ...]:
+    """The config's `eos_token_id` (an int or a list), else generation_config.json's; () for none."""
+    eos = getattr(config.get_text_config(), "eos_token_id", None)
+    generation = folder.path / GENERATION_CONFIG
+    if eos is None and generation.is_file():
+        try:
+            eos = json.loads(generation.read_text()).get("eos_token_id")
+        except (OSError, ValueError, AttributeError) as error:
+            raise ExportError(f"{generation}: not a generation config ({error})") from error
+    ids = [] if eos is None else [eos] if isinstance(eos, int) else eos
+    if not isinstance(ids, list) or not all(type(t) is int and t >= 0 for t in ids):
+        raise ExportError(f"{folder.path}: eos_token_id {eos!r} is not a token id or a list of them")
+    return tuple(dict.fromkeys(ids))
+
+
+def build_model(folder: Folder, dtype: torch.dtype | None = None, seed: int = 0,
+                references: dict[tuple, Reference] | None = None) -> torch.nn.Module:
     """The folder's causal LM in eval mode, with sdpa attention.
 
     With weight files the tensors keep the checkpoint's dtype (`dtype` is for export to
     convert); without, random weights in `dtype` (default: the config's, else fp32) whose
-    logits have a standard deviation near one.
+    logits have a standard deviation near one. `references` receives, by `identity()`, the
+    checkpoint's name and file of each parameter that is a view of the checkpoint's bytes.
     """
     config = load_config(folder)
     if not folder.weights:
@@ -141,7 +193,7 @@ def build_model(folder: Folder, dtype: torch.dtype | None = None, seed: int = 0)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
     _rebuild_buffers(model)
-    assign_weights(model, folder.weights)
+    assign_weights(model, folder.weights, references)
     return model.eval()
 
 
@@ -194,11 +246,16 @@ def _numel(shape: tuple[int, ...]) -> int:
     return n
 
 
-def assign_weights(model: torch.nn.Module, files: tuple[Path, ...]) -> None:
-    """Make the checkpoint's mapped tensors the model's parameters (tied weights tied again after)."""
+def assign_weights(model: torch.nn.Module, files: tuple[Path, ...],
+                   references: dict[tuple, Reference] | None = None) -> None:
+    """Make the checkpoint's mapped tensors the model's parameters (tied weights tied again after);
+    `references` gets the name and file of each (build_model)."""
     stored: dict[str, torch.Tensor] = {}
     for path in files:
-        stored.update(map_safetensors(path))
+        mapped = map_safetensors(path)
+        stored.update(mapped)
+        if references is not None:
+            references.update({identity(t): Reference(name, str(path)) for name, t in mapped.items() if t.numel()})
     wanted = model.state_dict(keep_vars=True)
     tied = {name for name in wanted if name not in stored and _is_tied(model, name)}
     missing = sorted(set(wanted) - set(stored) - tied)

@@ -14,6 +14,7 @@ from .common import FileRange
 from .external import ExternalData, constant_tensors
 from .names import io_names
 from .liveness import lifetimes, peak_live_bytes, shared_object_bytes
+from .metadata import recorded_external
 from .methods import constant_keys, methods as methods_of, states as graph_states
 from .program import SEGMENT, ExecutionPlan
 from .pte import ProgramFile, VulkanDelegate
@@ -40,16 +41,20 @@ def external_beside(path: str | os.PathLike) -> Path | None:
     return None
 
 
-def find_external(path: str | os.PathLike, external: Sequence[str | os.PathLike] = ()) -> Path | None:
-    """The external data file to add for a .pte given with none: its same-stem
-    .ptd/.safetensors, when the .pte lacks named keys its constants use."""
+def find_external(path: str | os.PathLike, external: Sequence[str | os.PathLike] = ()) -> tuple[list[Path], Path | None]:
+    """The external data files to use for a .pte: those given; else the files it records
+    (vkx.format.metadata); else its same-stem .ptd/.safetensors when it lacks named keys its
+    constants use. The second item is that same-stem file when it was chosen."""
     if external:
-        return None
-    beside = external_beside(path)
-    if beside is None:
-        return None
+        return [Path(e) for e in external], None
     with ProgramFile.open(path) as pf:
-        return beside if missing_keys(pf) else None
+        recorded = recorded_external(path, pf.metadata)
+        if recorded:
+            return [Path(e) for e in recorded], None
+        beside = external_beside(path)
+        return ([beside], beside) if beside is not None and missing_keys(pf) else ([], None)
+
+
 IMPORT_PAGE = 4096
 """A constant whose file bytes start on this boundary can be used in place by a device (import)."""
 
@@ -93,9 +98,9 @@ def describe(path: str | os.PathLike, external: Sequence[str | os.PathLike] = ()
     """Everything `vkx inspect` shows, as plain JSON-able data."""
     exts = []
     try:
-        for e in external:
-            exts.append(ExternalData.open(e))
         with ProgramFile.open(path) as pf:
+            for e in external or recorded_external(path, pf.metadata):
+                exts.append(ExternalData.open(e))
             return _describe(pf, exts)
     finally:
         for e in exts:
@@ -131,6 +136,9 @@ def _describe(pf: ProgramFile, exts: list[ExternalData]) -> dict[str, Any]:
         for key, r in src.named_data.items():
             info = key_info.get(key, {"dtype": None, "dims": None, "constant_ids": [], "users": []})
             named.append({"key": key, "file": "pte" if src is pf else src.path, "offset": r.offset, "bytes": r.size, **info})
+    tensors = tensor_list(named)
+    folder = os.path.dirname(os.path.abspath(pf.path))
+    recorded = {os.path.abspath(os.path.join(folder, name)) for name in pf.metadata.external_files}
     return {
         "schema": SCHEMA,
         "file": {"path": pf.path, "bytes": pf.size},
@@ -147,8 +155,12 @@ def _describe(pf: ProgramFile, exts: list[ExternalData]) -> dict[str, Any]:
             for plan in p.execution_plan]},
         "segments": segments,
         "named_data": named,
-        "tensors": tensor_list(named),
-        "external": [{"path": e.path, "kind": e.kind, "bytes": e.size, "entries": len(e.named_data)} for e in exts],
+        "tensors": tensors,
+        "files": file_totals(tensors),
+        "external": [{"path": e.path, "kind": e.kind, "bytes": e.size, "entries": len(e.named_data),
+                      "recorded": os.path.abspath(e.path) in recorded} for e in exts],
+        "metadata": {"external_files": list(pf.metadata.external_files),
+                     "eos_token_ids": list(pf.metadata.eos_token_ids)},
         "delegates": [{"plan": pi, "index": di, "id": d.id, "location": "segment" if d.location == SEGMENT else "inline",
                        "data_index": d.index, "compile_specs": {k: val.hex() for k, val in d.compile_specs},
                        "vulkan": graphs.get((pi, di))}
@@ -213,6 +225,17 @@ def tensor_list(named: list[dict[str, Any]]) -> list[dict[str, Any]]:
             t["dtype"], t["dims"] = n["dtype"], n["dims"]
         t["users"] += n["users"]
     return list(tensors.values())
+
+
+def file_totals(tensors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per file ("pte" or an external path), the stored tensors a constant reads and their bytes."""
+    out: dict[str, dict[str, Any]] = {}
+    for t in tensors:
+        if t["users"]:
+            f = out.setdefault(t["file"], {"file": t["file"], "tensors": 0, "bytes": 0})
+            f["tensors"] += 1
+            f["bytes"] += t["bytes"]
+    return list(out.values())
 
 
 def _totals(delegates: list[dict[str, Any]], state: int, methods: bool) -> dict[str, int]:

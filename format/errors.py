@@ -53,8 +53,16 @@ class InvalidValueError(FormatError):
     """A field holds a value the format does not allow."""
 
 
+class MismatchError(InvalidValueError):
+    """Named data of another dtype or shape than the tensor that uses it."""
+
+
 class MissingKeyError(FormatError):
     """A named-data key is not found in any of the files searched."""
+
+
+class MissingFileError(MissingKeyError):
+    """A file the program records as its external data is not there (moved or deleted)."""
 
 
 class DuplicateKeyError(FormatError):

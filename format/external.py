@@ -8,8 +8,8 @@ from typing import Sequence
 
 from . import vkgraph as vk
 from .common import FileRange
-from .errors import (BadMagicError, DuplicateKeyError, FormatError, InvalidValueError, MissingKeyError,
-                     OutOfBoundsError, TruncatedError)
+from .errors import (BadMagicError, DuplicateKeyError, FormatError, InvalidValueError, MismatchError,
+                     MissingKeyError, OutOfBoundsError, TruncatedError)
 from .flatbuf import Reader
 from .infile import InputFile
 from .pte import VULKAN_BACKEND, ProgramFile, VulkanDelegate
@@ -18,6 +18,12 @@ FT_HEADER_LENGTH = 40
 SAFETENSORS_MAX_HEADER = 100 * 1024 * 1024  # the safetensors library's own limit
 ALIASES_METADATA = "vkx.aliases"
 """The safetensors `__metadata__` entry with a stored tensor's other names: JSON {alias: stored key}."""
+SAFETENSORS_DTYPES = {
+    vk.DataType.BOOL: "BOOL", vk.DataType.UINT8: "U8", vk.DataType.INT8: "I8", vk.DataType.INT32: "I32",
+    vk.DataType.FLOAT16: "F16", vk.DataType.FLOAT32: "F32", vk.DataType.FLOAT64: "F64", vk.DataType.INT64: "I64",
+    vk.DataType.BFLOAT16: "BF16",
+}
+"""The safetensors dtype string of each element type."""
 
 
 @dataclass(frozen=True)
@@ -153,6 +159,15 @@ class ExternalData(InputFile):
             self.dtypes[alias] = self.dtypes[key]
 
 
+def check_entry(holder: ExternalData, key: str, t: vk.Tensor, where: str, path: str | None) -> None:
+    """MismatchError unless safetensors entry `key` of `holder` has the dtype and shape of `t`."""
+    stored, shape = holder.dtypes[key]
+    dtype = SAFETENSORS_DTYPES.get(t.datatype)
+    if (stored, list(shape)) != (dtype, list(t.dims)):
+        raise MismatchError(f"{where}.named_key", f"{key!r} is {stored} {list(shape)} in {holder.path}, the program "
+                            f"needs {dtype} {list(t.dims)} (was the file changed after export?)", path)
+
+
 def constant_tensors(graph: vk.VkGraph) -> dict[int, vk.Tensor]:
     """constant_id -> the first Tensor value that uses it."""
     out: dict[int, vk.Tensor] = {}
@@ -168,6 +183,7 @@ def resolve_constants(pf: ProgramFile, external: Sequence[ExternalData] = (),
 
     Named constants are looked up in the external files in order, then in the
     .pte's named data; legacy ones inside the delegate blob's constant section.
+    A safetensors entry must have the dtype and shape of the tensor that uses it.
     """
     v = delegate or pf.vulkan
     if v is None:
@@ -179,7 +195,10 @@ def resolve_constants(pf: ProgramFile, external: Sequence[ExternalData] = (),
         t = tensors.get(k)
         nbytes = t.nbytes if t is not None else ref.length
         if ref.is_named:
-            r = next((e.named_data[ref.named_key] for e in external if ref.named_key in e.named_data), None)
+            holder = next((e for e in external if ref.named_key in e.named_data), None)
+            r = None if holder is None else holder.named_data[ref.named_key]
+            if holder is not None and t is not None and holder.kind == "safetensors":
+                check_entry(holder, ref.named_key, t, where, pf.path)
             if r is None:
                 r = pf.named_data.get(ref.named_key)
             if r is None:

@@ -40,7 +40,8 @@ class InputFile:
             if self.size == 0:
                 raise TruncatedError("file", "empty file", self.path)
         except BaseException:
-            os.close(self._fd)
+            fd, self._fd = self._fd, -1  # or __del__ would close the number again, maybe another file's by then
+            os.close(fd)
             raise
 
     @classmethod

@@ -10,6 +10,7 @@ from .common import FileRange
 from .errors import BadMagicError, DuplicateKeyError, InvalidValueError, OutOfBoundsError, TruncatedError
 from .flatbuf import Reader
 from .infile import InputFile
+from .metadata import ProgramMetadata, read_metadata
 from .program import INLINE, Program, TensorMeta, decode_program
 from .vkgraph_decode import decode_vkgraph
 
@@ -135,6 +136,15 @@ class ProgramFile(InputFile):
         """Every VulkanBackend delegate of every plan, in plan then delegate order, decoded on first access."""
         return tuple(self.vulkan_delegate(pi, di) for pi, plan in enumerate(self.program.execution_plan)
                      for di, d in enumerate(plan.delegates) if d.id == VULKAN_BACKEND)
+
+    @cached_property
+    def metadata(self) -> ProgramMetadata:
+        """What the first VulkanBackend delegate records about the program (vkx.format.metadata)."""
+        for pi, plan in enumerate(self.program.execution_plan):
+            for di, d in enumerate(plan.delegates):
+                if d.id == VULKAN_BACKEND:
+                    return read_metadata(d.compile_specs, f"execution_plan[{pi}].delegates[{di}]", self.path)
+        return ProgramMetadata()
 
     @property
     def vulkan(self) -> VulkanDelegate | None:

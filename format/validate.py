@@ -10,6 +10,7 @@ from . import contract, vkgraph as vk
 from .common import FileRange
 from .errors import FormatError, InvalidValueError, OutOfBoundsError, OverlapError, TruncatedError
 from .external import ExternalData, constant_tensors, resolve_constants
+from .metadata import recorded_external
 from .methods import methods as methods_of, states as graph_states
 from .names import io_names
 from .op_state import STATE, UPDATES
@@ -38,9 +39,9 @@ def validate(path: str | os.PathLike, external: Sequence[str | os.PathLike] = ()
     """Check a .pte (and the external data files it needs) against every rule; raise the first FormatError."""
     exts: list[ExternalData] = []
     try:
-        for e in external:
-            exts.append(ExternalData.open(e))
         with ProgramFile.open(path) as pf:
+            for e in external or recorded_external(path, pf.metadata):
+                exts.append(ExternalData.open(e))
             report = ValidationReport(pf.path, [e.path for e in exts])
             _check_container(pf, report)
             for e in exts:

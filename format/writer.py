@@ -18,18 +18,13 @@ from .atomic import AtomicFile
 from .common import ScalarType, align, lcm, segment_alignment
 from .encode import (PTD_HEADER_LENGTH, PTE_HEADER_LENGTH, PlanSpec, encode_flat_tensor, encode_program,
                      encode_vkgraph, insert_header, plan_io)
-from .errors import DuplicateKeyError, InvalidValueError
-from .external import ALIASES_METADATA, constant_tensors
+from .errors import DuplicateKeyError, InvalidValueError, MissingKeyError
+from .external import ALIASES_METADATA, SAFETENSORS_DTYPES, ExternalData, check_entry, constant_tensors
+from .metadata import ProgramMetadata, relative_to
 from .names import encode_io_names
 
 Buffer = Any  # any C-contiguous buffer-protocol object: bytes, memoryview, numpy array, mmap
 CHUNK = 8 * 1024 * 1024
-SAFETENSORS_DTYPES = {
-    vk.DataType.BOOL: "BOOL", vk.DataType.UINT8: "U8", vk.DataType.INT8: "I8", vk.DataType.INT32: "I32",
-    vk.DataType.FLOAT16: "F16", vk.DataType.FLOAT32: "F32", vk.DataType.FLOAT64: "F64", vk.DataType.INT64: "I64",
-    vk.DataType.BFLOAT16: "BF16",
-}
-
 
 
 @dataclass(frozen=True)
@@ -37,12 +32,14 @@ class ConstantPayload:
     """The bytes of one constant: `read()` is called once, when they are written.
 
     `aliases`: the tensor's other names; each is one more named-data key for the same bytes
-    (docs/format.md, "Tensor names").
+    (docs/format.md, "Tensor names"). `stored_in`: a safetensors file that already holds the
+    bytes under `key` (a checkpoint the program references): nothing is written, `read` is None.
     """
     key: str
     nbytes: int
-    read: Callable[[], Buffer]
+    read: Callable[[], Buffer] | None
     aliases: tuple[str, ...] = ()
+    stored_in: str | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +59,9 @@ class WriteReport:
     named_data_entries: int
     external_path: str | None
     external_bytes: int = 0
+    referenced_bytes: int = 0
+    """Weight bytes left in the files the program references (each distinct key once)."""
+    referenced_files: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -130,6 +130,24 @@ def _unique(methods: Sequence[MethodSpec]) -> dict[str, ConstantPayload]:
     return out
 
 
+def _check_references(methods: Sequence[MethodSpec], files: Sequence[str]) -> None:
+    """Before anything is written: each payload `stored_in` a file is there under its key, with the
+    dtype and shape of every tensor using it (else the file would not load)."""
+    for file in files:
+        with ExternalData.open(file) as held:
+            if held.kind != "safetensors":
+                raise InvalidValueError("payloads", f"{file}: constants are referenced in safetensors files only")
+            for m in methods:
+                for cid, t in constant_tensors(m.graph).items():
+                    p = m.payloads[cid]
+                    if p.stored_in != file:
+                        continue
+                    where = f"method {m.name!r} payloads[{cid}]"
+                    if p.key not in held.named_data:
+                        raise MissingKeyError(where, f"key {p.key!r} is not in {file}")
+                    check_entry(held, p.key, t, where, None)
+
+
 def _entries(named: Sequence[ConstantPayload], first: int) -> list[tuple[str, int]]:
     """(key, segment index) of every name of every payload; payload i is segment `first + i`."""
     return [(name, first + i) for i, p in enumerate(named) for name in (p.key, *p.aliases)]
@@ -196,10 +214,13 @@ def write_program(path: str | os.PathLike, graph: vk.VkGraph, payloads: Sequence
 
 def write_methods(path: str | os.PathLike, methods: Sequence[MethodSpec], *,
                   layout: Literal["named", "legacy"] = "named", external_data: str | os.PathLike | None = None,
-                  alignment: int | None = None, on_bytes: Callable[[int], None] | None = None) -> WriteReport:
+                  alignment: int | None = None, on_bytes: Callable[[int], None] | None = None,
+                  metadata: ProgramMetadata = ProgramMetadata()) -> WriteReport:
     """Write a .pte with one execution plan per method, each with its own VulkanBackend delegate.
 
     The methods' constants share one named-data map: a key several methods use is stored once.
+    Payloads `stored_in` another file are referenced, not written: the files' paths relative to
+    the .pte go into `metadata` (vkx.format.metadata), which every delegate records.
     """
     if layout not in ("named", "legacy"):
         raise ValueError(f"layout must be 'named' or 'legacy', not {layout!r}")
@@ -216,12 +237,18 @@ def write_methods(path: str | os.PathLike, methods: Sequence[MethodSpec], *,
             raise ValueError(f"{m.name}: {len(m.inputs)} inputs / {len(m.outputs)} outputs given, the graph has "
                              f"{len(m.graph.input_ids)} / {len(m.graph.output_ids)}")
     unique = _unique(methods)
+    referenced = [p for p in unique.values() if p.stored_in is not None]
+    if referenced and layout == "legacy":
+        raise ValueError("constants stored in other files need the named layout")
+    files = tuple(dict.fromkeys(p.stored_in for p in referenced))
+    _check_references(methods, files)
+    metadata = ProgramMetadata(relative_to(path, files), metadata.eos_token_ids)
     blobs = []
     for m in methods:
         legacy = _fill_constants(m.graph, m.payloads, layout)
         section = sum(align(unique[key].nbytes, 16) for key in legacy)
         blobs.append(_Blob(_blob_head(m.graph, section), legacy, section))
-    named = [p for p in unique.values() if p.nbytes] if layout == "named" else []
+    named = [p for p in unique.values() if p.nbytes and p.stored_in is None] if layout == "named" else []
     in_pte = named if external_data is None else []
     aligns = [segment_alignment(p.nbytes, alignment) for p in in_pte]
     offsets = _place([(0, 1)] + [(b.size, 1) for b in blobs] + [(p.nbytes, a) for p, a in zip(in_pte, aligns)])
@@ -231,8 +258,9 @@ def write_methods(path: str | os.PathLike, methods: Sequence[MethodSpec], *,
     plans = []
     for i, m in enumerate(methods):
         io, arena = plan_io([(s.scalar_type, s.sizes) for s in list(m.inputs) + list(m.outputs)])
+        specs = _io_specs(m.inputs, m.outputs) + ([metadata.encode()] if metadata else [])
         plans.append(PlanSpec(m.name, io[:len(m.inputs)], io[len(m.inputs):], arena, 1 + i, m.pytree_in, m.pytree_out,
-                              _io_specs(m.inputs, m.outputs)))
+                              specs))
     fb = encode_program(plans, [(s.offset, s.size) for s in segments],
                         _entries(in_pte, first_named) if in_pte else None)
     program_size = PTE_HEADER_LENGTH + len(fb)
@@ -269,8 +297,9 @@ def write_methods(path: str | os.PathLike, methods: Sequence[MethodSpec], *,
                 except BaseException:
                     ext.uncommit()
                     raise
-    return WriteReport(str(path), out.pos, sum(p.nbytes for p in unique.values()),
-                       len(named), None if ext_target is None else str(ext_target), ext_bytes)
+    return WriteReport(str(path), out.pos, sum(p.nbytes for p in unique.values() if p.stored_in is None),
+                       len(named), None if ext_target is None else str(ext_target), ext_bytes,
+                       sum(p.nbytes for p in referenced), files)
 
 
 def _write_ptd(out: AtomicFile, named: Sequence[ConstantPayload], alignment: int | None) -> None:

@@ -12,8 +12,10 @@ mapping of its file, never written, so its pages stay clean page cache. Such a
 mapping stays until the program closes, after its device memory is freed; a
 file truncated under it then faults in the driver (docs/safety.md).
 
-With no external data given, a .pte whose named constants are not all inside
-it gets the same-stem .ptd / .safetensors beside it, with a warning that says so.
+With no external data given, a .pte that records its external files (weights by
+reference, docs/format.md "Program metadata") gets those; one whose named constants
+are not all inside it gets the same-stem .ptd / .safetensors beside it, with a
+warning that says so.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from typing import Callable, Sequence
 from vkx.format import ExternalData, FileRange, FormatError, ProgramFile, resolve_constants
 from vkx.format.common import align
 from vkx.format.describe import external_beside, missing_keys
+from vkx.format.metadata import recorded_external
 from vkx.format.methods import methods as methods_of
 from vkx.format.names import io_names
 from vkx.format.pte import VulkanDelegate
@@ -122,10 +125,10 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
     one Vulkan delegate call: `program.decode(...)`, docs/format.md, "Methods").
 
     `external_data`: .ptd / .safetensors files searched (in order) before the
-    .pte's own named data; none given and the .pte needs some: its same-stem
-    file beside it (a warning says so). `schedule`: "lazy" (default) or "eager"
-    (the old order, for comparison). `upload`: "auto" (by the device's memory
-    types: docs/architecture.md, "Upload paths"), "staging", "direct" or "import".
+    .pte's own named data; none given: the files the .pte records, else, when it
+    needs some, its same-stem file beside it (a warning says so). `schedule`: "lazy"
+    (default) or "eager" (the old order, for comparison). `upload`: "auto" (by the device's
+    memory types: docs/architecture.md, "Upload paths"), "staging", "direct" or "import".
     `progress(done_bytes, total_bytes)` is called after each weight's upload.
     `trace_memory`: reset the process's VmHWM at each phase so that
     `Program.memory["phases"]` has the RSS peak of each (only then is the
@@ -149,6 +152,8 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
             found = ", ".join(d.id for plan in pf.program.execution_plan for d in plan.delegates)
             raise BadProgramError(f"{os.fspath(path)}: no VulkanBackend delegate (found {found or 'no delegate'}): "
                                   "vkx runs programs that vkx export wrote for Vulkan")
+        if not external_data:
+            external_data = recorded_external(path, pf.metadata)
         missing = [] if external_data else missing_keys(pf)
         if missing:
             beside = external_beside(path)
@@ -202,7 +207,7 @@ def _load_methods(pf: ProgramFile, delegates: list[VulkanDelegate], externals: l
     for i, (name, d) in enumerate(zip(names, delegates)):
         programs[name].name_io(*io_names(d.compile_specs, len(d.graph.input_ids), len(d.graph.output_ids),
                                          f"execution_plan[{i}].delegates[0]", pf.path))
-    return Methods(programs)
+    return Methods(programs, pf.metadata.eos_token_ids)
 
 
 def _chain(first, second):

@@ -119,19 +119,21 @@ def check_request(input_ids: Sequence[int], max_new_tokens: int, shape: LMShape)
 
 
 def generate(decoder: Decoder, input_ids: Sequence[int], max_new_tokens: int, shape: LMShape, *,
-             sampling: Sampling = Sampling(), timings: Timings | None = None) -> Iterator[int]:
-    """Yield `max_new_tokens` token ids after `input_ids`, starting from an empty cache.
+             sampling: Sampling = Sampling(), timings: Timings | None = None,
+             stop: Sequence[int] = ()) -> Iterator[int]:
+    """Yield `max_new_tokens` token ids after `input_ids`, starting from an empty cache; a token
+    of `stop` (the model's EOS ids) is yielded and ends the sequence early.
 
     The request is checked when this is called, before the first token is asked for.
     """
     input_ids = [int(t) for t in input_ids]
     check_request(input_ids, max_new_tokens, shape)
     sampling.check()
-    return _tokens(decoder, input_ids, max_new_tokens, shape, sampling, timings or Timings())
+    return _tokens(decoder, input_ids, max_new_tokens, shape, sampling, timings or Timings(), frozenset(stop))
 
 
 def _tokens(decoder: Decoder, input_ids: list[int], max_new_tokens: int, shape: LMShape, sampling: Sampling,
-            timings: Timings) -> Iterator[int]:
+            timings: Timings, stop: frozenset[int]) -> Iterator[int]:
     rng = np.random.default_rng(sampling.seed)
     began = time.perf_counter()
     decoder.reset()
@@ -142,6 +144,8 @@ def _tokens(decoder: Decoder, input_ids: list[int], max_new_tokens: int, shape: 
     timings.first_token_seconds = time.perf_counter() - began
     yield token
     for position in range(len(input_ids), len(input_ids) + max_new_tokens - 1):
+        if token in stop:
+            return
         step = time.perf_counter()
         logits = np.asarray(decoder.decode(np.array([[token]], np.int64), np.array([position], np.int64)))
         token = sample(logits.reshape(-1, shape.vocab_size)[-1], sampling, rng)
@@ -176,8 +180,10 @@ class ProgramDecoder:
         (ids_shape, _), _ = program["prefill"].input_specs
         (logits_shape, _), = program["prefill"].output_specs
         # every state is a KV cache [1, kv_heads, max_seq_len, head_dim]
-        cache = program.state(program.states[0])
-        self.shape = LMShape(prefill_len=ids_shape[1], max_seq_len=cache.shape[2], vocab_size=logits_shape[-1])
+        (cache_shape, _) = program.state_spec(program.states[0])
+        self.shape = LMShape(prefill_len=ids_shape[1], max_seq_len=cache_shape[2], vocab_size=logits_shape[-1])
+        self.eos_token_ids: tuple[int, ...] = program.eos_token_ids
+        """What the program records as the model's EOS ids (generation stops at one)."""
 
     def prefill(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
         return self.program["prefill"].run_numpy(input_ids, cache_position)[0]

@@ -139,8 +139,10 @@ class Methods(Closes):
     activation memory, so their calls run one at a time. `close()` releases it all.
     """
 
-    def __init__(self, programs: dict[str, Program]):
+    def __init__(self, programs: dict[str, Program], eos_token_ids: tuple[int, ...] = ()):
         self._programs = programs
+        self.eos_token_ids = eos_token_ids
+        """The token ids that end a generated sequence, as the file records them (a causal LM's)."""
         lock = threading.Lock()
         for program in programs.values():
             program._lock, program._owner = lock, False
@@ -180,6 +182,10 @@ class Methods(Closes):
         """A copy of state tensor `name`: a torch tensor, or a numpy array where torch is not installed."""
         return self._first.state(name)
 
+    def state_spec(self, name: str):
+        """(shape, dtype name) of state tensor `name`, without reading it."""
+        return self._first.state_spec(name)
+
     @property
     def memory(self) -> dict:
         return self._first.memory
@@ -187,13 +193,15 @@ class Methods(Closes):
     def generate(self, input_ids, max_new_tokens: int = 32, *, temperature: float = 0.0, top_k: int | None = None,
                  top_p: float | None = None, seed: int | None = None, timings=None):
         """Yield the token ids that follow `input_ids`, for a causal LM program (methods prefill and
-        decode, what `vkx export DIR` writes): greedy unless a temperature is given. The cache starts
+        decode, what `vkx export DIR` writes): greedy unless a temperature is given, up to
+        `max_new_tokens` or an EOS token of the model (yielded, then the end). The cache starts
         empty; `timings` (a `vkx.loader.generate.Timings`) receives the measurements."""
         from vkx.loader.generate import ProgramDecoder, Sampling, generate
 
         decoder = ProgramDecoder(self)
         return generate(decoder, input_ids, max_new_tokens, decoder.shape,
-                        sampling=Sampling(temperature, top_k, top_p, seed), timings=timings)
+                        sampling=Sampling(temperature, top_k, top_p, seed), timings=timings,
+                        stop=decoder.eos_token_ids)
 
     def close(self) -> None:
         """Release the load (every method's memory, the weights, the state)."""

@@ -226,13 +226,22 @@ class Program(Closes):
                 raise LoadError("program is closed")
             self._resources.states.reset()
 
-    def state(self, name: str):
-        """A copy of state tensor `name`: a torch tensor, or a numpy array where torch is not installed."""
+    def _state_tensor(self, name: str):
         store = self._resources.states
         if name not in store.states:
             known = ", ".join(store.states) or "none"
             raise InputError(f"no state {name!r} (states: {known})")
-        t = store.states[name][0]
+        return store.states[name][0]
+
+    def state_spec(self, name: str) -> TensorSpec:
+        """(shape, dtype name) of state tensor `name`, without reading it."""
+        t = self._state_tensor(name)
+        return TensorSpec(t.arg.shape, t.arg.dtype.name, name)
+
+    def state(self, name: str):
+        """A copy of state tensor `name`: a torch tensor, or a numpy array where torch is not installed."""
+        store = self._resources.states
+        t = self._state_tensor(name)
         with self._lock:
             if self.closed:
                 raise LoadError("program is closed")

@@ -148,7 +148,8 @@ def _check_paths(model: Path, output: Optional[Path], external_data: Optional[Pa
         if layout == Layout.legacy:
             raise paths.UsageError("--external-data: external data needs the named layout "
                                    "(--layout legacy keeps weights in the delegate blob)")
-        paths.output_file(external_data, "--external-data", "external data", EXTERNAL_SUFFIXES, inputs)
+        if not folder:  # a folder's export tells its checkpoint (weights by reference) from a file to write
+            paths.output_file(external_data, "--external-data", "external data", EXTERNAL_SUFFIXES, inputs)
         if paths.is_same_file(external_data, output):
             raise paths.UsageError(f"--external-data {external_data} is the output .pte")
     if alignment is not None and (alignment <= 0 or alignment & (alignment - 1)):
@@ -167,7 +168,8 @@ def export(
     layout: Layout = typer.Option(Layout.named, help="Where constants go: named data, or inside the delegate blob."),
     external_data: Optional[Path] = typer.Option(
         None, "--external-data", metavar="FILE",
-        help="Write the weights to this .ptd or .safetensors instead of the .pte."),
+        help="Write the weights to this .ptd or .safetensors instead of the .pte. For a model folder, naming "
+             "its checkpoint (the folder, its model.safetensors, index or shards) references the weights in it."),
     dtype: Dtype = typer.Option(
         Dtype.keep, help="Floating type of weights, activations, inputs and outputs (keep: the model's own)."),
     weights: Optional[Path] = typer.Option(None, metavar="FILE.safetensors",
@@ -197,13 +199,15 @@ def export(
     none for random ones), exported as methods prefill and decode with a KV cache."""
     folder = _is_folder(model, weights, (max_seq_len, prefill_len))
     output = _check_paths(model, output, external_data, weights, layout, alignment, quantize, group_size, folder)
-    replaced = [str(p) for p in (output, external_data) if p is not None and p.exists()]
+    existing = [str(p) for p in (output, external_data) if p is not None and p.exists()]
     from vkx.export import export_model, load_model_file, load_weights
 
     if folder:
         with _quiet_torch(verbose):  # transformers warns about configs on stderr
-            from vkx.export.hf import check_lengths
+            from vkx.export.hf import check_lengths, checkpoint_files, read_folder
             max_seq_len, prefill_len = check_lengths(model, max_seq_len, prefill_len)
+            if external_data is not None:
+                checkpoint_files(read_folder(model), external_data)  # its errors before the progress display
     bars = Progress(SpinnerColumn(), TextColumn("{task.description:<13}"), BarColumn(), _Bytes(),
                     TimeElapsedColumn(), console=console, disable=quiet or json_out)
     started = time.perf_counter()
@@ -230,6 +234,7 @@ def export(
             _print_user_traceback(error, model)
         fail(str(error))
     seconds = time.perf_counter() - started
+    replaced = [p for p in existing if p in (report.path, report.external_path)]  # not a referenced checkpoint
     print(json.dumps(as_json(report, seconds, replaced)) if json_out else summary(report, seconds, replaced))
 
 
@@ -241,6 +246,7 @@ def as_json(report: ExportReport, seconds: float, replaced: list[str]) -> dict:
             "external_bytes": report.external_bytes, "constant_bytes": report.constant_bytes,
             "constants": report.constants, "distinct_constants": report.distinct_constants,
             "operators": report.operators, "methods": report.methods,
+            "referenced_files": report.referenced_files, "referenced_bytes": report.referenced_bytes,
             "activations": {"bytes": memory.total_nbytes, "objects": len(memory.object_nbytes),
                             "peak_live_bytes": memory.peak_live_nbytes},
             "stage_seconds": report.seconds, "seconds": seconds}
@@ -253,6 +259,10 @@ def summary(report: ExportReport, seconds: float, replaced: list[str]) -> str:
 
     where = named(report.path) + (f" + {named(report.external_path)} ({size(report.external_bytes)})"
                                   if report.external_path else "")
+    if report.referenced_files:
+        shown = ", ".join(Path(f).name for f in report.referenced_files[:2])
+        more = f" and {len(report.referenced_files) - 2} more" if len(report.referenced_files) > 2 else ""
+        where += f" (referencing {size(report.referenced_bytes)} of weights in {shown}{more})"
     memory = report.memory
     methods = f"{len(report.methods)} methods ({', '.join(report.methods)}), " if len(report.methods) > 1 else ""
     line = (f"wrote {where}: {size(report.file_bytes)}, {methods}{report.operators} ops, "

@@ -73,7 +73,8 @@ def generate(
     device: Optional[str] = typer.Option(None, "--device", metavar="INDEX|NAME",
                                          help="Device index or name substring, as vkx devices lists them."),
 ) -> None:
-    """Generate text with the causal LM program FILE (exported from a Hugging Face folder), streaming it."""
+    """Generate text with the causal LM program FILE (exported from a Hugging Face folder), streaming it,
+    until --max-new-tokens or an EOS token of the model."""
     external, beside = paths.loadable(model, external_data)
     if (prompt is None) == (prompt_ids is None):
         raise paths.UsageError("give the prompt as --prompt TEXT (with --tokenizer) or as --prompt-ids IDS")
@@ -99,7 +100,8 @@ def generate(
             decoder = ProgramDecoder(program)  # refuses a program that is not a causal LM
             stream = _Stream(text_tokenizer) if text_tokenizer is not None and not json else None
             tokens = []
-            for token in generated(decoder, ids, max_new_tokens, decoder.shape, sampling=sampling, timings=timings):
+            for token in generated(decoder, ids, max_new_tokens, decoder.shape, sampling=sampling, timings=timings,
+                                   stop=decoder.eos_token_ids):
                 tokens.append(token)
                 if stream is not None:
                     stream.add(token)
@@ -109,7 +111,8 @@ def generate(
     finally:
         if device is not None:
             dev.close()
-    report = {"schema": SCHEMA, "model": str(model), "prompt_tokens": len(ids), "tokens": tokens,
+    stopped = "eos" if tokens[-1] in decoder.eos_token_ids else "max_new_tokens"
+    report = {"schema": SCHEMA, "model": str(model), "prompt_tokens": len(ids), "tokens": tokens, "stop": stopped,
               "text": text_tokenizer.decode(tokens) if text_tokenizer is not None else None,
               "prefill_seconds": timings.prefill_seconds, "prefill_tokens_per_s": timings.prefill_tokens_per_s,
               "time_to_first_token_seconds": timings.first_token_seconds,

@@ -59,7 +59,13 @@ def _print(d: dict[str, Any], tensors: bool) -> None:
                     ", ".join(_used(u) for u in s["used_by"]) or "[red]unused[/]")
     console.print(seg)
     for e in d["external"]:
-        console.print(f"external {e['kind']}: {safe(e['path'])}  {_size(e['bytes'])}, {e['entries']} entries")
+        recorded = " (recorded by the program)" if e["recorded"] else ""
+        console.print(f"external {e['kind']}: {safe(e['path'])}  {_size(e['bytes'])}, {e['entries']} entries{recorded}")
+    if d["external"] or len(d["files"]) > 1:
+        by_file = _table("Weights by file", "file", "count", "bytes")
+        for f in d["files"]:
+            by_file.add_row(safe(f["file"]), str(f["tensors"]), _size(f["bytes"]))
+        console.print(by_file)
     graphs = [x["vulkan"] for x in d["delegates"] if x["vulkan"] is not None]
     missing = {c["key"] for v in graphs for c in v["graph"]["constants"] if c["location"] == "missing"}
     if missing:

@@ -61,12 +61,12 @@ def external_files(paths: Iterable[Path]) -> list[Path]:
 
 
 def with_external(program: Path, external: list[Path]) -> tuple[list[Path], Path | None]:
-    """The external data to use: those given, or the same-stem file beside the .pte when it needs one.
+    """The external data to use: those given, else the files the .pte records, else the same-stem
+    file beside the .pte when it needs one.
 
     The second item is the file found beside it (the caller says so), else None.
     """
-    found = find_external(program, external)
-    return ([found], found) if found is not None else (external, None)
+    return find_external(program, external)
 
 
 def require_external(program: Path, external: list[Path]) -> None:

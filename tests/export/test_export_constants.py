@@ -58,7 +58,7 @@ def test_keys_are_names_and_equal_bytes_share_the_first():
     tensor, other = torch.randn(3, 5), torch.randn(3, 5)
     sources = [ConstantSource("w", tensor), ConstantSource("lifted_0", other), ConstantSource("v", tensor.clone()),
                ConstantSource("as_int", tensor.view(torch.int32))]
-    payloads = make_payloads(sources, KeyCache(), {constants._identity(tensor): ["w", "tied_w"]})
+    payloads = make_payloads(sources, KeyCache(), {constants.identity(tensor): ["w", "tied_w"]})
     assert [(p.key, p.aliases) for p in payloads] == [("w", ("tied_w", "v")), ("lifted_0", ()), ("w", ("tied_w", "v")),
                                                        ("as_int", ())]  # equal bytes of another dtype: another tensor
     assert payloads[0].nbytes == 60 and bytes(payloads[0].read()) == tensor.numpy().tobytes()

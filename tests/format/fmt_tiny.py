@@ -10,8 +10,9 @@ import struct
 import sys
 from pathlib import Path
 
-from vkx.format import ConstantPayload, IOSpec, ScalarType, write_program
+from vkx.format import ConstantPayload, IOSpec, MethodSpec, ScalarType, write_methods, write_program
 from vkx.format import vkgraph as vk
+from vkx.format.metadata import ProgramMetadata
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 F32 = vk.DataType.FLOAT32
@@ -71,6 +72,15 @@ def write_tiny(path: Path | str, **kwargs):
                          [IOSpec(ScalarType.FLOAT, (1, 3))], pytree_in="in", pytree_out="out", **kwargs)
 
 
+def write_tiny_ref(path: Path | str, checkpoint: Path | str):
+    """The tiny program referencing its constants in `checkpoint` (tiny_st.safetensors holds them under
+    the same keys), recording EOS id 2."""
+    payloads = [ConstantPayload(p.key, p.nbytes, None, stored_in=str(checkpoint)) for p in tiny_payloads()]
+    method = MethodSpec("forward", tiny_graph(), payloads, [IOSpec(ScalarType.FLOAT, (1, 4))],
+                        [IOSpec(ScalarType.FLOAT, (1, 3))], "in", "out")
+    return write_methods(path, [method], metadata=ProgramMetadata(eos_token_ids=(2,)))
+
+
 GOLDENS = {
     "tiny_named.pte": {},
     "tiny_legacy.pte": {"layout": "legacy"},
@@ -83,6 +93,7 @@ def main() -> None:
         write_tiny(GOLDEN / name, **kwargs)
     write_tiny(GOLDEN / "tiny_ext.pte", external_data=GOLDEN / "tiny_ext.ptd")
     write_tiny(GOLDEN / "tiny_st.pte", external_data=GOLDEN / "tiny_st.safetensors")
+    write_tiny_ref(GOLDEN / "tiny_ref.pte", GOLDEN / "tiny_st.safetensors")
     print("wrote", *sorted(p.name for p in GOLDEN.iterdir()), file=sys.stderr)
 
 

@@ -1,8 +1,10 @@
 """ExecuTorch 1.5.1 agrees with vkx: it reads vkx's files, and vkx reads its files the same way."""
+import json
+
 import pytest
 
-from .conftest import DATA, needs_executorch
-from .fmt_tiny import tiny_constants, write_tiny
+from .conftest import DATA, GOLDEN, needs_executorch
+from .fmt_tiny import tiny_constants, write_tiny, write_tiny_ref
 from vkx.format import ExternalData, ProgramFile, resolve_constants
 from vkx.format import vkgraph as vk
 
@@ -102,3 +104,15 @@ def test_executorch_accepts_vkx_files(et, tmp_path, kwargs):
     if ext == "ptd":
         ft = et.flat_tensor(ext_path.read_bytes())
         assert ft.version == 0 and sorted(n.key for n in ft.named_data) == sorted({c.named_key for c in graph.constants})
+
+
+def test_executorch_accepts_a_program_referencing_a_checkpoint(et, tmp_path):
+    """The `vkx.metadata` compile spec is one more key/value pair to ExecuTorch: its reader and its
+    runtime's verifier take the file (docs/format.md, "Program metadata")."""
+    (tmp_path / "w.safetensors").write_bytes((GOLDEN / "tiny_st.safetensors").read_bytes())
+    write_tiny_ref(tmp_path / "m.pte", tmp_path / "w.safetensors")
+    raw = (tmp_path / "m.pte").read_bytes()
+    specs = {s.key: bytes(s.value) for s in et.deserialize(raw).program.execution_plan[0].delegates[0].compile_specs}
+    assert json.loads(specs["vkx.metadata"]) == {"external_files": ["w.safetensors"], "eos_token_ids": [2]}
+    program = et.runtime.load_program(raw, verification=et.verification)
+    assert "forward" in program.method_names

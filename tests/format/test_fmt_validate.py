@@ -205,8 +205,11 @@ def test_describe_schema_and_totals():
     d = describe(GOLDEN / "tiny_named.pte")
     assert json.loads(json.dumps(d)) == d
     assert set(d) == {"schema", "file", "header", "program", "segments", "named_data", "tensors", "external", "delegates",
-                      "vulkan", "methods", "states", "totals"}
+                      "vulkan", "methods", "states", "totals", "files", "metadata"}
     assert [m["name"] for m in d["methods"]] == ["forward"] and d["states"] == []
+    assert d["metadata"] == {"external_files": [], "eos_token_ids": []}
+    assert d["files"] == [{"file": "pte", "tensors": len([t for t in d["tensors"] if t["users"]]),
+                           "bytes": sum(t["bytes"] for t in d["tensors"] if t["users"])}]
     assert d["schema"] == "vkx.describe/1"
     # A_live counts the input as live over the whole chain (format/liveness.py); this hand-made plan reuses it.
     assert d["totals"] == {"W": 60, "w": 48, "A": 28, "A_live": 40, "state": 0, "peak_old": 196, "peak_lazy": 156,

@@ -1,11 +1,12 @@
 """write_program: golden bytes, round trips, alignment policy, streaming and atomicity."""
 import hashlib
 import os
+import shutil
 
 import pytest
 
 from .conftest import GOLDEN
-from .fmt_tiny import GOLDENS, tiny_constants, tiny_graph, tiny_payloads, write_tiny
+from .fmt_tiny import GOLDENS, tiny_constants, tiny_graph, tiny_payloads, write_tiny, write_tiny_ref
 from vkx.format import (ConstantPayload, DuplicateKeyError, ExternalData, InvalidValueError, IOSpec, ProgramFile,
                         ScalarType, resolve_constants, validate, write_program)
 from vkx.format import vkgraph as vk
@@ -34,6 +35,23 @@ def test_golden_external_bytes(tmp_path, ext):
     stem = "tiny_ext" if ext == "ptd" else "tiny_st"
     assert (tmp_path / "tiny_x.pte").read_bytes() == (GOLDEN / f"{stem}.pte").read_bytes()
     assert (tmp_path / f"tiny_x.{ext}").read_bytes() == (GOLDEN / f"{stem}.{ext}").read_bytes()
+
+
+def test_golden_reference_bytes(tmp_path):
+    """A program whose constants stay in a safetensors file beside it: the file's name relative to the .pte
+    and the EOS ids in the `vkx.metadata` compile spec, no named data of its own."""
+    shutil.copy(GOLDEN / "tiny_st.safetensors", tmp_path / "tiny_st.safetensors")
+    report = write_tiny_ref(tmp_path / "tiny_ref.pte", tmp_path / "tiny_st.safetensors")
+    data = (tmp_path / "tiny_ref.pte").read_bytes()
+    assert data == (GOLDEN / "tiny_ref.pte").read_bytes()
+    assert b'{"external_files":["tiny_st.safetensors"],"eos_token_ids":[2]}' in data
+    assert (report.constant_bytes, report.named_data_entries, report.referenced_bytes) == (0, 0, 60)
+    # read where it lies, without being told: the recorded file beside it
+    assert validate(GOLDEN / "tiny_ref.pte").external == [str(GOLDEN / "tiny_st.safetensors")]
+    with ProgramFile.open(GOLDEN / "tiny_ref.pte") as pf:
+        assert pf.named_data == {} and pf.metadata.eos_token_ids == (2,)
+        with ExternalData.open(GOLDEN / "tiny_st.safetensors") as st:
+            assert _constants(pf, [st]) == tiny_constants()
 
 
 @pytest.mark.parametrize("layout,ext", [("named", None), ("legacy", None), ("named", "ptd"), ("named", "safetensors")])
@@ -206,3 +224,37 @@ def test_read_range_is_checked(tmp_path):
 def test_keys_are_sha256_friendly(tmp_path):
     data = tiny_constants()
     assert tiny_payloads()[0].key == hashlib.sha256(data[0]).hexdigest()
+
+
+def test_a_reference_that_does_not_fit_its_file_is_refused_before_writing(tmp_path):
+    from vkx.format import MethodSpec, write_methods
+    from vkx.format.errors import MismatchError, MissingKeyError
+
+    shutil.copy(GOLDEN / "tiny_st.safetensors", tmp_path / "w.safetensors")
+    good = tiny_payloads()
+
+    def write(payloads, graph=None):
+        method = MethodSpec("forward", graph or tiny_graph(), payloads, [IOSpec(ScalarType.FLOAT, (1, 4))],
+                            [IOSpec(ScalarType.FLOAT, (1, 3))])
+        return write_methods(tmp_path / "m.pte", [method])
+
+    renamed = [ConstantPayload("no such key", good[0].nbytes, None, stored_in=str(tmp_path / "w.safetensors"))]
+    with pytest.raises(MissingKeyError, match="is not in"):
+        write(renamed + good[1:])
+    # the bias as a [1, 3] tensor: its bytes, but not the [3] its entry says
+    graph = tiny_graph()
+    graph.values[1] = vk.Tensor(vk.DataType.FLOAT32, (1, 3), constant_id=1, staging_datatype=vk.DataType.FLOAT32)
+    referenced = [ConstantPayload(p.key, p.nbytes, None, stored_in=str(tmp_path / "w.safetensors")) for p in good]
+    with pytest.raises(MismatchError, match=r"is F32 \[3\] in .*needs F32 \[1, 3\]"):
+        write(referenced, graph)
+    assert not (tmp_path / "m.pte").exists()
+
+
+@pytest.mark.parametrize("value, match", [
+    (b"[1]", "is not a JSON object"), (b'{"external_files": ["/abs/w.safetensors"]}', "relative paths"),
+    (b'{"eos_token_ids": [-1]}', "eos_token_ids must be"), (b'{"eos_token_ids": 2}', "eos_token_ids must be")])
+def test_bad_metadata_is_a_format_error(value, match):
+    from vkx.format.metadata import read_metadata
+
+    with pytest.raises(InvalidValueError, match=match):
+        read_metadata([("vkx.metadata", value)], "execution_plan[0].delegates[0]", "m.pte")

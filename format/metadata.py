@@ -1,0 +1,75 @@
+"""What a .pte records about itself beyond its graphs (docs/format.md, "Program metadata").
+
+One compile spec of each VulkanBackend delegate: key `vkx.metadata`, value the UTF-8 JSON
+object `{"external_files": [path, ...], "eos_token_ids": [int, ...]}` (either key may be left
+out). `external_files` are the files holding named data the .pte references but does not
+contain (a Hugging Face checkpoint's safetensors), relative to the .pte's folder, `/`-separated.
+ExecuTorch's Vulkan runtime reads its compile specs by key and ignores unknown keys.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Sequence
+
+from .errors import InvalidValueError, MissingFileError
+
+METADATA = "vkx.metadata"
+
+
+@dataclass(frozen=True)
+class ProgramMetadata:
+    external_files: tuple[str, ...] = ()
+    """Relative to the .pte's folder, as recorded."""
+    eos_token_ids: tuple[int, ...] = ()
+    """The token ids that end a generated sequence (a causal LM's)."""
+
+    def encode(self) -> tuple[str, bytes]:
+        """The compile spec (key, value)."""
+        value = {"external_files": list(self.external_files), "eos_token_ids": list(self.eos_token_ids)}
+        return METADATA, json.dumps(value, separators=(",", ":")).encode()
+
+    def __bool__(self) -> bool:
+        return bool(self.external_files or self.eos_token_ids)
+
+
+def relative_to(program: str | os.PathLike, files: Sequence[str | os.PathLike]) -> tuple[str, ...]:
+    """`files` as a program written at `program` records them."""
+    folder = Path(program).resolve().parent
+    return tuple(PurePosixPath(Path(os.path.relpath(Path(f).resolve(), folder))).as_posix() for f in files)
+
+
+def read_metadata(compile_specs: Sequence[tuple[str, bytes]], where: str, path: str) -> ProgramMetadata:
+    """The metadata in a delegate's compile specs (empty where none is recorded)."""
+    value = next((v for k, v in compile_specs if k == METADATA), None)
+    if value is None:
+        return ProgramMetadata()
+    where = f"{where}.compile_specs[{METADATA!r}]"
+    try:
+        data = json.loads(bytes(value).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        data = None
+    if not isinstance(data, dict):
+        raise InvalidValueError(where, "is not a JSON object", path)
+    files, eos = data.get("external_files", []), data.get("eos_token_ids", [])
+    if not isinstance(files, list) or not all(isinstance(f, str) and f and not f.startswith("/") for f in files):
+        raise InvalidValueError(where, "external_files must be a list of relative paths", path)
+    if not isinstance(eos, list) or not all(type(t) is int and t >= 0 for t in eos):
+        raise InvalidValueError(where, "eos_token_ids must be a list of token ids (ints >= 0)", path)
+    return ProgramMetadata(tuple(files), tuple(eos))
+
+
+def recorded_external(program: str | os.PathLike, metadata: ProgramMetadata) -> list[str]:
+    """The recorded external files as paths from here; MissingFileError for one that is not a file."""
+    folder = Path(program).parent
+    out = []
+    for name in metadata.external_files:
+        found = folder / name
+        if not found.is_file():
+            raise MissingFileError(f"compile_specs[{METADATA!r}].external_files",
+                                   f"{found} (recorded as {name}) is not there: the external data was moved "
+                                   "or deleted", os.fspath(program))
+        out.append(os.fspath(found))
+    return out
