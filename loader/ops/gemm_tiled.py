@@ -1,0 +1,129 @@
+"""shaders/matmul_tiled.comp's recording: which tiling a product gets, and split-K.
+
+A `Tiling` is the shader's compile-time shape (RT x CT outputs per invocation, a 16 RT x
+16 CT tile of C per workgroup, K in steps of BK) plus `split`, the number of workgroups that
+share one tile's K (split-K). With split > 1 each workgroup writes its partial tile into the
+graph's fp32 scratch (`OpBuilder.scratch`: one tensor that every op shares, allocated with
+the activations, so the plan's activation bytes include it) and shaders/matmul_reduce.comp
+sums the partials, scales by alpha and adds beta * bias into C.
+
+`choose_tiling` is the default: 128 x 128 tiles while there are enough of them to give
+every compute unit (`OpBuilder.compute_units`) one, else 64 x 64; split-K while the tiles
+are fewer than SPLIT_BELOW per compute unit and K leaves each split at least MIN_SPLIT_K;
+the largest BK whose two shared-memory slices fit the device and the tile's BK_BYTES.
+bench/gemm_sweep.py times the alternatives on a device.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from vkx.format import dtypes
+from vkx.loader.ops import Binding, OpBuilder, UnsupportedOpError, elem_defines
+from vkx.loader.ops.shape import MAX_GROUPS
+
+_PUSH = struct.Struct("<24i2f")
+_REDUCE_PUSH = struct.Struct("<12i2f")
+REDUCE_WG = 64
+"""Invocations per shaders/matmul_reduce.comp workgroup (its local_size_x)."""
+
+SPLIT_BELOW = 2
+"""Split K while the tiles are fewer than this many per compute unit."""
+MIN_SPLIT_K = 256
+"""Each split walks at least this much of K (else the partials cost more than they save)."""
+MAX_SPLIT = 16
+"""At most this many splits (the reduce reads every partial)."""
+BK_BYTES = 16384
+"""Shared memory the default BK may give a tile's two slices (BK * (BM + BN) * 4 bytes):
+16 KiB, Vulkan's guaranteed minimum, leaves room for several workgroups per core."""
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """A compile-time shape of shaders/matmul_tiled.comp and a split-K factor."""
+    rt: int = 8
+    ct: int = 8
+    bk: int = 16
+    split: int = 1
+
+    @property
+    def bm(self) -> int:
+        return 16 * self.rt
+
+    @property
+    def bn(self) -> int:
+        return 16 * self.ct
+
+    @property
+    def shared_bytes(self) -> int:
+        """Shared memory of one workgroup: A's BM x BK and B's BK x BN fp32 slices."""
+        return 4 * self.bk * (self.bm + self.bn)
+
+
+def tiles(t: Tiling, M: int, N: int, batches: int) -> int:
+    return -(-M // t.bm) * -(-N // t.bn) * batches
+
+
+def choose_tiling(builder: OpBuilder, M: int, N: int, K: int, batches: int) -> Tiling:
+    """The default tiling of an M x N (x K) product over `batches` (see the module docstring)."""
+    units = max(1, builder.compute_units)
+    rt = ct = 8 if tiles(Tiling(), M, N, batches) >= units else 4
+    bk = next((bk for bk in (32, 16, 8)
+               if Tiling(rt, ct, bk).shared_bytes <= min(BK_BYTES, builder.shared_memory_bytes)), 8)
+    t = Tiling(rt, ct, bk)
+    n = tiles(t, M, N, batches)
+    split = 1
+    if n < SPLIT_BELOW * units:
+        split = max(1, min(-(-SPLIT_BELOW * units // n), K // MIN_SPLIT_K, MAX_SPLIT))
+    return Tiling(rt, ct, bk, split)
+
+
+def record_tiled(builder: OpBuilder, bindings: Sequence[Binding], defines: dict,
+                 M: int, N: int, K: int, nb1: int, nb2: int, ab: tuple[int, ...],
+                 out: tuple[int, int, int, int], c_dtype: dtypes.DType,
+                 bias: Optional[tuple[int, int, int, dtypes.DType]], alpha: float, beta: float) -> None:
+    """Record C = alpha * A @ B (+ beta * bias) through shaders/matmul_tiled.comp.
+
+    `bindings` are A, B, C (and the bias), `defines` their element and vector-load defines,
+    `ab` A's and B's (offset, row stride, column stride, batch strides), `out` C's (offset,
+    row stride, batch strides), `bias` its (offset, row stride, column stride, dtype).
+    """
+    nb = nb1 * nb2
+    t = choose_tiling(builder, M, N, K, nb)
+    if t.shared_bytes > builder.shared_memory_bytes:
+        raise UnsupportedOpError(f"matmul tiling {t} needs {t.shared_bytes} bytes of shared memory, "
+                                 f"over the device's {builder.shared_memory_bytes}")
+    part = nb * M * N  # elements of one split's partial product
+    split = max(1, min(t.split, builder.max_binding_bytes // (4 * part), MAX_GROUPS // nb))
+    kchunk = K
+    if split > 1:
+        kchunk = -(-(-(-K // split)) // t.bk) * t.bk  # a multiple of BK, so vector loads stay whole
+        split = -(-K // kchunk)  # no empty split
+    if split > 1 and M > MAX_GROUPS:
+        split, kchunk = 1, K
+    groups = (-(-N // t.bn), -(-M // t.bm), nb * split)
+    if groups[0] > MAX_GROUPS or groups[1] > MAX_GROUPS:
+        raise UnsupportedOpError(f"matmul output {M}x{N} is too large for one dispatch grid")
+    defines = {**defines, "RT": t.rt, "CT": t.ct, "BK": t.bk}
+    if split == 1:
+        biasoff, sbm, sbn = bias[:3] if bias is not None else (0, 0, 0)
+        push = _PUSH.pack(M, N, K, nb2, *ab, *out, biasoff, sbm, sbn, 1, K, 0, float(alpha), float(beta))
+        builder.dispatch("matmul_tiled", bindings, push, groups, defines)
+        return
+    # Pass 1: partial products into the scratch, contiguous [split, nb1, nb2, M, N], alpha 1, no bias.
+    scratch = builder.scratch(split * part)
+    for key in [k for k in defines if "BIAS" in k]:
+        del defines[key]
+    defines.update(elem_defines("C", "c", dtypes.FLOAT32))
+    push = _PUSH.pack(M, N, K, nb2, *ab, 0, N, nb2 * M * N, M * N, 0, 0, 0, split, kchunk, part, 1.0, 0.0)
+    builder.dispatch("matmul_tiled", [bindings[0], bindings[1], scratch], push, groups, defines)
+    # Pass 2: C = alpha * (sum of the partials) + beta * bias.
+    reduce_defines = elem_defines("C", "c", c_dtype)
+    biasoff, sbm, sbn = 0, 0, 0
+    if bias is not None:
+        biasoff, sbm, sbn, bias_dtype = bias
+        reduce_defines.update(elem_defines("BIAS", "bias", bias_dtype), HAS_BIAS="1")
+    push = _REDUCE_PUSH.pack(M, N, nb2, split, part, *out, biasoff, sbm, sbn, float(alpha), float(beta))
+    builder.dispatch("matmul_reduce", [scratch, *bindings[2:]], push, (-(-N // REDUCE_WG), M, nb),
+                     reduce_defines)
