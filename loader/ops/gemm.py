@@ -2,9 +2,9 @@
 attention call it).
 
 Three shaders: `shaders/matmul_tiled.comp` for products of at least TILED_MIN rows
-and columns (128x128 tiles of C per workgroup, 8x8 per invocation, or 64x64 and 4x4
-when there would be few tiles; A's and B's slices staged through shared memory with
-coalesced loads whichever way B is laid out),
+and columns (vkx.loader.ops.gemm_tiled: register-blocked tiles of C per workgroup, A's
+and B's slices staged through shared memory with coalesced loads whichever way B is laid
+out, split-K with a reduce pass when there are too few tiles for the device),
 `shaders/matmul.comp` for the rest, a strided batched matmul with a 4x4 register
 tile per invocation, and `shaders/matvec.comp` for one row of activations against
 a k-contiguous B (the LLM decode case: x[1, K] @ W[N, K]^T), which splits K over a
