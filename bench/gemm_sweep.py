@@ -41,14 +41,15 @@ SPLITS = [1, 2, 4, 8, 16]
 
 
 def variants(M: int, N: int, K: int, units: int, shared: int) -> list[Tiling]:
-    """The tilings worth timing: every tile and BK that fits shared memory; split-K only
-    while the unsplit tiles are fewer than 4 per compute unit, with at least 128 of K per split."""
+    """The tilings worth timing: every tile and BK that fits shared memory; split-K only with
+    BK >= 16, while the unsplit tiles are fewer than 4 per compute unit, with at least 128 of K
+    per split."""
     out = []
     for (rt, ct), bk, split in itertools.product(TILES, BKS, SPLITS):
         t = Tiling(rt, ct, bk, split)
         if t.shared_bytes > shared:
             continue
-        if split > 1 and (gemm_tiled.tiles(t, M, N, 1) >= 4 * units or K // split < 128):
+        if split > 1 and (bk < 16 or gemm_tiled.tiles(t, M, N, 1) >= 4 * units or K // split < 128):
             continue
         out.append(t)
     return out

@@ -3,12 +3,13 @@
 //   C[b, m, n] = alpha * sum_k A[b, m, k] * B[b, k, n]  (+ beta * BIAS[m, n])
 // Same operands and bindings as shaders/matmul.comp (element strides, so linear's W[N, K]
 // is read in place); the push constants add the split-K fields. A workgroup of 16x16
-// invocations owns a BM x BN tile of C, each invocation an RT x CT block of it in registers
-// (BM = 16 RT, BN = 16 CT). K is walked in steps of BK: the workgroup copies A's BM x BK and
-// B's BK x BN slices into shared memory in 4-element chunks, BK / 4 neighbouring invocations
-// reading one row's consecutive chunks along k (A, and a k-contiguous B such as W[N, K]) or
-// BN / 4 reading one k's consecutive chunks along n (an n-contiguous B), and loads the next
-// step's chunks into registers while it multiplies.
+// invocations owns a BM x BN tile of C, each invocation RT x CT elements of it in registers
+// (BM = 16 RT, BN = 16 CT; in blocks of 4 x 4, 64 rows / columns apart). K is walked in
+// steps of BK: the workgroup copies A's BM x BK and B's BK x BN slices into shared memory
+// in 4-element chunks, BK / 4 neighbouring invocations reading one row's consecutive chunks
+// along k (A, and a k-contiguous B such as W[N, K]) or BN / 4 reading one k's consecutive
+// chunks along n (an n-contiguous B), and loads the next step's chunks into registers while
+// it multiplies.
 // Split-K (nsplit > 1): workgroup z = batch * nsplit + s walks k in [s * kchunk, (s+1) * kchunk)
 // and stores its partial tile at C + s * sCs (the caller binds an fp32 scratch as C, with
 // alpha 1 and no bias); shaders/matmul_reduce.comp sums the partials into the real C.
@@ -142,7 +143,10 @@ void main() {
 #endif
     }
 
-    vec4 acc[RT][CT / 4];  // acc[i][h][j] = C(m_tile + ty*RT + i, n_tile + tx*CT + h*4 + j)
+    // acc[q*4 + i][h][j] = C(m_tile + q*64 + ty*4 + i, n_tile + h*64 + tx*4 + j): neighbouring
+    // invocations read neighbouring vec4s of As and Bs (no bank conflicts) and store neighbouring
+    // 16-byte runs of C.
+    vec4 acc[RT][CT / 4];
     for (int i = 0; i < RT; ++i) {
         for (int h = 0; h < CT / 4; ++h) {
             acc[i][h] = vec4(0.0);
@@ -190,10 +194,10 @@ void main() {
         for (int k = 0; k < BK; ++k) {
             vec4 bv[CT / 4];
             for (int h = 0; h < CT / 4; ++h) {
-                bv[h] = Bs[k][tx * (CT / 4) + h];
+                bv[h] = Bs[k][h * 16 + tx];
             }
             for (int q = 0; q < RT / 4; ++q) {
-                const vec4 av = As[k][ty * (RT / 4) + q];
+                const vec4 av = As[k][q * 16 + ty];
                 for (int i = 0; i < 4; ++i) {
                     for (int h = 0; h < CT / 4; ++h) {
                         acc[q * 4 + i][h] += av[i] * bv[h];
@@ -206,10 +210,10 @@ void main() {
 
     const int cbase = p.coff + b1 * p.sCb1 + b2 * p.sCb2 + split * p.sCs;
     for (int i = 0; i < RT; ++i) {
-        const int m = m_tile + ty * RT + i;
+        const int m = m_tile + (i >> 2) * 64 + ty * 4 + (i & 3);
         if (m < p.M) {
             for (int j = 0; j < CT; ++j) {
-                const int n = n_tile + tx * CT + j;
+                const int n = n_tile + (j >> 2) * 64 + tx * 4 + (j & 3);
                 if (n < p.N) {
                     float v = p.alpha * acc[i][j >> 2][j & 3];
 #ifdef HAS_BIAS
