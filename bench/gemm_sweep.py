@@ -109,8 +109,8 @@ def torch_seconds(kind: str, x: torch.Tensor, w: torch.Tensor, runs: int) -> flo
     return statistics.median(times)
 
 
-def sweep(kind: str, M: int, N: int, K: int, runs: int, device) -> list[str]:
-    """Markdown rows for one shape, fastest tiling first."""
+def sweep(kind: str, M: int, N: int, K: int, runs: int, device) -> tuple[list[str], str]:
+    """Markdown rows for one shape, fastest tiling first, and its row of the summary."""
     tilings = variants(M, N, K, device.compute_units, device.max_shared_memory)
     graph, blobs, x, w = shape_graph(kind, M, N, K, len(tilings))
     ref = "cuda" if torch.cuda.is_available() else "cpu"  # fp64 reference
@@ -146,7 +146,18 @@ def sweep(kind: str, M: int, N: int, K: int, runs: int, device) -> list[str]:
         rows.append(f"\nWRONG RESULTS (error > 1e-4 of the peak): {bad}")
     if chosen not in tilings:
         rows.append(f"\n(default {chosen} is not among the timed tilings)")
-    return rows + [""]
+    best = min(seconds, key=seconds.get)
+    mine = seconds.get(tilings.index(chosen)) if chosen in tilings else None
+
+    def cell(t: Tiling, s: float | None) -> str:
+        if s is None:
+            return f"{t} | - | -"
+        return f"{t.rt}x{t.ct} BK {t.bk} S {t.split} | {flop / s / 1e12:.3g} | {base / s:.2f}" if base else \
+            f"{t.rt}x{t.ct} BK {t.bk} S {t.split} | {flop / s / 1e12:.3g} | -"
+
+    summary = (f"| {head} | {flop / base / 1e12:.3g} | " if base else f"| {head} | - | ") + \
+        f"{cell(tilings[best], seconds[best])} | {cell(chosen, mine)} |"
+    return rows + [""], summary
 
 
 def main() -> None:
@@ -160,9 +171,15 @@ def main() -> None:
           f"{' on ' + torch.cuda.get_device_name() if torch.cuda.is_available() else ' (no CUDA: no baseline)'}; "
           f"fp32, median of {args.runs} timestamped calls\n")
     start = time.perf_counter()
+    summary = []
     for kind, M, N, K in QUICK if args.quick else FULL:
-        print("\n".join(sweep(kind, M, N, K, args.runs, device)), flush=True)
-    print(f"({time.perf_counter() - start:.0f} s)")
+        rows, line = sweep(kind, M, N, K, args.runs, device)
+        print("\n".join(rows), flush=True)
+        summary.append(line)
+    print("### summary\n\n| shape | torch TFLOP/s | best tiling | TFLOP/s | vs torch "
+          "| default tiling | TFLOP/s | vs torch |\n|---|--:|---|--:|--:|---|--:|--:|")
+    print("\n".join(summary))
+    print(f"\n({time.perf_counter() - start:.0f} s)")
 
 
 if __name__ == "__main__":
