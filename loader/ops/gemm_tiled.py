@@ -62,15 +62,17 @@ class Tiling:
 
 
 def tiles(t: Tiling, M: int, N: int, batches: int) -> int:
+    """Output tiles (workgroups before split-K) of an M x N product over `batches`."""
     return -(-M // t.bm) * -(-N // t.bn) * batches
 
 
-def choose_tiling(builder: OpBuilder, M: int, N: int, K: int, batches: int) -> Tiling:
-    """The default tiling of an M x N (x K) product over `batches` (see the module docstring)."""
-    units = max(1, builder.compute_units)
+def choose_tiling(M: int, N: int, K: int, batches: int, units: int, shared_bytes: int) -> Tiling:
+    """The default tiling of an M x N (x K) product over `batches` on a device of `units`
+    compute units and `shared_bytes` of shared memory per workgroup (see the module docstring)."""
+    units = max(1, units)
     rt = ct = 8 if tiles(Tiling(), M, N, batches) >= units else 4
     bk = next((bk for bk in (32, 16, 8)
-               if Tiling(rt, ct, bk).shared_bytes <= min(BK_BYTES, builder.shared_memory_bytes)), 8)
+               if Tiling(rt, ct, bk).shared_bytes <= min(BK_BYTES, shared_bytes)), 8)
     t = Tiling(rt, ct, bk)
     n = tiles(t, M, N, batches)
     split = 1
@@ -90,7 +92,7 @@ def record_tiled(builder: OpBuilder, bindings: Sequence[Binding], defines: dict,
     row stride, batch strides), `bias` its (offset, row stride, column stride, dtype).
     """
     nb = nb1 * nb2
-    t = choose_tiling(builder, M, N, K, nb)
+    t = choose_tiling(M, N, K, nb, builder.compute_units, builder.shared_memory_bytes)
     if t.shared_bytes > builder.shared_memory_bytes:
         raise UnsupportedOpError(f"matmul tiling {t} needs {t.shared_bytes} bytes of shared memory, "
                                  f"over the device's {builder.shared_memory_bytes}")
