@@ -139,7 +139,7 @@ _PAIRS = {dtypes.FLOAT16: "half2", dtypes.BFLOAT16: "bf162"}
 """GLSL helper (shaders/pairs.glslh) unpacking two 16-bit floats of one 32-bit word."""
 
 
-def _load4(prefix: str, buffer: str, dtype) -> dict[str, str]:
+def load4(prefix: str, buffer: str, dtype) -> dict[str, str]:
     """`<P>_V` and `LOAD4_<P>(i)`: elements i..i+3 of `buffer` (i a multiple of 4) as a vec4,
     in one load: a vec4, or a uvec2 of two 16-bit pairs."""
     if dtype is dtypes.FLOAT32:
@@ -173,11 +173,11 @@ def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
                        biasoff, sbn, alpha, beta)
         return
     if a.sj == 1 and K % 4 == 0 and _vec_ok(aoff, [(a.si, M), (a.sb1, nb1), (a.sb2, nb2)]):
-        defines.update(A_VEC=1, **_load4("A", "a4", a.tensor.dtype))
+        defines.update(A_VEC=1, **load4("A", "a4", a.tensor.dtype))
     if b.si == 1 and K % 4 == 0 and _vec_ok(boff, [(b.sj, N), (b.sb1, nb1), (b.sb2, nb2)]):
-        defines.update(B_VEC_K=1, **_load4("B", "b4", b.tensor.dtype))
+        defines.update(B_VEC_K=1, **load4("B", "b4", b.tensor.dtype))
     elif b.sj == 1 and N % 4 == 0 and _vec_ok(boff, [(b.si, K), (b.sb1, nb1), (b.sb2, nb2)]):
-        defines.update(B_VEC_N=1, **_load4("B", "b4", b.tensor.dtype))
+        defines.update(B_VEC_N=1, **load4("B", "b4", b.tensor.dtype))
     if M >= TILED_MIN and N >= TILED_MIN:
         record_tiled(builder, bindings, defines, M, N, K, nb1, nb2,
                      (aoff, a.si, a.sj, a.sb1, a.sb2, boff, b.si, b.sj, b.sb1, b.sb2),

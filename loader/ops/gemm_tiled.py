@@ -4,14 +4,17 @@ A `Tiling` is the shader's compile-time shape (RT x CT outputs per invocation, a
 16 CT tile of C per workgroup, K in steps of BK) plus `split`, the number of workgroups that
 share one tile's K (split-K). With split > 1 each workgroup writes its partial tile into the
 graph's fp32 scratch (`OpBuilder.scratch`: one tensor that every op shares, allocated with
-the activations, so the plan's activation bytes include it) and shaders/matmul_reduce.comp
+the activations, so the plan's activation bytes include it; the default's at most SPLIT_TO x
+compute units partial tiles bound it) and shaders/matmul_reduce.comp
 sums the partials, scales by alpha and adds beta * bias into C.
 
-`choose_tiling` is the default: 128 x 128 tiles while there are enough of them to give
-every compute unit (`OpBuilder.compute_units`) one, else 64 x 64; split-K while the tiles
-are fewer than SPLIT_BELOW per compute unit and K leaves each split at least MIN_SPLIT_K;
-the largest BK whose two shared-memory slices fit the device and the tile's BK_BYTES.
-bench/gemm_sweep.py times the alternatives on a device.
+`choose_tiling` is the default, set from bench/gemm_sweep.py on an H200 (fp32, 132 SMs):
+128 x 64 tiles (8 x 4 per invocation; 64 x 64 when that pads M by a fifth
+fewer rows, e.g. M = 64), BK 16, and split-K while there are fewer tiles than compute units
+(`OpBuilder.compute_units`), into as many splits as keep to SPLIT_TO workgroups per unit,
+each walking at least MIN_SPLIT_K of K. Measured there with this rule's tilings: Linear(4096, 4096) at M = 64,
+256, 512, 2048 at 0.98, 0.80, 0.81, 0.80 of torch's cuBLAS (24.7-37.8 TFLOP/s), square 1024,
+2048, 4096 at 1.16, 0.82, 0.78 (30.3-39.9 TFLOP/s).
 """
 from __future__ import annotations
 
@@ -28,23 +31,22 @@ _REDUCE_PUSH = struct.Struct("<12i2f")
 REDUCE_WG = 64
 """Invocations per shaders/matmul_reduce.comp workgroup (its local_size_x)."""
 
-SPLIT_BELOW = 2
-"""Split K while the tiles are fewer than this many per compute unit."""
-MIN_SPLIT_K = 256
-"""Each split walks at least this much of K (else the partials cost more than they save)."""
+SPLIT_TO = 2
+"""Split K into at most this many workgroups per compute unit (M = 64 x N = 4096 on 132 SMs:
+64 tiles, 4 splits; 2 and 8 were slower)."""
+MIN_SPLIT_K = 1024
+"""Each split walks at least this much of K: at K = 1024, two splits were slower than one
+(the reduce pass and the partials' traffic cost more than the fuller device saves)."""
 MAX_SPLIT = 16
 """At most this many splits (the reduce reads every partial)."""
-BK_BYTES = 16384
-"""Shared memory the default BK may give a tile's two slices (BK * (BM + BN) * 4 bytes):
-16 KiB, Vulkan's guaranteed minimum, leaves room for several workgroups per core."""
 
 
 @dataclass(frozen=True)
 class Tiling:
     """A compile-time shape of shaders/matmul_tiled.comp and a split-K factor."""
-    rt: int = 8
-    ct: int = 8
-    bk: int = 16
+    rt: int
+    ct: int
+    bk: int
     split: int = 1
 
     @property
@@ -70,15 +72,15 @@ def choose_tiling(M: int, N: int, K: int, batches: int, units: int, shared_bytes
     """The default tiling of an M x N (x K) product over `batches` on a device of `units`
     compute units and `shared_bytes` of shared memory per workgroup (see the module docstring)."""
     units = max(1, units)
-    rt = ct = 8 if tiles(Tiling(), M, N, batches) >= units else 4
-    bk = next((bk for bk in (32, 16, 8)
-               if Tiling(rt, ct, bk).shared_bytes <= min(BK_BYTES, shared_bytes)), 8)
-    t = Tiling(rt, ct, bk)
+    rt = 4 if 4 * -(-M // 128) * 128 >= 5 * -(-M // 64) * 64 else 8
+    t = Tiling(rt, 4, 16)
+    if t.shared_bytes > shared_bytes:
+        t = Tiling(rt, 4, 8)
     n = tiles(t, M, N, batches)
     split = 1
-    if n < SPLIT_BELOW * units:
-        split = max(1, min(-(-SPLIT_BELOW * units // n), K // MIN_SPLIT_K, MAX_SPLIT))
-    return Tiling(rt, ct, bk, split)
+    if n < units:
+        split = max(1, min(SPLIT_TO * units // n, K // MIN_SPLIT_K, MAX_SPLIT))
+    return Tiling(t.rt, t.ct, t.bk, split)
 
 
 def record_tiled(builder: OpBuilder, bindings: Sequence[Binding], defines: dict,

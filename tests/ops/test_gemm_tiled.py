@@ -96,14 +96,21 @@ def test_split_k_clipped_to_the_binding_limit(force, shaders):
 
 
 def test_default_tiling():
-    """Big tiles while every compute unit gets one; 64x64 and split-K while there are few;
-    no split on a device of few units or for a short K; BK within the shared memory."""
+    """bench/gemm_sweep.py's best on an H200 for each of its shapes; 64-row tiles where they
+    pad M by a fifth fewer rows; split-K only with fewer tiles than compute units and a long
+    enough K; BK 8 where 16 does not fit the shared memory."""
     h200 = dict(units=132, shared_bytes=49152)
-    assert choose_tiling(2048, 4096, 4096, 1, **h200) == Tiling(8, 8, 16, 1)
-    m64 = choose_tiling(64, 4096, 4096, 1, **h200)
-    assert (m64.rt, m64.ct, m64.bk) == (4, 4, 32) and m64.split > 1
-    assert gemm_tiled.tiles(m64, 64, 4096, 1) * m64.split >= gemm_tiled.SPLIT_BELOW * 132
-    assert choose_tiling(64, 4096, 200, 1, **h200).split == 1  # K < 2 * MIN_SPLIT_K
+    best = {(64, 4096, 4096): Tiling(4, 4, 16, 4), (256, 4096, 4096): Tiling(8, 4, 16, 2),
+            (512, 4096, 4096): Tiling(8, 4, 16), (2048, 4096, 4096): Tiling(8, 4, 16),
+            (1024, 1024, 1024): Tiling(8, 4, 16), (2048, 2048, 2048): Tiling(8, 4, 16),
+            (4096, 4096, 4096): Tiling(8, 4, 16)}
+    for (m, n, k), tiling in best.items():
+        assert choose_tiling(m, n, k, 1, **h200) == tiling, (m, n, k)
+    assert choose_tiling(130, 4096, 4096, 1, **h200) == Tiling(4, 4, 16)  # 192 rows, not 256
+    assert choose_tiling(200, 4096, 4096, 1, **h200).rt == 8  # 256 rows either way
+    assert choose_tiling(64, 4096, 1000, 1, **h200).split == 1  # K < MIN_SPLIT_K
+    assert choose_tiling(64, 4096, 4096, 2, **h200).split == 2  # batches fill the device too
+    assert choose_tiling(64, 4096, 4096, 3, **h200).split == 1
     assert choose_tiling(64, 4096, 4096, 1, units=2, shared_bytes=32768).split == 1
     assert choose_tiling(2048, 4096, 4096, 1, units=2, shared_bytes=8192).bk == 8
 
@@ -124,7 +131,7 @@ def test_split_k_scratch_is_shared_and_counted(monkeypatch):
     the load's activation bytes include it."""
     from vkx.loader import load_graph
     from vkx.loader.graph import GraphBuilder
-    m, k, n = 48, 1024, 160
+    m, k, n = 48, 2048, 160
     graph = _two_linears(m, k, n)
     built = GraphBuilder(graph, 1 << 27, 16, compute_units=64).build()
     splits = [choose_tiling(m, n, k, 1, 64, 16384).split, choose_tiling(m, k, n, 1, 64, 16384).split]

@@ -348,17 +348,17 @@ def test_linear_tiled_nan_and_inf_propagate(dtype):
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_tiled_tile_sizes(dtype, tiled_dispatches, monkeypatch):
-    """Products take the default tiling for the device (gemm_tiled.choose_tiling): 128x128 tiles
-    (8x8 per invocation) while every compute unit gets one, else 64x64 (RT = CT = 4), e.g. 64 rows
-    of activations on a device of many units (tests/ops/test_gemm_tiled.py: every tiling)."""
+    """Products take the default tiling (gemm_tiled.choose_tiling): 128x64 tiles (8x4 per
+    invocation), or 64x64 (RT = CT = 4) where they pad fewer rows, e.g. 64 rows of activations
+    (tests/ops/test_gemm_tiled.py: every tiling)."""
     from vkx.loader.device import default_device
     monkeypatch.setattr(default_device(), "compute_units", 16)
-    x, w = rand(1030, 36, seed=1, dtype=dtype), rand(1800, 36, seed=2, dtype=dtype)  # 9 x 15 tiles
+    x, w = rand(1030, 36, seed=1, dtype=dtype), rand(1800, 36, seed=2, dtype=dtype)
     assert_close_in(run_graph("aten.linear.default", [x, Const(w), None], ((1030, 1800), dtype)),
                     F.linear(x, w), dtype, terms=36)
-    a, b = rand(3, 700, 20, seed=3, dtype=dtype), rand(3, 20, 900, seed=4, dtype=dtype)  # 3 x 6 x 8 tiles
+    a, b = rand(3, 700, 20, seed=3, dtype=dtype), rand(3, 20, 900, seed=4, dtype=dtype)
     assert_close_in(run_graph("aten.bmm.default", [a, b], ((3, 700, 900), dtype)), torch.bmm(a, b), dtype, terms=20)
-    x64, w64 = rand(64, 40, seed=5, dtype=dtype), rand(300, 40, seed=6, dtype=dtype)  # 1 x 3 tiles
+    x64, w64 = rand(64, 40, seed=5, dtype=dtype), rand(300, 40, seed=6, dtype=dtype)
     assert_close_in(run_graph("aten.linear.default", [x64, Const(w64), None], ((64, 300), dtype)),
                     F.linear(x64, w64), dtype, terms=40)
-    assert [(d["RT"], d["CT"]) for d in tiled_dispatches] == [(8, 8), (8, 8), (4, 4)]
+    assert [(d["RT"], d["CT"]) for d in tiled_dispatches] == [(8, 4), (8, 4), (4, 4)]
