@@ -99,13 +99,13 @@ def record_tiled(builder: OpBuilder, bindings: Sequence[Binding], defines: dict,
         raise UnsupportedOpError(f"matmul tiling {t} needs {t.shared_bytes} bytes of shared memory, "
                                  f"over the device's {builder.shared_memory_bytes}")
     part = nb * M * N  # elements of one split's partial product
-    split = max(1, min(t.split, builder.max_binding_bytes // (4 * part), MAX_GROUPS // nb))
+    split = 1  # K == 0 has nothing to split; the reduce's grid has a row of groups per row of C
+    if K > 0 and M <= MAX_GROUPS:
+        split = max(1, min(t.split, builder.max_binding_bytes // (4 * part), MAX_GROUPS // nb))
     kchunk = K
     if split > 1:
         kchunk = -(-(-(-K // split)) // t.bk) * t.bk  # a multiple of BK, so vector loads stay whole
         split = -(-K // kchunk)  # no empty split
-    if split > 1 and M > MAX_GROUPS:
-        split, kchunk = 1, K
     groups = (-(-N // t.bn), -(-M // t.bm), nb * split)
     if groups[0] > MAX_GROUPS or groups[1] > MAX_GROUPS:
         raise UnsupportedOpError(f"matmul output {M}x{N} is too large for one dispatch grid")

@@ -151,3 +151,14 @@ def test_split_k_scratch_is_shared_and_counted(monkeypatch):
         assert split.dispatch_count == 3
         assert split.ledger.snapshot()["used"]["activations"] == plain_bytes + built.temps[0].nbytes
         assert_close_in(split(x), want, torch.float32, terms=k)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_split_k_of_empty_k(dtype, force, shaders):
+    """K == 0 under a split tiling: one pass writing beta * bias."""
+    force(Tiling(4, 4, 16, 4))
+    m, n = 40, 50
+    s, m1, m2 = rand(n, seed=1, dtype=dtype), torch.empty(m, 0, dtype=dtype), torch.empty(0, n, dtype=dtype)
+    got = run_graph("aten.addmm.default", [s, m1, Const(m2), 0.5, 2.0], ((m, n), dtype))
+    assert shaders == ["matmul_tiled"]
+    assert_close_in(got, torch.addmm(s, m1, m2, beta=0.5, alpha=2.0), dtype)
