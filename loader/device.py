@@ -155,6 +155,7 @@ class Device:
         self.non_coherent_atom_size = int(lim.nonCoherentAtomSize)
         self.max_compute_work_group_count = tuple(lim.maxComputeWorkGroupCount)
         self.max_shared_memory = int(lim.maxComputeSharedMemorySize)
+        """Bytes of shared memory one workgroup may use (gemm's tile slices)."""
         self.timestamp_period = float(lim.timestampPeriod)
         """Nanoseconds per timestamp tick (profiling, loader/record.py)."""
         m3 = vk.VkPhysicalDeviceMaintenance3Properties()
@@ -172,7 +173,7 @@ class Device:
             vk.vkGetPhysicalDeviceProperties2(self.physical, vk.VkPhysicalDeviceProperties2(pNext=host))
             self.import_alignment = int(host.minImportedHostPointerAlignment)
         self.compute_units = _compute_units(self.physical, exts, p.deviceType)
-        """How many workgroups run at once, roughly (SMs, CUs, CPU threads): gemm's split-K threshold."""
+        """The device's compute units (SMs, CUs, CPU threads): how many tiles fill it, for gemm's split-K."""
         families = vk.vkGetPhysicalDeviceQueueFamilyProperties(self.physical)
         compute = [i for i, f in enumerate(families) if f.queueFlags & vk.VK_QUEUE_COMPUTE_BIT]
         if not compute:
