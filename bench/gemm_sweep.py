@@ -112,7 +112,7 @@ def torch_seconds(kind: str, x: torch.Tensor, w: torch.Tensor, runs: int) -> flo
 def sweep(kind: str, M: int, N: int, K: int, runs: int, device) -> tuple[list[str], str]:
     """Markdown rows for one shape, fastest tiling first, and its row of the summary."""
     tilings = variants(M, N, K, device.compute_units, device.max_shared_memory)
-    chosen = gemm_tiled.choose_tiling(M, N, K, 1, device.compute_units, device.max_shared_memory)
+    chosen = gemm_tiled.choose_tiling(M, N, K, 1, device.compute_units, device.max_shared_memory, device.is_cpu)
     if chosen not in tilings:
         tilings.append(chosen)
     graph, blobs, x, w = shape_graph(kind, M, N, K, len(tilings))

@@ -77,10 +77,11 @@ class GraphBuilder:
 
     def __init__(self, graph: g.VkGraph, max_binding_bytes: int, offset_alignment: int,
                  push_bytes: int = 128, max_groups: tuple = (65535, 65535, 65535),
-                 compute_units: int = 1, shared_memory_bytes: int = 16384):
+                 compute_units: int = 1, shared_memory_bytes: int = 16384, is_cpu: bool = False):
         self.graph = graph
         self.compute_units = compute_units
         self.shared_memory_bytes = shared_memory_bytes
+        self.is_cpu = is_cpu
         self.max_binding_bytes = max_binding_bytes
         self.offset_alignment = offset_alignment
         self.push_bytes = push_bytes

@@ -94,9 +94,11 @@ class OpBuilder(Protocol):
     offset_alignment: int
     """Required alignment of `SubRange.offset` (minStorageBufferOffsetAlignment)."""
     compute_units: int
-    """Workgroups the device runs at once, roughly (vkx.loader.device.Device.compute_units)."""
+    """The device's compute units (vkx.loader.device.Device.compute_units)."""
     shared_memory_bytes: int
     """Shared memory one workgroup may use (maxComputeSharedMemorySize)."""
+    is_cpu: bool
+    """Whether the device is a CPU (lavapipe): kernels tuned for GPUs may choose otherwise there."""
 
     def temp(self, shape: Sequence[int], dtype: DType = dtypes.FLOAT32) -> TensorArg:
         """Scratch tensor, allocated with the activations, alive for the whole graph."""

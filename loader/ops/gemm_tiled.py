@@ -9,12 +9,15 @@ compute units partial tiles bound it) and shaders/matmul_reduce.comp
 sums the partials, scales by alpha and adds beta * bias into C.
 
 `choose_tiling` is the default, set from bench/gemm_sweep.py on an H200 (fp32, 132 SMs):
-128 x 64 tiles (8 x 4 per invocation; 64 x 64 when that pads M by a fifth
-fewer rows, e.g. M = 64), BK 16, and split-K while there are fewer tiles than compute units
+128 x 64 tiles (8 x 4 per invocation; 64 x 64 when that pads M by a fifth fewer rows, e.g.
+M = 64), BK 16, and split-K while there are fewer tiles than compute units
 (`OpBuilder.compute_units`), into as many splits as keep to SPLIT_TO workgroups per unit,
-each walking at least MIN_SPLIT_K of K. Measured there with this rule's tilings: Linear(4096, 4096) at M = 64,
-256, 512, 2048 at 0.98, 0.80, 0.81, 0.80 of torch's cuBLAS (24.7-37.8 TFLOP/s), square 1024,
-2048, 4096 at 1.16, 0.82, 0.78 (30.3-39.9 TFLOP/s).
+each walking at least MIN_SPLIT_K of K. Measured on the H200 with this rule's tilings:
+Linear(4096, 4096) at M = 64, 256, 512, 2048 at 0.98, 0.80, 0.81, 0.80 of torch's cuBLAS
+(24.7-37.8 TFLOP/s), square 1024, 2048, 4096 at 1.16, 0.82, 0.78 (30.3-39.9 TFLOP/s).
+On a CPU device (lavapipe) 128 x 128 tiles (8 x 8) and BK 32 instead, 1.4-1.5x faster than
+8 x 4 there (Linear(1024, 1024) at M = 256, mm 512^3): a CPU has registers to spare and no
+shared-memory banks.
 """
 from __future__ import annotations
 
@@ -68,14 +71,18 @@ def tiles(t: Tiling, M: int, N: int, batches: int) -> int:
     return -(-M // t.bm) * -(-N // t.bn) * batches
 
 
-def choose_tiling(M: int, N: int, K: int, batches: int, units: int, shared_bytes: int) -> Tiling:
+def choose_tiling(M: int, N: int, K: int, batches: int, units: int, shared_bytes: int,
+                  cpu: bool = False) -> Tiling:
     """The default tiling of an M x N (x K) product over `batches` on a device of `units`
-    compute units and `shared_bytes` of shared memory per workgroup (see the module docstring)."""
+    compute units and `shared_bytes` of shared memory per workgroup, a CPU when `cpu` (see
+    the module docstring)."""
     units = max(1, units)
-    rt = 4 if 4 * -(-M // 128) * 128 >= 5 * -(-M // 64) * 64 else 8
-    t = Tiling(rt, 4, 16)
-    if t.shared_bytes > shared_bytes:
-        t = Tiling(rt, 4, 8)
+    if cpu:
+        t = Tiling(8, 8, 32)
+    else:
+        t = Tiling(4 if 4 * -(-M // 128) * 128 >= 5 * -(-M // 64) * 64 else 8, 4, 16)
+    while t.shared_bytes > shared_bytes and t.bk > 8:
+        t = Tiling(t.rt, t.ct, t.bk // 2)
     n = tiles(t, M, N, batches)
     split = 1
     if n < units:
@@ -94,7 +101,7 @@ def record_tiled(builder: OpBuilder, bindings: Sequence[Binding], defines: dict,
     row stride, batch strides), `bias` its (offset, row stride, column stride, dtype).
     """
     nb = nb1 * nb2
-    t = choose_tiling(M, N, K, nb, builder.compute_units, builder.shared_memory_bytes)
+    t = choose_tiling(M, N, K, nb, builder.compute_units, builder.shared_memory_bytes, builder.is_cpu)
     if t.shared_bytes > builder.shared_memory_bytes:
         raise UnsupportedOpError(f"matmul tiling {t} needs {t.shared_bytes} bytes of shared memory, "
                                  f"over the device's {builder.shared_memory_bytes}")

@@ -113,6 +113,10 @@ def test_default_tiling():
     assert choose_tiling(64, 4096, 4096, 3, **h200).split == 1
     assert choose_tiling(64, 4096, 4096, 1, units=2, shared_bytes=32768).split == 1
     assert choose_tiling(2048, 4096, 4096, 1, units=2, shared_bytes=8192).bk == 8
+    # lavapipe: 8 x 8 per invocation, BK 32 where it fits
+    assert choose_tiling(256, 1024, 1024, 1, 2, 32768, cpu=True) == Tiling(8, 8, 32)
+    assert choose_tiling(256, 1024, 1024, 1, 2, 16384, cpu=True) == Tiling(8, 8, 16)
+    assert choose_tiling(64, 512, 4096, 1, 16, 32768, cpu=True) == Tiling(8, 8, 32, 4)  # 4 tiles, 16 units
 
 
 def _two_linears(m: int, k: int, n: int) -> g.VkGraph:

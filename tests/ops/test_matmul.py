@@ -348,11 +348,12 @@ def test_linear_tiled_nan_and_inf_propagate(dtype):
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_tiled_tile_sizes(dtype, tiled_dispatches, monkeypatch):
-    """Products take the default tiling (gemm_tiled.choose_tiling): 128x64 tiles (8x4 per
-    invocation), or 64x64 (RT = CT = 4) where they pad fewer rows, e.g. 64 rows of activations
-    (tests/ops/test_gemm_tiled.py: every tiling)."""
+    """Products take the default tiling for the device (gemm_tiled.choose_tiling; a GPU's rule:
+    tests/ops/test_gemm_tiled.py, with every tiling)."""
     from vkx.loader.device import default_device
-    monkeypatch.setattr(default_device(), "compute_units", 16)
+    from vkx.loader.ops.gemm_tiled import choose_tiling
+    device = default_device()
+    monkeypatch.setattr(device, "compute_units", 16)
     x, w = rand(1030, 36, seed=1, dtype=dtype), rand(1800, 36, seed=2, dtype=dtype)
     assert_close_in(run_graph("aten.linear.default", [x, Const(w), None], ((1030, 1800), dtype)),
                     F.linear(x, w), dtype, terms=36)
@@ -361,4 +362,6 @@ def test_tiled_tile_sizes(dtype, tiled_dispatches, monkeypatch):
     x64, w64 = rand(64, 40, seed=5, dtype=dtype), rand(300, 40, seed=6, dtype=dtype)
     assert_close_in(run_graph("aten.linear.default", [x64, Const(w64), None], ((64, 300), dtype)),
                     F.linear(x64, w64), dtype, terms=40)
-    assert [(d["RT"], d["CT"]) for d in tiled_dispatches] == [(8, 4), (8, 4), (4, 4)]
+    want = [choose_tiling(m, n, k, nb, 16, device.max_shared_memory, device.is_cpu)
+            for m, n, k, nb in [(1030, 1800, 36, 1), (700, 900, 20, 3), (64, 300, 40, 1)]]
+    assert [(d["RT"], d["CT"], d["BK"]) for d in tiled_dispatches] == [(t.rt, t.ct, t.bk) for t in want]
