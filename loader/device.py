@@ -154,6 +154,8 @@ class Device:
         self.max_push_constants_size = int(lim.maxPushConstantsSize)
         self.non_coherent_atom_size = int(lim.nonCoherentAtomSize)
         self.max_compute_work_group_count = tuple(lim.maxComputeWorkGroupCount)
+        self.max_shared_memory = int(lim.maxComputeSharedMemorySize)
+        """Bytes of shared memory one workgroup may use (gemm's tile slices)."""
         self.timestamp_period = float(lim.timestampPeriod)
         """Nanoseconds per timestamp tick (profiling, loader/record.py)."""
         m3 = vk.VkPhysicalDeviceMaintenance3Properties()
@@ -170,6 +172,8 @@ class Device:
             host = vk.VkPhysicalDeviceExternalMemoryHostPropertiesEXT()
             vk.vkGetPhysicalDeviceProperties2(self.physical, vk.VkPhysicalDeviceProperties2(pNext=host))
             self.import_alignment = int(host.minImportedHostPointerAlignment)
+        self.compute_units = _compute_units(self.physical, exts, p.deviceType)
+        """The device's compute units (SMs, CUs, CPU threads): how many tiles fill it, for gemm's split-K."""
         families = vk.vkGetPhysicalDeviceQueueFamilyProperties(self.physical)
         compute = [i for i, f in enumerate(families) if f.queueFlags & vk.VK_QUEUE_COMPUTE_BIT]
         if not compute:
@@ -331,3 +335,27 @@ def _close_default() -> None:
     if _default is not None and not _default.closed:
         _default.close(check=False)
     _default = None
+
+
+DEFAULT_COMPUTE_UNITS = 16
+"""Compute units assumed for a GPU that reports none (no VK_NV_shader_sm_builtins or
+VK_AMD_shader_core_properties): a mid-sized GPU; too few only makes gemm split K less often."""
+
+
+def _compute_units(physical, exts: set, device_type: int) -> int:
+    """SMs (NVIDIA), compute units (AMD), CPU threads (a CPU device such as lavapipe), else
+    DEFAULT_COMPUTE_UNITS."""
+    if "VK_NV_shader_sm_builtins" in exts:
+        sm = vk.VkPhysicalDeviceShaderSMBuiltinsPropertiesNV()
+        vk.vkGetPhysicalDeviceProperties2(physical, vk.VkPhysicalDeviceProperties2(pNext=sm))
+        if sm.shaderSMCount > 0:
+            return int(sm.shaderSMCount)
+    if "VK_AMD_shader_core_properties" in exts:
+        amd = vk.VkPhysicalDeviceShaderCorePropertiesAMD()
+        vk.vkGetPhysicalDeviceProperties2(physical, vk.VkPhysicalDeviceProperties2(pNext=amd))
+        units = amd.shaderEngineCount * amd.shaderArraysPerEngineCount * amd.computeUnitsPerShaderArray
+        if units > 0:
+            return int(units)
+    if device_type == vk.VK_PHYSICAL_DEVICE_TYPE_CPU:
+        return os.cpu_count() or 1
+    return DEFAULT_COMPUTE_UNITS

@@ -76,14 +76,19 @@ class GraphBuilder:
     """Builds the dispatch list of a VkGraph (the OpBuilder the ops see)."""
 
     def __init__(self, graph: g.VkGraph, max_binding_bytes: int, offset_alignment: int,
-                 push_bytes: int = 128, max_groups: tuple = (65535, 65535, 65535)):
+                 push_bytes: int = 128, max_groups: tuple = (65535, 65535, 65535),
+                 compute_units: int = 1, shared_memory_bytes: int = 16384, is_cpu: bool = False):
         self.graph = graph
+        self.compute_units = compute_units
+        self.shared_memory_bytes = shared_memory_bytes
+        self.is_cpu = is_cpu
         self.max_binding_bytes = max_binding_bytes
         self.offset_alignment = offset_alignment
         self.push_bytes = push_bytes
         self.max_groups = max_groups
         self.tensors: dict[int, RTensor] = {}
         self.temps: list[RTensor] = []
+        self._scratch: RTensor | None = None
         self.dispatches: list[Dispatch] = []
         self.prepack_dispatches: list[Dispatch] = []
         """Dispatches that run once at load (a weight converted to its device form)."""
@@ -156,6 +161,22 @@ class GraphBuilder:
         self.temps.append(t)
         self.tensors[vid] = t
         return arg
+
+    def scratch(self, numel: int) -> ops.TensorArg:
+        """The graph's one fp32 scratch tensor, grown to at least `numel` elements.
+
+        Every op that asks shares it: dispatches run one after another, each behind a
+        barrier, so an op's scratch is dead once its last dispatch is done. Bind the
+        returned TensorArg (or SubRanges of it) right away; a later, larger request
+        grows the same tensor, which still holds every range bound before.
+        """
+        if self._scratch is None:
+            self.temp((numel,))
+            self._scratch = self.temps[-1]
+        t = self._scratch
+        if t.arg.numel < numel:
+            t.arg = ops.TensorArg(t.arg.vid, (numel,), dtypes.FLOAT32)
+        return t.arg
 
     def alias(self, vid: int, of: int) -> None:
         """Make tensor `vid` the very device tensor of `of` (a prepack whose weight is used as stored)."""

@@ -93,9 +93,18 @@ class OpBuilder(Protocol):
     """Largest range one storage-buffer binding may cover (maxStorageBufferRange)."""
     offset_alignment: int
     """Required alignment of `SubRange.offset` (minStorageBufferOffsetAlignment)."""
+    compute_units: int
+    """The device's compute units (vkx.loader.device.Device.compute_units)."""
+    shared_memory_bytes: int
+    """Shared memory one workgroup may use (maxComputeSharedMemorySize)."""
+    is_cpu: bool
+    """Whether the device is a CPU (lavapipe): kernels tuned for GPUs may choose otherwise there."""
 
     def temp(self, shape: Sequence[int], dtype: DType = dtypes.FLOAT32) -> TensorArg:
         """Scratch tensor, allocated with the activations, alive for the whole graph."""
+    def scratch(self, numel: int) -> TensorArg:
+        """The graph's one shared fp32 scratch of at least `numel` elements, for data that
+        lives within one op's dispatches (grown by later requests; bind it right away)."""
     def dispatch(self, shader: str, bindings: Sequence[Binding], push: bytes,
                  groups: tuple[int, int, int], defines: Mapping[str, Union[str, int]] = ...) -> None:
         """Record `shaders/<shader>.comp` (built with `defines`), binding i = bindings[i]."""

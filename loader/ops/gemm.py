@@ -2,9 +2,9 @@
 attention call it).
 
 Three shaders: `shaders/matmul_tiled.comp` for products of at least TILED_MIN rows
-and columns (128x128 tiles of C per workgroup, 8x8 per invocation, or 64x64 and 4x4
-when there would be few tiles; A's and B's slices staged through shared memory with
-coalesced loads whichever way B is laid out),
+and columns (vkx.loader.ops.gemm_tiled: register-blocked tiles of C per workgroup, A's
+and B's slices staged through shared memory with coalesced loads whichever way B is laid
+out, split-K with a reduce pass when there are too few tiles for the device),
 `shaders/matmul.comp` for the rest, a strided batched matmul with a 4x4 register
 tile per invocation, and `shaders/matvec.comp` for one row of activations against
 a k-contiguous B (the LLM decode case: x[1, K] @ W[N, K]^T), which splits K over a
@@ -24,6 +24,7 @@ from typing import Optional, Sequence
 
 from vkx.format import dtypes
 from vkx.loader.ops import Binding, OpBuilder, TensorArg, UnsupportedOpError, elem_defines
+from vkx.loader.ops.gemm_tiled import record_tiled
 from vkx.loader.ops.shape import MAX_GROUPS, bind_elems, fits_binding
 
 _PUSH = struct.Struct("<21i2f")
@@ -178,26 +179,24 @@ def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
     elif b.sj == 1 and N % 4 == 0 and _vec_ok(boff, [(b.si, K), (b.sb1, nb1), (b.sb2, nb2)]):
         defines.update(B_VEC_N=1, **load4("B", "b4", b.tensor.dtype))
     if M >= TILED_MIN and N >= TILED_MIN:
-        shader = "matmul_tiled"
-        tile = TILE
-        if -(-M // TILE) * -(-N // TILE) * nb1 * nb2 < FEW_TILES:
-            tile = TILE // 2  # 64x64 tiles, 4x4 per invocation: 4x the workgroups (M = 64: no idle rows)
-            defines.update(RT=4, CT=4)
-        groups = (-(-N // tile), -(-M // tile), nb1 * nb2)
+        record_tiled(builder, bindings, defines, M, N, K, nb1, nb2,
+                     (aoff, a.si, a.sj, a.sb1, a.sb2, boff, b.si, b.sj, b.sb1, b.sb2),
+                     (coff, c.si, c.sb1, c.sb2), c.tensor.dtype,
+                     None if bias is None else (biasoff, sbm, sbn, bias.tensor.dtype), alpha, beta)
+        return
+    shader = "matmul"
+    tm = 1 if M == 1 else 4
+    if tm != 4:
+        defines["TM"] = tm
+    tiles_m, tiles_n = -(-M // tm), -(-N // 4)
+    if tiles_m == 1:
+        wg = (64, 1)
+    elif tiles_n == 1:
+        wg = (1, 64)
     else:
-        shader = "matmul"
-        tm = 1 if M == 1 else 4
-        if tm != 4:
-            defines["TM"] = tm
-        tiles_m, tiles_n = -(-M // tm), -(-N // 4)
-        if tiles_m == 1:
-            wg = (64, 1)
-        elif tiles_n == 1:
-            wg = (1, 64)
-        else:
-            wg = (8, 8)
-        defines["WG_X"], defines["WG_Y"] = wg
-        groups = (-(-tiles_n // wg[0]), -(-tiles_m // wg[1]), nb1 * nb2)
+        wg = (8, 8)
+    defines["WG_X"], defines["WG_Y"] = wg
+    groups = (-(-tiles_n // wg[0]), -(-tiles_m // wg[1]), nb1 * nb2)
     if groups[0] > MAX_GROUPS or groups[1] > MAX_GROUPS:
         raise UnsupportedOpError(f"matmul output {M}x{N} is too large for one dispatch grid")
     push = _PUSH.pack(M, N, K, nb2,
@@ -211,10 +210,6 @@ def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
 
 TILED_MIN = 32
 """Products with at least this many rows and columns take shaders/matmul_tiled.comp."""
-TILE = 128
-"""Its output tile: TILE x TILE elements per workgroup (half that for products of FEW_TILES)."""
-FEW_TILES = 128
-"""Fewer TILE-sized tiles than this would leave a large GPU's cores idle (an H200 has 132 SMs)."""
 
 MATVEC_ROWS = 16
 """Output columns per matvec workgroup (A is read once per MATVEC_ROWS columns)."""

@@ -347,17 +347,21 @@ def test_linear_tiled_nan_and_inf_propagate(dtype):
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
-def test_tiled_tile_sizes(dtype, tiled_dispatches):
-    """A product of >= FEW_TILES 128x128 tiles takes them (8x8 per invocation); fewer take
-    64x64 tiles (RT = CT = 4), e.g. 64 rows of activations."""
-    from vkx.loader.ops.gemm import FEW_TILES
-    x, w = rand(1030, 36, seed=1, dtype=dtype), rand(1800, 36, seed=2, dtype=dtype)  # 9 x 15 tiles
-    assert 9 * 15 >= FEW_TILES
+def test_tiled_tile_sizes(dtype, tiled_dispatches, monkeypatch):
+    """Products take the default tiling for the device (gemm_tiled.choose_tiling; a GPU's rule:
+    tests/ops/test_gemm_tiled.py, with every tiling)."""
+    from vkx.loader.device import default_device
+    from vkx.loader.ops.gemm_tiled import choose_tiling
+    device = default_device()
+    monkeypatch.setattr(device, "compute_units", 16)
+    x, w = rand(1030, 36, seed=1, dtype=dtype), rand(1800, 36, seed=2, dtype=dtype)
     assert_close_in(run_graph("aten.linear.default", [x, Const(w), None], ((1030, 1800), dtype)),
                     F.linear(x, w), dtype, terms=36)
-    a, b = rand(3, 700, 20, seed=3, dtype=dtype), rand(3, 20, 900, seed=4, dtype=dtype)  # 3 x 6 x 8 tiles
+    a, b = rand(3, 700, 20, seed=3, dtype=dtype), rand(3, 20, 900, seed=4, dtype=dtype)
     assert_close_in(run_graph("aten.bmm.default", [a, b], ((3, 700, 900), dtype)), torch.bmm(a, b), dtype, terms=20)
     x64, w64 = rand(64, 40, seed=5, dtype=dtype), rand(300, 40, seed=6, dtype=dtype)
     assert_close_in(run_graph("aten.linear.default", [x64, Const(w64), None], ((64, 300), dtype)),
                     F.linear(x64, w64), dtype, terms=40)
-    assert [(d.get("RT"), d.get("CT")) for d in tiled_dispatches] == [(None, None), (None, None), (4, 4)]
+    want = [choose_tiling(m, n, k, nb, 16, device.max_shared_memory, device.is_cpu)
+            for m, n, k, nb in [(1030, 1800, 36, 1), (700, 900, 20, 3), (64, 300, 40, 1)]]
+    assert [(d["RT"], d["CT"], d["BK"]) for d in tiled_dispatches] == [(t.rt, t.ct, t.bk) for t in want]
