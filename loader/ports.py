@@ -47,7 +47,8 @@ def bf16_bits(a: np.ndarray) -> np.ndarray:
 
 def bf16_values(bits: np.ndarray) -> np.ndarray:
     """uint16 bfloat16 bits as float32 values (exact)."""
-    return (bits.astype(np.uint32) << 16).view(np.float32)
+    # asarray: a shift of a 0-d array gives a numpy scalar, whose view would be a scalar too
+    return np.asarray(bits.astype(np.uint32) << 16).view(np.float32)
 
 
 class Port:
