@@ -70,3 +70,33 @@ def test_bad_inputs_are_refused_before_any_write(program):
     with pytest.raises(InputError, match="expected 1 input"):
         p(x, x)
     np.testing.assert_allclose(p.run_numpy(x)[0], good, rtol=0)
+
+
+@pytest.mark.parametrize("spin_seconds", [0.002, 0.0], ids=["done-while-polling", "polling-gives-up"])
+def test_a_gpu_polls_its_fence_then_blocks(program, monkeypatch, spin_seconds):
+    """On a GPU a call polls its fence (loader/record.py, SPIN_SECONDS) and blocks once the spin is
+    spent; lavapipe never polls, so the GPU's path is forced here and counted."""
+    from vkx.loader import record
+    from vkx.loader.device import Device
+
+    p, w = program
+    polls = []
+    status = record.lib.vkGetFenceStatus
+    monkeypatch.setattr(Device, "is_cpu", property(lambda self: False))
+    monkeypatch.setattr(record, "SPIN_SECONDS", spin_seconds)
+    monkeypatch.setattr(record, "lib", _Counting(record.lib, "vkGetFenceStatus", lambda *a: polls.append(1) or status(*a)))
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        x = rng.standard_normal(N).astype(np.float32)
+        np.testing.assert_allclose(p(x), expect(x, w), rtol=1e-6)
+    assert len(polls) >= 20  # every call polled at least once
+
+
+class _Counting:
+    """`lib` with one function replaced (cffi's lib object takes no attribute assignment)."""
+
+    def __init__(self, lib, name: str, fn):
+        self._lib, self._name, self._fn = lib, name, fn
+
+    def __getattr__(self, name: str):
+        return self._fn if name == self._name else getattr(self._lib, name)
