@@ -138,8 +138,8 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
     """
     if not isinstance(path, (str, os.PathLike)):
         raise FileError(f"vkx.load takes the path of a .pte file, not {type(path).__name__}")
-    from vkx.loader.program import _device
-    device, own = _device(device)  # the device exists before the baseline is taken
+    from vkx.loader.program import device_of
+    device, own = device_of(device)  # the device exists before the baseline is taken
     timeline = Timeline(trace=trace_memory)
     timeline.mark("before load")
     if isinstance(external_data, (str, os.PathLike)):

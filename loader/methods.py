@@ -15,8 +15,8 @@ from vkx.format import vkgraph as g
 from vkx.loader.errors import BadProgramError, DeviceError, InputError, LoadError, OutOfDeviceMemoryError
 from vkx.loader.graph import RTensor
 from vkx.loader.memory import Allocator, MiB
-from vkx.loader.program import (Built, Options, Progress, Resources, _check_budget, _device, _io_buffers,
-                                _memory_objects, _share_constants, _upload_eager, allocate_activations, build,
+from vkx.loader.program import (Built, Options, Progress, Resources, check_budget, device_of, io_buffers,
+                                memory_objects, share_constants, upload_eager, allocate_activations, build,
                                 record, upload_weights)
 from vkx.loader.record import StateStore
 from vkx.loader.runner import Closes, Program
@@ -41,7 +41,7 @@ def merge(builts: list[Built], source) -> Merged:
     for b in builts:
         for cid, ts in b.constants.items():
             merged.constants.setdefault(cid, []).extend(ts)
-    _share_constants(merged, source)
+    share_constants(merged, source)
     return merged
 
 
@@ -58,14 +58,14 @@ def load_methods(graphs: dict[str, g.VkGraph], source, bases: Sequence[int], sch
     timeline = timeline or Timeline()
     if not timeline.phases:
         timeline.mark("before load")
-    dev, own_device = _device(device)
+    dev, own_device = device_of(device)
     allocator = Allocator(dev, budget=memory_budget)
     timeline.ledger = allocator.ledger
     res = Resources(dev, own_device, allocator, source, timeline, on_close)
     try:
         builts = [build(graph, dev, options, source, base) for graph, base in zip(graphs.values(), bases)]
         weights = builts[0] if len(builts) == 1 else merge(builts, source)
-        _check_budget(weights, dev, options)
+        check_budget(weights, dev, options)
         kept = upload_weights(weights, res, options, progress)
         res.states = allocate_states(builts, res)
         if options.schedule == "eager":
@@ -73,7 +73,7 @@ def load_methods(graphs: dict[str, g.VkGraph], source, bases: Sequence[int], sch
         io = allocate_activations(builts[0], next(iter(graphs.values())), res) if len(builts) == 1 else \
             allocate_shared_activations(builts, list(graphs.values()), res)
         if options.schedule == "eager":
-            _upload_eager(weights, res, kept, progress)                     # M = 2W + A
+            upload_eager(weights, res, kept, progress)                     # M = 2W + A
         timeline.mark("after activation allocation")
         res.states.reset()
         programs = {}
@@ -121,7 +121,7 @@ def allocate_shared_activations(builts: list[Built], graphs: list[g.VkGraph], re
     allocation as large as the largest method's (their calls never overlap); io buffers per method."""
     layouts, order = [], []
     for built in builts:
-        groups, dedicated = _memory_objects(built)
+        groups, dedicated = memory_objects(built)
         slots = [groups[mid] for mid in sorted(groups)] + [[t] for t in dedicated]
         layouts.append([[t.nbytes for t in members] for members in slots])
         order.append(slots)
@@ -129,7 +129,7 @@ def allocate_shared_activations(builts: list[Built], graphs: list[g.VkGraph], re
         for members, bound in zip(slots, buffers):
             for t, b in zip(members, bound):
                 t.buffer = b
-    return [_io_buffers(built, graph, res) for built, graph in zip(builts, graphs)]
+    return [io_buffers(built, graph, res) for built, graph in zip(builts, graphs)]
 
 
 class Methods(Closes):

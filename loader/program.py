@@ -178,11 +178,11 @@ def build(graph: g.VkGraph, device: Device, options: Options, source, base: int 
             built.dedicated.append(t)
         else:
             built.activations.append(t)
-    _share_constants(built, source)
+    share_constants(built, source)
     return built
 
 
-def _share_constants(built: Built, source) -> None:
+def share_constants(built: Built, source) -> None:
     """One entry (so one device tensor) per byte range of the files."""
     by_key: dict = {}
     for cid in sorted(built.constants):
@@ -196,7 +196,7 @@ def _share_constants(built: Built, source) -> None:
                                   f"all tensors of one constant must have one size")
 
 
-def _memory_objects(built: Built) -> tuple[dict[int, list[RTensor]], list[RTensor]]:
+def memory_objects(built: Built) -> tuple[dict[int, list[RTensor]], list[RTensor]]:
     """The activations by shared memory object, and those with memory of their own (temps included)."""
     groups: dict[int, list[RTensor]] = {}
     dedicated: list[RTensor] = []
@@ -208,9 +208,9 @@ def _memory_objects(built: Built) -> tuple[dict[int, list[RTensor]], list[RTenso
     return groups, dedicated
 
 
-def _check_budget(built: Built, device: Device, options: Options) -> None:
+def check_budget(built: Built, device: Device, options: Options) -> None:
     """Refuse, before any work, a graph whose weights and activations cannot fit the device."""
-    groups, dedicated = _memory_objects(built)
+    groups, dedicated = memory_objects(built)
     # upload="import" loads every constant in place or fails: constants need no device memory then
     constants = 0 if options.upload == "import" else sum(ts[0].nbytes for ts in built.constants.values())
     weights = constants + sum(t.nbytes for t in built.dedicated)
@@ -276,7 +276,7 @@ def upload_weights(built: Built, res: Resources, options: Options, progress: Pro
     return kept
 
 
-def _upload_eager(built: Built, res: Resources, kept: dict[int, tuple], progress: Progress | None) -> None:
+def upload_eager(built: Built, res: Resources, kept: dict[int, tuple], progress: Progress | None) -> None:
     """The old order's prepack: a full-size staging buffer per constant, host copies kept."""
     up = res.uploader
     total = sum(ts[0].nbytes for _, ts in kept.values())
@@ -314,17 +314,17 @@ def _run_prepack(built: Built, res: Resources) -> None:
 def allocate_activations(built: Built, graph: g.VkGraph, res: Resources) -> list[tuple[list, list]]:
     """Stage 3: one allocation per shared memory object (dedicated ones apart), then the io buffers."""
     allocator = res.allocator
-    groups, dedicated = _memory_objects(built)
+    groups, dedicated = memory_objects(built)
     for t in dedicated:
         t.buffer = allocator.buffer(t.nbytes, "activations", "device")
     for mid in sorted(groups):
         members = groups[mid]
         for t, b in zip(members, allocator.alias_group([t.nbytes for t in members])):
             t.buffer = b
-    return [_io_buffers(built, graph, res)]
+    return [io_buffers(built, graph, res)]
 
 
-def _io_buffers(built: Built, graph: g.VkGraph, res: Resources) -> tuple[list, list]:
+def io_buffers(built: Built, graph: g.VkGraph, res: Resources) -> tuple[list, list]:
     """Host-visible buffers for the graph's inputs and readback buffers for its outputs."""
     tensors, allocator = built.builder.tensors, res.allocator
     io_in = [(allocator.buffer(tensors[vid].nbytes, "io", "host"), tensors[vid]) for vid in graph.input_ids]
@@ -355,7 +355,9 @@ def load_source(graph: g.VkGraph, source, schedule: str = "lazy", device=None, u
     return load_methods({"forward": graph}, source, [0], schedule, device, upload, **options)["forward"]
 
 
-def _device(device) -> tuple[Device, bool]:
+def device_of(device) -> tuple[Device, bool]:
+    """(the Device a load runs on, whether the load owns it): the default device for None, a Device
+    as given, else one opened by name (the load closes it)."""
     if device is None:
         return default_device(), False
     if isinstance(device, Device):
