@@ -15,6 +15,7 @@ from pathlib import Path, PurePosixPath
 from typing import Sequence
 
 from .errors import InvalidValueError, MissingFileError
+from .names import json_spec
 
 METADATA = "vkx.metadata"
 
@@ -43,16 +44,10 @@ def relative_to(program: str | os.PathLike, files: Sequence[str | os.PathLike]) 
 
 def read_metadata(compile_specs: Sequence[tuple[str, bytes]], where: str, path: str) -> ProgramMetadata:
     """The metadata in a delegate's compile specs (empty where none is recorded)."""
-    value = next((v for k, v in compile_specs if k == METADATA), None)
-    if value is None:
+    data = json_spec(compile_specs, METADATA, where, path)
+    if data is None:
         return ProgramMetadata()
     where = f"{where}.compile_specs[{METADATA!r}]"
-    try:
-        data = json.loads(bytes(value).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        data = None
-    if not isinstance(data, dict):
-        raise InvalidValueError(where, "is not a JSON object", path)
     files, eos = data.get("external_files", []), data.get("eos_token_ids", [])
     if not isinstance(files, list) or not all(isinstance(f, str) and f and not f.startswith("/") for f in files):
         raise InvalidValueError(where, "external_files must be a list of relative paths", path)

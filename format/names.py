@@ -22,19 +22,27 @@ def encode_io_names(inputs: Sequence[str | None], outputs: Sequence[str | None])
     return IO_NAMES, json.dumps({"inputs": list(inputs), "outputs": list(outputs)}, separators=(",", ":")).encode()
 
 
+def json_spec(compile_specs: Sequence[tuple[str, bytes]], key: str, where: str, path: str) -> dict | None:
+    """The JSON object a delegate's compile spec `key` holds; None where there is no such spec."""
+    value = next((v for k, v in compile_specs if k == key), None)
+    if value is None:
+        return None
+    try:
+        data = json.loads(bytes(value).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        data = None
+    if not isinstance(data, dict):
+        raise InvalidValueError(f"{where}.compile_specs[{key!r}]", "is not a JSON object", path)
+    return data
+
+
 def io_names(compile_specs: Sequence[tuple[str, bytes]], n_inputs: int, n_outputs: int,
              where: str, path: str) -> tuple[Names, Names]:
     """(input names, output names) from a delegate's compile specs; None for each where none is recorded."""
-    value = next((v for k, v in compile_specs if k == IO_NAMES), None)
-    if value is None:
+    names = json_spec(compile_specs, IO_NAMES, where, path)
+    if names is None:
         return [None] * n_inputs, [None] * n_outputs
     where = f"{where}.compile_specs[{IO_NAMES!r}]"
-    try:
-        names = json.loads(bytes(value).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        names = None
-    if not isinstance(names, dict):
-        raise InvalidValueError(where, "is not a JSON object", path)
     out = []
     for kind, n in (("inputs", n_inputs), ("outputs", n_outputs)):
         got = names.get(kind)
