@@ -126,8 +126,11 @@ write_program(sys.argv[1], graph, payloads, io, io)
 
 
 def _kill_mid_write(path: Path, sig: int, mode: str) -> list[str]:
+    # the signal's default action in the writer, even where this run ignores it (under nohup, SIGHUP
+    # is ignored and a child inherits that)
+    default = (lambda: signal.signal(sig, signal.SIG_DFL)) if sig != signal.SIGKILL else None
     proc = subprocess.Popen([sys.executable, "-c", KILLED, str(path), mode], cwd=ROOT, stdout=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=default)
     try:
         assert proc.stdout.readline() == "writing\n"
         os.kill(proc.pid, sig)
