@@ -16,6 +16,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import vkx  # noqa: E402
+from .oracle import oracle  # noqa: E402
 from vkx.format.pte import ProgramFile  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -54,11 +55,7 @@ def test_file_has_the_ops(name):
 @pytest.mark.parametrize("schedule", ["lazy", "eager"])
 def test_file_matches_torch(name, schedule):
     model_class, shape, _ = CASES[name]
-    torch.manual_seed(0)
-    model = model_class().eval()
-    x = torch.randn(shape)
-    with torch.no_grad():
-        want = model(x)
+    x, want = oracle(model_class, shape)
     with vkx.load(DATA / name, schedule=schedule) as program:
         got = program(x)
     assert got.dtype == want.dtype

@@ -16,6 +16,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import vkx  # noqa: E402
+from .oracle import oracle  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 sys.path.insert(0, str(DATA))
@@ -32,11 +33,7 @@ CASES = {  # file -> (model class, input shape, external data)
 @pytest.mark.parametrize("schedule", ["lazy", "eager"])
 def test_executorch_file_matches_torch(name, schedule):
     model_class, shape, external = CASES[name]
-    torch.manual_seed(0)
-    model = model_class().eval()
-    x = torch.randn(shape)
-    with torch.no_grad():
-        expected = model(x)
+    x, expected = oracle(model_class, shape)
     externals = [DATA / external] if external else []
     with vkx.load(DATA / name, external_data=externals, schedule=schedule) as program:
         got = program(x)

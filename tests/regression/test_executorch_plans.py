@@ -18,6 +18,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import vkx  # noqa: E402
+from .oracle import oracle  # noqa: E402
 from vkx.format import describe, validate  # noqa: E402
 from vkx.format.common import ScalarType  # noqa: E402
 from vkx.format.program import EValue, ExecutionPlan, Chain, Instruction, TensorMeta  # noqa: E402
@@ -41,19 +42,10 @@ CASES = {  # file -> (model class, input shape, delegates, CPU ops in plan order
 }
 
 
-def _oracle(name):
-    model_class, shape, _, _ = CASES[name]
-    torch.manual_seed(0)
-    model = model_class().eval()
-    x = torch.randn(shape)
-    with torch.no_grad():
-        return x, model(x)
-
-
 @pytest.mark.parametrize("name", CASES)
 @pytest.mark.parametrize("schedule", ["lazy", "eager"])
 def test_plan_file_matches_torch(name, schedule):
-    x, expected = _oracle(name)
+    x, expected = oracle(*CASES[name][:2])
     with vkx.load(DATA / name, schedule=schedule) as program:
         assert isinstance(program, PlanProgram) and len(program.delegates) == CASES[name][2]
         assert program.weight_bytes == validate(DATA / name).constant_bytes
@@ -73,11 +65,11 @@ def test_plan_program_closes_every_delegate():
     assert all(d.ledger.is_zero for d in delegates)
     assert len(memory["delegates"]) == 3 and memory["weight_bytes"] == sum(m["weight_bytes"] for m in memory["delegates"])
     with pytest.raises(LoadError, match="closed"):
-        program(_oracle("et_topk_sort.pte")[0])
+        program(oracle(*CASES["et_topk_sort.pte"][:2])[0])
 
 
 def test_run_numpy_and_input_checks():
-    x, expected = _oracle("et_cumsum.pte")
+    x, expected = oracle(*CASES["et_cumsum.pte"][:2])
     with vkx.load(DATA / "et_cumsum.pte") as program:
         assert program.input_specs == [((2, 8), "float32")] and program.output_specs == [((2, 4), "float32")]
         (got,) = program.run_numpy(x.numpy())
