@@ -55,20 +55,19 @@ def test_select_copy(shape, dim, index, dtype):
                                             ((3, 7, 2), [3, 1, 3], 1)])
 @by_dtype
 def test_split_with_sizes_copy(shape, sizes, dim, dtype):
-    x = rand_of(shape, 4, dtype)
-    want = torch.split(x, sizes, dim)
-    got = run_graph("aten.split_with_sizes_copy.default", [x, sizes, dim], [(tuple(w.shape), dtype) for w in want])
-    assert len(got) == len(want)
-    for g_, w in zip(got, want):
-        _equal(g_, w.contiguous())
+    _split_matches("aten.split_with_sizes_copy.default", rand_of(shape, 4, dtype), sizes, dim)
 
 
 @pytest.mark.parametrize("shape,size,dim", [((2, 10), 4, 1), ((6, 3), 2, 0), ((5, 3), 5, 0), ((4, 3), 7, -2)])
 @by_dtype
 def test_split_copy(shape, size, dim, dtype):
-    x = rand_of(shape, 5, dtype)
-    want = torch.split(x, size, dim)
-    got = run_graph("aten.split_copy.Tensor", [x, size, dim], [(tuple(w.shape), dtype) for w in want])
+    _split_matches("aten.split_copy.Tensor", rand_of(shape, 5, dtype), size, dim)
+
+
+def _split_matches(op: str, x: torch.Tensor, split, dim: int) -> None:
+    """`op` (a split into sizes, or into chunks of one size) gives torch.split's pieces."""
+    want = torch.split(x, split, dim)
+    got = run_graph(op, [x, split, dim], [(tuple(w.shape), x.dtype) for w in want])
     assert len(got) == len(want)
     for g_, w in zip(got, want):
         _equal(g_, w.contiguous())
