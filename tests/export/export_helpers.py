@@ -69,6 +69,18 @@ def et_deserialize(path: Path):
     return program.deserialize_pte_binary(path.read_bytes())
 
 
+def et_vkgraph(path: Path):
+    """ExecuTorch's own VkGraph reader (through flatc) over the file's first delegate blob (skips
+    when executorch or flatc is missing)."""
+    serialize = pytest.importorskip("executorch.backends.vulkan.serialization.vulkan_graph_serialize")
+    program = et_deserialize(path).program
+    blob = program.backend_delegate_data[program.execution_plan[0].delegates[0].processed.index].data
+    try:
+        return serialize.flatbuffer_to_vk_graph(serialize.extract_vk_flatbuffer(blob))
+    except FileNotFoundError:
+        pytest.skip("flatc is not installed")
+
+
 def ops_of(graph: VkGraph) -> set[str]:
     return {call.name for call in graph.chain}
 

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 import torch
-from .export_helpers import EXAMPLES, check_file, et_deserialize
+from .export_helpers import EXAMPLES, check_file, et_deserialize, et_vkgraph
 from ..ops.conftest import FLOAT_DTYPES, assert_close_in
 
 import vkx
@@ -83,15 +83,9 @@ def test_every_tensor_and_constant_has_the_requested_dtype(name, dtype, models, 
 
 def test_executorch_parses_the_vkgraph(models, tmp_path):
     """ExecuTorch's own VkGraph reader (through flatc) decodes the delegate blob."""
-    serialize = pytest.importorskip("executorch.backends.vulkan.serialization.vulkan_graph_serialize")
     path = tmp_path / "cnn.pte"
     vkx.export_model(*models["cnn"], path)
-    program = et_deserialize(path).program
-    blob = program.backend_delegate_data[program.execution_plan[0].delegates[0].processed.index].data
-    try:
-        graph = serialize.flatbuffer_to_vk_graph(serialize.extract_vk_flatbuffer(blob))
-    except FileNotFoundError:
-        pytest.skip("flatc is not installed")
+    graph = et_vkgraph(path)
     ours = check_file(path)
     assert [(c.name, list(c.args)) for c in graph.chain] == [(c.name, list(c.args)) for c in ours.chain]
     assert len(graph.values) == len(ours.values) and list(graph.input_ids) == ours.input_ids

@@ -20,7 +20,7 @@ from vkx.format.validate import validate  # noqa: E402
 from vkx.format.vkgraph import StorageType, Tensor, VkGraph  # noqa: E402
 
 from ..ops.conftest import assert_close_in  # noqa: E402
-from .export_helpers import EXAMPLES, Fn, et_deserialize, randn  # noqa: E402
+from .export_helpers import EXAMPLES, Fn, et_vkgraph, randn  # noqa: E402
 
 pytest.importorskip("executorch.backends.vulkan.op_registry")
 from .et_registry import CLONE, check_against_registry  # noqa: E402
@@ -158,15 +158,9 @@ def test_the_check_refuses_files_for_vkx(name, why, tmp_path):
 @pytest.mark.parametrize("name", ["cnn", "llama_block"])
 def test_executorch_reads_the_tags(name, tmp_path):
     """ExecuTorch's own VkGraph reader (through flatc) sees the ops, storage types and layouts vkx wrote."""
-    serialize = pytest.importorskip("executorch.backends.vulkan.serialization.vulkan_graph_serialize")
     path = tmp_path / "m.pte"
     ours = export_checked(*load_model_file(EXAMPLES / f"{name}.py"), path)
-    program = et_deserialize(path).program
-    blob = program.backend_delegate_data[program.execution_plan[0].delegates[0].processed.index].data
-    try:
-        theirs = serialize.flatbuffer_to_vk_graph(serialize.extract_vk_flatbuffer(blob))
-    except FileNotFoundError:
-        pytest.skip("flatc is not installed")
+    theirs = et_vkgraph(path)
     assert [(c.name, list(c.args)) for c in theirs.chain] == [(c.name, list(c.args)) for c in ours.chain]
     tags = [(int(v.value.storage_type), int(v.value.memory_layout)) for v in theirs.values if hasattr(v.value, "dims")]
     assert tags == [(int(v.storage_type), int(v.memory_layout)) for v in ours.values if isinstance(v, Tensor)]
