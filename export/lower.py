@@ -274,9 +274,11 @@ class GraphBuilder:
                           f"(the contract takes {kind.value}) at {source_line(self.node)}")
 
     def number(self, value: int | float | bool) -> int:
-        """A Python scalar operand as an immediate: a Double for an op with a floating result,
-        else an Int (checked to fit the int32 that integer tensors hold)."""
-        if self.node.meta["val"].dtype.is_floating_point:
+        """A Python scalar operand as an immediate. A float is always a Double: its type is the
+        value's, not the result's (`x < 2.5` has a bool result and must compare with 2.5, not 2).
+        An integer is a Double for an op with a floating result, else an Int (checked to fit
+        the int32 that integer tensors hold)."""
+        if isinstance(value, float) or self.node.meta["val"].dtype.is_floating_point:
             return self.double(float(value))
         if not INT32.min <= int(value) <= INT32.max:
             raise ExportError(f"{op_name(self.node)}: the scalar {value} does not fit an int32 "
