@@ -2,7 +2,7 @@
 
 The model is one Linear(16, 16) at batch 1, so its GPU work is next to nothing and a
 call's time is its fixed cost. Each phase of a call is timed on its own, in the order
-a call runs them (loader/runner.py, loader/ports.py, loader/record.py), and the whole
+a call runs them (loader/method.py, loader/ports.py, loader/record.py), and the whole
 call with numpy and with torch inputs. The baseline, measured in the same run on the
 same device and queue, is a bare vkQueueSubmit + vkWaitForFences + vkResetFences of an
 empty command buffer: what any Vulkan program pays per submission. The polled baseline
@@ -101,7 +101,8 @@ def measure(calls: int, rounds: int) -> dict:
         vkx.export_model(model, (xt,), path)
         program = vkx.load(path)
     empty = EmptySubmit(program.device)
-    executor, port_in, port_out = program._executor, program._in[0], program._out[0]
+    method = program.only
+    executor, port_in, port_out = method._executor, method._in[0], method._out[0]
     out = program(xn)
     with torch.no_grad():
         assert np.allclose(out, model(xt).numpy(), rtol=1e-4, atol=1e-5), "vkx's output differs from torch's"

@@ -34,9 +34,9 @@ from vkx.format.names import io_names
 from vkx.format.pte import VulkanDelegate
 from vkx.loader.errors import BadProgramError, FileError, LoadError, MissingDataError, as_load_error
 from vkx.loader.named_data import FreeableBuffer
-from vkx.loader.plan import PlanProgram, load_plan, runs_as_one_delegate
-from vkx.loader.methods import Methods, load_methods
-from vkx.loader.runner import Program
+from vkx.loader.plan import load_plan, runs_as_one_delegate
+from vkx.loader.program import Program
+from vkx.loader.stages import device_of, load_methods
 from vkx.loader.trace import Timeline
 
 
@@ -119,10 +119,11 @@ class FileConstants:
 
 def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None, upload: str = "auto",
          progress: Callable[[int, int], None] | None = None, trace_memory: bool = False,
-         **options) -> Program | Methods | PlanProgram:
-    """Load the .pte at `path` and return a callable `Program` (a `PlanProgram` when its plan is
-    more than one delegate call: vkx.loader.plan; `Methods` when it has several plans, each
-    one Vulkan delegate call: `program.decode(...)`, docs/format.md, "Methods").
+         **options) -> Program:
+    """Load the .pte at `path` and return its `Program`: called as its one method, or, for a
+    file of several plans (each one Vulkan delegate call), by method: `program.decode(...)`,
+    docs/format.md, "Methods". A plan that is more than one delegate call is a `PlanMethod`
+    (vkx.loader.plan).
 
     `external_data`: .ptd / .safetensors files searched (in order) before the
     .pte's own named data; none given: the files the .pte records, else, when it
@@ -138,7 +139,6 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
     """
     if not isinstance(path, (str, os.PathLike)):
         raise FileError(f"vkx.load takes the path of a .pte file, not {type(path).__name__}")
-    from vkx.loader.program import device_of
     device, own = device_of(device)  # the device exists before the baseline is taken
     timeline = Timeline(trace=trace_memory)
     timeline.mark("before load")
@@ -186,28 +186,29 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
                              progress=progress, **options)
     if not runs_as_one_delegate(pf.program.execution_plan[0]):
         source.close()  # each delegate of the plan opens the files for its own constants
-        return load_plan(path, external_data, schedule, device, upload, progress=progress, **options)
+        plan = load_plan(path, external_data, schedule, device, upload, progress=progress, **options)
+        return Program({plan.name: plan})
     name = pf.program.execution_plan[0].name
-    program = load_methods({name: graph}, source, [0], schedule, device, upload, timeline=timeline,
-                           progress=progress, **options)[name]
-    program.name_io(*names)
-    return program
+    methods = load_methods({name: graph}, source, [0], schedule, device, upload, timeline=timeline,
+                           progress=progress, **options)
+    methods[name].name_io(*names)
+    return Program(methods, pf.metadata.eos_token_ids)
 
 
 def _load_methods(pf: ProgramFile, delegates: list[VulkanDelegate], externals: list[ExternalData],
-                  schedule, device, upload, **options) -> Methods:
+                  schedule, device, upload, **options) -> Program:
     """Every plan a method: one load, the weights shared (docs/format.md, "Methods")."""
     names = [plan.name for plan in pf.program.execution_plan]
     methods = FileConstants(pf, externals, delegates=delegates)
     if len(set(names)) != len(names):
         methods.close()
         raise BadProgramError(f"{pf.path}: two execution plans share a name ({', '.join(names)})")
-    programs = load_methods({name: d.graph for name, d in zip(names, delegates)}, methods, methods.bases,
-                            schedule, device, upload, **options)
+    loaded = load_methods({name: d.graph for name, d in zip(names, delegates)}, methods, methods.bases,
+                          schedule, device, upload, **options)
     for i, (name, d) in enumerate(zip(names, delegates)):
-        programs[name].name_io(*io_names(d.compile_specs, len(d.graph.input_ids), len(d.graph.output_ids),
-                                         f"execution_plan[{i}].delegates[0]", pf.path))
-    return Methods(programs, pf.metadata.eos_token_ids)
+        loaded[name].name_io(*io_names(d.compile_specs, len(d.graph.input_ids), len(d.graph.output_ids),
+                                       f"execution_plan[{i}].delegates[0]", pf.path))
+    return Program(loaded, pf.metadata.eos_token_ids)
 
 
 def _chain(first, second):

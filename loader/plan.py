@@ -5,13 +5,13 @@ outputs (several delegates, CPU ops between them, moves, jumps) runs here, as
 ExecuTorch's `Method::execute` runs it: every chain in order, every instruction
 of a chain from the first, a JumpFalseCall going to its destination when its
 condition is false. The plan's values are plain per-value CPU tensors (not views
-of the memory-planned arenas); each delegate is a `Program` loaded as
+of the memory-planned arenas); each delegate is a `Method` loaded as
 `load_source` loads one graph.
 
 Everything that could refuse the file is checked before any GPU work: torch is
 importable, and every KernelCall binds to a torch op (one UnsupportedOpError
 lists every op that does not). The delegates are then loaded one after another
-in delegate order, each with the chosen schedule; closing the `PlanProgram`
+in delegate order, each with the chosen schedule; closing the `PlanMethod`
 closes every one of them.
 """
 from __future__ import annotations
@@ -25,8 +25,8 @@ from vkx.format.program import ExecutionPlan, Instruction, TensorMeta
 from vkx.loader.errors import (BadProgramError, FileError, InputError, LoadError, TorchMissingError,
                                UnsupportedOpError, as_load_error)
 from vkx.loader.kernels import Kernel, Refused, bind, op_name, static_value, torch_dtype
-from vkx.loader.program import load_source
-from vkx.loader.runner import Closes, Program
+from vkx.loader.method import Closes, Method
+from vkx.loader.stages import load_source
 
 PLAN = 0
 """vkx runs the first execution plan ("forward")."""
@@ -44,9 +44,9 @@ def _cpu_ops(plan: ExecutionPlan) -> list[str]:
 
 
 def load_plan(path, external_data: Sequence, schedule: str, device, upload: str, *, on_close=None,
-              **options) -> "PlanProgram":
+              **options) -> "PlanMethod":
     """Check and bind the plan of the .pte at `path`, then load each of its Vulkan delegates onto `device`."""
-    delegates: list[Program] = []
+    delegates: list[Method] = []
     try:
         with ProgramFile.open(path) as pf:
             plan = pf.program.execution_plan[PLAN]
@@ -76,7 +76,7 @@ def load_plan(path, external_data: Sequence, schedule: str, device, upload: str,
         if isinstance(error, OSError):
             raise FileError(f"{error.filename or path}: {error.strerror or error}") from error
         raise
-    return PlanProgram(plan, kernels, constants, dict(zip(order, delegates)), on_close)
+    return PlanMethod(plan, kernels, constants, dict(zip(order, delegates)), on_close)
 
 
 def _bind_kernels(plan: ExecutionPlan, path: str) -> dict[tuple[int, int], Kernel]:
@@ -151,7 +151,7 @@ def _check_instructions(plan: ExecutionPlan, graphs: dict, path: str) -> None:
 
 
 def _load_delegate(path, external_data: Sequence, di: int, schedule: str, device, upload: str,
-                   options: dict) -> Program:
+                   options: dict) -> Method:
     """Delegate `di`, loaded as files.load loads one: its constants come from files opened for it alone."""
     from vkx.loader.files import FileConstants  # files imports this module
     opened: list = []
@@ -168,19 +168,23 @@ def _load_delegate(path, external_data: Sequence, di: int, schedule: str, device
     return load_source(source.delegate.graph, source, schedule, device, upload, **options)
 
 
-class PlanProgram(Closes):
-    """A loaded execution plan: call it with tensors; `close()` (or `with`) closes every delegate."""
+class PlanMethod(Closes):
+    """A method run by its execution plan: call it with tensors; `close()` (or `with`) closes every delegate."""
 
     def __init__(self, plan: ExecutionPlan, kernels: dict[tuple[int, int], Kernel], constants: dict[int, Any],
-                 delegates: dict[int, Program], on_close):
+                 delegates: dict[int, Method], on_close):
         self.plan = plan
+        """The execution plan this method runs (vkx.format.program)."""
+        self.name = plan.name
+        """The method's name (its execution plan's name)."""
         self.delegates = delegates
-        """delegate index -> its loaded Program."""
+        """delegate index -> its loaded Method."""
         self._kernels, self._constants, self._on_close = kernels, constants, on_close
         self._initial = [None if ev.kind == "Tensor" else static_value(plan, ev) for ev in plan.values]
         self._tensors = [(vid, tuple(ev.value.sizes), torch_dtype(ev.value.scalar_type))
                          for vid, ev in enumerate(plan.values) if ev.kind == "Tensor" and vid not in constants]
         self.closed = False
+        """True once `close()` has closed every delegate."""
 
     # -- signatures --------------------------------------------------------------
     def _specs(self, ids) -> list[tuple[tuple[int, ...], str]]:
@@ -255,9 +259,9 @@ class PlanProgram(Closes):
         if ins.kind == "KernelCall":
             self._kernels[ci, pc](values)
         elif ins.kind == "DelegateCall":
-            program = self.delegates[ins.index]
-            n = len(program.input_specs)
-            outs = program(*[values[a] for a in ins.args[:n]])
+            delegate = self.delegates[ins.index]
+            n = len(delegate.input_specs)
+            outs = delegate(*[values[a] for a in ins.args[:n]])
             outs = outs if isinstance(outs, tuple) else (outs,)
             for vid, out in zip(ins.args[n:], outs):
                 values[vid].copy_(out.reshape(values[vid].shape))
@@ -273,7 +277,7 @@ class PlanProgram(Closes):
     # -- memory ----------------------------------------------------------------------
     @property
     def memory(self) -> dict:
-        """Each delegate's `Program.memory`, and totals as one sequential load sees them."""
+        """Each delegate's `Method.memory`, and totals as one sequential load sees them."""
         each = [p.memory for p in self.delegates.values()]
         first = each[0] if each else {}
         resident = peak_total = 0
@@ -293,7 +297,7 @@ class PlanProgram(Closes):
 
     # -- lifetime -----------------------------------------------------------------------
     def close(self) -> None:
-        """Close every delegate's Program (each releases its device memory), then what the load owns."""
+        """Close every delegate's Method (each releases its device memory), then what the load owns."""
         if self.closed:
             return
         self.closed = True

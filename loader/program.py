@@ -1,370 +1,140 @@
-"""Loading a VkGraph onto the device: four named stages, in the lazy (default) or eager order.
+"""`Program`: a loaded .pte — its methods by name, the weights they share, its state.
 
-    build        every op bound to its contract declaration and built into dispatches; no memory
-    weights      each constant's device tensor allocated right before its upload, its host pages
-                 freed as soon as they are staged; then the load-time prepack dispatches, once
-    activations  one allocation per shared memory object, plus the io buffers
-    record       the execute command buffer, recorded once and replayed by `Program`
-
-Each stage is a function that takes what the one before returned. `Resources`
-owns every Vulkan object the stages create, so a failure at any point releases
-all of it (the ledger goes back to zero).
-
-Weights used in place: with upload="import" (or "auto" on an integrated or CPU
-device) a weight whose file range the device can import (VK_EXT_external_memory_host)
-is bound to those file pages; no device memory, no copy, and the file stays mapped
-until `Program.close()` (after the device memory is freed). Other weights fall back
-one by one; upload="import" refuses instead (`ImportRefusedError`).
-
-lazy (the seed's order) runs the stages as listed: peak W + max(A, S). eager
-(the old order, for comparison) allocates every weight and every activation
-first, copies each weight through a full-size staging buffer, and keeps the
-host copies until the end: peak 2W + A + w.
+`vkx.load()` returns one. A program of one method is called as that method
+(`program(...)`, `program.input_specs`, ...); one of several names the method
+(`program.decode(...)`, `program["decode"](...)`). docs/format.md, "Methods".
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable, Sequence
+import threading
+from typing import Any
+
+from vkx.loader.errors import InputError
+from vkx.loader.method import Closes, Method
+from vkx.loader.plan import PlanMethod
 
 
-from vkx.format import vkgraph as g
-from vkx.loader.device import Device, default_device
-from vkx.loader.errors import BadProgramError, LoadError, OutOfDeviceMemoryError
-from vkx.loader.graph import GraphBuilder, RTensor
-from vkx.loader.memory import Allocator, Buffer, MiB
-from vkx.loader.named_data import FreeableBuffer
-from vkx.loader.prepack import Uploader, imports, upload_mode
-from vkx.loader.record import Executor, StateStore
-from vkx.loader.runner import Program
-from vkx.loader.shaders import Pipeline, pipelines_for
-from vkx.loader.staging import MIN_CHUNK, StagingRing, ring_shape
-from vkx.loader.trace import Timeline
+class Program(Closes):
+    """A loaded program: `program(...)` for a file of one method, `program.decode(...)` or
+    `program["decode"](...)` for one of several; `close()` (or `with`) releases it all.
 
-SCHEDULES = ("lazy", "eager")
-UPLOADS = ("auto", "staging", "direct", "import")
+    Methods loaded together (`vkx.loader.stages.load_methods`) share one load: the weights
+    (each once), the state tensors and the activation memory, so their calls run one at a
+    time. A plan-driven method (`PlanMethod`) owns its delegates' loads.
+    """
 
-Progress = Callable[[int, int], None]
-"""`progress(done_bytes, total_bytes)`, called after each weight's upload."""
-
-
-class InMemoryConstants:
-    """Constants given as bytes-like objects (for graphs built by hand)."""
-
-    def __init__(self, constants: Sequence):
-        self.constants = list(constants)
-
-    def get(self, cid: int) -> FreeableBuffer:
-        if not 0 <= cid < len(self.constants):
-            raise LoadError(f"constant {cid} not given ({len(self.constants)} constants)")
-        return FreeableBuffer.in_memory(self.constants[cid])
-
-    def key(self, cid: int) -> int:
-        return cid
-
-    def in_place(self, cid: int) -> str:
-        return f"constant {cid} is given in memory, not in a mapped file"
-
-    def finish_prepack(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.constants = []
-
-
-@dataclass
-class Options:
-    """The load options, checked once: what the user chose is what `Program` reports."""
-    schedule: str = "lazy"
-    upload: str = "auto"
-    staging_chunks: int = 4
-    staging_chunk_bytes: int = 16 * MiB
-    memory_budget: int | None = None
-    max_binding_bytes: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.schedule not in SCHEDULES:
-            raise LoadError(f"schedule must be one of {', '.join(SCHEDULES)}, not {self.schedule!r}")
-        if self.upload not in UPLOADS:
-            raise LoadError(f"upload must be one of {', '.join(UPLOADS)}, not {self.upload!r}")
-        if self.schedule == "eager" and self.upload in ("direct", "import"):
-            raise LoadError(f"upload={self.upload!r} needs schedule='lazy'")
-        for name in ("staging_chunks", "staging_chunk_bytes"):
-            if not _positive_int(getattr(self, name)):
-                raise LoadError(f"{name} must be a positive integer, not {getattr(self, name)!r}")
-        if self.staging_chunk_bytes < MIN_CHUNK:
-            raise LoadError(f"staging_chunk_bytes must be at least 64 KiB, not {self.staging_chunk_bytes}")
-        for name in ("memory_budget", "max_binding_bytes"):
-            value = getattr(self, name)
-            if value is not None and not _positive_int(value):
-                raise LoadError(f"{name} must be a positive number of bytes, not {value!r}")
-
-
-def _positive_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and x > 0
-
-
-class Resources:
-    """Every object a load creates, with one release path."""
-
-    def __init__(self, device: Device, own_device: bool, allocator: Allocator, source, timeline: Timeline,
-                 on_close: Callable[[], None] | None):
-        self.device, self.own_device, self.allocator = device, own_device, allocator
-        self.source, self.timeline, self.on_close = source, timeline, on_close
-        self.ring: StagingRing | None = None
-        self.uploader: Uploader | None = None
-        self.executors: list[Executor] = []
-        self.states: StateStore | None = None
-
-    def close(self) -> None:
-        """Release every Vulkan object of this load (ledger back to zero)."""
-        try:
-            for obj in (*self.executors, self.states, self.uploader, self.ring):
-                if obj is not None:
-                    obj.close()
-            self.allocator.close()
-            self.source.close()
-            if self.own_device:
-                self.device.close()
-        finally:
-            if self.on_close is not None:
-                self.on_close()
-
-
-@dataclass
-class Built:
-    """What the build stage hands on: the graph's dispatches and the tensors that need memory."""
-    builder: GraphBuilder
-    pipelines: list[Pipeline]
-    prepack_pipelines: list[Pipeline]
-    constants: dict[int, list[RTensor]] = field(default_factory=dict)
-    """A constant_id -> the tensors that read it or any constant with the same bytes in the files
-    (one device tensor for all of them)."""
-    dedicated: list[RTensor] = field(default_factory=list)
-    """Load-time prepack outputs: weights in their device form, allocated with the weights."""
-    activations: list[RTensor] = field(default_factory=list)
-    states: dict[str, tuple[RTensor, RTensor | None]] = field(default_factory=dict)
-    """Each persistent state's tensor and its initial value's constant (None: zeros)."""
+    def __init__(self, methods: dict[str, Method | PlanMethod], eos_token_ids: tuple[int, ...] = ()):
+        self._methods = methods
+        self.eos_token_ids = eos_token_ids
+        """The token ids that end a generated sequence, as the file records them (a causal LM's)."""
+        first = next(iter(methods.values()))
+        self._first = first
+        self._shared = isinstance(first, Method)
+        """The methods share one load, which this program releases."""
+        self._lock = threading.Lock()
+        if self._shared:
+            for method in methods.values():
+                method._lock, method._owner = self._lock, False
+        self.closed = False
+        """True once `close()` has released the load."""
 
     @property
-    def prepack_dispatches(self) -> list:
-        return self.builder.prepack_dispatches
+    def only(self) -> Method | PlanMethod:
+        """The program's one method (an `InputError` for a file of several)."""
+        if len(self._methods) != 1:
+            raise InputError(f"the program has methods {', '.join(self._methods)}: call one of them, "
+                             f"program.{next(iter(self._methods))}(...)")
+        return self._first
 
+    def __call__(self, *inputs, **named):
+        """Call the program's one method (`Method.__call__`)."""
+        return self.only(*inputs, **named)
 
-# --------------------------------------------------------------------------- the stages
+    def __getattr__(self, name: str) -> Any:
+        """A method by name; for a program of one method, that method's attributes too
+        (`run_numpy`, `input_specs`, `profile`, `graph`, ...)."""
+        methods = self.__dict__.get("_methods", {})
+        if name in methods:
+            return methods[name]
+        if len(methods) == 1 and not name.startswith("_"):
+            return getattr(self._first, name)
+        raise AttributeError(f"{type(self).__name__} has no attribute or method {name!r}")
 
-def build(graph: g.VkGraph, device: Device, options: Options, source, base: int = 0) -> Built:
-    """Stage 1: bind and build every op (no memory); refuse a graph that cannot fit the device.
+    @property
+    def device(self):
+        """The Vulkan device the program runs on."""
+        return self._first.device
 
-    Constants whose bytes are one range of the files (`source.key`: the writer stores
-    a tensor once, however many constant_ids name it) get one device tensor. `base`:
-    where this graph's constant_ids start in `source` (methods of one file share it).
-    """
-    limit = min(options.max_binding_bytes or device.max_storage_buffer_range, device.max_storage_buffer_range)
-    cache = pipelines_for(device)
-    builder = GraphBuilder(graph, limit, device.min_storage_buffer_offset_alignment,
-                           cache.push_bytes, device.max_compute_work_group_count,
-                           device.compute_units, device.max_shared_memory, device.is_cpu).build()
-    pipelines = [cache.get(x.shader, dict(x.defines), len(x.bindings)) for x in builder.dispatches]
-    prepack = [cache.get(x.shader, dict(x.defines), len(x.bindings)) for x in builder.prepack_dispatches]
-    built = Built(builder, pipelines, prepack)
-    produced = {t.vid for d in builder.prepack_dispatches for t, _, _ in d.bindings[-1:]}
-    built.states = builder.states
-    for t in builder.used_tensors():
-        if t.is_constant:
-            built.constants.setdefault(base + t.constant_id, []).append(t)
-        elif t.state is not None:
-            continue
-        elif t.vid in produced:
-            built.dedicated.append(t)
-        else:
-            built.activations.append(t)
-    share_constants(built, source)
-    return built
+    @property
+    def ledger(self):
+        """Device bytes per kind (live now, peak, allocation counts)."""
+        return self._first.ledger
 
+    @property
+    def timeline(self):
+        """Host and device memory at each load phase."""
+        return self._first.timeline
 
-def share_constants(built: Built, source) -> None:
-    """One entry (so one device tensor) per byte range of the files."""
-    by_key: dict = {}
-    for cid in sorted(built.constants):
-        first = by_key.setdefault(source.key(cid), cid)
-        if first != cid:
-            built.constants[first] += built.constants.pop(cid)
-    for cid, ts in built.constants.items():
-        sizes = {t.nbytes for t in ts}
-        if len(sizes) > 1:
-            raise BadProgramError(f"constant {cid} is read as tensors of {sorted(sizes)} bytes; "
-                                  f"all tensors of one constant must have one size")
+    @property
+    def weight_bytes(self) -> int:
+        """Device bytes of the constants of all methods, each once."""
+        return self._first.weight_bytes
 
+    @property
+    def methods(self) -> list[str]:
+        """The method names, in file order."""
+        return list(self._methods)
 
-def memory_objects(built: Built) -> tuple[dict[int, list[RTensor]], list[RTensor]]:
-    """The activations by shared memory object, and those with memory of their own (temps included)."""
-    groups: dict[int, list[RTensor]] = {}
-    dedicated: list[RTensor] = []
-    for t in built.activations:
-        if t.mem_obj_id >= 0 and not t.is_temp:
-            groups.setdefault(t.mem_obj_id, []).append(t)
-        else:
-            dedicated.append(t)
-    return groups, dedicated
+    def __getitem__(self, name: str) -> Method | PlanMethod:
+        method = self._methods.get(name)
+        if method is None:
+            raise InputError(f"no method {name!r} (methods: {', '.join(self._methods)})")
+        return method
 
+    @property
+    def states(self) -> list[str]:
+        """The names of the program's persistent state tensors."""
+        return self._first.states
 
-def check_budget(built: Built, device: Device, options: Options) -> None:
-    """Refuse, before any work, a graph whose weights and activations cannot fit the device."""
-    groups, dedicated = memory_objects(built)
-    # upload="import" loads every constant in place or fails: constants need no device memory then
-    constants = 0 if options.upload == "import" else sum(ts[0].nbytes for ts in built.constants.values())
-    weights = constants + sum(t.nbytes for t in built.dedicated)
-    activations = sum(t.nbytes for t in dedicated) + sum(max(t.nbytes for t in ts) for ts in groups.values())
-    # A driver may hand out more than its heap (lavapipe's heap is a nominal 2 GiB of host
-    # memory), so weights are checked against an explicit budget only; activations alone
-    # past the largest device heap cannot be meant.
-    heap = max(device.heap_sizes, default=0)
-    if heap and activations > heap:
-        raise OutOfDeviceMemoryError(f"the program's activations need {activations / MiB:.1f} MiB, more than "
-                                     f"the device's largest heap ({heap / MiB:.1f} MiB)")
-    budget = options.memory_budget
-    if budget is not None and weights + activations > budget:
-        raise OutOfDeviceMemoryError(
-            f"the program needs {(weights + activations) / MiB:.1f} MiB of device memory (weights "
-            f"{weights / MiB:.1f} MiB, activations {activations / MiB:.1f} MiB), over the budget of "
-            f"{budget / MiB:.1f} MiB")
+    def reset(self) -> None:
+        """Every state tensor back to its initial value."""
+        self._first.reset()
 
+    def state(self, name: str):
+        """A copy of state tensor `name`: a torch tensor, or a numpy array where torch is not installed."""
+        return self._first.state(name)
 
-def upload_weights(built: Built, res: Resources, options: Options, progress: Progress | None) -> dict[int, tuple]:
-    """Stage 2: every constant onto the device, then the load-time prepack dispatches.
+    def state_spec(self, name: str):
+        """(shape, dtype name) of state tensor `name`, without reading it."""
+        return self._first.state_spec(name)
 
-    lazy: allocate each constant's tensor right before its upload and free its host
-    pages as it goes. eager: allocate all first and keep the host copies (returned,
-    freed by the caller after the activations, as the old runtime did).
-    """
-    dev, allocator = res.device, res.allocator
-    mode = upload_mode(options.upload, options.schedule, allocator, dev)
-    total = sum(ts[0].nbytes for ts in built.constants.values())
-    if mode == "ring":
-        res.ring = StagingRing(dev, allocator, *ring_shape(total, options.staging_chunks, options.staging_chunk_bytes))
-    res.uploader = up = Uploader(dev, allocator, mode, res.ring, imports(options.upload, options.schedule, dev),
-                                      options.upload == "import")
-    done = 0
-    kept: dict[int, tuple] = {}
-    order = sorted(built.constants.items())
-    if options.schedule == "eager":
-        hosts = {cid: res.source.get(cid) for cid, _ in order}              # M = W (host)
-        for cid, ts in order:                                                # M = 2W
-            _give(ts, up.allocate(ts[0]))
-        for t in built.dedicated:
-            t.buffer = allocator.buffer(t.nbytes, "weights", "device")
-        kept = {cid: (hosts[cid], ts) for cid, ts in order}
-        return kept
-    res.timeline.mark("after graph build")
-    res.timeline.mark("prepack start")
-    hosts = [res.source.get(cid) for cid, _ in order]                     # byte ranges, no bytes yet
-    for i, (cid, ts) in enumerate(order):
-        if i + 1 < len(hosts):
-            hosts[i + 1].read_ahead()  # the kernel reads the next weight from disk while this one is copied
-        # M = W; imported: + 0; else + w (GPU), host pages freed as they are copied
-        _give(ts, up.place(ts[0], hosts[i], res.source.in_place(cid) if up.imports else None))
-        done += ts[0].nbytes
-        if progress is not None:
-            progress(done, total)
-    up.finish()
-    if res.ring is not None:
-        res.ring.close()                                                     # staging back to 0
-        res.ring = None
-    _run_prepack(built, res)
-    res.source.finish_prepack()                                              # legacy blob freed
-    res.timeline.mark("after prepack")
-    return kept
+    @property
+    def memory(self) -> dict:
+        """The load's memory report (`Method.memory`; docs/memory.md)."""
+        return self._first.memory
 
+    def generate(self, input_ids, max_new_tokens: int = 32, *, temperature: float = 0.0, top_k: int | None = None,
+                 top_p: float | None = None, seed: int | None = None, timings=None):
+        """Yield the token ids that follow `input_ids`, for a causal LM program (methods prefill and
+        decode, what `vkx export DIR` writes): greedy unless a temperature is given, up to
+        `max_new_tokens` or an EOS token of the model (yielded, then the end). The cache starts
+        empty; `timings` (a `vkx.loader.generate.Timings`) receives the measurements."""
+        from vkx.loader.generate import ProgramDecoder, Sampling, generate
 
-def upload_eager(built: Built, res: Resources, kept: dict[int, tuple], progress: Progress | None) -> None:
-    """The old order's prepack: a full-size staging buffer per constant, host copies kept."""
-    up = res.uploader
-    total = sum(ts[0].nbytes for _, ts in kept.values())
-    done = 0
-    res.timeline.mark("prepack start")
-    for host, ts in kept.values():
-        up.upload(ts[0], host, ts[0].buffer, release=False)
-        done += ts[0].nbytes
-        if progress is not None:
-            progress(done, total)
-    up.finish()
-    _run_prepack(built, res)
-    res.timeline.mark("after prepack")
-    for host, _ in kept.values():                                            # the old runtime freed here
-        host.free()
-    res.source.finish_prepack()
+        decoder = ProgramDecoder(self)
+        return generate(decoder, input_ids, max_new_tokens, decoder.shape,
+                        sampling=Sampling(temperature, top_k, top_p, seed), timings=timings,
+                        stop=decoder.eos_token_ids)
 
-
-def _run_prepack(built: Built, res: Resources) -> None:
-    """The load-time dispatches (a weight converted to its device form), submitted once and waited for."""
-    dispatches = built.prepack_dispatches
-    if not dispatches:
-        return
-    for t in built.dedicated:
-        if t.buffer is None:
-            t.buffer = res.allocator.buffer(t.nbytes, "weights", "device")
-    once = Executor(res.device, dispatches, built.prepack_pipelines, [], [])
-    try:
-        once.record()
-        once.run()
-    finally:
-        once.close()
-
-
-def allocate_activations(built: Built, graph: g.VkGraph, res: Resources) -> list[tuple[list, list]]:
-    """Stage 3: one allocation per shared memory object (dedicated ones apart), then the io buffers."""
-    allocator = res.allocator
-    groups, dedicated = memory_objects(built)
-    for t in dedicated:
-        t.buffer = allocator.buffer(t.nbytes, "activations", "device")
-    for mid in sorted(groups):
-        members = groups[mid]
-        for t, b in zip(members, allocator.alias_group([t.nbytes for t in members])):
-            t.buffer = b
-    return [io_buffers(built, graph, res)]
-
-
-def io_buffers(built: Built, graph: g.VkGraph, res: Resources) -> tuple[list, list]:
-    """Host-visible buffers for the graph's inputs and readback buffers for its outputs."""
-    tensors, allocator = built.builder.tensors, res.allocator
-    io_in = [(allocator.buffer(tensors[vid].nbytes, "io", "host"), tensors[vid]) for vid in graph.input_ids]
-    io_out = [(tensors[vid], allocator.buffer(tensors[vid].nbytes, "io", "readback")) for vid in graph.output_ids]
-    return io_in, io_out
-
-
-def record(built: Built, res: Resources, io_in: list, io_out: list) -> Executor:
-    """Stage 4: the execute command buffer, recorded once."""
-    executor = Executor(res.device, built.builder.dispatches, built.pipelines, io_in, io_out)
-    res.executors.append(executor)
-    executor.record()
-    return executor
-
-
-# --------------------------------------------------------------------------- the load
-
-def load_graph(graph: g.VkGraph, constants: Sequence = (), schedule: str = "lazy",
-               device: Device | str | int | None = None, upload: str = "auto", **options) -> Program:
-    """Load a hand-built VkGraph whose constant i has the bytes `constants[i]`."""
-    return load_source(graph, InMemoryConstants(constants), schedule, device, upload, **options)
-
-
-def load_source(graph: g.VkGraph, source, schedule: str = "lazy", device=None, upload: str = "auto",
-                **options) -> Program:
-    """Run the four stages over `graph`, whose constants come from `source` (`get(cid)`)."""
-    from vkx.loader.methods import load_methods  # it builds on this module's stages
-    return load_methods({"forward": graph}, source, [0], schedule, device, upload, **options)["forward"]
-
-
-def device_of(device) -> tuple[Device, bool]:
-    """(the Device a load runs on, whether the load owns it): the default device for None, a Device
-    as given, else one opened by name (the load closes it)."""
-    if device is None:
-        return default_device(), False
-    if isinstance(device, Device):
-        return device, False
-    return Device(str(device)), True
-
-
-def _give(tensors: list[RTensor], buffer: Buffer) -> None:
-    for t in tensors:
-        t.buffer = buffer
+    def close(self) -> None:
+        """Release the load (every method's memory, the weights, the state)."""
+        if self.closed:
+            return
+        for method in self._methods.values():
+            method.close()
+        with self._lock:
+            self.closed = True
+            if self._shared:
+                self._first._resources.close()
+        if self._shared:
+            self.device.check()

@@ -204,15 +204,14 @@ def run(
 
 def _method(program, name: Optional[str]):
     """The method `--method` names; a file of several methods needs it."""
-    from vkx.loader.methods import Methods
-    if isinstance(program, Methods):
+    methods = program.methods
+    if len(methods) > 1:
         if name is None:
-            raise paths.UsageError(f"the file has methods {', '.join(program.methods)}: pass --method NAME")
+            raise paths.UsageError(f"the file has methods {', '.join(methods)}: pass --method NAME")
         return program[name]
-    own = getattr(program, "name", "forward")
-    if name is not None and name != own:
-        raise paths.UsageError(f"the file has one method, {own}: --method {name} names none")
-    return program
+    if name is not None and name != methods[0]:
+        raise paths.UsageError(f"the file has one method, {methods[0]}: --method {name} names none")
+    return program[methods[0]]
 
 
 def _report(model: Path, schedule: str, memory: dict, load_s: float, first_s: float | None, times: list[float],

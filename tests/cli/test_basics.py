@@ -83,7 +83,7 @@ def test_the_wheel_ships_py_typed_and_needs_torch_only_to_export(tmp_path):
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         metadata = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
-    assert {"vkx/py.typed", "vkx/loader/runner.py", "vkx/format/names.py"} <= names
+    assert {"vkx/py.typed", "vkx/loader/method.py", "vkx/format/names.py"} <= names
     assert any(n.startswith("vkx/shaders/") and n.endswith(".comp") for n in names)
     requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
     torch = [r for r in requires if r.startswith("torch")]
@@ -100,16 +100,19 @@ def test_docs_cli_covers_every_command_and_schema():
     assert "## Exit codes" in text
 
 
-def test_program_documents_all_it_exposes():
-    """Every public method and property of Program has a docstring, and so has every public attribute
-    its __init__ sets (an attribute docstring: the string right after the assignment)."""
+@pytest.mark.parametrize("module, name", [("program", "Program"), ("method", "Method"), ("plan", "PlanMethod")])
+def test_program_documents_all_it_exposes(module, name):
+    """Every public method and property of Program, Method and PlanMethod has a docstring, and so has
+    every public attribute its __init__ sets (an attribute docstring: the string right after the
+    assignment)."""
     import ast
+    import importlib
     import inspect
 
-    from vkx.loader.runner import Program
-    missing = [name for name, member in inspect.getmembers(Program)
+    cls = getattr(importlib.import_module(f"vkx.loader.{module}"), name)
+    missing = [name for name, member in inspect.getmembers(cls)
                if not name.startswith("_") and not inspect.getdoc(member)]
-    init = ast.parse(inspect.getsource(Program)).body[0]
+    init = ast.parse(inspect.getsource(cls)).body[0]
     body = next(f for f in init.body if isinstance(f, ast.FunctionDef) and f.name == "__init__").body
     for statement, after in zip(body, body[1:] + [None]):
         targets = statement.targets if isinstance(statement, ast.Assign) else []

@@ -24,8 +24,8 @@ from vkx.format.common import ScalarType  # noqa: E402
 from vkx.format.program import EValue, ExecutionPlan, Chain, Instruction, TensorMeta  # noqa: E402
 from vkx.loader.errors import BadProgramError, LoadError, TorchMissingError, UnsupportedOpError  # noqa: E402
 from vkx.loader.kernels import Refused, bind  # noqa: E402
-from vkx.loader.plan import PlanProgram, _bind_kernels, _check_dtypes, _check_instructions  # noqa: E402
-from vkx.loader.runner import Program  # noqa: E402
+from vkx.loader.plan import PlanMethod, _bind_kernels, _check_dtypes, _check_instructions  # noqa: E402
+from vkx.loader.method import Method  # noqa: E402
 
 from tests.format.test_fmt_cli import run as run_cli  # noqa: E402
 
@@ -47,7 +47,7 @@ CASES = {  # file -> (model class, input shape, delegates, CPU ops in plan order
 def test_plan_file_matches_torch(name, schedule):
     x, expected = oracle(*CASES[name][:2])
     with vkx.load(DATA / name, schedule=schedule) as program:
-        assert isinstance(program, PlanProgram) and len(program.delegates) == CASES[name][2]
+        assert isinstance(program.only, PlanMethod) and len(program.delegates) == CASES[name][2]
         assert program.weight_bytes == validate(DATA / name).constant_bytes
         got = program(x)
         again = program(x)  # a second run starts from fresh plan values
@@ -80,7 +80,7 @@ def test_run_numpy_and_input_checks():
 
 def test_one_delegate_keeps_the_fast_path():
     with vkx.load(DATA / "et_mlp.pte") as program:
-        assert type(program) is Program
+        assert type(program.only) is Method
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -180,7 +180,7 @@ def test_jumps_moves_and_frees_run_as_the_format_defines_them():
         Instruction("MoveCall", -1, (1, 4)),
         Instruction("FreeCall", -1, (1,)),
     ], ops, inputs=[0], outputs=[4])
-    program = PlanProgram(plan, _bind_kernels(plan, "hand.pte"), {}, {}, None)
+    program = PlanMethod(plan, _bind_kernels(plan, "hand.pte"), {}, {}, None)
     x = torch.tensor([3.0, -1.0])
     assert torch.equal(program(x), x * x)
 

@@ -1,4 +1,4 @@
-"""`Program`: a loaded graph you can call with numpy arrays or torch tensors.
+"""`Method`: one loaded graph (a method of a program) you can call with numpy arrays or torch tensors.
 
 Inputs are checked (count, shape, dtype: the dtype each input was exported with;
 int64 is also taken for int32 inputs), written into host-visible io buffers, the
@@ -11,7 +11,7 @@ the next call reuses (loader/ports.py).
 
 numpy has no bfloat16: `run_numpy` takes and returns float32 arrays for
 bfloat16 inputs and outputs (rounded to bfloat16 on the way in, as torch rounds);
-`program(...)` takes and returns torch.bfloat16 tensors.
+`method(...)` takes and returns torch.bfloat16 tensors.
 """
 from __future__ import annotations
 
@@ -64,8 +64,9 @@ class Closes:
                 pass
 
 
-class Program(Closes):
-    """A loaded graph: call it with tensors; `close()` (or `with`) releases its device memory.
+class Method(Closes):
+    """One loaded graph: call it with tensors; `close()` (or `with`) releases its device memory
+    (a method of a `Program` leaves that to the program).
 
     Safe to call from several threads: calls run one at a time.
     """
@@ -74,7 +75,7 @@ class Program(Closes):
                  name: str = "forward"):
         self._resources = resources
         self.name = name
-        """The method this program runs (its execution plan's name)."""
+        """The method's name (its execution plan's name)."""
         self.graph = graph
         """The VkGraph that was loaded (vkx.format.vkgraph)."""
         self.schedule = schedule
@@ -102,7 +103,7 @@ class Program(Closes):
         self.closed = False
         """True once `close()` has released the device memory."""
         self._owner = True
-        """Whether close() releases the load (a method of a `Methods` leaves that to it)."""
+        """Whether close() releases the load (a method of a `Program` leaves that to it)."""
         self._executed = False
         # One recorded command buffer, one fence and one set of io buffers serve every call, so a
         # call (write inputs, submit, wait, read outputs) must not overlap another call or close().
@@ -206,17 +207,17 @@ class Program(Closes):
     # -- methods and state -------------------------------------------------------------
     @property
     def methods(self) -> list[str]:
-        """The one method this program runs (a file of several loads as `Methods`)."""
+        """This one method (as `Program.methods`, for a graph loaded alone)."""
         return [self.name]
 
-    def __getitem__(self, name: str) -> "Program":
+    def __getitem__(self, name: str) -> "Method":
         if name != self.name:
             raise InputError(f"no method {name!r} (methods: {self.name})")
         return self
 
     @property
     def states(self) -> list[str]:
-        """The names of the program's persistent state tensors."""
+        """The names of the persistent state tensors."""
         return list(self._resources.states.states)
 
     def reset(self) -> None:
@@ -271,7 +272,7 @@ class Program(Closes):
 
     # -- lifetime -----------------------------------------------------------------------
     def close(self) -> None:
-        """Release the program's device memory; waits for a call in progress."""
+        """Release the device memory (when this method owns its load); waits for a call in progress."""
         with self._lock:
             if self.closed:
                 return
