@@ -19,8 +19,6 @@ from .generated import flat_tensor_generated as ft
 from .generated import program_generated as pg
 from .generated import vkgraph_generated as g
 
-PTE_HEADER_LENGTH = 32  # align(32, max force_align 16)
-PTD_HEADER_LENGTH = 48  # align(40, 16)
 IO_ALIGNMENT = 16
 
 
@@ -42,10 +40,10 @@ def build_offsets(b: flatbuffers.Builder, start: Callable, offsets: Sequence[int
     return build_vector(b, start, b.PrependUOffsetTRelative, offsets)
 
 
-def insert_header(fb: bytes, header: bytes, length: int) -> bytes:
-    """Put `header` (zero-padded to `length`) after the identifier of flatbuffer `fb`."""
+def insert_header(fb: bytes, header: bytes) -> bytes:
+    """Put `header` (packed and padded: format/headers.py) after the identifier of flatbuffer `fb`."""
     root = struct.unpack_from("<I", fb, 0)[0]
-    return struct.pack("<I", root + length) + fb[4:8] + header.ljust(length, b"\0") + fb[8:]
+    return struct.pack("<I", root + len(header)) + fb[4:8] + header + fb[8:]
 
 
 def plan_io(specs: Sequence[tuple[ScalarType, tuple[int, ...]]]) -> tuple[list[IOTensor], int]:

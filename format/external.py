@@ -11,10 +11,10 @@ from .common import FileRange
 from .errors import (BadMagicError, DuplicateKeyError, FormatError, InvalidValueError, MismatchError,
                      MissingKeyError, OutOfBoundsError, TruncatedError)
 from .flatbuf import Reader
+from .headers import FlatTensorHeader
 from .infile import InputFile
 from .pte import VULKAN_BACKEND, ProgramFile, VulkanDelegate
 
-FT_HEADER_LENGTH = 40
 SAFETENSORS_MAX_HEADER = 100 * 1024 * 1024  # the safetensors library's own limit
 ALIASES_METADATA = "vkx.aliases"
 """The safetensors `__metadata__` entry with a stored tensor's other names: JSON {alias: stored key}."""
@@ -24,16 +24,6 @@ SAFETENSORS_DTYPES = {
     vk.DataType.BFLOAT16: "BF16",
 }
 """The safetensors dtype string of each element type."""
-
-
-@dataclass(frozen=True)
-class FlatTensorHeader:
-    """The `FH01` header at file offset 8 of a .ptd."""
-    length: int
-    flatbuffer_offset: int
-    flatbuffer_size: int
-    segment_base_offset: int
-    segment_data_size: int
 
 
 class ExternalData(InputFile):
@@ -48,7 +38,7 @@ class ExternalData(InputFile):
 
     def _load(self) -> None:
         """A .ptd or a .safetensors file, chosen by content."""
-        buf = self.read(0, min(self.size, 8 + FT_HEADER_LENGTH))
+        buf = self.read(0, min(self.size, FlatTensorHeader.OFFSET + FlatTensorHeader.LENGTH))
         self.named_data, self.dtypes, self.header = {}, {}, None
         if self.size >= 8 and bytes(buf[4:8]) == b"FT01":
             self.kind = "ptd"
@@ -76,17 +66,7 @@ class ExternalData(InputFile):
     def _load_ptd(self, buf: bytearray) -> None:
         """`buf`: the file's first bytes, up to the end of the header."""
         path = self.path
-        if self.size >= 12 and bytes(buf[8:12]) != b"FH01":
-            raise BadMagicError("header", f"header magic {bytes(buf[8:12])!r}, expected b'FH01'", path)
-        if self.size < 8 + FT_HEADER_LENGTH:
-            raise TruncatedError("header", "flat tensor header cut short", path)
-        self.header = h = FlatTensorHeader(*struct.unpack_from("<IQQQQ", buf, 12))
-        if h.length < FT_HEADER_LENGTH:
-            raise InvalidValueError("header.length", f"{h.length} < {FT_HEADER_LENGTH}", path)
-        if h.flatbuffer_offset + h.flatbuffer_size > self.size:
-            raise TruncatedError("header.flatbuffer_size", f"flatbuffer [0, {h.flatbuffer_offset + h.flatbuffer_size}) runs past the end of the file ({self.size} bytes)", path)
-        if h.segment_base_offset + h.segment_data_size > self.size:
-            raise TruncatedError("header.segment_data_size", f"segment data [{h.segment_base_offset}, +{h.segment_data_size}) runs past the end of the file ({self.size} bytes)", path)
+        self.header = h = FlatTensorHeader.unpack(buf, self.size, path)
         fb_end = h.flatbuffer_offset + h.flatbuffer_size
         root = Reader(self.read(0, fb_end), 0, fb_end, path).root(b"FT01", "flat_tensor")
         version = root.scalar(0, "I", "version")

@@ -1,32 +1,20 @@
 """Reading .pte files: extended header, Program, segments, named data, the Vulkan delegate."""
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from functools import cached_property
 
 from . import vkgraph as vk
 from .common import FileRange
-from .errors import BadMagicError, DuplicateKeyError, InvalidValueError, OutOfBoundsError, TruncatedError
+from .errors import DuplicateKeyError, InvalidValueError, OutOfBoundsError, TruncatedError
 from .flatbuf import Reader
+from .headers import DelegateHeader, ExtendedHeader
 from .infile import InputFile
 from .metadata import ProgramMetadata, read_metadata
 from .program import INLINE, Program, TensorMeta, decode_program
 from .vkgraph_decode import decode_vkgraph
 
 VULKAN_BACKEND = "VulkanBackend"
-EH_MAGIC = b"eh00"
-VH_MAGIC = b"VH00"
-VH_LENGTH = 30
-
-
-@dataclass(frozen=True)
-class ExtendedHeader:
-    """The `eh00` header at file offset 8 of a .pte."""
-    length: int
-    program_size: int
-    segment_base_offset: int
-    segment_data_size: int
 
 
 @dataclass(frozen=True)
@@ -36,47 +24,10 @@ class VulkanDelegate:
     blob: FileRange
     legacy_section: FileRange
     """The blob's constant-bytes section (legacy constants live here)."""
-    header_length: int
-    flatbuffer_offset: int
-    flatbuffer_size: int
-    bytes_offset: int
-    bytes_size: int
+    header: DelegateHeader
     plan_index: int
     delegate_index: int
     compile_specs: tuple[tuple[str, bytes], ...]
-
-
-def parse_extended_header(buf, path: str) -> ExtendedHeader | None:
-    """The extended header, or None when the file has none (a plain FlatBuffer)."""
-    size = len(buf)
-    if size < 8:
-        raise TruncatedError("header", f"{size} bytes is too short for a program", path)
-    if size < 12 or bytes(buf[8:12]) != EH_MAGIC:
-        return None
-    if size < 40:
-        raise TruncatedError("header", "extended header cut short", path)
-    length, program_size, sbo = struct.unpack_from("<IQQ", buf, 12)
-    if length < 24:
-        raise InvalidValueError("header.length", f"{length} < 24", path)
-    sds = struct.unpack_from("<Q", buf, 32)[0] if length >= 32 else 0
-    return ExtendedHeader(length, program_size, sbo, sds)
-
-
-def parse_vh00(buf, blob: FileRange, where: str) -> tuple[int, int, int, int, int]:
-    """(header_length, flatbuffer_offset, flatbuffer_size, bytes_offset, bytes_size), all checked."""
-    path = blob.path
-    if blob.size < VH_LENGTH:
-        raise TruncatedError(where, f"delegate blob of {blob.size} bytes is shorter than the VH00 header", path)
-    if bytes(buf[blob.offset + 4:blob.offset + 8]) != VH_MAGIC:
-        raise BadMagicError(where, f"blob magic {bytes(buf[blob.offset + 4:blob.offset + 8])!r}, expected b'VH00'", path)
-    hlen, fbo, fbs, bo, bs = struct.unpack_from("<HIIIQ", buf, blob.offset + 8)
-    if hlen < VH_LENGTH:
-        raise InvalidValueError(f"{where}.header_length", f"{hlen} < {VH_LENGTH}", path)
-    if fbo < hlen or fbs == 0 or fbo + fbs > blob.size:
-        raise OutOfBoundsError(f"{where}.flatbuffer", f"[{fbo}, +{fbs}) not inside the blob ({blob.size} bytes) after the header", path)
-    if bo < fbo + fbs or bo + bs > blob.size:
-        raise OutOfBoundsError(f"{where}.bytes", f"[{bo}, +{bs}) not inside the blob ({blob.size} bytes) after the flatbuffer", path)
-    return hlen, fbo, fbs, bo, bs
 
 
 class ProgramFile(InputFile):
@@ -89,7 +40,7 @@ class ProgramFile(InputFile):
 
     def _load(self) -> None:
         path = self.path
-        self.header = h = parse_extended_header(self.read(0, min(self.size, 40)), path)
+        self.header = h = ExtendedHeader.unpack(self.read(0, min(self.size, ExtendedHeader.OFFSET + ExtendedHeader.LENGTH)), path)
         program_size = self.size if h is None else h.program_size
         if program_size > self.size or program_size < 8:
             raise TruncatedError("header.program_size", f"{program_size} but the file has {self.size} bytes", path)
@@ -167,13 +118,13 @@ class ProgramFile(InputFile):
         blob = self.delegate_blob(pi, di)
         where = f"execution_plan[{pi}].delegates[{di}].processed"
         with self.metadata_reads():
-            head = self.read(blob.offset, min(blob.size, 32))
-            hlen, fbo, fbs, bo, bs = parse_vh00(head, FileRange(blob.path, 0, blob.size), where)
-            graph = decode_vkgraph(Reader(self.read(blob.offset + fbo, fbs), 0, fbs, self.path))
-        section = bs if bs else blob.size - bo
+            h = DelegateHeader.unpack(self.read(blob.offset, min(blob.size, DelegateHeader.LENGTH)), blob.size, where,
+                                      self.path)
+            graph = decode_vkgraph(Reader(self.read(blob.offset + h.flatbuffer_offset, h.flatbuffer_size), 0,
+                                          h.flatbuffer_size, self.path))
+        section = h.bytes_size if h.bytes_size else blob.size - h.bytes_offset
         return VulkanDelegate(
-            graph=graph, blob=blob, legacy_section=FileRange(self.path, blob.offset + bo, section),
-            header_length=hlen, flatbuffer_offset=fbo, flatbuffer_size=fbs, bytes_offset=bo, bytes_size=bs,
+            graph=graph, blob=blob, legacy_section=FileRange(self.path, blob.offset + h.bytes_offset, section), header=h,
             plan_index=pi, delegate_index=di,
             compile_specs=self.program.execution_plan[pi].delegates[di].compile_specs,
         )

@@ -15,7 +15,8 @@ from .methods import methods as methods_of, states as graph_states
 from .names import io_names
 from .op_state import STATE, UPDATES
 from .program import Program
-from .pte import VH_LENGTH, VULKAN_BACKEND, ProgramFile, VulkanDelegate
+from .headers import DelegateHeader
+from .pte import VULKAN_BACKEND, ProgramFile, VulkanDelegate
 
 
 
@@ -188,8 +189,8 @@ def _check_plans(pf: ProgramFile, report: ValidationReport) -> None:
 
 
 def _check_graph(v: VulkanDelegate, path: str) -> None:
-    if v.header_length != VH_LENGTH:
-        _fail(InvalidValueError, "vkgraph header_length", f"{v.header_length}, ExecuTorch's reader needs exactly {VH_LENGTH}", path)
+    if v.header.length != DelegateHeader.LENGTH:
+        _fail(InvalidValueError, "vkgraph header_length", f"{v.header.length}, ExecuTorch's reader needs exactly {DelegateHeader.LENGTH}", path)
     g = v.graph
     n, nc = len(g.values), len(g.constants)
     for i, op in enumerate(g.chain):

@@ -16,10 +16,10 @@ from typing import Any, Callable, Literal, Sequence
 from . import vkgraph as vk
 from .atomic import AtomicFile
 from .common import ScalarType, align, lcm, segment_alignment
-from .encode import (PTD_HEADER_LENGTH, PTE_HEADER_LENGTH, PlanSpec, encode_flat_tensor, encode_program,
-                     encode_vkgraph, insert_header, plan_io)
+from .encode import PlanSpec, encode_flat_tensor, encode_program, encode_vkgraph, insert_header, plan_io
 from .errors import DuplicateKeyError, InvalidValueError, MissingKeyError
 from .external import ALIASES_METADATA, SAFETENSORS_DTYPES, ExternalData, check_entry, constant_tensors
+from .headers import DelegateHeader, ExtendedHeader, FlatTensorHeader
 from .metadata import ProgramMetadata, relative_to
 from .names import encode_io_names
 
@@ -180,9 +180,9 @@ def _io_specs(inputs: Sequence[IOSpec], outputs: Sequence[IOSpec]) -> list[tuple
 def _blob_head(graph: vk.VkGraph, section_size: int) -> bytes:
     """VH00 header + VkGraph flatbuffer, padded to 16 (the constant section follows)."""
     fb = encode_vkgraph(graph)
-    bytes_offset = 32 + align(len(fb), 16)
-    header = b"\0\0\0\0VH00" + struct.pack("<HIIIQ", 30, 32, len(fb), bytes_offset, section_size)
-    return header.ljust(32, b"\0") + fb.ljust(align(len(fb), 16), b"\0")
+    start = DelegateHeader.PADDED
+    header = DelegateHeader(start, len(fb), start + align(len(fb), 16), section_size)
+    return header.pack() + fb.ljust(align(len(fb), 16), b"\0")
 
 
 @dataclass(frozen=True)
@@ -263,14 +263,14 @@ def write_methods(path: str | os.PathLike, methods: Sequence[MethodSpec], *,
                               specs))
     fb = encode_program(plans, [(s.offset, s.size) for s in segments],
                         _entries(in_pte, first_named) if in_pte else None)
-    program_size = PTE_HEADER_LENGTH + len(fb)
+    program_size = ExtendedHeader.PADDED + len(fb)
     sbo = align(program_size, max([128] + aligns))
-    header = b"eh00" + struct.pack("<IQQQ", 32, program_size, sbo, segments[-1].offset + segments[-1].size)
+    header = ExtendedHeader(program_size, sbo, segments[-1].offset + segments[-1].size)
 
     ext_target = None if external_data is None else Path(external_data)
     ext_bytes = 0
     with AtomicFile(path, on_bytes) as out:
-        out.write(insert_header(fb, header, PTE_HEADER_LENGTH))
+        out.write(insert_header(fb, header.pack()))
         out.pad_to(sbo)
         for s, blob in zip(segments[1:first_named], blobs):
             out.pad_to(sbo + s.offset)
@@ -306,10 +306,10 @@ def _write_ptd(out: AtomicFile, named: Sequence[ConstantPayload], alignment: int
     aligns = [segment_alignment(p.nbytes, alignment) for p in named]
     offsets = _place([(p.nbytes, a) for p, a in zip(named, aligns)])
     fb = encode_flat_tensor([(o, p.nbytes) for o, p in zip(offsets, named)], _entries(named, 0))
-    sbo = align(PTD_HEADER_LENGTH + len(fb), max([128] + aligns))
-    seg_data = offsets[-1] + named[-1].nbytes if named else 0
-    header = b"FH01" + struct.pack("<IQQQQ", 40, PTD_HEADER_LENGTH, len(fb), sbo, seg_data)
-    out.write(insert_header(fb, header, PTD_HEADER_LENGTH))
+    start = FlatTensorHeader.PADDED
+    sbo = align(start + len(fb), max([128] + aligns))
+    header = FlatTensorHeader(start, len(fb), sbo, offsets[-1] + named[-1].nbytes if named else 0)
+    out.write(insert_header(fb, header.pack()))
     out.pad_to(sbo)  # the segment data starts here even when there is none (ExecuTorch checks the size)
     for o, p in zip(offsets, named):
         out.pad_to(sbo + o)

@@ -59,7 +59,7 @@ def test_vkx_reads_executorch_files_like_executorch(et, name):
         assert [d.id for d in plan.delegates] == [d.id for d in tplan.delegates]
     v = ours.vulkan
     blob = bytes(ours.read_range(v.blob))
-    g = et.vk_graph(blob[v.flatbuffer_offset:v.flatbuffer_offset + v.flatbuffer_size])
+    g = et.vk_graph(blob[v.header.flatbuffer_offset:v.header.flatbuffer_offset + v.header.flatbuffer_size])
     assert v.graph.values == [_et_value(x) for x in g.values]
     assert v.graph.chain == [vk.OperatorCall(c.node_id, c.name, tuple(c.args)) for c in g.chain]
     assert (v.graph.input_ids, v.graph.output_ids) == (list(g.input_ids), list(g.output_ids))

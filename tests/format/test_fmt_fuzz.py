@@ -18,8 +18,8 @@ from vkx.format.vkgraph_decode import decode_vkgraph
 PTE = (GOLDEN / "tiny_named.pte").read_bytes()
 with ProgramFile.open(GOLDEN / "tiny_named.pte") as _pf:
     _v = _pf.vulkan
-    _start = _v.blob.offset + _v.flatbuffer_offset
-    VKGRAPH = PTE[_start:_start + _v.flatbuffer_size]
+    _start = _v.blob.offset + _v.header.flatbuffer_offset
+    VKGRAPH = PTE[_start:_start + _v.header.flatbuffer_size]
     GRAPH = _v.graph
 FUZZ = settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 

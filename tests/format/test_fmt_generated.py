@@ -137,8 +137,8 @@ def test_checked_reader_matches_flatc_accessors(path):
     with ProgramFile.open(path) as pf:
         assert _ours_program(pf.program) == _flatc_program(buf)
         v = pf.vulkan
-        start = v.blob.offset + v.flatbuffer_offset
-        assert pf.vulkan.graph == _flatc_graph(buf[start:start + v.flatbuffer_size])
+        start = v.blob.offset + v.header.flatbuffer_offset
+        assert pf.vulkan.graph == _flatc_graph(buf[start:start + v.header.flatbuffer_size])
 
 
 def test_checked_ptd_reader_matches_flatc_accessors():

@@ -37,8 +37,8 @@ def _program(data):
 
 def _graph(data, path):
     with ProgramFile.open(path) as pf:
-        base = pf.vulkan.blob.offset + pf.vulkan.flatbuffer_offset
-        size = pf.vulkan.flatbuffer_size
+        base = pf.vulkan.blob.offset + pf.vulkan.header.flatbuffer_offset
+        size = pf.vulkan.header.flatbuffer_size
     return base, Reader(data, base, size).root(b"VK00", "vkgraph")
 
 

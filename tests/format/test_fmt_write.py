@@ -73,7 +73,7 @@ def test_round_trip(tmp_path, layout, ext):
         if layout == "named" and not ext:
             assert len(pf.named_data) == 2 and len(pf.segments) == 4
         if layout == "legacy":
-            assert pf.vulkan.bytes_size == 48 + 16 and all(c.named_key == "" for c in g.constants)
+            assert pf.vulkan.header.bytes_size == 48 + 16 and all(c.named_key == "" for c in g.constants)
     validate(tmp_path / "m.pte", [ext_path] if ext else [])
     for e in exts:
         e.close()
