@@ -147,8 +147,9 @@ class OpDecl:
     """Shape rule: raises ContractError when the operands and outputs disagree."""
     family: str = ""
     """Which loader builder runs it ("unary", "binary", ... or the op's own)."""
-    glsl: str = ""
-    """Elementwise ops: the operation as a GLSL expression of `x` (unary) or `x, y` (binary)."""
+    math: str = ""
+    """Elementwise ops: the value at `x` (unary) or `x, y` (binary), in numpy's notation, the
+    op's other arguments by name (tests check it against torch)."""
 
     def arg(self, name: str) -> Arg:
         for a in self.args:

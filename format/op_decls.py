@@ -243,39 +243,38 @@ def _sdpa(call: Call) -> None:
 # --------------------------------------------------------------------------- the ops
 
 UNARY: dict[str, str] = {
-    "relu": "mix(max(x, 0.0), x, isnan(x))",
-    "sigmoid": "sigmoid_(x)",
-    "tanh": "tanh_(x)",
-    "silu": "(x * sigmoid_(x))",
-    "neg": "(-x)",
+    "relu": "maximum(x, 0)",
+    "sigmoid": "1 / (1 + exp(-x))",
+    "tanh": "tanh(x)",
+    "silu": "x / (1 + exp(-x))",
+    "neg": "-x",
     "abs": "abs(x)",
     "exp": "exp(x)",
-    "log": "log_(x)",
-    "sqrt": "mix(sqrt(abs(x)), T(uintBitsToFloat(0x7FC00000u)), LT(x, T(0.0)))",
-    "rsqrt": "rsqrt_(x)",
-    "sin": "sin_(x)",
-    "cos": "cos_(x)",
-    "hardswish": "(x * clamp(x + 3.0, 0.0, 6.0) / 6.0)",
-    "hardsigmoid": "mix(clamp(x + 3.0, 0.0, 6.0) / 6.0, x, isnan(x))",
+    "log": "log(x)",
+    "sqrt": "sqrt(x)",
+    "rsqrt": "1 / sqrt(x)",
+    "sin": "sin(x)",
+    "cos": "cos(x)",
+    "hardswish": "x * minimum(maximum(x + 3, 0), 6) / 6",
+    "hardsigmoid": "minimum(maximum(x + 3, 0), 6) / 6",
 }
-"""Unary float ops `aten.<name>.default(self)`: the GLSL expression of x, a float or a vec4
-(helpers in shaders/unary.comp). NaN stays NaN, as in torch (GLSL's max/clamp leave NaN undefined)."""
+"""Unary float ops `aten.<name>.default(self)`: each op's value at x, in numpy's notation (a NaN x
+gives NaN, as in torch). The loader's shaders implement them (vkx.loader.ops.elementwise)."""
 
 GELU: dict[str, str] = {
-    "none": "gelu_erf_(x)",
-    "tanh": "(x * sigmoid_(2.0 * (0.79788456080286536 * (x + 0.044715 * x * x * x))))",
+    "none": "x * (1 + erf(x / sqrt(2))) / 2",
+    "tanh": "x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x ** 3))) / 2",
 }
-"""aten.gelu.default by `approximate`, as UNARY expressions (0.5 * (1 + tanh(u)) == sigmoid(2u):
-no cancellation in the negative tail)."""
+"""aten.gelu.default by `approximate`, as UNARY definitions."""
 
 BINARY: dict[str, str] = {
-    "add": "(x + y * ALPHA)",
-    "sub": "(x - y * ALPHA)",
-    "mul": "(x * y)",
-    "div": "(x / y)",
+    "add": "x + alpha * y",
+    "sub": "x - alpha * y",
+    "mul": "x * y",
+    "div": "x / y",
 }
-"""Binary ops `aten.<name>.Tensor(self, other[, alpha])`: the GLSL expression of x, y (both float,
-or both int for an integer output; vec4 on the fp32 fast path)."""
+"""Binary ops `aten.<name>.Tensor(self, other[, alpha])`: the value at x = self, y = other (an op
+whose definition reads `alpha` takes that argument)."""
 
 
 def _float_unary(call: Call) -> None:
@@ -288,13 +287,13 @@ def _gelu(call: Call) -> None:
     _float_unary(call)
 
 
-for _name, _expr in UNARY.items():
-    declare(OpDecl(f"aten.{_name}.default", (Arg("self", T),), rule=_float_unary, family="unary", glsl=_expr))
-for _name, _expr in BINARY.items():
+for _name, _math in UNARY.items():
+    declare(OpDecl(f"aten.{_name}.default", (Arg("self", T),), rule=_float_unary, family="unary", math=_math))
+for _name, _math in BINARY.items():
     _args = (Arg("self", Kind.SCALAR_OR_TENSOR), Arg("other", Kind.SCALAR_OR_TENSOR))
-    if "ALPHA" in _expr:
+    if "alpha" in _math:
         _args += (optional("alpha", N, 1),)
-    declare(OpDecl(f"aten.{_name}.Tensor", _args, dtypes=ALL_TYPES, rule=_binary, family="binary", glsl=_expr))
+    declare(OpDecl(f"aten.{_name}.Tensor", _args, dtypes=ALL_TYPES, rule=_binary, family="binary", math=_math))
 
 declare(OpDecl("aten.gelu.default", (Arg("self", T), Arg("approximate", S, default="none")), rule=_gelu))
 declare(OpDecl("aten.linear.default", (Arg("input", T), Arg("weight", T), optional("bias", T, None)), rule=_linear))

@@ -164,14 +164,14 @@ def _float_unary(call: Call) -> None:
 
 
 UNARY: dict[str, str] = {
-    "round": "roundEven(x)",
+    "round": "round(x)",
 }
-"""The registry's unary ops beyond op_decls.UNARY, as GLSL expressions of x in shaders/unary.comp
-(round: half to even, as torch)."""
+"""The registry's unary ops beyond op_decls.UNARY, as op_decls.UNARY defines them (round: half to
+even, as torch)."""
 
-LEAKY_RELU = "mix(x * ARG, x, GE(x, T(0.0)))"
-HARDSHRINK = "mix(x, T(0.0), GE(T(ARG), abs(x)))"
-"""leaky_relu and hardshrink: ARG is their float argument, the second (NaN stays NaN)."""
+LEAKY_RELU = "where(x >= 0, x, x * negative_slope)"
+HARDSHRINK = "where(abs(x) > lambd, x, 0)"
+"""leaky_relu and hardshrink, of x and their float argument (a NaN x gives NaN)."""
 
 _TENSOR_OPTIONS = (optional("dtype", I, None), optional("layout", I, None), optional("device", I, None),
                    optional("pin_memory", B, None))
@@ -205,12 +205,12 @@ for _name in ("zeros_like", "ones_like"):
                    dtypes=ALL_TYPES, rule=same_shape))
 declare(OpDecl("aten.constant_pad_nd.default", (Arg("self", T), Arg("pad", L), Arg("value", N, default=0)),
                dtypes=ALL_TYPES, rule=_pad))
-for _name, _expr in UNARY.items():
-    declare(OpDecl(f"aten.{_name}.default", (Arg("self", T),), rule=_float_unary, family="unary", glsl=_expr))
+for _name, _math in UNARY.items():
+    declare(OpDecl(f"aten.{_name}.default", (Arg("self", T),), rule=_float_unary, family="unary", math=_math))
 declare(OpDecl("aten.leaky_relu.default", (Arg("self", T), Arg("negative_slope", N, default=0.01)),
-               rule=_float_unary, glsl=LEAKY_RELU))
+               rule=_float_unary, math=LEAKY_RELU))
 declare(OpDecl("aten.hardshrink.default", (Arg("self", T), Arg("lambd", N, default=0.5)), rule=_float_unary,
-               glsl=HARDSHRINK))
+               math=HARDSHRINK))
 declare(OpDecl("et_vk.rms_norm.default", (Arg("x", T), Arg("weight", T), Arg("eps", N)), rule=_rms_norm))
 declare(OpDecl("et_vk.apply_rotary_emb_hf.default",
                (Arg("xq", T), Arg("xk", T), Arg("freqs_cos", T), Arg("freqs_sin", T), Arg("start_pos", I)),

@@ -14,19 +14,24 @@ from . import dtypes
 from .contract import Arg, Call, Kind, OpDecl, declare
 from .op_rules import ALL_TYPES, B, I, L, N, T, TS, broadcast, dim_index, optional, same_shape
 
-COMPARE: dict[str, str] = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-"""Comparisons `aten.<name>.Tensor(self, other)` (either side a number): the GLSL operator; the result
-is bool, computed in fp32 when an operand is floating, else in int32."""
+COMPARE: dict[str, str] = {"eq": "x == y", "ne": "x != y", "lt": "x < y", "le": "x <= y", "gt": "x > y",
+                           "ge": "x >= y"}
+"""Comparisons `aten.<name>.Tensor(self, other)` (either side a number), in numpy's notation; the
+result is bool, computed in fp32 when an operand is floating, else in int32."""
 
-LOGICAL: dict[str, str] = {"bitwise_and": "(x & y)", "bitwise_or": "(x | y)", "bitwise_xor": "(x ^ y)"}
-"""Bitwise ops on integer and bool tensors `aten.<name>.Tensor(self, other)`: GLSL of int x, y."""
+LOGICAL: dict[str, str] = {"bitwise_and": "x & y", "bitwise_or": "x | y", "bitwise_xor": "x ^ y"}
+"""Bitwise ops on integer and bool tensors `aten.<name>.Tensor(self, other)`."""
 
-LOGICAL_ANY: dict[str, str] = {"logical_and": "&&", "logical_or": "||", "logical_xor": "!="}
-"""`aten.<name>.default(self, other)` on tensors of any dtype (nonzero is true), a bool result: the
-GLSL operator between the two truth values (ExecuTorch's attention masks have logical_and)."""
+LOGICAL_ANY: dict[str, str] = {"logical_and": "(x != 0) & (y != 0)", "logical_or": "(x != 0) | (y != 0)",
+                               "logical_xor": "(x != 0) ^ (y != 0)"}
+"""`aten.<name>.default(self, other)` on tensors of any dtype (nonzero and NaN are true), a bool
+result (ExecuTorch's attention masks have logical_and)."""
 
-MIN_MAX: dict[str, str] = {"minimum": "min_(x, y)", "maximum": "max_(x, y)"}
-"""`aten.<name>.default(self, other)`: NaN wins, as in torch (helpers in shaders/binary.comp)."""
+MIN_MAX: dict[str, str] = {"minimum": "minimum(x, y)", "maximum": "maximum(x, y)"}
+"""`aten.<name>.default(self, other)`: NaN wins, as in torch and numpy."""
+
+LOGICAL_NOT = "x == 0"
+"""`aten.logical_not.default(self)`: a bool result."""
 
 
 def _broadcast_out(call: Call) -> None:
@@ -161,18 +166,18 @@ for _name in COMPARE:
     for _overload in ("Tensor", "Scalar"):  # vkx writes .Tensor; ExecuTorch's files have .Scalar too
         declare(OpDecl(f"aten.{_name}.{_overload}",
                        (Arg("self", Kind.SCALAR_OR_TENSOR), Arg("other", Kind.SCALAR_OR_TENSOR)),
-                       dtypes=ALL_TYPES, rule=_compare, family="binary", glsl=f"C_T(x {COMPARE[_name]} y)"))
-for _name, _expr in LOGICAL.items():
+                       dtypes=ALL_TYPES, rule=_compare, family="binary", math=COMPARE[_name]))
+for _name, _math in LOGICAL.items():
     declare(OpDecl(f"aten.{_name}.Tensor", (Arg("self", Kind.SCALAR_OR_TENSOR), Arg("other", Kind.SCALAR_OR_TENSOR)),
-                   dtypes=ALL_TYPES, rule=_logical, family="binary", glsl=_expr))
-for _name, _op in LOGICAL_ANY.items():
+                   dtypes=ALL_TYPES, rule=_logical, family="binary", math=_math))
+for _name, _math in LOGICAL_ANY.items():
     declare(OpDecl(f"aten.{_name}.default", (Arg("self", T), Arg("other", T)), dtypes=ALL_TYPES, rule=_compare,
-                   family="binary", glsl=f"C_T((!(x == 0)) {_op} (!(y == 0)))"))  # NaN is true, as in torch
-for _name, _expr in MIN_MAX.items():
+                   family="binary", math=_math))
+for _name, _math in MIN_MAX.items():
     declare(OpDecl(f"aten.{_name}.default", (Arg("self", T), Arg("other", T)), dtypes=ALL_TYPES, rule=_min_max,
-                   family="binary", glsl=_expr))
+                   family="binary", math=_math))
 declare(OpDecl("aten.logical_not.default", (Arg("self", T),), dtypes=ALL_TYPES, rule=_logical_not,
-               family="unary", glsl="T(EQ(x, T(0.0)))"))
+               family="unary", math=LOGICAL_NOT))
 declare(OpDecl("aten.pow.Tensor_Scalar", (Arg("self", T), Arg("exponent", N)), rule=_float_same))
 declare(OpDecl("aten.clamp.default", (Arg("self", T), optional("min", N, None, saturates=True),
                                       optional("max", N, None, saturates=True)), rule=_clamp))

@@ -3,7 +3,9 @@
 SPIR-V is cached by content hash (source + every include-able file + defines
 + glslc version) under $XDG_CACHE_HOME/vkx/spirv (or ~/.cache/vkx/spirv).
 Without glslc, SPIR-V cached from the same source by any glslc version is used.
-Pipelines are created once per process per device and cached on it.
+Pipelines are created once per process per device and cached on it; the driver's
+compiled code is kept between processes by vkx.loader.pipeline_cache, and creating
+pipelines that are not in it is announced on stderr (it happens at load, once).
 
 Layout convention: set 0, binding i = the i-th binding of the dispatch, all
 storage buffers; one push-constant range of up to 128 bytes, compute stage.
@@ -14,14 +16,16 @@ import hashlib
 import importlib.resources
 import os
 import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Mapping, Union
+from typing import Mapping, Sequence, Union
 
 import vulkan as vk
 
-from vkx.loader.device import Device
+from vkx.loader import pipeline_cache
+from vkx.loader.device import Device, ffi, lib
 from vkx.loader.errors import ShaderError
 
 PUSH_BYTES = 128
@@ -126,14 +130,28 @@ class Pipeline:
         self.nbindings, self.name = nbindings, name
 
 
+Request = tuple[str, Mapping[str, Union[str, int]], int]
+"""(shader name, defines, number of bindings) of one pipeline."""
+
+
 class Pipelines:
-    """Per-device cache of descriptor-set layouts, pipeline layouts and pipelines."""
+    """Per-device cache of descriptor-set layouts, pipeline layouts and pipelines, over the
+    device's on-disk VkPipelineCache."""
 
     def __init__(self, device: Device):
         self.device = device
         self.push_bytes = min(PUSH_BYTES, device.max_push_constants_size)
         self._layouts: dict[int, tuple] = {}
         self._pipelines: dict[tuple, Pipeline] = {}
+        self._identity = pipeline_cache.Identity.of(device.physical)
+        kept = pipeline_cache.read(self._identity)
+        self._kept: frozenset[bytes] = kept[0] if kept else frozenset()
+        self._compiled: set[bytes] = set()
+        """Keys of the pipelines this process created that the kept cache did not hold."""
+        initial = ffi.from_buffer(kept[1]) if kept else None
+        info = vk.VkPipelineCacheCreateInfo(initialDataSize=len(kept[1]) if kept else 0,
+                                            pInitialData=initial if kept else ffi.NULL)
+        self._cache = vk.vkCreatePipelineCache(device.device, info, None)
         device.on_close(self.close)
 
     def _layout(self, nbindings: int):
@@ -148,6 +166,17 @@ class Pipelines:
             layout = vk.vkCreatePipelineLayout(d, vk.VkPipelineLayoutCreateInfo(
                 pSetLayouts=[dsl], pPushConstantRanges=[rng]), None)
             got = self._layouts[nbindings] = (dsl, layout)
+        return got
+
+    def get_all(self, requests: Sequence[Request]) -> list[Pipeline]:
+        """The pipelines of `requests`, in order; says on stderr how many the driver compiles."""
+        before = len(self._compiled)
+        got = [self.get(*r) for r in requests]
+        compiled = len(self._compiled) - before
+        if compiled:
+            print(f"vkx: compiled {compiled} compute pipeline{'s' * (compiled != 1)} for {self.device.name} "
+                  f"(once for this device and driver: kept in {pipeline_cache.cache_path(self._identity)})",
+                  file=sys.stderr)
         return got
 
     def get(self, name: str, defines: Mapping[str, Union[str, int]] | None, nbindings: int) -> Pipeline:
@@ -166,17 +195,38 @@ class Pipelines:
             try:
                 stage = vk.VkPipelineShaderStageCreateInfo(stage=vk.VK_SHADER_STAGE_COMPUTE_BIT,
                                                            module=module, pName="main")
-                handle = vk.vkCreateComputePipelines(d, None, 1, [vk.VkComputePipelineCreateInfo(
+                handle = vk.vkCreateComputePipelines(d, self._cache, 1, [vk.VkComputePipelineCreateInfo(
                     stage=stage, layout=layout)], None)[0]
             except vk.VkError as error:
                 raise ShaderError(f"pipeline creation failed for {name}: {type(error).__name__}") from error
             finally:
                 vk.vkDestroyShaderModule(d, module, None)
+            cached = pipeline_cache.pipeline_key(spirv, nbindings, self.push_bytes)
+            if cached not in self._kept:
+                self._compiled.add(cached)
             p = self._pipelines[key] = Pipeline(handle, layout, dsl, nbindings, name)
             return p
 
+    def _cache_data(self) -> bytes:
+        size = ffi.new("size_t *")
+        d = self.device.device
+        if lib.vkGetPipelineCacheData(d, self._cache, size, ffi.NULL) != vk.VK_SUCCESS:
+            return b""
+        data = ffi.new("char[]", size[0])
+        if lib.vkGetPipelineCacheData(d, self._cache, size, data) != vk.VK_SUCCESS:
+            return b""
+        return bytes(ffi.buffer(data, size[0]))
+
     def close(self) -> None:
         d = self.device.device
+        if self._compiled:  # something new to keep
+            data = self._cache_data()
+            if data:
+                pipeline_cache.write(self._identity, self._kept | self._compiled, data)
+            self._kept, self._compiled = self._kept | self._compiled, set()
+        if self._cache is not None:
+            vk.vkDestroyPipelineCache(d, self._cache, None)
+            self._cache = None
         for p in self._pipelines.values():
             vk.vkDestroyPipeline(d, p.handle, None)
         self._pipelines.clear()

@@ -170,8 +170,9 @@ def build(graph: g.VkGraph, device: Device, options: Options, source, base: int 
     builder = GraphBuilder(graph, limit, device.min_storage_buffer_offset_alignment,
                            cache.push_bytes, device.max_compute_work_group_count,
                            device.compute_units, device.max_shared_memory, device.is_cpu).build()
-    pipelines = [cache.get(x.shader, dict(x.defines), len(x.bindings)) for x in builder.dispatches]
-    prepack = [cache.get(x.shader, dict(x.defines), len(x.bindings)) for x in builder.prepack_dispatches]
+    every = cache.get_all([(x.shader, dict(x.defines), len(x.bindings))
+                           for x in [*builder.dispatches, *builder.prepack_dispatches]])
+    pipelines, prepack = every[:len(builder.dispatches)], every[len(builder.dispatches):]
     built = Built(builder, pipelines, prepack)
     produced = {t.vid for d in builder.prepack_dispatches for t, _, _ in d.bindings[-1:]}
     built.states = builder.states

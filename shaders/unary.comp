@@ -2,8 +2,9 @@
 // Elementwise float unary op: out[i] = OP(in[i]).
 // Bindings: 0 = in, 1 = out (same number of elements, contiguous).
 // Defines:
-//   OP(x)  the operation: a GLSL expression of x (the op's `glsl` in vkx.format.contract),
-//          valid for a float and for a vec4; the helpers below are its vocabulary
+//   OP(x)  the operation: a GLSL expression of x (vkx.loader.ops.elementwise's tables), valid
+//          for a float and for a vec4; the helpers below are its vocabulary, p.a and p.b the
+//          op's numbers (push constants: a number is never part of a variant)
 //   X_T, LOAD_X, Y_T, STORE_Y  element types of in and out (elem_defines, or with VEC4
 //          vec4_defines: arrays of 4-element vectors of any float type); math in fp32
 //   VEC4   x is a vec4 and n counts vec4s
@@ -30,6 +31,8 @@ layout(std430, set = 0, binding = 1) writeonly buffer BufOut { Y_T x_out[]; };
 
 layout(push_constant) uniform Push {
     uint n;
+    float a;  // the op's number: leaky_relu's slope, hardshrink's lambd, pow's exponent, clamp's min
+    float b;  // clamp's max
 } p;
 
 // exp(-|x|)-based forms avoid inf/inf for large |x|.
@@ -64,23 +67,21 @@ T log_(T x) {
     return mix(r, T(uintBitsToFloat(0x7FC00000u)), LT(x, T(0.0)));
 }
 
-#ifdef E
-// x ** E for a scalar exponent E (a define; the loader writes E = 2, 1, 0.5 ... as plain
-// expressions): |x| ** E, with the sign of x for an odd integer E, as torch does. GLSL leaves pow
-// undefined for x < 0 and for x = 0, E <= 0: a negative x with a fractional E gives NaN, and
-// 0 ** E is 1, 0 or inf for E = 0, E > 0, E < 0.
+// x ** p.a: |x| ** p.a, with the sign of x for an odd integer exponent, as torch does. GLSL
+// leaves pow undefined for x < 0 and for x = 0, exponent <= 0: a negative x with a fractional
+// exponent gives NaN, and 0 ** e is 1, 0 or inf for e = 0, e > 0, e < 0.
 T pow_(T x) {
-    T r = pow(max(abs(x), T(1.17549435e-38)), T(E));
-    r = E > 0.0 ? mix(r, T(0.0), EQ(x, T(0.0))) : mix(r, T(uintBitsToFloat(0x7F800000u)), EQ(x, T(0.0)));
-    if (fract(E) != 0.0) {  // -inf ** E is inf ** E, as in C
+    float e = p.a;
+    T r = pow(max(abs(x), T(1.17549435e-38)), T(e));
+    r = e > 0.0 ? mix(r, T(0.0), EQ(x, T(0.0))) : mix(r, T(uintBitsToFloat(0x7F800000u)), EQ(x, T(0.0)));
+    if (fract(e) != 0.0) {  // -inf ** e is inf ** e, as in C
         r = mix(r, T(uintBitsToFloat(0x7FC00000u)), LT(x, T(0.0)));
-        r = mix(r, T(E > 0.0 ? uintBitsToFloat(0x7F800000u) : 0.0), isinf(x));
-    } else if (mod(E, 2.0) == 1.0) {
+        r = mix(r, T(e > 0.0 ? uintBitsToFloat(0x7F800000u) : 0.0), isinf(x));
+    } else if (mod(e, 2.0) == 1.0) {
         r = mix(r, -r, LT(x, T(0.0)));
     }
     return mix(r, x, isnan(x));
 }
-#endif
 
 // sin and cos from the quadrant: x = q * pi/2 + r with |r| <= pi/4 (Cody-Waite: pi/2 split in
 // parts of 8 significant bits, so every q * part is exact for |q| < 2^16, |x| < 1e5, whether or

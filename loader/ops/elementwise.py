@@ -1,8 +1,10 @@
 """Elementwise ops: binary arithmetic with broadcasting, unary activations, clone.
 
-Each op's operation is its declaration's `glsl` expression (vkx.format.contract's
-UNARY, BINARY and GELU tables), compiled into shaders/unary.comp or
-shaders/binary.comp as `OP`; adding an elementwise op is one declaration.
+Each op's operation is a GLSL expression in UNARY_GLSL or BINARY_GLSL below, compiled into
+shaders/unary.comp or shaders/binary.comp as `OP`: adding an elementwise op is its declaration in
+vkx.format (names, dtypes, its math) and its expression here. Numbers an op takes (leaky_relu's
+slope, clamp's bounds, pow's exponent) reach the shader as push constants `p.a`, `p.b`, so the
+set of shader variants stays finite (docs/architecture.md, "Shader variants").
 
 Binary ops compute `out[i] = OP(a[ia], b[ib])` where ia/ib come from the output
 index through per-operand strides (0 on broadcast dims), after merging dims
@@ -15,10 +17,11 @@ dispatches.
 """
 from __future__ import annotations
 
+import math
 import struct
 from typing import Union
 
-from vkx.format import dtypes, op_decls
+from vkx.format import contract, dtypes
 from vkx.format.contract import Call
 from vkx.format.dtypes import DType
 
@@ -28,6 +31,95 @@ from .shape import (MAX_DIMS, bind_elems, broadcast_strides, chunk_elems, collap
 
 Operand = Union[TensorArg, int, float, bool]
 Defines = dict[str, Union[str, int]]
+
+UNARY_GLSL: dict[str, str] = {
+    "relu": "mix(max(x, 0.0), x, isnan(x))",
+    "sigmoid": "sigmoid_(x)",
+    "tanh": "tanh_(x)",
+    "silu": "(x * sigmoid_(x))",
+    "neg": "(-x)",
+    "abs": "abs(x)",
+    "exp": "exp(x)",
+    "log": "log_(x)",
+    "sqrt": "mix(sqrt(abs(x)), T(uintBitsToFloat(0x7FC00000u)), LT(x, T(0.0)))",
+    "rsqrt": "rsqrt_(x)",
+    "sin": "sin_(x)",
+    "cos": "cos_(x)",
+    "hardswish": "(x * clamp(x + 3.0, 0.0, 6.0) / 6.0)",
+    "hardsigmoid": "mix(clamp(x + 3.0, 0.0, 6.0) / 6.0, x, isnan(x))",
+    "round": "roundEven(x)",
+    "logical_not": "T(EQ(x, T(0.0)))",
+    "leaky_relu": "mix(x * p.a, x, GE(x, T(0.0)))",
+    "hardshrink": "mix(x, T(0.0), GE(T(p.a), abs(x)))",
+}
+"""`aten.<name>.default` ops built by shaders/unary.comp: the GLSL expression of x, a float or a vec4
+(helpers in unary.comp; GLSL's max/clamp leave NaN undefined, so NaN is kept with mix). `p.a` is
+the op's number (leaky_relu's negative_slope, hardshrink's lambd)."""
+
+GELU_GLSL: dict[str, str] = {
+    "none": "gelu_erf_(x)",
+    "tanh": "(x * sigmoid_(2.0 * (0.79788456080286536 * (x + 0.044715 * x * x * x))))",
+}
+"""aten.gelu.default by `approximate` (0.5 * (1 + tanh(u)) == sigmoid(2u): no cancellation in the
+negative tail)."""
+
+POW_GLSL: dict[float, str] = {0.0: "T(1.0)", 1.0: "x", 2.0: "(x * x)", 3.0: "(x * x * x)", -1.0: "(1.0 / x)",
+                              -2.0: "(1.0 / (x * x))", 0.5: UNARY_GLSL["sqrt"], -0.5: UNARY_GLSL["rsqrt"]}
+"""aten.pow.Tensor_Scalar: the exponents torch computes as products, reciprocals and square roots
+(so sqrt(-inf) is NaN where C's pow(-inf, 0.5) is inf); any other is `POW_ANY`."""
+
+POW_ANY = "pow_(x)"
+"""x ** p.a (unary.comp's pow_)."""
+
+CLAMP = "mix(min(max(x, T(p.a)), T(p.b)), x, isnan(x))"
+"""aten.clamp.default: min(max(x, lo), hi) in that order (torch's, for lo > hi too), NaN kept; a
+missing bound is an infinity."""
+
+BINARY_GLSL: dict[str, str] = {
+    "add": "(x + y * ALPHA)",
+    "sub": "(x - y * ALPHA)",
+    "mul": "(x * y)",
+    "div": "(x / y)",
+    "eq": "C_T(x == y)",
+    "ne": "C_T(x != y)",
+    "lt": "C_T(x < y)",
+    "le": "C_T(x <= y)",
+    "gt": "C_T(x > y)",
+    "ge": "C_T(x >= y)",
+    "bitwise_and": "(x & y)",
+    "bitwise_or": "(x | y)",
+    "bitwise_xor": "(x ^ y)",
+    "logical_and": "C_T((!(x == 0)) && (!(y == 0)))",  # NaN is true, as in torch
+    "logical_or": "C_T((!(x == 0)) || (!(y == 0)))",
+    "logical_xor": "C_T((!(x == 0)) != (!(y == 0)))",
+    "minimum": "min_(x, y)",
+    "maximum": "max_(x, y)",
+}
+"""Ops of the contract's "binary" family, by the op's name: the GLSL expression of x, y (both float,
+or both int with INT_MATH; vec4 on the float fast path). ALPHA is add/sub's alpha; C_T the compute
+type; min_/max_ (NaN wins) are helpers in shaders/binary.comp."""
+
+
+def _family_names(family: str) -> set[str]:
+    return {n.split(".")[1] for n, d in contract.OPS.items() if d.family == family}
+
+
+def _check_table(family: str, table: dict[str, str]) -> None:
+    """Each op the contract puts in `family` has its expression, and each expression its op."""
+    declared = _family_names(family)
+    if declared != set(table):
+        raise ValueError(f"{family} ops without GLSL: {sorted(declared - set(table))}; "
+                         f"GLSL without a {family} op: {sorted(set(table) - declared)}")
+
+
+_check_table("binary", BINARY_GLSL)
+_check_table("unary", {k: v for k, v in UNARY_GLSL.items() if k not in ("leaky_relu", "hardshrink")})
+
+
+def op_glsl(call: Call, table: dict[str, str]) -> str:
+    """The GLSL expression of `call`'s op in `table`."""
+    return table[call.decl.name.split(".")[1]]
+
 
 INDEXED, SCALAR_TENSOR, IMMEDIATE = 0, 1, 2
 """How binary.comp reads an operand (A_MODE / B_MODE)."""
@@ -43,7 +135,8 @@ def _mode(x: Operand, n: int) -> int:
 def binary(builder: OpBuilder, call: Call) -> None:
     """Record `out = OP(self, other)` with numpy broadcasting; either side may be a number."""
     a, b, out = call["self"], call["other"], call.out
-    alpha = call["alpha"] if "ALPHA" in call.decl.glsl else None
+    expr = op_glsl(call, BINARY_GLSL)
+    alpha = call["alpha"] if call.decl.has("alpha") else None
     alpha = 1 if alpha is None else alpha
     n = out.numel
     if n == 0:
@@ -56,7 +149,7 @@ def binary(builder: OpBuilder, call: Call) -> None:
     ta = a if isinstance(a, TensorArg) else b  # an immediate binds the other operand (never read)
     tb = b if isinstance(b, TensorArg) else a
     vec4 = n % 4 == 0 and all(x.dtype.is_float for x in (ta, tb, out))
-    defines: Defines = {"OP(x,y)": call.decl.glsl, "A_MODE": ma, "B_MODE": mb}
+    defines: Defines = {"OP(x,y)": expr, "A_MODE": ma, "B_MODE": mb}
     if int_math:
         defines["INT_MATH"] = 1
     push_alpha = (float(alpha), int(alpha) if int_math else 0)
@@ -122,32 +215,40 @@ def vec4_defines(prefix: str, buffer: str, dtype: DType) -> Defines:
     raise UnsupportedOpError(f"no vec4 path for {dtype}")
 
 
-def unary(builder: OpBuilder, call: Call, expr: str, extra: Defines | None = None) -> None:
-    """Record `out = expr(self)` (a GLSL expression of x; `extra`: defines it uses), split over
-    bindings if large."""
+def unary(builder: OpBuilder, call: Call, expr: str, a: float = 0.0, b: float = 0.0) -> None:
+    """Record `out = expr(self)` (a GLSL expression of x and of the numbers p.a = `a`, p.b = `b`),
+    split over bindings if large."""
     src, out = call.tensor("self"), call.out
     n = src.numel
     vec4 = n % 4 == 0 and src.dtype.is_float and out.dtype.is_float
     types = vec4_defines if vec4 else elem_defines
-    defines: Defines = {"OP(x)": expr, **types("X", "x_in", src.dtype), **types("Y", "x_out", out.dtype),
-                        **(extra or {})}
+    defines: Defines = {"OP(x)": expr, **types("X", "x_in", src.dtype), **types("Y", "x_out", out.dtype)}
     if vec4:
         defines["VEC4"] = 1
     for start, count in chunk_elems(builder, n, [src, out]):
         ib, _ = bind_elems(builder, src, start, count)
         ob, _ = bind_elems(builder, out, start, count)
         inv = count // 4 if vec4 else count
-        builder.dispatch("unary", [ib, ob], struct.pack("<I", inv), dispatch_groups(inv), defines)
+        builder.dispatch("unary", [ib, ob], struct.pack("<Iff", inv, _f32(a), _f32(b)), dispatch_groups(inv), defines)
+
+
+def _f32(x: float) -> float:
+    """`x` as an fp32 push constant: past fp32's range it is an infinity (as a GLSL literal would be)."""
+    try:
+        struct.pack("<f", x)
+    except OverflowError:
+        return math.copysign(math.inf, x)
+    return x
 
 
 @builds_family("unary")
 def unary_op(builder: OpBuilder, call: Call) -> None:
-    unary(builder, call, call.decl.glsl)
+    unary(builder, call, op_glsl(call, UNARY_GLSL))
 
 
 @builds("aten.gelu.default")
 def gelu(builder: OpBuilder, call: Call) -> None:
-    unary(builder, call, op_decls.GELU[call["approximate"]])
+    unary(builder, call, GELU_GLSL[call["approximate"]])
 
 
 @builds("aten.clone.default")

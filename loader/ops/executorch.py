@@ -16,7 +16,7 @@ from vkx.format.op_et import pad_widths, split_sizes
 from . import OpBuilder, TensorArg, builds, elem_defines
 from .attention import attention
 from .conv import pool2d
-from .elementwise import unary
+from .elementwise import UNARY_GLSL, op_glsl, unary
 from .models import fill
 from .reduce import rms_norm_rows
 from .shape import contiguous_strides, convert_copy, dispatch_groups, normalize_dim, strided_copy, view_or_copy
@@ -86,9 +86,8 @@ def constant_pad_nd(builder: OpBuilder, call: Call) -> None:
 
 @builds("aten.leaky_relu.default", "aten.hardshrink.default")
 def unary_with_argument(builder: OpBuilder, call: Call) -> None:
-    """The op's GLSL expression with its float argument (the second) for ARG."""
-    value = float(call[call.decl.args[1].name])
-    unary(builder, call, call.decl.glsl.replace("ARG", f"({value!r})"))
+    """The op's GLSL expression with its float argument (the second) as p.a."""
+    unary(builder, call, op_glsl(call, UNARY_GLSL), float(call[call.decl.args[1].name]))
 
 
 @builds("et_vk.rms_norm.default")

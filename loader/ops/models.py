@@ -2,56 +2,32 @@
 broadcasting copies, selection, gather, running sums and tensor factories.
 
 The comparisons, bitwise ops, minimum/maximum and logical_not are elementwise declarations
-built by `elementwise` (their `glsl` expressions); the ops here need their own shaders or
-arguments that become part of the GLSL expression.
+built by `elementwise` (their GLSL expressions); the ops here need their own shaders or
+numbers that the unary shader takes as push constants.
 """
 from __future__ import annotations
 
 import math
 import struct
 
-from vkx.format import op_decls
 from vkx.format.contract import Call
 from vkx.format.op_models import MAX_INDICES
 
 from . import OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines
-from .elementwise import unary
+from .elementwise import CLAMP, POW_ANY, POW_GLSL, unary
 from .shape import (MAX_DIMS, broadcast_strides, collapse_dims, contiguous_strides, convert_copy, dispatch_groups,
                     pad_dims, strided_copy)
-
-_POW = {0.0: "T(1.0)", 1.0: "x", 2.0: "(x * x)", 3.0: "(x * x * x)", -1.0: "(1.0 / x)", -2.0: "(1.0 / (x * x))",
-        0.5: op_decls.UNARY["sqrt"], -0.5: op_decls.UNARY["rsqrt"]}
-"""The exponents torch computes as products, reciprocals and square roots (so sqrt(-inf) is NaN
-where C's pow(-inf, 0.5) is inf); any other goes through pow_."""
-
-
-def _float(x: float) -> str:
-    """A GLSL float literal of `x` (±inf and NaN as expressions)."""
-    if math.isnan(x):
-        return "uintBitsToFloat(0x7FC00000u)"
-    if math.isinf(x):
-        return f"uintBitsToFloat({'0xFF800000u' if x < 0 else '0x7F800000u'})"
-    return f"{float(x)!r}"
-
 
 @builds("aten.pow.Tensor_Scalar")
 def pow_scalar(builder: OpBuilder, call: Call) -> None:
     e = float(call["exponent"])
-    if e in _POW:
-        unary(builder, call, _POW[e])
-    else:
-        unary(builder, call, "pow_(x)", {"E": _float(e)})
+    unary(builder, call, POW_GLSL.get(e, POW_ANY), e)
 
 
 @builds("aten.clamp.default")
 def clamp(builder: OpBuilder, call: Call) -> None:
-    """min(max(x, lo), hi) in that order (torch's, for lo > hi too), NaN kept."""
-    expr = "x"
-    if call["min"] is not None:
-        expr = f"max({expr}, T({_float(call['min'])}))"
-    if call["max"] is not None:
-        expr = f"min({expr}, T({_float(call['max'])}))"
-    unary(builder, call, f"mix({expr}, x, isnan(x))")
+    lo, hi = call["min"], call["max"]
+    unary(builder, call, CLAMP, -math.inf if lo is None else float(lo), math.inf if hi is None else float(hi))
 
 
 @builds("aten._to_copy.default")
