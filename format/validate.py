@@ -10,6 +10,7 @@ from . import contract, vkgraph as vk
 from .common import FileRange
 from .errors import FormatError, InvalidValueError, OutOfBoundsError, OverlapError, TruncatedError
 from .external import ExternalData, constant_tensors, resolve_constants
+from .memplan import check_memory_plan
 from .metadata import recorded_external
 from .methods import methods as methods_of, states as graph_states
 from .names import io_names
@@ -220,6 +221,7 @@ def _check_graph(v: VulkanDelegate, path: str) -> None:
             if val.constant_id >= 0:
                 _fail(InvalidValueError, f"vkgraph.{name}[{i}]", f"value id {vid} is a constant tensor", path)
     _check_contract(g, path)
+    check_memory_plan(g, path)
 
 
 def _check_contract(g: vk.VkGraph, path: str) -> None:
