@@ -1,4 +1,5 @@
-"""Plan-only mutants of a VkGraph (what `vkx validate` must see through), and a .pte written around one.
+"""Plan-only mutants of a VkGraph (what `vkx validate` must see through), a .pte written around one,
+and a .pte whose delegate call points at another plan tensor.
 
 Each mutant keeps every tensor's dtype and shape and every op's contract: only the memory plan
 (`mem_obj_id`s) or the order and wiring of the chain changes, as a hostile or broken exporter would.
@@ -12,6 +13,7 @@ from typing import Iterator, Sequence
 
 from vkx.format import ConstantPayload, ExternalData, IOSpec, ProgramFile, resolve_constants, write_program
 from vkx.format import vkgraph as vk
+from vkx.format.generated import program_generated as fb
 from vkx.format.liveness import DEDICATED, activation_ids
 
 
@@ -87,3 +89,17 @@ def write_graph(path: Path, graph: vk.VkGraph, constants: Sequence[bytes]) -> Pa
           for vid in [*graph.input_ids, *graph.output_ids]]
     write_program(path, graph, payloads, io[:len(graph.input_ids)], io[len(graph.input_ids):])
     return path
+
+
+def redirect_delegate_arg(src: Path, dst: Path, instruction: int, arg: int, to: int) -> None:
+    """Copy a .pte with execution_plan[0].chains[0].instructions[instruction] (a DelegateCall)'s
+    args[arg] set to value `to` (patched in place: the int32 is in the program flatbuffer)."""
+    buf = bytearray(src.read_bytes())
+    ins = fb.Program.GetRootAs(buf, 0).ExecutionPlan(0).Chains(0).Instructions(instruction)
+    call = fb.DelegateCall()
+    table = ins.InstrArgs()
+    call.Init(table.Bytes, table.Pos)
+    assert call.Args(arg) != to
+    at = call._tab.Vector(call._tab.Offset(6)) + 4 * arg  # field 1, args: [int]
+    buf[at:at + 4] = to.to_bytes(4, "little", signed=True)
+    dst.write_bytes(bytes(buf))

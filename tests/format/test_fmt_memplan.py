@@ -7,7 +7,7 @@ import pytest
 
 from .conftest import DATA, GOLDEN
 from .fmt_tiny import tiny_constants, tiny_graph
-from .plan_mutants import graph_and_constants, plan_mutants, write_graph
+from .plan_mutants import graph_and_constants, plan_mutants, redirect_delegate_arg, write_graph
 from vkx.format import FormatError, ProgramFile, validate
 from vkx.format.memplan import MemoryPlanError, check_memory_plan
 
@@ -60,3 +60,13 @@ def test_broken_plans_of_executorch_files_are_refused(tmp_path, name):
     # the file-level path: one of them written out and validated
     _refused(tmp_path, dict(plan_mutants(graph))["every activation in object 0"], constants)
 
+
+
+def test_a_delegate_output_into_a_tensor_of_another_shape_is_refused(tmp_path):
+    """et_vocab_res: delegate 0 writes value 2 [1, 8, 4, 4]; pointed at value 3 [1, 8] instead, the
+    loader used to fail in torch's copy_ with a traceback."""
+    bad = tmp_path / "bad.pte"
+    redirect_delegate_arg(DATA / "et_vocab_res.pte", bad, 0, 1, 3)
+    with pytest.raises(FormatError, match=r"instructions\[0\]\.args\[1\]: value 3 is a tensor of shape \[1, 8\]; "
+                                          r"the delegate's output \(value \d+\) has shape \[1, 8, 4, 4\]"):
+        validate(bad)

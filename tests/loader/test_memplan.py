@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.format.plan_mutants import graph_and_constants, plan_mutants
+from tests.format.plan_mutants import graph_and_constants, plan_mutants, redirect_delegate_arg
 from vkx.format import FormatError
 from vkx.format import vkgraph as g
 from vkx.loader import load_graph
@@ -71,3 +71,12 @@ def test_plan_mutants_are_refused_or_give_the_same_answers(name, vkx_files):
         for a, b in zip(want, got):
             np.testing.assert_array_equal(a, b, err_msg=f"{name}, {what}: accepted, but the answer changed")
     assert refused >= 4, name
+
+
+def test_a_delegate_output_into_a_tensor_of_another_shape_is_not_loaded(tmp_path):
+    """The loader refuses it as validate does (it used to fail in torch's copy_ with a traceback)."""
+    import vkx
+    bad = tmp_path / "bad.pte"
+    redirect_delegate_arg(ROOT / "tests" / "data" / "et_vocab_res.pte", bad, 0, 1, 3)
+    with pytest.raises(ProgramFormatError, match=r"args\[1\]: value 3 is a tensor of shape \[1, 8\]"):
+        vkx.load(bad)
