@@ -10,11 +10,12 @@ from . import contract, vkgraph as vk
 from .common import FileRange
 from .errors import FormatError, InvalidValueError, OutOfBoundsError, OverlapError, TruncatedError
 from .external import ExternalData, constant_tensors, resolve_constants
+from .memplan import check_memory_plan
 from .metadata import recorded_external
 from .methods import methods as methods_of, states as graph_states
 from .names import io_names
 from .op_state import STATE, UPDATES
-from .program import Program
+from .program import EValue, Program
 from .headers import DelegateHeader
 from .pte import VULKAN_BACKEND, ProgramFile, VulkanDelegate
 
@@ -221,6 +222,7 @@ def _check_graph(v: VulkanDelegate, path: str) -> None:
             if val.constant_id >= 0:
                 _fail(InvalidValueError, f"vkgraph.{name}[{i}]", f"value id {vid} is a constant tensor", path)
     _check_contract(g, path)
+    check_memory_plan(g, path)
 
 
 def _check_contract(g: vk.VkGraph, path: str) -> None:
@@ -266,15 +268,31 @@ def _check_states(pf: ProgramFile, delegates: Sequence[VulkanDelegate]) -> None:
 
 
 def _check_delegate_calls(pf: ProgramFile, v: VulkanDelegate) -> None:
-    want = len(v.graph.input_ids) + len(v.graph.output_ids)
     plan = pf.program.execution_plan[v.plan_index]
     for ci, chain in enumerate(plan.chains):
         for ii, ins in enumerate(chain.instructions):
-            if ins.kind == "DelegateCall" and ins.index == v.delegate_index and len(ins.args) != want:
-                _fail(InvalidValueError, f"execution_plan[{v.plan_index}].chains[{ci}].instructions[{ii}].args",
-                      f"{len(ins.args)} args, the VkGraph has {len(v.graph.input_ids)} inputs + {len(v.graph.output_ids)} outputs", pf.path)
+            if ins.kind == "DelegateCall" and ins.index == v.delegate_index:
+                check_delegate_args(plan.values, ins.args, v.graph,
+                                    f"execution_plan[{v.plan_index}].chains[{ci}].instructions[{ii}].args", pf.path)
     io_names(v.compile_specs, len(v.graph.input_ids), len(v.graph.output_ids),
              f"execution_plan[{v.plan_index}].delegates[{v.delegate_index}]", pf.path)
+
+
+def check_delegate_args(values: Sequence[EValue], args: Sequence[int], graph: vk.VkGraph, where: str,
+                        path: str) -> None:
+    """A DelegateCall's args (plan value ids, in range) are its VkGraph's inputs then outputs: as many,
+    each a tensor of the graph tensor's shape (the delegate reads from and copies into them)."""
+    ports = [*graph.input_ids, *graph.output_ids]
+    if len(args) != len(ports):
+        _fail(InvalidValueError, where, f"{len(args)} args, the VkGraph has {len(graph.input_ids)} inputs + "
+              f"{len(graph.output_ids)} outputs", path)
+    for j, (arg, vid) in enumerate(zip(args, ports)):
+        ev, t = values[arg], graph.values[vid]
+        sizes = tuple(ev.value.sizes) if ev.kind == "Tensor" else None
+        if isinstance(t, vk.Tensor) and sizes != tuple(t.dims):
+            what = f"a {ev.kind}" if sizes is None else f"a tensor of shape {list(sizes)}"
+            _fail(InvalidValueError, f"{where}[{j}]", f"value {arg} is {what}; the delegate's "
+                  f"{'input' if j < len(graph.input_ids) else 'output'} (value {vid}) has shape {list(t.dims)}", path)
 
 
 def _check_constants(pf: ProgramFile, v: VulkanDelegate, exts: Sequence[ExternalData],

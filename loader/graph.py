@@ -14,8 +14,9 @@ from typing import Mapping, Sequence, Union
 from vkx.format import contract, dtypes, liveness, vkgraph as g
 from vkx.format.dtypes import DType
 from vkx.format.errors import FormatError
+from vkx.format.memplan import check_memory_plan
 from vkx.loader import ops
-from vkx.loader.errors import BadProgramError, UnsupportedOpError
+from vkx.loader.errors import BadProgramError, UnsupportedOpError, as_load_error
 
 
 def device_dtype(vid: int, datatype: g.DataType) -> DType:
@@ -120,9 +121,9 @@ class GraphBuilder:
     def build(self) -> "GraphBuilder":
         """Look every op up, bind it to its contract declaration (rule checked), then run the builders.
 
-        Nothing is recorded until every op of the chain is known and every call
-        satisfies its declaration: a graph whose shapes disagree fails here,
-        naming the node, before any dispatch exists.
+        Nothing is recorded until every op of the chain is known, every call
+        satisfies its declaration and the memory plan is sound (vkx.format.memplan):
+        a graph whose shapes disagree fails here, naming the node, before any dispatch exists.
         """
         missing: dict[str, None] = {}
         fns = []
@@ -143,6 +144,10 @@ class GraphBuilder:
                                            lambda vid, v: self.tensors[vid].arg, node))
             except contract.ContractError as error:
                 raise BadProgramError(str(error)) from None
+        try:
+            check_memory_plan(self.graph)  # what validate proves: no op reads bytes another tensor holds
+        except FormatError as error:
+            raise as_load_error(error) from None
         for op, call, fn in zip(self.graph.chain, bound, fns):
             self._node = call.node
             try:

@@ -22,6 +22,7 @@ import numpy as np
 
 from vkx.format import ExternalData, FormatError, ProgramFile
 from vkx.format.program import ExecutionPlan, Instruction, TensorMeta
+from vkx.format.validate import check_delegate_args
 from vkx.loader.errors import (BadProgramError, FileError, InputError, LoadError, TorchMissingError,
                                UnsupportedOpError, as_load_error)
 from vkx.loader.kernels import Kernel, Refused, bind, op_name, static_value, torch_dtype
@@ -132,7 +133,8 @@ def _check_instructions(plan: ExecutionPlan, graphs: dict, path: str) -> None:
                                       f"{list(ev.value)} are not all {want} value ids")
     for ci, chain in enumerate(plan.chains):
         for ii, ins in enumerate(chain.instructions):
-            where = f"{path}: execution_plan[{PLAN}].chains[{ci}].instructions[{ii}]"
+            place = f"execution_plan[{PLAN}].chains[{ci}].instructions[{ii}]"
+            where = f"{path}: {place}"
             if any(not 0 <= a < n for a in ins.args):
                 raise BadProgramError(f"{where}: a value id of {list(ins.args)} is out of range ({n} values)")
             if ins.kind == "KernelCall" and not 0 <= ins.index < len(plan.operators):
@@ -144,10 +146,10 @@ def _check_instructions(plan: ExecutionPlan, graphs: dict, path: str) -> None:
             v = graphs.get(ins.index)
             if v is None:
                 raise BadProgramError(f"{where}: delegate {ins.index} is not a VulkanBackend delegate")
-            want = len(v.graph.input_ids) + len(v.graph.output_ids)
-            if len(ins.args) != want:
-                raise BadProgramError(f"{where}: {len(ins.args)} args, delegate {ins.index} has "
-                                      f"{len(v.graph.input_ids)} inputs + {len(v.graph.output_ids)} outputs")
+            try:
+                check_delegate_args(plan.values, ins.args, v.graph, f"{place}.args", path)
+            except FormatError as error:
+                raise as_load_error(error) from None
 
 
 def _load_delegate(path, external_data: Sequence, di: int, schedule: str, device, upload: str,
