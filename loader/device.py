@@ -2,7 +2,10 @@
 
 Selection: a discrete or integrated GPU when one exists, else the CPU device
 (lavapipe). `VKX_DEVICE` (an index or a substring of the name) overrides.
-`VKX_VALIDATION=1` enables VK_LAYER_KHRONOS_validation with a debug-utils
+`VKX_DEVICE_PROFILE` (a name of `vkx.loader.limits.PROFILES`) puts a device profile in
+force: `limits` is then the lower of the device's limits and the profile's, only the features
+both have are enabled, and every figure below (`max_storage_buffer_range`, ...) is the one
+in force. `VKX_VALIDATION=1` enables VK_LAYER_KHRONOS_validation with a debug-utils
 messenger; every warning or error it reports is collected and raised as a
 `ValidationError` at the next sync point (`check()`, fence waits, close).
 
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 import vulkan as vk
 
 from vkx.loader.errors import DeviceError, ValidationError
+from vkx.loader.limits import FEATURES, Limits, profile as named_profile
 
 ffi = vk.ffi
 lib = vk._vulkan.lib
@@ -28,6 +32,7 @@ UINT64_MAX = 0xFFFFFFFFFFFFFFFF
 API_VERSION = vk.VK_MAKE_VERSION(1, 2, 0)
 VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
 EXTERNAL_MEMORY_HOST = "VK_EXT_external_memory_host"
+INTEGER_DOT_PRODUCT = "VK_KHR_shader_integer_dot_product"
 HOST_ALLOCATION = vk.VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT
 
 _TYPE_RANK = {
@@ -80,8 +85,12 @@ class MemoryType:
 class Device:
     """One logical device with one compute queue and one command pool."""
 
-    def __init__(self, selector: str | None = None, validation: bool | None = None):
+    def __init__(self, selector: str | None = None, validation: bool | None = None,
+                 profile: str | None = None):
         self.validation = validation_requested() if validation is None else validation
+        self.profile = (os.environ.get("VKX_DEVICE_PROFILE") if profile is None else profile) or None
+        """The device profile in force (None: the device's own limits)."""
+        in_force = None if self.profile is None else named_profile(self.profile)
         self.instance = None
         self.device = None
         self._messenger = None
@@ -93,7 +102,7 @@ class Device:
         try:
             self._create_instance()
             self._pick_physical(os.environ.get("VKX_DEVICE") if selector is None else selector)
-            self._create_device()
+            self._create_device(in_force)
         except vk.VkError as error:
             self.close(check=False)
             raise DeviceError(f"Vulkan device setup failed: {type(error).__name__}") from error
@@ -149,17 +158,25 @@ class Device:
         self.device_type = p.deviceType
         self.api_version = p.apiVersion
         lim = p.limits
-        self.max_storage_buffer_range = int(lim.maxStorageBufferRange)
-        self.min_storage_buffer_offset_alignment = int(lim.minStorageBufferOffsetAlignment)
-        self.max_push_constants_size = int(lim.maxPushConstantsSize)
         self.non_coherent_atom_size = int(lim.nonCoherentAtomSize)
-        self.max_compute_work_group_count = tuple(lim.maxComputeWorkGroupCount)
-        self.max_shared_memory = int(lim.maxComputeSharedMemorySize)
-        """Bytes of shared memory one workgroup may use (gemm's tile slices)."""
         self.timestamp_period = float(lim.timestampPeriod)
         """Nanoseconds per timestamp tick (profiling, loader/record.py)."""
         m3 = vk.VkPhysicalDeviceMaintenance3Properties()
-        vk.vkGetPhysicalDeviceProperties2(self.physical, vk.VkPhysicalDeviceProperties2(pNext=m3))
+        sub = vk.VkPhysicalDeviceSubgroupProperties(pNext=m3)
+        vk.vkGetPhysicalDeviceProperties2(self.physical, vk.VkPhysicalDeviceProperties2(pNext=sub))
+        self._reported = dict(
+            max_storage_buffer_range=int(lim.maxStorageBufferRange),
+            min_storage_buffer_offset_alignment=int(lim.minStorageBufferOffsetAlignment),
+            max_push_constants_size=int(lim.maxPushConstantsSize),
+            max_compute_shared_memory_size=int(lim.maxComputeSharedMemorySize),
+            max_compute_work_group_invocations=int(lim.maxComputeWorkGroupInvocations),
+            max_compute_work_group_size=tuple(int(x) for x in lim.maxComputeWorkGroupSize),
+            max_compute_work_group_count=tuple(int(x) for x in lim.maxComputeWorkGroupCount),
+            max_per_stage_descriptor_storage_buffers=int(lim.maxPerStageDescriptorStorageBuffers),
+            max_bound_descriptor_sets=int(lim.maxBoundDescriptorSets),
+            subgroup_size=int(sub.subgroupSize))
+        self._subgroups = bool(sub.supportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT
+                               and sub.supportedOperations & vk.VK_SUBGROUP_FEATURE_BASIC_BIT)
         self.max_memory_allocation_size = int(m3.maxMemoryAllocationSize) or (1 << 31)
         mp = vk.vkGetPhysicalDeviceMemoryProperties(self.physical)
         self.memory_types = [MemoryType(i, int(mp.memoryTypes[i].propertyFlags), int(mp.memoryTypes[i].heapIndex))
@@ -167,6 +184,7 @@ class Device:
         self.heap_sizes = [int(mp.memoryHeaps[i].size) for i in range(mp.memoryHeapCount)]
         exts = {e.extensionName for e in vk.vkEnumerateDeviceExtensionProperties(self.physical, None)}
         self.has_memory_budget = "VK_EXT_memory_budget" in exts
+        self._has_dot_product = INTEGER_DOT_PRODUCT in exts
         self.import_alignment: int | None = None
         if EXTERNAL_MEMORY_HOST in exts:
             host = vk.VkPhysicalDeviceExternalMemoryHostPropertiesEXT()
@@ -184,33 +202,50 @@ class Device:
         self.timestamp_bits = int(families[self.queue_family].timestampValidBits)
         """Valid bits of the queue's timestamps; 0: it has none."""
 
-    def _create_device(self) -> None:
+    def _create_device(self, in_force: Limits | None) -> None:
         f16 = vk.VkPhysicalDevice16BitStorageFeatures()
         f8 = vk.VkPhysicalDevice8BitStorageFeatures(pNext=f16)
         fi = vk.VkPhysicalDeviceShaderFloat16Int8Features(pNext=f8)
-        feats = vk.VkPhysicalDeviceFeatures2(pNext=fi)
+        dot = vk.VkPhysicalDeviceShaderIntegerDotProductFeatures(pNext=fi)
+        feats = vk.VkPhysicalDeviceFeatures2(pNext=dot if self._has_dot_product else fi)
         vk.vkGetPhysicalDeviceFeatures2(self.physical, feats)
-        self.features = {
-            "storageBuffer16BitAccess": bool(f16.storageBuffer16BitAccess),
-            "storageBuffer8BitAccess": bool(f8.storageBuffer8BitAccess),
-            "shaderFloat16": bool(fi.shaderFloat16),
-            "shaderInt8": bool(fi.shaderInt8),
-            "shaderInt16": bool(feats.features.shaderInt16),
-            "shaderInt64": bool(feats.features.shaderInt64),
+        reported = {
+            "storageBuffer16BitAccess": f16.storageBuffer16BitAccess,
+            "storageBuffer8BitAccess": f8.storageBuffer8BitAccess,
+            "shaderFloat16": fi.shaderFloat16,
+            "shaderInt8": fi.shaderInt8,
+            "shaderInt16": feats.features.shaderInt16,
+            "shaderInt64": feats.features.shaderInt64,
+            "shaderIntegerDotProduct": self._has_dot_product and dot.shaderIntegerDotProduct,
+            "subgroupOperations": self._subgroups,
         }
-        # Enable exactly what is reported (structs built here, never by the binding).
-        e16 = vk.VkPhysicalDevice16BitStorageFeatures(
-            storageBuffer16BitAccess=f16.storageBuffer16BitAccess)
-        e8 = vk.VkPhysicalDevice8BitStorageFeatures(
-            pNext=e16, storageBuffer8BitAccess=f8.storageBuffer8BitAccess)
+        self.device_limits = Limits(**self._reported, features=frozenset(k for k in FEATURES if reported[k]))
+        """The limits and features the device reports."""
+        self.limits = self.device_limits if in_force is None else self.device_limits.under(in_force)
+        """The limits and features in force: vkx's kernels are chosen from them and checked against them."""
+        on = self.limits.features
+        self.features = {k: k in on for k in FEATURES}
+        self.max_storage_buffer_range = self.limits.max_storage_buffer_range
+        self.min_storage_buffer_offset_alignment = self.limits.min_storage_buffer_offset_alignment
+        self.max_push_constants_size = self.limits.max_push_constants_size
+        self.max_compute_work_group_count = self.limits.max_compute_work_group_count
+        self.max_shared_memory = self.limits.max_compute_shared_memory_size
+        """Bytes of shared memory one workgroup may use (gemm's tile slices)."""
+        # Enable exactly what is in force (structs built here, never by the binding): a shader that
+        # needs more is refused by vkx.loader.limits.check_pipeline, and by validation besides.
+        e16 = vk.VkPhysicalDevice16BitStorageFeatures(storageBuffer16BitAccess="storageBuffer16BitAccess" in on)
+        e8 = vk.VkPhysicalDevice8BitStorageFeatures(pNext=e16, storageBuffer8BitAccess="storageBuffer8BitAccess" in on)
         ei = vk.VkPhysicalDeviceShaderFloat16Int8Features(
-            pNext=e8, shaderFloat16=fi.shaderFloat16, shaderInt8=fi.shaderInt8)
-        base = vk.VkPhysicalDeviceFeatures(shaderInt16=feats.features.shaderInt16,
-                                           shaderInt64=feats.features.shaderInt64)
-        enabled = vk.VkPhysicalDeviceFeatures2(pNext=ei, features=base)
+            pNext=e8, shaderFloat16="shaderFloat16" in on, shaderInt8="shaderInt8" in on)
+        edot = vk.VkPhysicalDeviceShaderIntegerDotProductFeatures(pNext=ei, shaderIntegerDotProduct=True)
+        base = vk.VkPhysicalDeviceFeatures(shaderInt16="shaderInt16" in on, shaderInt64="shaderInt64" in on)
+        dot_on = "shaderIntegerDotProduct" in on
+        enabled = vk.VkPhysicalDeviceFeatures2(pNext=edot if dot_on else ei, features=base)
         exts = ["VK_EXT_memory_budget"] if self.has_memory_budget else []
         if self.import_alignment is not None:
             exts.append(EXTERNAL_MEMORY_HOST)
+        if dot_on:
+            exts.append(INTEGER_DOT_PRODUCT)
         qci = vk.VkDeviceQueueCreateInfo(queueFamilyIndex=self.queue_family, pQueuePriorities=[1.0])
         dci = vk.VkDeviceCreateInfo(pNext=enabled, pQueueCreateInfos=[qci], ppEnabledExtensionNames=exts)
         self.device = vk.vkCreateDevice(self.physical, dci, None)
@@ -262,6 +297,7 @@ class Device:
             "maxMemoryAllocationSize": self.max_memory_allocation_size,
             "memory_types": [(t.index, hex(t.flags), t.heap) for t in self.memory_types],
             "heaps": self.heap_sizes, "features": self.features, "validation": self.validation,
+            "profile": self.profile, "limits": self.limits.describe(),
             "minImportedHostPointerAlignment": self.import_alignment,
         }
 

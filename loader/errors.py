@@ -42,6 +42,11 @@ class UnsupportedOpError(LoadError, _OpsUnsupported):
     """The graph uses an op (or an argument combination) vkx cannot run."""
 
 
+class LimitError(UnsupportedOpError):
+    """A kernel or a binding is over a device limit in force (the device's or its profile's),
+    or needs a feature that is not in force; the message names the kernel, the limit and the value."""
+
+
 class TorchMissingError(LoadError):
     """The program's execution plan needs torch (CPU ops, tensors between delegates) and torch is not installed."""
 

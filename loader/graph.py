@@ -16,7 +16,7 @@ from vkx.format.dtypes import DType
 from vkx.format.errors import FormatError
 from vkx.format.memplan import check_memory_plan
 from vkx.loader import ops
-from vkx.loader.errors import BadProgramError, UnsupportedOpError, as_load_error
+from vkx.loader.errors import BadProgramError, LimitError, UnsupportedOpError, as_load_error
 
 
 def device_dtype(vid: int, datatype: g.DataType) -> DType:
@@ -78,8 +78,10 @@ class GraphBuilder:
 
     def __init__(self, graph: g.VkGraph, max_binding_bytes: int, offset_alignment: int,
                  push_bytes: int = 128, max_groups: tuple = (65535, 65535, 65535),
-                 compute_units: int = 1, shared_memory_bytes: int = 16384, is_cpu: bool = False):
+                 compute_units: int = 1, shared_memory_bytes: int = 16384, is_cpu: bool = False,
+                 max_invocations: int = 128):
         self.graph = graph
+        self.max_invocations = max_invocations
         self.compute_units = compute_units
         self.shared_memory_bytes = shared_memory_bytes
         self.is_cpu = is_cpu
@@ -272,25 +274,25 @@ class GraphBuilder:
                 raise BadProgramError(f"{self._node}: binding {i} names unknown tensor {arg.vid}")
             limit = max(t.nbytes, 16)
             if offset % self.offset_alignment:
-                raise UnsupportedOpError(f"{self._node}: binding {i} offset {offset} is not a multiple "
-                                         f"of minStorageBufferOffsetAlignment {self.offset_alignment}")
+                raise LimitError(f"{self._node}: binding {i} offset {offset} is not a multiple "
+                                 f"of minStorageBufferOffsetAlignment {self.offset_alignment}")
             if offset < 0 or size < 0 or offset + size > limit:
                 raise UnsupportedOpError(f"{self._node}: binding {i} range [{offset}, {offset + size}) "
                                          f"is outside tensor {arg.vid} ({t.nbytes} bytes)")
             if size > self.max_binding_bytes:
-                raise UnsupportedOpError(f"{self._node}: binding {i} covers {size} bytes, over "
-                                         f"maxStorageBufferRange {self.max_binding_bytes}; bind SubRanges")
+                raise LimitError(f"{self._node}: binding {i} covers {size} bytes, over "
+                                 f"maxStorageBufferRange {self.max_binding_bytes}; bind SubRanges")
             resolved.append((t, offset, max(size, 4) if size == 0 else size))
         push = bytes(push or b"")
         if len(push) > self.push_bytes:
-            raise UnsupportedOpError(f"{self._node}: {len(push)} push-constant bytes, over {self.push_bytes}")
+            raise LimitError(f"{self._node}: {len(push)} push-constant bytes, over maxPushConstantsSize {self.push_bytes}")
         if len(push) % 4:
             push += b"\0" * (4 - len(push) % 4)
         groups = tuple(int(x) for x in groups)
         if len(groups) != 3 or any(x < 0 for x in groups):
             raise ValueError(f"{self._node}: groups must be three counts, got {groups}")
         if any(x > m for x, m in zip(groups, self.max_groups)):
-            raise UnsupportedOpError(f"{self._node}: {groups} workgroups exceed maxComputeWorkGroupCount")
+            raise LimitError(f"{self._node}: {groups} workgroups exceed maxComputeWorkGroupCount {self.max_groups}")
         if 0 in groups:
             return  # nothing to do (an empty tensor)
         key = tuple(sorted((str(k), str(v)) for k, v in (defines or {}).items()))

@@ -27,6 +27,7 @@ import vulkan as vk
 from vkx.loader import pipeline_cache
 from vkx.loader.device import Device, ffi, lib
 from vkx.loader.errors import ShaderError
+from vkx.loader.limits import check_pipeline
 
 PUSH_BYTES = 128
 _glslc_version: str | None = None
@@ -189,6 +190,7 @@ class Pipelines:
             if p is not None:
                 return p
             spirv = compile_spirv(name, defines)
+            check_pipeline(self.device.limits, name, spirv, nbindings, self.push_bytes)
             d = self.device.device
             dsl, layout = self._layout(nbindings)
             module = vk.vkCreateShaderModule(d, vk.VkShaderModuleCreateInfo(codeSize=len(spirv), pCode=spirv), None)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json as jsonlib
+from typing import Optional
 
 import typer
 from rich.table import Table
@@ -13,31 +14,43 @@ _TYPES = {0: "other", 1: "integrated", 2: "discrete", 3: "virtual", 4: "cpu"}
 
 
 @user_errors
-def devices(json: bool = typer.Option(False, "--json", help="Print one JSON object (schema vkx.devices/1).")) -> None:
-    """List the Vulkan devices: index, name, type, memory heaps, and whether the direct upload path exists."""
+def devices(json: bool = typer.Option(False, "--json", help="Print one JSON object (schema vkx.devices/1)."),
+            profile: Optional[str] = typer.Option(None, "--profile", metavar="NAME",
+                                                  help="Show the limits in force under this device profile "
+                                                       "(docs/profiles.md) [default: VKX_DEVICE_PROFILE].")) -> None:
+    """List the Vulkan devices: index, name, type, memory heaps, whether the direct upload path exists,
+    and the device profile in force with the limits kernels are chosen from."""
     import vulkan as vk
 
     from vkx.loader.device import Device
     from vkx.loader.memory import Allocator
 
     found = []
-    first = Device("0")
+    first = Device("0", profile=profile)
     count = len(vk.vkEnumeratePhysicalDevices(first.instance))
     for index in range(count):
-        dev = first if index == 0 else Device(str(index))
+        dev = first if index == 0 else Device(str(index), profile=profile)
         try:
             found.append({"index": index, "name": dev.name, "type": _TYPES.get(dev.device_type, "other"),
                           "heap_bytes": list(dev.heap_sizes),
-                          "direct_upload": Allocator(dev).direct_type() is not None})
+                          "direct_upload": Allocator(dev).direct_type() is not None,
+                          "profile": dev.profile, "limits": dev.limits.describe()})
         finally:
             dev.close()
     if json:
         print(jsonlib.dumps({"schema": SCHEMA, "devices": found}, indent=1))
         return
     table = Table(show_edge=False, header_style="bold")
-    for column in ("index", "name", "type", "heaps", "direct upload"):
+    for column in ("index", "name", "type", "heaps", "direct upload", "profile", "limits in force"):
         table.add_column(column)
     for d in found:
         table.add_row(str(d["index"]), safe(d["name"]), d["type"], ", ".join(size(n) for n in d["heap_bytes"]),
-                      "yes" if d["direct_upload"] else "no")
+                      "yes" if d["direct_upload"] else "no", d["profile"] or "none", _limits(d["limits"]))
     console.print(table)
+
+
+def _limits(limits: dict) -> str:
+    """The limits kernels are chosen from, in one cell: binding range, alignment, workgroup, shared, features."""
+    return (f"binding {size(limits['maxStorageBufferRange'])}, align {limits['minStorageBufferOffsetAlignment']}, "
+            f"workgroup {limits['maxComputeWorkGroupInvocations']}, shared {size(limits['maxComputeSharedMemorySize'])}, "
+            f"subgroup {limits['subgroupSize']}; {' '.join(limits['features']) or 'no optional features'}")

@@ -72,6 +72,9 @@ def generate(
     json: bool = typer.Option(False, "--json", help="One JSON object on stdout (schema vkx.generate/1)."),
     device: Optional[str] = typer.Option(None, "--device", metavar="INDEX|NAME",
                                          help="Device index or name substring, as vkx devices lists them."),
+    profile: Optional[str] = typer.Option(None, "--profile", metavar="NAME",
+                                          help="Use a device profile's limits where lower (docs/profiles.md) "
+                                               "[default: VKX_DEVICE_PROFILE]."),
 ) -> None:
     """Generate text with the causal LM program FILE (exported from a Hugging Face folder), streaming it,
     until --max-new-tokens or an EOS token of the model."""
@@ -93,7 +96,8 @@ def generate(
     sampling.check()
     text_tokenizer = _read_tokenizer(tokenizer) if tokenizer is not None else None
     ids = _prompt_ids(prompt_ids) if prompt_ids is not None else text_tokenizer.encode(prompt).ids
-    dev = Device(device) if device is not None else default_device()
+    own = device is not None or profile is not None
+    dev = Device(device, profile=profile) if own else default_device()
     timings = Timings()
     try:
         with load(model, [str(p) for p in external], device=dev) as program:
@@ -109,7 +113,7 @@ def generate(
                     print(token, end=" ", flush=True)
             device_peak = program.memory["ledger"]["peak_total"]
     finally:
-        if device is not None:
+        if own:
             dev.close()
     stopped = "eos" if tokens[-1] in decoder.eos_token_ids else "max_new_tokens"
     report = {"schema": SCHEMA, "model": str(model), "prompt_tokens": len(ids), "tokens": tokens, "stop": stopped,

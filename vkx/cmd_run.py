@@ -144,6 +144,9 @@ def run(
                                          help="Device index or name substring, as vkx devices lists them "
                                               "[default: VKX_DEVICE, else the first GPU]."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No loading line or upload bar on stderr."),
+    profile: Optional[str] = typer.Option(None, "--profile", metavar="NAME",
+                                          help="Use a device profile's limits where lower (docs/profiles.md) "
+                                               "[default: VKX_DEVICE_PROFILE]."),
     method: Optional[str] = typer.Option(None, "--method", metavar="NAME",
                                          help="The method to run, in a file of several (vkx inspect lists them)."),
 ) -> None:
@@ -162,7 +165,8 @@ def run(
 
     from vkx.loader import load
     from vkx.loader.device import Device, default_device
-    dev = Device(device) if device is not None else default_device()
+    own = device is not None or profile is not None
+    dev = Device(device, profile=profile) if own else default_device()
     try:
         if not quiet and stderr.is_terminal:
             stderr.print(f"loading {safe(model)} on {safe(dev.name)} ({schedule.value} schedule)")
@@ -192,7 +196,7 @@ def run(
             from safetensors.numpy import save_file
             save_file({f"output_{i}": np.ascontiguousarray(o) for i, o in enumerate(outs)}, str(output))
     finally:
-        if device is not None:
+        if own:
             dev.close()
     report = _report(model, schedule.value, memory, load_s, first_s, times, outs, trace_memory)
     report["method"] = target.name

@@ -97,6 +97,8 @@ class OpBuilder(Protocol):
     """The device's compute units (vkx.loader.device.Device.compute_units)."""
     shared_memory_bytes: int
     """Shared memory one workgroup may use (maxComputeSharedMemorySize)."""
+    max_invocations: int
+    """Invocations one workgroup may have (maxComputeWorkGroupInvocations in force)."""
     is_cpu: bool
     """Whether the device is a CPU (lavapipe): kernels tuned for GPUs may choose otherwise there."""
 

@@ -100,7 +100,7 @@ def attention(builder: OpBuilder, node: str, q: TensorArg, k: TensorArg, v: Tens
             bindings = [sbind] + ([mbind] if mask is not None else [])
             push = _SOFTMAX_PUSH.pack(n, r0, L, S, nb2, offs[0] - sshift,
                                       offs[1], inner[1][0], inner[1][1], sml, sms)
-            groups, wg = row_dispatch(n, S)
+            groups, wg = row_dispatch(builder, n, S)
             builder.dispatch("attention_softmax", bindings, push, groups, {**defines, **wg})
 
     # 3. out = p @ v

@@ -178,7 +178,7 @@ def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
         defines.update(B_VEC_K=1, **load4("B", "b4", b.tensor.dtype))
     elif b.sj == 1 and N % 4 == 0 and _vec_ok(boff, [(b.si, K), (b.sb1, nb1), (b.sb2, nb2)]):
         defines.update(B_VEC_N=1, **load4("B", "b4", b.tensor.dtype))
-    if M >= TILED_MIN and N >= TILED_MIN:
+    if M >= TILED_MIN and N >= TILED_MIN and builder.max_invocations >= TILED_INVOCATIONS:
         record_tiled(builder, bindings, defines, M, N, K, nb1, nb2,
                      (aoff, a.si, a.sj, a.sb1, a.sb2, boff, b.si, b.sj, b.sb1, b.sb2),
                      (coff, c.si, c.sb1, c.sb2), c.tensor.dtype,
@@ -210,6 +210,9 @@ def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
 
 TILED_MIN = 32
 """Products with at least this many rows and columns take shaders/matmul_tiled.comp."""
+TILED_INVOCATIONS = 256
+"""shaders/matmul_tiled.comp's 16 x 16 workgroup: a device (or profile) allowing fewer
+invocations takes shaders/matmul.comp instead."""
 
 MATVEC_ROWS = 16
 """Output columns per matvec workgroup (A is read once per MATVEC_ROWS columns)."""

@@ -26,11 +26,17 @@ ROW_MIN = 64
 """Rows at least this long take a workgroup each (shorter ones: an invocation each)."""
 
 
-def row_dispatch(rows: int, n: int) -> tuple[tuple[int, int, int], dict[str, int]]:
+ROW_WGS = (256, 128, 64)
+"""Workgroup sizes of a row (ROW_WG): the first within the device's invocations, for rows of
+at least 1024 elements; 64 for shorter rows."""
+
+
+def row_dispatch(builder: OpBuilder, rows: int, n: int) -> tuple[tuple[int, int, int], dict[str, int]]:
     """(groups, defines) of a shaders/rows.glslh op over `rows` rows of `n` elements."""
     if n < ROW_MIN:
         return dispatch_groups(rows), {}
-    return dispatch_groups(rows, 1), {"ROW_WG": 256 if n >= 1024 else 64}
+    wg = next(w for w in ROW_WGS if w <= builder.max_invocations) if n >= 1024 else ROW_WGS[-1]
+    return dispatch_groups(rows, 1), {"ROW_WG": wg}
 
 
 def _types(*buffers: tuple[str, str, TensorArg]) -> dict[str, str]:
@@ -57,7 +63,7 @@ def softmax(builder: OpBuilder, call: Call) -> None:
     for o0, oc in row_chunks(builder, outer, slab, [src, out]):
         rows = oc * inner
         push = struct.pack("<III", rows, d, inner)
-        groups, wg = row_dispatch(rows, d)
+        groups, wg = row_dispatch(builder, rows, d)
         builder.dispatch("softmax", [rows_binding(src, o0, oc, slab), rows_binding(out, o0, oc, slab)],
                          push, groups, {**defines, **wg})
 
@@ -83,7 +89,7 @@ def native_layer_norm(builder: OpBuilder, call: Call) -> None:
         sb, _ = bind_elems(builder, rstd, r0, rc)  # the same shift: mean and rstd have the same size
         binds = [xb, rows_binding(out, r0, rc, n), weight or xb, bias or xb, mb, sb]
         push = struct.pack("<IIfI", rc, n, call["eps"], r0 - shift)
-        groups, wg = row_dispatch(rc, n)
+        groups, wg = row_dispatch(builder, rc, n)
         builder.dispatch("layer_norm", binds, push, groups, {**defines, **wg})
 
 
@@ -107,7 +113,7 @@ def rms_norm_rows(builder: OpBuilder, src: TensorArg, weight: TensorArg | None, 
         xb = rows_binding(src, r0, rc, n)
         yb = rows_binding(out, r0, rc, n)
         push = struct.pack("<IIf", rc, n, eps)
-        groups, wg = row_dispatch(rc, n)
+        groups, wg = row_dispatch(builder, rc, n)
         builder.dispatch("rms_norm", [xb, yb, weight or xb], push, groups, {**defines, **wg})
 
 
@@ -173,5 +179,5 @@ def reduce_dims(builder: OpBuilder, call: Call) -> None:
     defines = _types(("X", "x", src), ("Y", "y", out))
     if call.decl.name == "aten.mean.dim":
         defines["MEAN"] = "1"
-    groups, wg = row_dispatch(out.numel, count)
+    groups, wg = row_dispatch(builder, out.numel, count)
     builder.dispatch("reduce_dims", [src, out], push, groups, {**defines, **wg})

@@ -1,0 +1,132 @@
+"""Device profiles and the limits in force (vkx.loader.limits): kernels chosen within them,
+every pipeline checked against them, what is over them refused with a LimitError."""
+import numpy as np
+import pytest
+import torch
+
+from vkx.loader.device import Device
+from vkx.loader.errors import LimitError
+from vkx.loader.ops import elem_defines
+from vkx.loader.limits import PROFILES, Limits, check_pipeline, pipeline_needs
+from vkx.loader.shaders import compile_spirv, pipelines_for
+
+from vkx.format import dtypes
+from vkx.export.quantize import dequantize, quantize_weight
+
+from ..ops.conftest import Const, assert_close, assert_norm_close, rand, run_graph
+
+pytestmark = pytest.mark.vulkan
+
+BASELINE = "android-baseline-2022"
+
+
+@pytest.fixture(scope="module")
+def baseline():
+    dev = Device(profile=BASELINE)
+    yield dev
+    dev.close()
+
+
+def _kernels(dev: Device) -> set[tuple[str, tuple]]:
+    """(shader, defines) of every pipeline made on `dev` so far."""
+    return {(name, defines) for name, defines, _ in pipelines_for(dev)._pipelines}
+
+
+def test_under_takes_the_lower_limit_the_higher_alignment_and_the_common_features():
+    dev = Limits(1 << 27, 16, 128, 32768, 1024, (1024, 1024, 1024), (65535,) * 3, 32, 8, 8,
+                 frozenset({"shaderInt16", "storageBuffer16BitAccess"}))
+    got = dev.under(PROFILES[BASELINE])
+    assert (got.max_storage_buffer_range, got.min_storage_buffer_offset_alignment) == (1 << 27, 256)
+    assert (got.max_compute_work_group_invocations, got.max_compute_work_group_size) == (128, (128, 128, 128))
+    assert (got.max_per_stage_descriptor_storage_buffers, got.max_bound_descriptor_sets) == (32, 4)
+    assert got.subgroup_size == 8  # the baseline names none: the device's
+    assert got.features == {"shaderInt16"}
+    assert dev.under(PROFILES["adreno-7xx"]).subgroup_size == 128
+
+
+def test_device_under_a_profile_reports_and_enables_only_what_is_in_force(baseline):
+    assert baseline.profile == BASELINE
+    assert baseline.limits.max_compute_work_group_invocations == 128
+    assert baseline.min_storage_buffer_offset_alignment == 256
+    assert baseline.max_storage_buffer_range <= 1 << 28
+    assert baseline.features["storageBuffer16BitAccess"] is False and baseline.features["shaderInt16"] is True
+    assert baseline.describe()["limits"]["maxComputeWorkGroupInvocations"] == 128
+
+
+def test_unknown_profile_is_refused_naming_the_known_ones():
+    with pytest.raises(LimitError, match="unknown device profile 'phone'.*android-baseline-2022"):
+        Device(profile="phone")
+
+
+def test_pipeline_needs_reads_workgroup_size_shared_memory_and_features():
+    rows = pipeline_needs(compile_spirv("rms_norm", {"ROW_WG": 256, **elem_defines("X", "x", dtypes.FLOAT32),
+                                                     **elem_defines("Y", "y", dtypes.FLOAT32),
+                                                     **elem_defines("W", "w", dtypes.FLOAT32)}))
+    assert rows.local_size == (256, 1, 1) and rows.shared_bytes == 256 * 4 and rows.features == set()
+    tiled = pipeline_needs(compile_spirv("matmul_tiled", _tiled_defines()))
+    assert tiled.local_size == (16, 16, 1) and tiled.shared_bytes == 4 * 16 * (64 + 64)
+
+
+def _tiled_defines() -> dict:
+    return {**elem_defines("A", "a", dtypes.FLOAT32), **elem_defines("B", "b", dtypes.BFLOAT16),
+            **elem_defines("C", "c", dtypes.FLOAT32), "RT": 4, "CT": 4, "BK": 16}
+
+
+def test_a_kernel_over_a_limit_is_refused_naming_kernel_limit_and_value():
+    spirv = compile_spirv("matmul_tiled", _tiled_defines())
+    baseline = PROFILES[BASELINE]
+    with pytest.raises(LimitError, match=r"kernel matmul_tiled: maxComputeWorkGroupInvocations is 128 in force, "
+                                         r"the kernel needs 256"):
+        check_pipeline(baseline, "matmul_tiled", spirv, 3, 128)
+    wide = Limits(**{**baseline.__dict__, "max_compute_work_group_invocations": 1024,
+                     "max_compute_work_group_size": (1024,) * 3, "max_compute_shared_memory_size": 4096})
+    with pytest.raises(LimitError, match="maxComputeSharedMemorySize is 4096 in force, the kernel needs 8192"):
+        check_pipeline(wide, "matmul_tiled", spirv, 3, 128)
+    roomy = Limits(**{**wide.__dict__, "max_compute_shared_memory_size": 32768})
+    with pytest.raises(LimitError, match="needs storageBuffer16BitAccess"):  # B is bf16
+        check_pipeline(roomy, "matmul_tiled", spirv, 3, 128)
+    with pytest.raises(LimitError, match="maxPerStageDescriptorStorageBuffers is 35 in force, the kernel needs 36"):
+        check_pipeline(roomy, "matmul_tiled", spirv, 36, 128)
+
+
+def test_kernels_are_chosen_within_the_profile_and_match_torch(baseline):
+    x = rand(3, 2048, seed=1, scale=3.0)
+    assert_close(run_graph("aten._softmax.default", [x, -1, False], (tuple(x.shape), torch.float32),
+                           device=baseline), torch.softmax(x, -1))
+    a, w = rand(64, 96, seed=2), rand(80, 96, seed=3)
+    assert_close(run_graph("aten.linear.default", [a, Const(w), None], ((64, 80), torch.float32), device=baseline),
+                 a @ w.T, rtol=1e-4, atol=1e-4)
+    made = _kernels(baseline)
+    assert dict(next(d for n, d in made if n == "softmax"))["ROW_WG"] == "128"
+    assert "matmul" in {n for n, _ in made} and "matmul_tiled" not in {n for n, _ in made}
+    for name, defines, nbindings in pipelines_for(baseline)._pipelines:
+        check_pipeline(baseline.limits, name, compile_spirv(name, dict(defines)), nbindings, 128)
+
+
+def test_16_bit_tensors_without_16_bit_storage_are_refused_naming_the_feature(baseline):
+    x = rand(4, 8, seed=4).to(torch.bfloat16)
+    with pytest.raises(LimitError, match="needs storageBuffer16BitAccess"):
+        run_graph("aten._softmax.default", [x, -1, False], (tuple(x.shape), torch.bfloat16), device=baseline)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_quantized_weights_run_without_int8_arithmetic(bits):
+    """adreno-7xx has 8/16-bit storage but no shaderInt8: int4 and int8 weights still run."""
+    dev = Device(profile="adreno-7xx")
+    try:
+        assert dev.features["shaderInt8"] is False and dev.features["storageBuffer8BitAccess"] is True
+        q, s = quantize_weight(rand(37, 256, seed=1), bits, 32)
+        for m in (1, 3):  # matvec_q and linear_q
+            x = rand(m, 256, seed=2)
+            got = run_graph("vkx.linear_q.default", [x, Const(q), Const(s), None, bits, 32], (m, 37), device=dev)
+            assert_norm_close(got, x.double() @ dequantize(q, s, bits, 32).double().T, rtol=1e-5, atol=1e-5)
+    finally:
+        dev.close()
+
+
+def test_bindings_offset_by_the_profile_alignment(baseline):
+    """A slice bound in parts at a small range: every offset a multiple of 256 (graph.dispatch checks)."""
+    x = torch.arange(3000, dtype=torch.float32).reshape(30, 100)
+    got = run_graph("aten.slice_copy.Tensor", [x, 0, 3, 29, 1], (26, 100), device=baseline,
+                    max_binding_bytes=2048)
+    np.testing.assert_array_equal(np.asarray(got), x[3:29].numpy())
