@@ -1,9 +1,10 @@
-"""describe(): a JSON-able report of a .pte (schema "vkx.describe/1", documented in docs/format.md).
+"""describe(): a JSON-able report of a .pte (schema "vkx.describe/2", documented in docs/format.md).
 
 Reads metadata only (never segment bytes), so it is fast on files of any size.
 """
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from pathlib import Path
@@ -19,7 +20,7 @@ from .methods import constant_keys, methods as methods_of, states as graph_state
 from .program import SEGMENT, ExecutionPlan
 from .pte import ProgramFile, VulkanDelegate
 
-SCHEMA = "vkx.describe/1"
+SCHEMA = "vkx.describe/2"
 EXTERNAL_SUFFIXES = (".ptd", ".safetensors")
 
 
@@ -55,14 +56,40 @@ def find_external(path: str | os.PathLike, external: Sequence[str | os.PathLike]
         return ([beside], beside) if beside is not None and missing_keys(pf) else ([], None)
 
 
-IMPORT_PAGE = 4096
-"""A constant whose file bytes start on this boundary can be used in place by a device (import)."""
+IMPORT_ALIGNMENT = 64
+"""A named constant whose file bytes start on a multiple of this can be used in place by a device
+with VK_EXT_external_memory_host (upload="import"): the loader imports the enclosing pages and binds
+the buffer at the constant's offset in them, which must be a multiple of the buffer's alignment
+(64 on lavapipe; docs/memory.md)."""
+
+LAZY_PEAK = "W + A + IO + state"
+EAGER_PEAK = "2W + A + IO + w + state"
+
+
+def lazy_peak(W: int, A: int, IO: int, state: int) -> int:
+    """Device memory at the end of a lazy load (LAZY_PEAK): each weight allocated right before its
+    upload, the staging ring (S <= W / 100) freed before the state, activations and io buffers."""
+    return W + A + IO + state
+
+
+def eager_peak(W: int, A: int, IO: int, w: int, state: int) -> int:
+    """Peak of an eager load (EAGER_PEAK): every weight and activation allocated first, then each
+    weight's host copy kept and copied through a staging buffer of its own size."""
+    return 2 * W + A + IO + w + state
 
 
 def _alignment(offset: int) -> int:
     """Largest power of two dividing offset (capped at 1 MiB; 0 counts as 1 MiB)."""
     cap = 1 << 20
     return cap if offset % cap == 0 else offset & -offset
+
+
+def compile_spec(value: bytes) -> dict[str, Any]:
+    """A compile spec's value: {"json": value} when its bytes are UTF-8 JSON (vkx's io names), else {"hex": ...}."""
+    try:
+        return {"json": json.loads(value.decode("utf-8"))}
+    except ValueError:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return {"hex": value.hex()}
 
 
 def _tensor(g: vk.VkGraph, vid: int, name: str | None) -> dict[str, Any]:
@@ -108,7 +135,7 @@ def describe(path: str | os.PathLike, external: Sequence[str | os.PathLike] = ()
 
 
 def _describe(pf: ProgramFile, exts: list[ExternalData]) -> dict[str, Any]:
-    p, h, v = pf.program, pf.header, pf.vulkan
+    p, h = pf.program, pf.header
     users: dict[int, list[str]] = {}
     if p.constant_segment is not None:
         users.setdefault(p.constant_segment[0], []).append("constant_segment")
@@ -162,10 +189,9 @@ def _describe(pf: ProgramFile, exts: list[ExternalData]) -> dict[str, Any]:
         "metadata": {"external_files": list(pf.metadata.external_files),
                      "eos_token_ids": list(pf.metadata.eos_token_ids)},
         "delegates": [{"plan": pi, "index": di, "id": d.id, "location": "segment" if d.location == SEGMENT else "inline",
-                       "data_index": d.index, "compile_specs": {k: val.hex() for k, val in d.compile_specs},
+                       "data_index": d.index, "compile_specs": {k: compile_spec(val) for k, val in d.compile_specs},
                        "vulkan": graphs.get((pi, di))}
                       for pi, plan in enumerate(p.execution_plan) for di, d in enumerate(plan.delegates)],
-        "vulkan": None if v is None else graphs[v.plan_index, v.delegate_index],
         "methods": describe_methods(pf, graphs),
         "states": state_list,
         "totals": _totals(list(graphs.values()), sum(x["bytes"] for x in state_list), bool(several)),
@@ -175,19 +201,20 @@ def _describe(pf: ProgramFile, exts: list[ExternalData]) -> dict[str, Any]:
 def _delegate(v: VulkanDelegate, where: dict[str, FileRange], path: str,
               key_info: dict[str, dict[str, Any]], stored: set[str]) -> dict[str, Any]:
     """One VulkanBackend delegate: its blob, VH00 header and VkGraph (with where each constant is).
-    `stored`: the named keys already counted in W (a named key is one tensor in the file and one on
-    the device)."""
+    `stored`: the byte ranges already counted in W (a byte range of a file is one device tensor, as
+    the loader loads it, whatever constants and keys read it)."""
     constants: list[dict[str, Any]] = []
     tensors = constant_tensors(v.graph)
-    W = w = ready = ready_bytes = 0
+    W = w = count = ready = ready_bytes = 0
     for k, c in enumerate(v.graph.constants):
         t = tensors.get(k)
         nbytes = t.nbytes if t is not None else c.length
         r = where.get(c.named_key) if c.is_named else None
-        if not c.is_named or c.named_key not in stored:
-            stored.add(c.named_key)
-            W, w = W + nbytes, max(w, nbytes)
-            if r is not None and nbytes and r.offset % IMPORT_PAGE == 0:
+        tensor = (r.path, r.offset, r.size) if r is not None else c.named_key if c.is_named else ("legacy", k)
+        if tensor not in stored:
+            stored.add(tensor)
+            W, w, count = W + nbytes, max(w, nbytes), count + 1
+            if r is not None and nbytes and r.offset % IMPORT_ALIGNMENT == 0:
                 ready, ready_bytes = ready + 1, ready_bytes + nbytes
         constants.append({
             "id": k, "key": c.named_key if c.is_named else None, "bytes": nbytes,
@@ -201,6 +228,8 @@ def _delegate(v: VulkanDelegate, where: dict[str, FileRange], path: str,
             info["constant_ids"].append(k)
             info["users"].append({"plan": v.plan_index, "delegate": v.delegate_index, "id": k})
     A, A_live = activation_totals(v.graph)
+    graph = _vkgraph(v, constants, path)
+    IO = sum(t.get("bytes", 0) for t in graph["inputs"] + graph["outputs"])
     return {
         "plan": v.plan_index, "index": v.delegate_index,
         "blob": {"offset": v.blob.offset, "size": v.blob.size},
@@ -208,8 +237,9 @@ def _delegate(v: VulkanDelegate, where: dict[str, FileRange], path: str,
                  "flatbuffer_size": v.header.flatbuffer_size, "bytes_offset": v.header.bytes_offset,
                  "bytes_size": v.header.bytes_size},
         "legacy_section": {"offset": v.legacy_section.offset, "size": v.legacy_section.size},
-        "graph": _vkgraph(v, constants, path),
-        "totals": {"W": W, "w": w, "A": A, "A_live": A_live, "import_ready": ready, "import_ready_bytes": ready_bytes},
+        "graph": graph,
+        "totals": {"constants": count, "W": W, "w": w, "A": A, "A_live": A_live, "IO": IO,
+                   "import_ready": ready, "import_ready_bytes": ready_bytes},
     }
 
 
@@ -241,26 +271,26 @@ def file_totals(tensors: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _totals(delegates: list[dict[str, Any]], state: int, methods: bool) -> dict[str, int]:
     """Load memory of every delegate, loaded one after another: delegate k loads while the ones before it
-    hold their weights and activations (with one delegate: W + max(A, 2w) and 2W + A + w), plus the state.
+    hold their weights, activations and io buffers (lazy_peak, eager_peak), plus the state.
 
-    Methods (`methods`) load as one: each W counts only keys no method before it read, and their
-    activations take turns in one allocation (A = the largest method's)."""
-    W = w = A = A_live = peak_old = peak_lazy = ready = ready_bytes = 0
+    Methods (`methods`) load as one: each W counts only byte ranges no method before it read, and
+    their activations take turns in one allocation (A = the largest method's)."""
+    W = w = A = A_live = IO = peak_eager = constants = ready = ready_bytes = 0
     for d in delegates:
         t = d["totals"]
         held = 0 if methods else A
-        peak_old = max(peak_old, W + held + 2 * t["W"] + t["A"] + t["w"])
-        peak_lazy = max(peak_lazy, W + held + t["W"] + max(t["A"], 2 * t["w"]))
+        peak_eager = max(peak_eager, W + eager_peak(t["W"], held + t["A"], IO + t["IO"], t["w"], state))
         if methods:
             A, A_live = max(A, t["A"]), max(A_live, t["A_live"])
         else:
             A, A_live = A + t["A"], A_live + t["A_live"]
-        W, w = W + t["W"], max(w, t["w"])
+        W, w, IO, constants = W + t["W"], max(w, t["w"]), IO + t["IO"], constants + t["constants"]
         ready, ready_bytes = ready + t["import_ready"], ready_bytes + t["import_ready_bytes"]
     if methods:
-        peak_old, peak_lazy = 2 * W + A + w, W + max(A, 2 * w)
-    return {"W": W, "w": w, "A": A, "A_live": A_live, "state": state, "peak_old": peak_old + state,
-            "peak_lazy": peak_lazy + state, "import_ready": ready, "import_ready_bytes": ready_bytes}
+        peak_eager = eager_peak(W, A, IO, w, state)
+    return {"constants": constants, "W": W, "w": w, "A": A, "A_live": A_live, "IO": IO, "state": state,
+            "peak_eager": peak_eager, "peak_lazy": lazy_peak(W, A, IO, state),
+            "import_ready": ready, "import_ready_bytes": ready_bytes}
 
 
 def describe_methods(pf: ProgramFile, graphs: dict[tuple[int, int], dict[str, Any]]) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ import flatbuffers
 
 from . import vkgraph as vk
 from .common import ScalarType, align
+from .program import PROGRAM_IDENTIFIER
 from .generated import flat_tensor_generated as ft
 from .generated import program_generated as pg
 from .generated import vkgraph_generated as g
@@ -196,7 +197,7 @@ def encode_program(plans: Sequence[PlanSpec], segments: Sequence[tuple[int, int]
     pg.ProgramAddConstantSegment(b, constant_segment)
     if named_v is not None:
         pg.ProgramAddNamedData(b, named_v)
-    b.Finish(pg.ProgramEnd(b), file_identifier=b"ET12")
+    b.Finish(pg.ProgramEnd(b), file_identifier=PROGRAM_IDENTIFIER)
     return bytes(b.Output())
 
 

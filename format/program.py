@@ -215,9 +215,13 @@ def _plan(t: Table) -> ExecutionPlan:
     )
 
 
+PROGRAM_IDENTIFIER = b"ET12"
+"""The FlatBuffer file identifier of an ExecuTorch program (bytes 4..8 of a .pte)."""
+
+
 def decode_program(r: Reader) -> Program:
-    """Decode the Program at the reader's root (identifier ET12)."""
-    root = r.root(b"ET12", "program")
+    """Decode the Program at the reader's root (identifier PROGRAM_IDENTIFIER)."""
+    root = r.root(PROGRAM_IDENTIFIER, "program")
     segs = root.tables(4, "segments")
     cs = root.table(5, "constant_segment")
     named = root.tables(7, "named_data")

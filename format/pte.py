@@ -11,7 +11,7 @@ from .flatbuf import Reader
 from .headers import DelegateHeader, ExtendedHeader
 from .infile import InputFile
 from .metadata import ProgramMetadata, read_metadata
-from .program import INLINE, Program, TensorMeta, decode_program
+from .program import INLINE, PROGRAM_IDENTIFIER, Program, TensorMeta, decode_program
 from .vkgraph_decode import decode_vkgraph
 
 VULKAN_BACKEND = "VulkanBackend"
@@ -43,7 +43,12 @@ class ProgramFile(InputFile):
         self.header = h = ExtendedHeader.unpack(self.read(0, min(self.size, ExtendedHeader.OFFSET + ExtendedHeader.LENGTH)), path)
         program_size = self.size if h is None else h.program_size
         if program_size > self.size or program_size < 8:
-            raise TruncatedError("header.program_size", f"{program_size} but the file has {self.size} bytes", path)
+            raise TruncatedError("header.program_size", f"{program_size} but the file has {self.size} bytes: "
+                                 "the file is truncated", path)
+        identifier = bytes(self.read(4, 4))  # parse_extended_header refused a file under 8 bytes
+        if identifier != PROGRAM_IDENTIFIER:
+            raise BadMagicError("program", f"not an ExecuTorch program (file identifier {identifier!r}, "
+                                f"expected {PROGRAM_IDENTIFIER!r})", path)
         # the program flatbuffer (all of a file without extended header) in private memory
         self._program_reader = Reader(self.read(0, program_size), 0, program_size, path)
         self.program = p = decode_program(self._program_reader)
@@ -54,7 +59,8 @@ class ProgramFile(InputFile):
         self.segments = []
         for i, s in enumerate(segs):
             if sbo + s.offset + s.size > self.size:
-                raise OutOfBoundsError(f"segments[{i}]", f"[{s.offset}, +{s.size}) after base {sbo} runs past the end of the file ({self.size} bytes)", path)
+                raise OutOfBoundsError(f"segments[{i}]", f"[{s.offset}, +{s.size}) after base {sbo} runs past the end of "
+                                       f"the file ({self.size} bytes): the file is truncated", path)
             self.segments.append(FileRange(path, sbo + s.offset, s.size))
         self.named_data = {}
         if p.named_data is not None and p.segments is None:

@@ -101,7 +101,10 @@ class Device:
         self._pointer_properties = None
         try:
             self._create_instance()
-            self._pick_physical(os.environ.get("VKX_DEVICE") if selector is None else selector)
+            if selector is None:
+                self._pick_physical(os.environ.get("VKX_DEVICE"), "VKX_DEVICE=")
+            else:
+                self._pick_physical(selector, "device ")
             self._create_device(in_force)
         except vk.VkError as error:
             self.close(check=False)
@@ -134,7 +137,8 @@ class Device:
                                                         pfnUserCallback=_debug_callback)
             self._messenger = create(self.instance, mci, None)
 
-    def _pick_physical(self, selector: str | None) -> None:
+    def _pick_physical(self, selector: str | None, source: str) -> None:
+        """Pick the device `selector` names; `source` says where it came from in messages."""
         physicals = list(vk.vkEnumeratePhysicalDevices(self.instance))
         if not physicals:
             raise DeviceError("no Vulkan device found")
@@ -144,11 +148,11 @@ class Device:
             if selector.isdigit():
                 index = int(selector)
                 if index >= len(physicals):
-                    raise DeviceError(f"VKX_DEVICE={selector}: only {len(physicals)} device(s): {names}")
+                    raise DeviceError(f"{source}{selector}: only {len(physicals)} device(s): {names}")
             else:
                 hits = [i for i, n in enumerate(names) if selector.lower() in n.lower()]
                 if not hits:
-                    raise DeviceError(f"VKX_DEVICE={selector!r} matches none of {names}")
+                    raise DeviceError(f"{source}{selector!r} matches none of {names}")
                 index = hits[0]
         else:
             index = min(range(len(physicals)), key=lambda i: (_TYPE_RANK.get(props[i].deviceType, 9), i))

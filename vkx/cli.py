@@ -13,7 +13,7 @@ import typer
 
 import vkx
 from vkx import cmd_devices, cmd_export, cmd_generate, cmd_inspect, cmd_run
-from vkx.console import plain
+from vkx.console import plain, reader_gone
 
 app = typer.Typer(
     add_completion=False,
@@ -49,6 +49,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     """Run the command line (`argv` defaults to sys.argv[1:]) and exit with its code."""
     try:
         code = app(args=argv, prog_name="vkx", standalone_mode=False)
+        sys.stdout.flush()  # here, not at exit: a reader that has gone is handled below
     except typer.TyperException as error:  # click's usage errors: bad option, value or argument
         message = error.format_message() if hasattr(error, "format_message") else str(error)
         print(f"vkx: error: {plain(message)}", file=sys.stderr)
@@ -56,4 +57,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     except typer.Abort:
         print("vkx: error: interrupted", file=sys.stderr)
         code = 130
+    except BrokenPipeError:
+        reader_gone()  # `vkx ... | head`: the reader has what it wanted
+        code = 0
     sys.exit(code if isinstance(code, int) else 0)

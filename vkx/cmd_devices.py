@@ -38,7 +38,7 @@ def devices(json: bool = typer.Option(False, "--json", help="Print one JSON obje
         finally:
             dev.close()
     if json:
-        print(jsonlib.dumps({"schema": SCHEMA, "devices": found}, indent=1))
+        print(jsonlib.dumps({"schema": SCHEMA, "devices": found}))
         return
     table = Table(show_edge=False, header_style="bold")
     for column in ("index", "name", "type", "heaps", "direct upload", "profile", "limits in force"):

@@ -53,6 +53,15 @@ class Quantize(str, Enum):
 GROUP_SIZES = (32, 64, 128, 256)
 
 
+def _floating_type(value: str) -> str:
+    """--dtype's value, checked: integer types are --quantize's, and the message says so."""
+    if value in (q.value for q in Quantize):
+        raise typer.BadParameter(f"{value} is not a floating type: for {value} weights use --quantize {value}")
+    if value not in (d.value for d in Dtype):
+        raise typer.BadParameter(f"{value} is not one of {', '.join(d.value for d in Dtype)}")
+    return value
+
+
 class _Bytes(ProgressColumn):
     """Bytes done / total, for stages that move bytes."""
 
@@ -170,8 +179,9 @@ def export(
         None, "--external-data", metavar="FILE",
         help="Write the weights to this .ptd or .safetensors instead of the .pte. For a model folder, naming "
              "its checkpoint (the folder, its model.safetensors, index or shards) references the weights in it."),
-    dtype: Dtype = typer.Option(
-        Dtype.keep, help="Floating type of weights, activations, inputs and outputs (keep: the model's own)."),
+    dtype: str = typer.Option(
+        Dtype.keep.value, metavar="keep|fp32|fp16|bf16", callback=_floating_type,
+        help="Floating type of weights, activations, inputs and outputs (keep: the model's own)."),
     weights: Optional[Path] = typer.Option(None, metavar="FILE.safetensors",
                                            help="Load this safetensors state dict into the model first."),
     alignment: Optional[int] = typer.Option(None, metavar="BYTES",
@@ -215,7 +225,7 @@ def export(
         with bars:
             display = _Display(bars)
             display.stage("load")
-            options = dict(layout=layout.value, external_data=external_data, dtype=dtype.value, alignment=alignment,
+            options = dict(layout=layout.value, external_data=external_data, dtype=dtype, alignment=alignment,
                            quantize=quantize.value if quantize else None, group_size=group_size, progress=display)
             if folder:
                 with _quiet_torch(verbose):

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from vkx import paths
 from vkx.console import console, fail, note, safe, size, user_errors
+from vkx.format.describe import EAGER_PEAK, IMPORT_ALIGNMENT, LAZY_PEAK, describe
 from vkx.format.errors import VkxError
 
 VALIDATE_SCHEMA = "vkx.validate/1"
@@ -35,14 +36,8 @@ def _table(title: str, *columns: str) -> Table:
     return t
 
 
-def _short(key: str | None, n: int = 16) -> str:
-    if key is None:
-        return "-"
-    return safe(key if len(key) <= n + 1 else key[:n] + "…")
-
-
 def _used(user: str) -> str:
-    return "named " + _short(user.removeprefix("named_data ")) if user.startswith("named_data ") else safe(user)
+    return "named " + safe(user.removeprefix("named_data ")) if user.startswith("named_data ") else safe(user)
 
 
 def _print(d: dict[str, Any], tensors: bool) -> None:
@@ -88,7 +83,7 @@ def _print(d: dict[str, Any], tensors: bool) -> None:
         console.print(f"\n[bold]VulkanBackend[/] delegate {v['index']} of plan {v['plan']}: blob {_size(v['blob']['size'])} "
                       f"at {v['blob']['offset']}, VkGraph {_size(v['vh00']['flatbuffer_size'])}, "
                       f"legacy section {_size(v['legacy_section']['size'])}")
-        console.print(f"{g['values']} values, {g['chain_length']} ops, {len(g['constants'])} constants "
+        console.print(f"{g['values']} values, {g['chain_length']} ops, {v['totals']['constants']} constants "
                       f"({safe(g['constant_layout'])})")
         ops = _table("Ops", "op", "count")
         for name, n in g["ops"].items():
@@ -107,16 +102,23 @@ def _print(d: dict[str, Any], tensors: bool) -> None:
     if tensors:
         _print_tensors(d["tensors"])
     _print_methods(d)
-    t = d["totals"]
+    console.print(memory_table(d["totals"]))
+
+
+def memory_table(t: dict[str, int]) -> Table:
+    """The load-memory estimates of describe()'s totals, each with what it means."""
     tot = _table("Load memory", "", "bytes", "meaning")
-    for name, meaning in (("W", "constant bytes"), ("w", "largest constant"),
+    for name, meaning in (("W", f"weights: {t['constants']} constants, each stored tensor once"),
+                          ("w", "largest constant"),
                           ("A", "activations (shared memory objects)"), ("A_live", "peak live activations"),
+                          ("IO", "input and output buffers"),
                           ("state", "state tensors (kept across calls)"),
-                          ("peak_old", "2W + A + w + state (eager load)"),
-                          ("peak_lazy", "W + max(A, 2w) + state (lazy load)"),
-                          ("import_ready_bytes", f"in {t['import_ready']} constants on 4096 B (importable in place)")):
+                          ("peak_lazy", f"{LAZY_PEAK} (lazy load, the default)"),
+                          ("peak_eager", f"{EAGER_PEAK} (eager load)"),
+                          ("import_ready_bytes", f"in {t['import_ready']} constants importable in place "
+                                                 f"(file offset a multiple of {IMPORT_ALIGNMENT} B)")):
         tot.add_row(name, _size(t[name]), meaning)
-    console.print(tot)
+    return tot
 
 
 def _print_tensors(tensors: list[dict[str, Any]]) -> None:
@@ -147,7 +149,7 @@ def _print_methods(d: dict[str, Any]) -> None:
         st = _table("State", "name", "dtype", "dims", "bytes", "initial", "methods")
         for x in d["states"]:
             st.add_row(safe(x["name"]), safe(x["dtype"]), str(x["dims"]), _size(x["bytes"]),
-                       _short(x["initial"]), ", ".join(safe(m) for m in x["methods"]))
+                       safe(x["initial"] or "-"), ", ".join(safe(m) for m in x["methods"]))
         console.print(st)
 
 
@@ -169,15 +171,14 @@ def _inputs(file: Path, external: list[Path], complete: bool) -> list[Path]:
 def inspect(
     file: Path = FILE,
     external_data: List[Path] = EXTERNAL,
-    json: bool = typer.Option(False, "--json", help="Print the describe() report as JSON (schema vkx.describe/1)."),
+    json: bool = typer.Option(False, "--json", help="Print the describe() report as one line of JSON "
+                                                    "(schema vkx.describe/2)."),
     tensors: bool = typer.Option(False, "--tensors", help="Also list every stored tensor by name."),
 ) -> None:
     """Show what is inside the .pte FILE: segments, delegate, VkGraph, constants, load-memory estimates."""
-    from vkx.format.describe import describe
-
     d = describe(file, _inputs(file, external_data, complete=False))
     if json:
-        print(jsonlib.dumps(d, indent=1))
+        print(jsonlib.dumps(d))
     else:
         _print(d, tensors)
 
@@ -188,26 +189,27 @@ def validate(
     external_data: List[Path] = EXTERNAL,
     json: bool = typer.Option(False, "--json", help="Print one JSON object (schema vkx.validate/1), also on failure."),
 ) -> None:
-    """Check the .pte FILE (and its external data) against every rule of docs/format.md; exit 2 on the first
+    """Check the .pte FILE (and its external data) against every rule of the file format; exit 2 on the first
     problem."""
     from vkx.format.validate import validate as run
 
     try:
-        r = run(file, _inputs(file, external_data, complete=True))
+        external = _inputs(file, external_data, complete=True)
+        r = run(file, external)
     except VkxError as error:
         if json:
             print(jsonlib.dumps({"schema": VALIDATE_SCHEMA, "ok": False, "path": str(file), "error": str(error)}))
         fail(str(error))
+    constants = describe(file, external)["totals"]["constants"]  # one meaning: what export and inspect count
     if json:
         print(jsonlib.dumps({"schema": VALIDATE_SCHEMA, "ok": True, "path": r.path, "external": r.external,
                              "segments": r.segments, "named_data": r.named_data, "delegates": r.delegates,
-                             "cpu_ops": r.cpu_ops, "constants": r.constants,
-                             "constant_bytes": r.constant_bytes, "layout": r.layout, "warnings": r.warnings},
-                            indent=1))
+                             "cpu_ops": r.cpu_ops, "constants": constants,
+                             "constant_bytes": r.constant_bytes, "layout": r.layout, "warnings": r.warnings}))
         return
     # One line each, however long the path: scripts read them line by line.
     console.print(f"[green]ok[/] {safe(r.path)}: {r.segments} segments, {r.delegates} delegate(s), "
-                  f"{r.constants} constants ({_size(r.constant_bytes)}, {safe(r.layout)})", soft_wrap=True)
+                  f"{constants} constants ({_size(r.constant_bytes)}, {safe(r.layout)})", soft_wrap=True)
     if r.cpu_ops:
         console.print(f"CPU ops: {', '.join(safe(op) for op in r.cpu_ops)}", soft_wrap=True)
     for w in r.warnings:

@@ -201,7 +201,7 @@ def run(
     report = _report(model, schedule.value, memory, load_s, first_s, times, outs, trace_memory)
     report["method"] = target.name
     if json:
-        print(jsonlib.dumps(report, indent=1))
+        print(jsonlib.dumps(report))
         return
     _print(report, model, memory, trace_memory, output)
 

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import functools
+import os
 import re
 import sys
+import unicodedata
 from typing import Callable, NoReturn, TypeVar
 
 import typer
@@ -14,16 +16,45 @@ from vkx.format.errors import VkxError
 
 F = TypeVar("F", bound=Callable)
 
-console = Console(highlight=False)
-stderr = Console(highlight=False, stderr=True)
 
-# C0, DEL and C1: ESC starts terminal sequences, C1 0x9b is a one-byte CSI, 0x9d a one-byte OSC.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+def reader_gone() -> None:
+    """stdout's reader has gone (`vkx ... | head` has its lines): what is still buffered goes nowhere."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """`vkx ... | head`: done, exit code 0 (rich's own exits with 1)."""
+        reader_gone()
+        raise SystemExit(0)
+
+
+# Piped output is for grep and scripts: as wide as its lines, so no name or line is cut or wrapped.
+PIPE_WIDTH = 1 << 16
+console = _Console(highlight=False, width=None if sys.stdout.isatty() else PIPE_WIDTH)
+stderr = _Console(highlight=False, stderr=True)
+
+# Written as escapes: control characters (Cc: C0, DEL and C1; ESC starts terminal sequences, C1 0x9b
+# is a one-byte CSI), format characters (Cf: U+202E RIGHT-TO-LEFT OVERRIDE and the other bidirectional
+# controls, zero-width characters, U+FEFF) and the line and paragraph separators: they run, reorder
+# or hide text.
+HIDDEN = ("Cc", "Cf", "Zl", "Zp")
+_ASCII_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def plain(text: object) -> str:
-    """`text` with every control character written as a visible `\\xNN` escape."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+    """`text` with every control, format or separator character written as a visible escape
+    (`\\xNN`, `\\uNNNN`)."""
+    s = str(text)
+    if s.isascii():
+        return _ASCII_CONTROL.sub(lambda m: _escape(m.group()), s)
+    return "".join(_escape(c) if unicodedata.category(c) in HIDDEN else c for c in s)
 
 
 def plain_lines(text: str) -> str:
@@ -59,6 +90,9 @@ def user_errors(command: F) -> F:
             return command(*args, **kwargs)
         except VkxError as error:
             fail(str(error))
+        except BrokenPipeError:  # before OSError: the reader of stdout went away, not a user's file
+            reader_gone()
+            raise typer.Exit(0)
         except OSError as error:
             where = f" {error.filename}" if error.filename else ""
             fail(f"{error.strerror or error}{':' + where if where else ''}")

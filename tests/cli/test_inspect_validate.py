@@ -42,7 +42,7 @@ def test_crafted_strings_are_escaped(tmp_path):
     assert done.returncode == 0, done.stderr
     assert_no_raw_controls(done.stdout + done.stderr)
     assert "\\x1b[2J[/]aten.relu.default" in done.stdout  # shown, visibly, as it is in the file
-    assert "named [/]\\x1b]0;owned\\x07[bo…" in done.stdout  # the segment table cuts keys to 16 characters
+    assert "named [/]\\x1b]0;owned\\x07[bold red]key" in done.stdout  # the segment table shows keys whole
     assert "[/]\\x1b]0;owned\\x07[bold red]key" in done.stdout  # the tensor list shows names whole
     assert "[/]x\\x1b[31m/evil.pte" in done.stdout
     done = vkx("validate", folder / "evil.pte", COLUMNS="200")
@@ -62,7 +62,7 @@ def test_inspect_lists_tensors_and_inputs_by_name(exported):
     ext = json.loads(vkx("inspect", exported / "ext.pte", "--json").stdout)
     assert {t["names"][0]: (t["dims"], t["file"].endswith("ext.ptd")) for t in ext["tensors"]}["fc3.weight"] == \
         ([10, 256], True)
-    assert [t["name"] for t in ext["vulkan"]["graph"]["inputs"]] == ["x"]
+    assert [t["name"] for t in ext["delegates"][0]["vulkan"]["graph"]["inputs"]] == ["x"]
 
 
 def test_error_lines_escape_control_characters(tmp_path):
@@ -79,7 +79,7 @@ def test_missing_external_data_says_what_to_do(exported, tmp_path):
     assert "needs external data: 6 named key(s) are in no file given" in done.stdout
     report = json.loads(vkx("inspect", tmp_path / "alone.pte", "--json").stdout)
     assert report["external"] == []
-    assert [c["location"] for c in report["vulkan"]["graph"]["constants"]] == ["missing"] * 6
+    assert [c["location"] for c in report["delegates"][0]["vulkan"]["graph"]["constants"]] == ["missing"] * 6
 
 
 def test_same_stem_external_data_is_found_and_announced(exported, tmp_path):
@@ -91,7 +91,7 @@ def test_same_stem_external_data_is_found_and_announced(exported, tmp_path):
         assert done.returncode == 0 and done.stderr.strip() == note, done.stderr
     report = json.loads(vkx("inspect", tmp_path / "ext.pte", "--json").stdout)
     assert [e["path"] for e in report["external"]] == [str(tmp_path / "ext.ptd")]
-    assert {c["location"] for c in report["vulkan"]["graph"]["constants"]} == {str(tmp_path / "ext.ptd")}
+    assert {c["location"] for c in report["delegates"][0]["vulkan"]["graph"]["constants"]} == {str(tmp_path / "ext.ptd")}
 
 
 def test_self_contained_pte_does_not_use_a_file_beside_it(exported, tmp_path):

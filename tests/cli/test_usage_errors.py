@@ -28,7 +28,7 @@ def test_negative_repeat_is_one_line(exported):
     (["run", "x.pte", "--bogus"], "No such option: --bogus"),
     (["run", "x.pte", "--schedule", "later"], "'lazy', 'eager'"),
     (["run", "x.pte", "--upload", "sideways"], "'auto', 'staging', 'direct'"),
-    (["export", "m.py", "--dtype", "fp64"], "'fp32', 'fp16'"),
+    (["export", "m.py", "--dtype", "fp64"], "fp64 is not one of keep, fp32, fp16, bf16"),
     (["frobnicate"], "No such command"),
     (["run"], "Missing argument 'FILE'"),
 ])

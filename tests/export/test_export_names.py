@@ -77,7 +77,7 @@ def test_pte_and_ptd_keys_are_names_and_executorch_reads_them(tmp_path, external
     names = {tuple(t["names"]) for t in d["tensors"]}
     assert names == {("embed.weight", "head.weight"), *((n,) for n in STORED - {"embed.weight"})}
     assert all(t["users"] and t["dtype"] == "FLOAT32" for t in d["tensors"])
-    g = d["vulkan"]["graph"]
+    g = d["delegates"][0]["vulkan"]["graph"]
     assert [t["name"] for t in g["inputs"]] == ["token_ids", "gate"]
     assert [t["name"] for t in g["outputs"]] == ["logits", "hidden"]
     pte = et_deserialize(tmp_path / "m.pte")

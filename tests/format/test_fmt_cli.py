@@ -36,7 +36,7 @@ def test_inspect_json():
     code, out, err = run("inspect", GOLDEN / "tiny_named.pte", "--json")
     assert code == 0, err
     d = json.loads(out)
-    assert d["schema"] == "vkx.describe/1" and d["totals"]["W"] == 60
+    assert d["schema"] == "vkx.describe/2" and d["totals"]["W"] == 60
 
 
 def test_inspect_tables_with_external_data():

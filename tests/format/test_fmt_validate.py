@@ -205,16 +205,19 @@ def test_describe_schema_and_totals():
     d = describe(GOLDEN / "tiny_named.pte")
     assert json.loads(json.dumps(d)) == d
     assert set(d) == {"schema", "file", "header", "program", "segments", "named_data", "tensors", "external", "delegates",
-                      "vulkan", "methods", "states", "totals", "files", "metadata"}
+                      "methods", "states", "totals", "files", "metadata"}
     assert [m["name"] for m in d["methods"]] == ["forward"] and d["states"] == []
     assert d["metadata"] == {"external_files": [], "eos_token_ids": []}
     assert d["files"] == [{"file": "pte", "tensors": len([t for t in d["tensors"] if t["users"]]),
                            "bytes": sum(t["bytes"] for t in d["tensors"] if t["users"])}]
-    assert d["schema"] == "vkx.describe/1"
+    assert d["schema"] == "vkx.describe/2"
     # A_live counts the input as live over the whole chain (format/liveness.py); this hand-made plan reuses it.
-    assert d["totals"] == {"W": 60, "w": 48, "A": 28, "A_live": 40, "state": 0, "peak_old": 196, "peak_lazy": 156,
-                           "import_ready": 0, "import_ready_bytes": 0}
-    g = d["vulkan"]["graph"]
+    # 3 constants read 2 stored tensors; IO = 16 B in + 12 B out; both tensors on 128 B: importable
+    assert d["totals"] == {"constants": 2, "W": 60, "w": 48, "A": 28, "A_live": 40, "IO": 28, "state": 0,
+                           "peak_eager": 2 * 60 + 28 + 28 + 48, "peak_lazy": 60 + 28 + 28,
+                           "import_ready": 2, "import_ready_bytes": 60}
+    assert "vulkan" not in d and d["delegates"][0]["compile_specs"] == {}
+    g = d["delegates"][0]["vulkan"]["graph"]
     assert g["ops"] == {"et_vk.prepack.default": 1, "aten.linear.default": 1, "aten.relu.default": 1, "aten.add.Tensor": 1}
     assert g["inputs"] == [{"id": 3, "name": None, "dtype": "FLOAT32", "dims": [1, 4], "bytes": 16}]
     assert [c["location"] for c in g["constants"]] == ["pte"] * 3
@@ -226,10 +229,10 @@ def test_describe_schema_and_totals():
 
 def test_describe_external_locations():
     d = describe(GOLDEN / "tiny_ext.pte", [GOLDEN / "tiny_ext.ptd"])
-    assert {c["location"] for c in d["vulkan"]["graph"]["constants"]} == {str(GOLDEN / "tiny_ext.ptd")}
+    assert {c["location"] for c in d["delegates"][0]["vulkan"]["graph"]["constants"]} == {str(GOLDEN / "tiny_ext.ptd")}
     assert d["external"][0]["kind"] == "ptd"
     d = describe(GOLDEN / "tiny_ext.pte")
-    assert {c["location"] for c in d["vulkan"]["graph"]["constants"]} == {"missing"}
+    assert {c["location"] for c in d["delegates"][0]["vulkan"]["graph"]["constants"]} == {"missing"}
 
 
 def test_errors_are_vkx_errors():

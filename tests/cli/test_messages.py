@@ -1,0 +1,69 @@
+"""Messages a person can act on (issue 27, item 5) and names that cannot hide text (issue 26, item 8),
+through the real console script."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+
+from .conftest import VKX, one_error_line, vkx
+
+RLO = "\u202e"  # RIGHT-TO-LEFT OVERRIDE
+
+
+def test_device_option_is_not_blamed_on_the_environment(exported):
+    line = one_error_line(vkx("run", exported / "mlp.pte", "--device", "7"))
+    assert line.startswith("vkx: error: device 7: only ") and "VKX_DEVICE" not in line
+    env = {k: v for k, v in os.environ.items() if k != "VKX_DEVICE"}
+    done = subprocess.run([str(VKX), "run", str(exported / "mlp.pte")], capture_output=True, text=True,
+                          env={**env, "VKX_DEVICE": "7"})
+    assert one_error_line(done).startswith("vkx: error: VKX_DEVICE=7: only ")
+
+
+def test_random_bytes_are_not_an_executorch_program(tmp_path):
+    (tmp_path / "noise.pte").write_bytes(bytes(range(256)) * 12)
+    for command in ("inspect", "validate", "run"):
+        assert "not an ExecuTorch program" in one_error_line(vkx(command, tmp_path / "noise.pte"))
+
+
+def test_a_truncated_file_says_truncated(exported, tmp_path):
+    data = (exported / "mlp.pte").read_bytes()
+    for cut in (200, 2000, len(data) - 1):
+        (tmp_path / "cut.pte").write_bytes(data[:cut])
+        for command in ("inspect", "validate"):
+            assert "the file is truncated" in one_error_line(vkx(command, tmp_path / "cut.pte")), cut
+
+
+def test_integer_dtype_points_to_quantize(tmp_path):
+    line = one_error_line(vkx("export", tmp_path / "m.py", "--dtype", "int8"))
+    assert line == ("vkx: error: Invalid value for '--dtype': int8 is not a floating type: "
+                    "for int8 weights use --quantize int8")
+    assert "fp64 is not one of keep, fp32, fp16, bf16" in one_error_line(vkx("export", "m.py", "--dtype", "fp64"))
+
+
+def test_piped_into_head_exits_0(exported):
+    for args in (["inspect", exported / "mlp.pte"], ["inspect", exported / "mlp.pte", "--json"],
+                 ["run", exported / "mlp.pte", "--repeat", "2", "--trace-memory"]):
+        command = " ".join(f"'{a}'" for a in [VKX, *args]) + " | head -c 1"
+        done = subprocess.run(["bash", "-o", "pipefail", "-c", command], capture_output=True, text=True,
+                              env={**os.environ, "VKX_VALIDATION": "1"})
+        assert done.returncode == 0 and done.stderr == "", (args, done.returncode, done.stderr)
+
+
+def test_validate_help_names_no_file_a_pip_user_lacks():
+    done = vkx("validate", "--help")
+    assert done.returncode == 0 and "docs/" not in done.stdout
+
+
+def test_bidirectional_controls_are_escaped_in_names(exported, tmp_path):
+    # the key fc1.bias becomes "fc<RLO>bia": the same 8 bytes of UTF-8, so the file stays valid
+    data = (exported / "mlp.pte").read_bytes()
+    hidden = f"fc{RLO}bia"
+    (tmp_path / f"a{RLO}b.pte").write_bytes(data.replace(b"fc1.bias", hidden.encode()))
+    done = vkx("inspect", tmp_path / f"a{RLO}b.pte", "--tensors")
+    assert done.returncode == 0, done.stderr
+    assert RLO not in done.stdout and "fc\\u202ebia" in done.stdout and "a\\u202eb.pte" in done.stdout
+    assert json.loads(vkx("inspect", tmp_path / f"a{RLO}b.pte", "--json").stdout)["tensors"][1]["names"] == [hidden]
+    line = one_error_line(vkx("inspect", tmp_path / f"no{RLO}\u200bfile\u2028.pte"))
+    assert re.search(r"no\\u202e\\u200bfile\\u2028\.pte", line) and RLO not in line
