@@ -6,7 +6,7 @@ from functools import cached_property
 
 from . import vkgraph as vk
 from .common import FileRange
-from .errors import DuplicateKeyError, InvalidValueError, OutOfBoundsError, TruncatedError
+from .errors import BadMagicError, DuplicateKeyError, InvalidValueError, OutOfBoundsError, TruncatedError
 from .flatbuf import Reader
 from .headers import DelegateHeader, ExtendedHeader
 from .infile import InputFile
