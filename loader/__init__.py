@@ -2,7 +2,9 @@
 
 Modules: device (instance, device, queue, validation), memory (allocator +
 ledger), staging (upload ring), named_data (freeable buffers read from
-the files with pread), shaders (glslc + pipeline cache), graph (OpBuilder, dispatch list),
+the files with pread), shaders (SPIR-V by variant + pipelines), spirv (the prebuilt
+SPIR-V archive, built with the package), pipeline_cache (the driver's compiled pipelines
+kept on disk), graph (OpBuilder, dispatch list),
 prepack (constant upload), record (execute command buffer), runner (Program),
 trace (memory timeline), program (load orders), plan (a whole ExecuTorch
 execution plan: delegates on the GPU, CPU kernels through kernels.py).
