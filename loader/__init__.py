@@ -2,7 +2,9 @@
 
 Modules: device (instance, device, queue, validation), memory (allocator +
 ledger), staging (upload ring), named_data (freeable buffers read from
-the files with pread), shaders (glslc + pipeline cache), graph (OpBuilder, dispatch list),
+the files with pread), shaders (SPIR-V by variant + pipelines), spirv (the prebuilt
+SPIR-V archive, built with the package), pipeline_cache (the driver's compiled pipelines
+kept on disk), graph (OpBuilder, dispatch list),
 prepack (constant upload), record (execute command buffer), method (Method: one loaded
 graph), program (Program: a loaded file's methods), trace (memory timeline), stages (the
 load stages and their driver), files (a .pte and its external data as a constant source),

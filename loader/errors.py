@@ -55,6 +55,10 @@ class ShaderError(LoadError):
     """A compute shader is missing or failed to compile."""
 
 
+class VariantNotBuiltError(ShaderError):
+    """A builder asked for a shader variant that the prebuilt SPIR-V does not hold (vkx.loader.spirv)."""
+
+
 class BadProgramError(LoadError):
     """The program file or graph is malformed for the loader."""
 

@@ -71,6 +71,8 @@ class Dispatch:
     push: bytes
     groups: tuple
     node: str
+    spec: tuple = ()
+    """Specialization constant i = spec[i]."""
 
 
 class GraphBuilder:
@@ -260,7 +262,8 @@ class GraphBuilder:
             self._load_time = False
 
     def dispatch(self, shader: str, bindings: Sequence[ops.Binding], push: bytes,
-                 groups: tuple[int, int, int], defines: Mapping[str, Union[str, int]] | None = None) -> None:
+                 groups: tuple[int, int, int], defines: Mapping[str, Union[str, int]] | None = None,
+                 spec: Sequence[int] = ()) -> None:
         resolved = []
         for i, b in enumerate(bindings):
             if isinstance(b, ops.SubRange):
@@ -297,7 +300,7 @@ class GraphBuilder:
             return  # nothing to do (an empty tensor)
         key = tuple(sorted((str(k), str(v)) for k, v in (defines or {}).items()))
         target = self.prepack_dispatches if self._load_time else self.dispatches
-        target.append(Dispatch(shader, key, resolved, push, groups, self._node))
+        target.append(Dispatch(shader, key, resolved, push, groups, self._node, tuple(int(x) for x in spec)))
 
     # -- what needs memory -------------------------------------------------------
     def used_tensors(self) -> list[RTensor]:

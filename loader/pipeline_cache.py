@@ -59,9 +59,10 @@ def cache_path(identity: Identity) -> Path:
     return cache_root() / "pipelines" / identity.file_name()
 
 
-def pipeline_key(spirv: bytes, nbindings: int, push_bytes: int) -> bytes:
-    """What names one pipeline: its code and its layout."""
-    return hashlib.sha256(spirv + struct.pack("<II", nbindings, push_bytes)).digest()[:KEY_BYTES]
+def pipeline_key(spirv: bytes, nbindings: int, push_bytes: int, spec: tuple[int, ...] = ()) -> bytes:
+    """What names one pipeline: its code, its layout and its specialization constants."""
+    fields = struct.pack(f"<II{len(spec)}i", nbindings, push_bytes, *spec)
+    return hashlib.sha256(spirv + fields).digest()[:KEY_BYTES]
 
 
 def pack(keys: frozenset[bytes], data: bytes) -> bytes:

@@ -1,8 +1,10 @@
-"""Compute shaders: glslc compilation with a SPIR-V cache, and compute pipelines.
+"""Compute shaders: SPIR-V by variant, and compute pipelines.
 
-SPIR-V is cached by content hash (source + every include-able file + defines
-+ glslc version) under $XDG_CACHE_HOME/vkx/spirv (or ~/.cache/vkx/spirv).
-Without glslc, SPIR-V cached from the same source by any glslc version is used.
+The SPIR-V of a variant (a shader and its defines) comes from the archive built with the package
+(vkx.loader.spirv; `make shaders` in a checkout): the installed runtime runs no compiler. Shaders
+in development folders (VKX_SHADER_PATH, `add_shader_dir`) are compiled with glslc instead, cached
+by content hash under $XDG_CACHE_HOME/vkx/spirv (or ~/.cache/vkx/spirv), and so are shaders whose
+variants no builder declares yet (docs/architecture.md, "Shader variants").
 Pipelines are created once per process per device and cached on it; the driver's
 compiled code is kept between processes by vkx.loader.pipeline_cache, and creating
 pipelines that are not in it is announced on stderr (it happens at load, once).
@@ -14,29 +16,30 @@ from __future__ import annotations
 
 import hashlib
 import importlib.resources
+import json
 import os
+import struct
 import subprocess
 import sys
 import tempfile
 import threading
+import zipfile
 from pathlib import Path
 from typing import Mapping, Sequence, Union
 
 import vulkan as vk
 
-from vkx.loader import pipeline_cache
+from vkx.loader import pipeline_cache, spirv
 from vkx.loader.device import Device, ffi, lib
-from vkx.loader.errors import ShaderError
+from vkx.loader.errors import ShaderError, VariantNotBuiltError
 from vkx.loader.limits import check_pipeline
 
 PUSH_BYTES = 128
-_glslc_version: str | None = None
 _lock = threading.Lock()
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "vkx" / "spirv"
+    return pipeline_cache.cache_root() / "spirv"
 
 
 _extra_dirs: list[Path] = []
@@ -49,17 +52,53 @@ def add_shader_dir(path) -> None:
         _extra_dirs.insert(0, p)
 
 
-def shader_dirs() -> list:
+def development_dirs() -> list[Path]:
+    """Folders whose shaders are compiled at run time: VKX_SHADER_PATH's, then add_shader_dir's."""
     env = [Path(d) for d in os.environ.get("VKX_SHADER_PATH", "").split(os.pathsep) if d]
-    return [*env, *_extra_dirs, importlib.resources.files("vkx.shaders")]
+    return [*env, *_extra_dirs]
 
 
-def find_shader(name: str):
-    for root in shader_dirs():
-        src = root / f"{name}.comp"
-        if src.is_file():
-            return root, src
-    raise ShaderError(f"shader {name!r} not found (no shaders/{name}.comp)")
+def packaged_dir() -> Path:
+    return Path(str(importlib.resources.files("vkx.shaders")))
+
+
+class Prebuilt:
+    """The package's SPIR-V archive, opened once."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._zip: zipfile.ZipFile | None = None
+        self.sources: dict[str, str] = {}
+        self._checked: set[str] = set()
+
+    def _open(self) -> zipfile.ZipFile | None:
+        if self._zip is None and self.path.is_file():
+            self._zip = zipfile.ZipFile(self.path)
+            self.sources = json.loads(self._zip.read(spirv.SOURCES))
+        return self._zip
+
+    def holds(self, shader: str) -> bool:
+        """Whether the archive was built with `shader`'s variants."""
+        return self._open() is not None and shader in self.sources
+
+    def get(self, shader: str, defines: spirv.Defines) -> bytes:
+        archive = self._open()
+        if shader not in self._checked:  # a checkout whose shader changed since `make shaders`
+            root = self.path.parent
+            if (root / f"{shader}.comp").is_file() and spirv.source_digest(root, shader) != self.sources[shader]:
+                raise ShaderError(f"{self.path} was built from another {shader}.comp: run `make shaders` "
+                                  f"(or set VKX_SHADER_PATH={root} to compile at run time)")
+            self._checked.add(shader)
+        try:
+            return archive.read(spirv.entry_name(shader, defines))
+        except KeyError:
+            variant = spirv.variant_text(defines).replace("\n", " ") or "no defines"
+            raise VariantNotBuiltError(f"shader {shader}: variant not prebuilt ({variant}); its builder must "
+                                       "declare it (docs/architecture.md, 'Shader variants')") from None
+
+
+_prebuilt = Prebuilt(packaged_dir() / spirv.ARCHIVE)
+_glslc_version: str | None = None
 
 
 def glslc_version() -> str | None:
@@ -74,53 +113,46 @@ def glslc_version() -> str | None:
     return _glslc_version or None
 
 
-def _define_args(defines: Mapping[str, Union[str, int]]) -> list[str]:
-    return [f"-D{k}={v}" for k, v in sorted(defines.items())]
-
-
-def _include_digest(root) -> bytes:
-    h = hashlib.sha256()
-    for entry in sorted(root.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith((".glsl", ".h", ".glslh")):
-            h.update(entry.name.encode() + b"\0" + entry.read_bytes())
-    return h.digest()
-
-
 def compile_spirv(name: str, defines: Mapping[str, Union[str, int]] | None = None) -> bytes:
-    """SPIR-V words of shaders/<name>.comp built with `defines`, from the cache when possible."""
+    """SPIR-V words of the variant (shader `name`, `defines`): compiled from a development folder,
+    else prebuilt, else (a shader no builder declares variants of) compiled from the package."""
     defines = dict(defines or {})
-    root, src = find_shader(name)
-    source = src.read_bytes()
-    args = _define_args(defines)
-    key = hashlib.sha256(b"\0".join([source, _include_digest(root), "\n".join(args).encode()])).hexdigest()
+    for root in development_dirs():
+        if (root / f"{name}.comp").is_file():
+            return _compiled(root, name, defines)
+    if _prebuilt.holds(name):
+        return _prebuilt.get(name, defines)
+    root = packaged_dir()
+    if not (root / f"{name}.comp").is_file():
+        raise ShaderError(f"shader {name!r} not found (no shaders/{name}.comp)")
+    return _compiled(root, name, defines)
+
+
+def _compiled(root: Path, name: str, defines: spirv.Defines) -> bytes:
+    """glslc's SPIR-V of root/<name>.comp, from the cache when possible."""
+    text = spirv.variant_text(defines)
+    key = hashlib.sha256(f"{spirv.source_digest(root, name)}\n{text}".encode()).hexdigest()
     version = glslc_version()
     if version is None:  # no compiler here: SPIR-V built elsewhere from the same source will do
         for cached in sorted(cache_dir().glob(f"{name}-{key[:32]}-*.spv")):
             return cached.read_bytes()
-        raise ShaderError(f"glslc is not available and no cached SPIR-V for {name}.comp {' '.join(args)} "
-                          f"in {cache_dir()}")
+        raise ShaderError(f"glslc is not available and no cached SPIR-V for {name}.comp "
+                          f"{text.replace(chr(10), ' ')} in {cache_dir()}")
     cached = cache_dir() / f"{name}-{key[:32]}-{hashlib.sha256(version.encode()).hexdigest()[:8]}.spv"
     try:
         return cached.read_bytes()
     except OSError:
         pass
-    with importlib.resources.as_file(src) as path:
-        cmd = ["glslc", "-fshader-stage=compute", "--target-env=vulkan1.2", "-O",
-               "-I", str(Path(path).parent), *args, str(path), "-o", "-"]
-        proc = subprocess.run(cmd, capture_output=True)
-    if proc.returncode != 0:
-        raise ShaderError(f"glslc failed on {name}.comp {' '.join(args)}: "
-                          f"{proc.stderr.decode(errors='replace').strip()}")
-    spirv = proc.stdout
+    code = spirv.glslc(root / f"{name}.comp", defines)
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=cached.parent, suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
-            f.write(spirv)
+            f.write(code)
         os.replace(tmp, cached)
     except OSError:
         pass  # a read-only cache is not an error
-    return spirv
+    return code
 
 
 class Pipeline:
@@ -131,8 +163,8 @@ class Pipeline:
         self.nbindings, self.name = nbindings, name
 
 
-Request = tuple[str, Mapping[str, Union[str, int]], int]
-"""(shader name, defines, number of bindings) of one pipeline."""
+Request = tuple[str, Mapping[str, Union[str, int]], int, Sequence[int]]
+"""(shader name, defines, number of bindings, specialization constants) of one pipeline."""
 
 
 class Pipelines:
@@ -180,8 +212,10 @@ class Pipelines:
                   file=sys.stderr)
         return got
 
-    def get(self, name: str, defines: Mapping[str, Union[str, int]] | None, nbindings: int) -> Pipeline:
-        key = (name, tuple(sorted((k, str(v)) for k, v in (defines or {}).items())), nbindings)
+    def get(self, name: str, defines: Mapping[str, Union[str, int]] | None, nbindings: int,
+            spec: Sequence[int] = ()) -> Pipeline:
+        spec = tuple(int(x) for x in spec)
+        key = (name, tuple(sorted((k, str(v)) for k, v in (defines or {}).items())), nbindings, spec)
         p = self._pipelines.get(key)
         if p is not None:
             return p
@@ -189,21 +223,26 @@ class Pipelines:
             p = self._pipelines.get(key)
             if p is not None:
                 return p
-            spirv = compile_spirv(name, defines)
-            check_pipeline(self.device.limits, name, spirv, nbindings, self.push_bytes)
+            code = compile_spirv(name, defines)
+            check_pipeline(self.device.limits, name, code, nbindings, self.push_bytes)
             d = self.device.device
             dsl, layout = self._layout(nbindings)
-            module = vk.vkCreateShaderModule(d, vk.VkShaderModuleCreateInfo(codeSize=len(spirv), pCode=spirv), None)
+            module = vk.vkCreateShaderModule(d, vk.VkShaderModuleCreateInfo(codeSize=len(code), pCode=code), None)
             try:
-                stage = vk.VkPipelineShaderStageCreateInfo(stage=vk.VK_SHADER_STAGE_COMPUTE_BIT,
-                                                           module=module, pName="main")
+                values = struct.pack(f"<{len(spec)}i", *spec)
+                data = ffi.from_buffer(values) if spec else ffi.NULL
+                specialization = vk.VkSpecializationInfo(
+                    pMapEntries=[vk.VkSpecializationMapEntry(constantID=i, offset=4 * i, size=4)
+                                 for i in range(len(spec))], dataSize=len(values), pData=data) if spec else None
+                stage = vk.VkPipelineShaderStageCreateInfo(stage=vk.VK_SHADER_STAGE_COMPUTE_BIT, module=module,
+                                                           pName="main", pSpecializationInfo=specialization)
                 handle = vk.vkCreateComputePipelines(d, self._cache, 1, [vk.VkComputePipelineCreateInfo(
                     stage=stage, layout=layout)], None)[0]
             except vk.VkError as error:
                 raise ShaderError(f"pipeline creation failed for {name}: {type(error).__name__}") from error
             finally:
                 vk.vkDestroyShaderModule(d, module, None)
-            cached = pipeline_cache.pipeline_key(spirv, nbindings, self.push_bytes)
+            cached = pipeline_cache.pipeline_key(code, nbindings, self.push_bytes, spec)
             if cached not in self._kept:
                 self._compiled.add(cached)
             p = self._pipelines[key] = Pipeline(handle, layout, dsl, nbindings, name)

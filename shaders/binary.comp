@@ -1,38 +1,48 @@
 #version 450
 // Elementwise binary op with numpy broadcasting: out[i] = OP(a[ia], b[ib]).
-// Bindings: 0 = a, 1 = b, 2 = out (contiguous row-major).
+// Bindings: 0 = a, 1 = b, 2 = out (contiguous row-major), each of any dtype (ANY_IN/ANY_OUT in
+// dtype.glslh), converted on load and store.
 // Defines:
-//   OP(x, y)  the operation: a GLSL expression of x, y (the op's `glsl` in vkx.format.contract);
+//   OP(x, y)  the operation: a GLSL expression of x, y (vkx.loader.ops.elementwise.BINARY_GLSL);
 //             ALPHA is add/sub's alpha
 //   INT_MATH  compute in int (no floating operand or output), else in float
-//   A_T, LOAD_A, LOADI_A, B_T, ..., O_T, STORE_O  element types (elem_defines): any types,
-//             converted on load and store
-//   VEC4      float operands, flat: mode-0 operands and out are arrays of 4-element vectors
-//             (vec4_defines), n counts vec4s, no index math
-//   A_MODE, B_MODE  0 indexed (strided in the general path, same-shape in VEC4),
-//                   1 scalar tensor (element 0), 2 immediate (push constant; the binding
-//                   is a placeholder)
+//   VEC4      float tensors, flat: mode-0 operands and out are read and written as 4-element
+//             vectors, n counts vec4s, no index math
+// Specialization constants: A_DT, B_DT, O_DT (0-2) the dtypes; A_MODE, B_MODE (3-4) how an
+// operand is read: 0 indexed (strided in the general path, same-shape in VEC4), 1 scalar tensor
+// (element 0), 2 immediate (push constant; the binding is a placeholder).
 // One invocation per output element (or per vec4). Groups fold into y.
 layout(local_size_x = 64) in;
 #include "dtype.glslh"
 
+ANY_IN(0, A, a, 0)
+ANY_IN(1, B, b, 1)
+ANY_OUT(2, O, o, 2)
+layout(constant_id = 3) const int A_MODE = 0;
+layout(constant_id = 4) const int B_MODE = 0;
+
 #ifdef VEC4
 #define C_T vec4
-#define GET_A(i) C_T(LOAD_A(i))
-#define GET_B(i) C_T(LOAD_B(i))
+#define GET_A(i) load4_A(i)
+#define GET_B(i) load4_B(i)
+#define FIRST_A() C_T(load_A(0))
+#define FIRST_B() C_T(load_B(0))
+#define STORE(i, v) store4_O(i, v)
 #elif defined(INT_MATH)
 #define C_T int
-#define GET_A(i) LOADI_A(i)
-#define GET_B(i) LOADI_B(i)
+#define GET_A(i) loadi_A(i)
+#define GET_B(i) loadi_B(i)
+#define FIRST_A() loadi_A(0)
+#define FIRST_B() loadi_B(0)
+#define STORE(i, v) store_O(i, v)
 #else
 #define C_T float
-#define GET_A(i) LOAD_A(i)
-#define GET_B(i) LOAD_B(i)
+#define GET_A(i) load_A(i)
+#define GET_B(i) load_B(i)
+#define FIRST_A() load_A(0)
+#define FIRST_B() load_B(0)
+#define STORE(i, v) store_O(i, v)
 #endif
-
-layout(std430, set = 0, binding = 0) readonly buffer BufA { A_T a[]; };
-layout(std430, set = 0, binding = 1) readonly buffer BufB { B_T b[]; };
-layout(std430, set = 0, binding = 2) writeonly buffer BufO { O_T o[]; };
 
 layout(push_constant) uniform Push {
     uint n;        // invocations with work (elements, or vec4s)
@@ -85,20 +95,18 @@ void main() {
     }
 #endif
 
-#if A_MODE == 0
-    C_T x = GET_A(ia);
-#elif A_MODE == 1
-    C_T x = GET_A(0);
-#else
     C_T x = C_T(IMM);
-#endif
-#if B_MODE == 0
-    C_T y = GET_B(ib);
-#elif B_MODE == 1
-    C_T y = GET_B(0);
-#else
+    if (A_MODE == 0) {
+        x = GET_A(ia);
+    } else if (A_MODE == 1) {
+        x = FIRST_A();
+    }
     C_T y = C_T(IMM);
-#endif
+    if (B_MODE == 0) {
+        y = GET_B(ib);
+    } else if (B_MODE == 1) {
+        y = FIRST_B();
+    }
     C_T z = OP(x, y);
-    STORE_O(gid, z);
+    STORE(gid, z);
 }

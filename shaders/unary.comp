@@ -1,33 +1,36 @@
 #version 450
 // Elementwise float unary op: out[i] = OP(in[i]).
-// Bindings: 0 = in, 1 = out (same number of elements, contiguous).
+// Bindings: 0 = in, 1 = out (same number of elements, contiguous), each of any dtype (ANY_IN/ANY_OUT
+// in dtype.glslh; specialization constants X_DT, Y_DT = 0, 1); math in fp32.
 // Defines:
 //   OP(x)  the operation: a GLSL expression of x (vkx.loader.ops.elementwise's tables), valid
 //          for a float and for a vec4; the helpers below are its vocabulary, p.a and p.b the
 //          op's numbers (push constants: a number is never part of a variant)
-//   X_T, LOAD_X, Y_T, STORE_Y  element types of in and out (elem_defines, or with VEC4
-//          vec4_defines: arrays of 4-element vectors of any float type); math in fp32
-//   VEC4   x is a vec4 and n counts vec4s
+//   VEC4   x is a vec4 (float types only) and n counts vec4s
 // One invocation per element (or per vec4). Groups fold into y.
 layout(local_size_x = 64) in;
 #include "dtype.glslh"
 
 #ifdef VEC4
 #define T vec4
+#define LOAD(i) load4_X(i)
+#define STORE(i, v) store4_Y(i, v)
 #define GE(a, b) greaterThanEqual(a, b)
 #define GT(a, b) greaterThan(a, b)
 #define LT(a, b) lessThan(a, b)
 #define EQ(a, b) equal(a, b)
 #else
 #define T float
+#define LOAD(i) load_X(i)
+#define STORE(i, v) store_Y(i, v)
 #define GE(a, b) ((a) >= (b))
 #define GT(a, b) ((a) > (b))
 #define LT(a, b) ((a) < (b))
 #define EQ(a, b) ((a) == (b))
 #endif
 
-layout(std430, set = 0, binding = 0) readonly buffer BufIn { X_T x_in[]; };
-layout(std430, set = 0, binding = 1) writeonly buffer BufOut { Y_T x_out[]; };
+ANY_IN(0, X, x_in, 0)
+ANY_OUT(1, Y, x_out, 1)
 
 layout(push_constant) uniform Push {
     uint n;
@@ -150,7 +153,7 @@ void main() {
     if (gid >= p.n) {
         return;
     }
-    T x = LOAD_X(gid);
+    T x = LOAD(gid);
     T y = OP(x);
-    STORE_Y(gid, y);
+    STORE(gid, y);
 }

@@ -8,13 +8,18 @@ it runs, the graph builder has bound the call and checked its rule, so it reads
 its arguments by name (`call.tensor("weight")`, `call["eps"]`) and records
 dispatches. It never touches Vulkan. Op modules register themselves on import
 (see `_OP_MODULES`).
+
+Each shader's variants (the define sets its builders can pass to `dispatch`) are declared
+next to those builders with `@variants(shader)`: the package build compiles exactly these
+(vkx.loader.spirv), so a define never holds a runtime number (docs/architecture.md,
+"Shader variants").
 """
 from __future__ import annotations
 
 import importlib
 import math
 from dataclasses import dataclass
-from typing import Callable, ContextManager, Mapping, Protocol, Sequence, Union
+from typing import Callable, ContextManager, Iterable, Mapping, Protocol, Sequence, Union
 
 from vkx.format import contract, dtypes
 from vkx.format.contract import Call
@@ -77,6 +82,23 @@ def elem_defines(prefix: str, buffer: str, dtype: DType) -> dict[str, str]:
             f"STORE_{prefix}(i,v)": f"{element} = {_store(dtype, '(v)')}"}
 
 
+DTYPE_CODES: dict[DType, int] = {dtypes.FLOAT32: 0, dtypes.FLOAT16: 1, dtypes.BFLOAT16: 2, dtypes.INT32: 3,
+                                 dtypes.INT8: 4, dtypes.UINT8: 5, dtypes.BOOL: 6}
+"""A dtype as a specialization constant of shaders/dtype.glslh's ANY_IN / ANY_OUT buffers."""
+
+
+def dtype_code(dtype: DType) -> int:
+    """`dtype`'s DTYPE_CODES entry (refused for a dtype no device tensor has)."""
+    if dtype not in DTYPE_CODES:
+        raise UnsupportedOpError(f"{dtype} tensors cannot live on a device")
+    return DTYPE_CODES[dtype]
+
+
+def any_dtype_defines() -> dict[str, int]:
+    """The DT_* names of DTYPE_CODES, for shaders whose buffers take any dtype."""
+    return {f"DT_{d.name.upper()}": code for d, code in DTYPE_CODES.items()}
+
+
 @dataclass(frozen=True)
 class SubRange:
     """Bind only `size` bytes of `tensor` starting at byte `offset`."""
@@ -108,8 +130,10 @@ class OpBuilder(Protocol):
         """The graph's one shared fp32 scratch of at least `numel` elements, for data that
         lives within one op's dispatches (grown by later requests; bind it right away)."""
     def dispatch(self, shader: str, bindings: Sequence[Binding], push: bytes,
-                 groups: tuple[int, int, int], defines: Mapping[str, Union[str, int]] = ...) -> None:
-        """Record `shaders/<shader>.comp` (built with `defines`), binding i = bindings[i]."""
+                 groups: tuple[int, int, int], defines: Mapping[str, Union[str, int]] = ...,
+                 spec: Sequence[int] = ...) -> None:
+        """Record `shaders/<shader>.comp` (built with `defines`; specialization constant i =
+        spec[i]), binding i = bindings[i]."""
     def alias(self, vid: int, of: int) -> None:
         """Make tensor `vid` the very device tensor of `of`."""
     def alias_view(self, out: TensorArg, src: TensorArg) -> bool:
@@ -152,6 +176,32 @@ def builds_family(family: str) -> Callable[[Builder], Builder]:
     if not names:
         raise ValueError(f"the contract declares no op of family {family!r}")
     return builds(*names)
+
+
+Defines = Mapping[str, Union[str, int]]
+Variants = Callable[[], Iterable[Defines]]
+VARIANTS: dict[str, Variants] = {}
+
+
+def variants(shader: str) -> Callable[[Variants], Variants]:
+    """Register `fn` as the enumeration of every define set the builders can pass for `shader`."""
+    def wrap(fn: Variants) -> Variants:
+        if shader in VARIANTS:
+            raise ValueError(f"{shader} has two variant lists ({VARIANTS[shader].__name__}, {fn.__name__})")
+        VARIANTS[shader] = fn
+        return fn
+    return wrap
+
+
+def all_variants() -> dict[str, list[dict[str, Union[str, int]]]]:
+    """Every declared shader's variants, each define set once."""
+    if not _loaded:
+        _load_all()
+    out = {}
+    for shader, fn in sorted(VARIANTS.items()):
+        unique = {tuple(sorted((str(k), str(v)) for k, v in d.items())): dict(d) for d in fn()}
+        out[shader] = list(unique.values())
+    return out
 
 
 _OP_MODULES = ("elementwise", "reduce", "shape", "matmul", "conv", "attention", "prepack", "quant", "models",

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import Union
+from typing import Iterable, Union
 
-from vkx.format import contract, dtypes
+from vkx.format import contract
 from vkx.format.contract import Call
-from vkx.format.dtypes import DType
 
-from . import OpBuilder, TensorArg, UnsupportedOpError, builds, builds_family, elem_defines
+from . import (OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines, builds, builds_family, dtype_code,
+               variants)
 from .shape import (MAX_DIMS, bind_elems, broadcast_strides, chunk_elems, collapse_dims,
                     contiguous_strides, convert_copy, dispatch_groups, pad_dims)
 
@@ -149,9 +149,9 @@ def binary(builder: OpBuilder, call: Call) -> None:
     ta = a if isinstance(a, TensorArg) else b  # an immediate binds the other operand (never read)
     tb = b if isinstance(b, TensorArg) else a
     vec4 = n % 4 == 0 and all(x.dtype.is_float for x in (ta, tb, out))
-    defines: Defines = {"OP(x,y)": expr, "A_MODE": ma, "B_MODE": mb}
-    if int_math:
-        defines["INT_MATH"] = 1
+    defines = _binary_defines(expr, int_math, vec4 and all(not isinstance(x, TensorArg) or x.numel in (1, n)
+                                                         for x in (a, b)))
+    spec = (dtype_code(ta.dtype), dtype_code(tb.dtype), dtype_code(out.dtype), ma, mb)
     push_alpha = (float(alpha), int(alpha) if int_math else 0)
     push_imm = (float(imm), int(imm) if int_math else 0)
 
@@ -161,18 +161,7 @@ def binary(builder: OpBuilder, call: Call) -> None:
 
     flat = all(not isinstance(x, TensorArg) or x.numel in (1, n) for x in (a, b))
     if flat:
-        # Every indexed operand has the output's element order.
-        if vec4:
-            defines["VEC4"] = 1
-            # indexed operands are vec4 arrays, a scalar tensor a float array; an immediate's
-            # placeholder is declared like the operand whose binding it shares
-            vec_a = (mb if ma == IMMEDIATE else ma) == INDEXED
-            vec_b = (ma if mb == IMMEDIATE else mb) == INDEXED
-            defines.update({**(vec4_defines if vec_a else elem_defines)("A", "a", ta.dtype),
-                            **(vec4_defines if vec_b else elem_defines)("B", "b", tb.dtype),
-                            **vec4_defines("O", "o", out.dtype)})
-        else:
-            defines.update(_types(ta, tb, out))
+        # Every indexed operand has the output's element order (read as vec4s with VEC4).
         big = [x for x, m in ((ta, ma), (tb, mb), (out, INDEXED)) if m == INDEXED]
         for start, count in chunk_elems(builder, n, big):
             ob, _ = bind_elems(builder, out, start, count)
@@ -180,7 +169,8 @@ def binary(builder: OpBuilder, call: Call) -> None:
             bb = bind_elems(builder, tb, start, count)[0] if mb == INDEXED else tb
             binds = [bb if ma == IMMEDIATE else ab, ab if mb == IMMEDIATE else bb]
             inv = count // 4 if vec4 else count
-            builder.dispatch("binary", [*binds, ob], push(inv, [count], [1], [1]), dispatch_groups(inv), defines)
+            builder.dispatch("binary", [*binds, ob], push(inv, [count], [1], [1]), dispatch_groups(inv), defines,
+                             spec)
         return
 
     shape = tuple(out.shape)
@@ -192,27 +182,29 @@ def binary(builder: OpBuilder, call: Call) -> None:
     for x in (ta, tb, out):
         if x.nbytes > builder.max_binding_bytes:
             raise UnsupportedOpError(f"broadcasting on a tensor {x.shape} larger than one storage binding")
-    defines.update(_types(ta, tb, out))
-    builder.dispatch("binary", [ta, tb, out], push(n, sizes, csa, csb), dispatch_groups(n), defines)
+    builder.dispatch("binary", [ta, tb, out], push(n, sizes, csa, csb), dispatch_groups(n), defines, spec)
 
 
-def _types(a: TensorArg, b: TensorArg, out: TensorArg) -> Defines:
-    return {**elem_defines("A", "a", a.dtype), **elem_defines("B", "b", b.dtype), **elem_defines("O", "o", out.dtype)}
+def _binary_defines(expr: str, int_math: bool, vec4: bool) -> Defines:
+    """binary.comp's defines; the dtypes and operand modes are specialization constants."""
+    return {"OP(x,y)": expr, **any_dtype_defines(), **({"INT_MATH": 1} if int_math else {}),
+            **({"VEC4": 1} if vec4 else {})}
 
 
-def vec4_defines(prefix: str, buffer: str, dtype: DType) -> Defines:
-    """elem_defines for a float array read and written four elements at a time, as a vec4."""
-    element = f"{buffer}[(i)]"
-    if dtype is dtypes.FLOAT32:
-        return {f"{prefix}_T": "vec4", f"LOAD_{prefix}(i)": element, f"STORE_{prefix}(i,v)": f"{element} = (v)"}
-    if dtype is dtypes.FLOAT16:
-        return {f"{prefix}_T": "f16vec4", f"LOAD_{prefix}(i)": f"vec4({element})",
-                f"STORE_{prefix}(i,v)": f"{element} = f16vec4(v)"}
-    if dtype is dtypes.BFLOAT16:  # v must be a variable: it is read once per lane
-        return {f"{prefix}_T": "u16vec4", f"LOAD_{prefix}(i)": f"uintBitsToFloat(uvec4({element}) << 16)",
-                f"STORE_{prefix}(i,v)": f"{element} = u16vec4(uvec4(bf16_bits((v).x), bf16_bits((v).y), "
-                                        f"bf16_bits((v).z), bf16_bits((v).w)))"}
-    raise UnsupportedOpError(f"no vec4 path for {dtype}")
+BINARY_INT_ONLY = {"bitwise_and", "bitwise_or", "bitwise_xor"}
+"""Ops whose operands are never floating (the contract's rule)."""
+BINARY_NO_VEC4 = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor"}
+"""Ops whose output is bool, so never on the float vec4 path."""
+
+
+@variants("binary")
+def binary_variants() -> Iterable[Defines]:
+    for op, expr in BINARY_GLSL.items():
+        yield _binary_defines(expr, True, False)
+        if op not in BINARY_INT_ONLY:
+            yield _binary_defines(expr, False, False)
+        if op not in BINARY_INT_ONLY | BINARY_NO_VEC4:
+            yield _binary_defines(expr, False, True)
 
 
 def unary(builder: OpBuilder, call: Call, expr: str, a: float = 0.0, b: float = 0.0) -> None:
@@ -221,15 +213,27 @@ def unary(builder: OpBuilder, call: Call, expr: str, a: float = 0.0, b: float = 
     src, out = call.tensor("self"), call.out
     n = src.numel
     vec4 = n % 4 == 0 and src.dtype.is_float and out.dtype.is_float
-    types = vec4_defines if vec4 else elem_defines
-    defines: Defines = {"OP(x)": expr, **types("X", "x_in", src.dtype), **types("Y", "x_out", out.dtype)}
-    if vec4:
-        defines["VEC4"] = 1
+    defines = _unary_defines(expr, vec4)
+    spec = (dtype_code(src.dtype), dtype_code(out.dtype))
     for start, count in chunk_elems(builder, n, [src, out]):
         ib, _ = bind_elems(builder, src, start, count)
         ob, _ = bind_elems(builder, out, start, count)
         inv = count // 4 if vec4 else count
-        builder.dispatch("unary", [ib, ob], struct.pack("<Iff", inv, _f32(a), _f32(b)), dispatch_groups(inv), defines)
+        builder.dispatch("unary", [ib, ob], struct.pack("<Iff", inv, _f32(a), _f32(b)), dispatch_groups(inv),
+                         defines, spec)
+
+
+def _unary_defines(expr: str, vec4: bool) -> Defines:
+    """unary.comp's defines; the dtypes are specialization constants."""
+    return {"OP(x)": expr, **any_dtype_defines(), **({"VEC4": 1} if vec4 else {})}
+
+
+@variants("unary")
+def unary_variants() -> Iterable[Defines]:
+    expressions = [*UNARY_GLSL.values(), *GELU_GLSL.values(), *POW_GLSL.values(), POW_ANY, CLAMP]
+    for expr in expressions:
+        for vec4 in (False, True):
+            yield _unary_defines(expr, vec4)
 
 
 def _f32(x: float) -> float:

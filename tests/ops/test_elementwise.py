@@ -230,14 +230,21 @@ def test_unary_in_other_dtype(src, dst, shape):
     assert_close_in(got, F.silu(x.float()).to(dst), dst, each=True)
 
 
-def test_declaring_an_op_is_enough():
-    """A unary op declared at test time (one OpDecl with a glsl expression) runs."""
+def test_declaring_an_op_is_enough(monkeypatch):
+    """A unary op declared at test time (its OpDecl with its math, its GLSL in UNARY_GLSL) is a variant
+    the package's SPIR-V lacks until `make shaders` (a typed error naming it), and runs from sources."""
+    from vkx.loader import shaders
+    from vkx.loader.errors import VariantNotBuiltError
+    from vkx.loader.ops import elementwise
     name = "vkx_test.cube_minus_one.default"
-    decl = dataclasses.replace(contract.OPS["aten.relu.default"], name=name, glsl="(x * x * x - 1.0)")
-    contract.declare(decl)
+    contract.declare(dataclasses.replace(contract.OPS["aten.relu.default"], name=name, math="x ** 3 - 1"))
+    monkeypatch.setitem(elementwise.UNARY_GLSL, "cube_minus_one", "(x * x * x - 1.0)")
     try:
-        from vkx.loader.ops import elementwise
         ops.builds(name)(elementwise.unary_op)
+        x = _unary_input("neg", (3, 7), torch.float32)
+        with pytest.raises(VariantNotBuiltError, match=r"shader unary: variant not prebuilt \(.*OP\(x\)=\(x \* x"):
+            run_graph(name, [x], ((3, 7), torch.float32))
+        monkeypatch.setenv("VKX_SHADER_PATH", str(shaders.packaged_dir()))
         for dtype in FLOAT_DTYPES:
             x = _unary_input("neg", (3, 7), dtype)
             assert_close_in(run_graph(name, [x], ((3, 7), dtype)), x * x * x - 1, dtype, each=True)

@@ -1,0 +1,129 @@
+"""Prebuilt SPIR-V: every shader variant the op builders can request, compiled once with glslc at
+build time into one archive shipped as package data (`vkx/shaders/spirv.zip`).
+
+A variant is a shader and the `#define`s its builder passes (`variant_text`); the builders declare
+every variant they can request next to themselves (`vkx.loader.ops.variants`). The archive holds
+one `<shader>/<digest of the variant's text>.spv` per variant and `sources.json`, the digest of
+each shader's source (with the headers it may include) it was built from. Nothing here imports
+Vulkan: `python -m vkx.loader.spirv OUT` runs in the package build (setup.py) and `make shaders`.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Mapping, Union
+
+import vkx.shaders
+from vkx.loader import ops
+from vkx.loader.errors import ShaderError
+
+Defines = Mapping[str, Union[str, int]]
+ARCHIVE = "spirv.zip"
+SOURCES = "sources.json"
+HEADERS = (".glslh",)
+GLSLC_ARGS = ("-fshader-stage=compute", "--target-env=vulkan1.2", "-O")
+
+
+def variant_text(defines: Defines) -> str:
+    """The canonical spelling of a variant's defines: one `NAME=value` a line, sorted."""
+    return "\n".join(f"{k}={v}" for k, v in sorted((str(k), str(v)) for k, v in defines.items()))
+
+
+def entry_name(shader: str, defines: Defines) -> str:
+    """Where the variant's SPIR-V is in the archive."""
+    return f"{shader}/{hashlib.sha256(variant_text(defines).encode()).hexdigest()[:24]}.spv"
+
+
+def source_digest(root: Path, shader: str) -> str:
+    """What a shader's SPIR-V is built from: its source and every header beside it."""
+    h = hashlib.sha256((root / f"{shader}.comp").read_bytes())
+    for header in sorted(p for p in root.iterdir() if p.name.endswith(HEADERS)):
+        h.update(header.name.encode() + b"\0" + header.read_bytes())
+    return h.hexdigest()
+
+
+def glslc(source: Path, defines: Defines) -> bytes:
+    """SPIR-V of `source` built with `defines` (headers from its folder); ShaderError on failure."""
+    args = [f"-D{k}={v}" for k, v in sorted((str(k), str(v)) for k, v in defines.items())]
+    cmd = ["glslc", *GLSLC_ARGS, "-I", str(source.parent), *args, str(source), "-o", "-"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True)
+    except OSError as error:
+        raise ShaderError(f"glslc cannot be run ({error.strerror}): it builds {source.name}") from error
+    if proc.returncode != 0:
+        raise ShaderError(f"glslc failed on {source.name} {' '.join(args)}: "
+                          f"{proc.stderr.decode(errors='replace').strip()}")
+    return proc.stdout
+
+
+def build(root: Path, out: Path, variants: Mapping[str, list[Defines]], jobs: int | None = None) -> dict:
+    """Compile every variant of every shader in `root` into the archive `out` (written atomically)."""
+    missing = sorted(s for s in variants if not (root / f"{s}.comp").is_file())
+    if missing:
+        raise ShaderError(f"variants declared for shaders without a source in {root}: {missing}")
+    work = [(shader, dict(d)) for shader, ds in sorted(variants.items()) for d in ds]
+    with ThreadPoolExecutor(jobs or os.cpu_count() or 1) as pool:
+        compiled = list(pool.map(lambda w: glslc(root / f"{w[0]}.comp", w[1]), work))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=out.name, suffix=".tmp")
+    os.close(fd)
+    try:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as z:
+            z.writestr(SOURCES, json.dumps({s: source_digest(root, s) for s in sorted(variants)}, indent=0))
+            for (shader, defines), spirv in zip(work, compiled):
+                info = zipfile.ZipInfo(entry_name(shader, defines), (1980, 1, 1, 0, 0, 0))  # reproducible
+                info.compress_type = zipfile.ZIP_DEFLATED
+                z.writestr(info, spirv)
+        os.replace(tmp, out)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return {"variants": len(work), "spirv_bytes": sum(map(len, compiled)), "archive_bytes": out.stat().st_size}
+
+
+def is_current(out: Path, root: Path, variants: Mapping[str, list[Defines]]) -> bool:
+    """Whether the archive `out` holds exactly `variants`, built from `root`'s sources as they are."""
+    try:
+        with zipfile.ZipFile(out) as z:
+            sources = json.loads(z.read(SOURCES))
+            names = set(z.namelist()) - {SOURCES}
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return False
+    return (sources == {s: source_digest(root, s) for s in variants}
+            and names == {entry_name(s, d) for s, ds in variants.items() for d in ds})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m vkx.loader.spirv", description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path, help=f"the archive to write (the package's shaders/{ARCHIVE})")
+    parser.add_argument("--shaders", type=Path, help="the shader sources (default: the package's)")
+    parser.add_argument("--if-stale", action="store_true",
+                        help="leave an archive that already holds every variant of the sources as they are")
+    args = parser.parse_args(argv)
+    root = args.shaders or Path(vkx.shaders.__file__).parent
+    began = time.perf_counter()
+    variants = ops.all_variants()
+    if args.if_stale and is_current(args.out, root, variants):
+        print(f"{args.out}: current")
+        return 0
+    try:
+        made = build(root, args.out, variants)
+    except ShaderError as error:
+        print(f"vkx: error: {error}", file=sys.stderr)
+        return 2
+    print(f"{args.out}: {made['variants']} shader variants, {made['spirv_bytes']:,} bytes of SPIR-V in "
+          f"{made['archive_bytes']:,} bytes, {time.perf_counter() - began:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

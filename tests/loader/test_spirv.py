@@ -1,0 +1,122 @@
+"""Prebuilt SPIR-V: the package's archive holds every declared variant of the sources as they are;
+the builders of registered shaders request only declared variants (swept over dtypes, operand
+kinds and paths, without a device); a variant not prebuilt, and an archive older than its source,
+are typed errors."""
+from __future__ import annotations
+
+import itertools
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from vkx.format import contract, dtypes
+from vkx.format import vkgraph as g
+from vkx.loader import ops, shaders, spirv
+from vkx.loader.errors import BadProgramError, ShaderError, VariantNotBuiltError
+from vkx.loader.graph import GraphBuilder
+from vkx.loader.ops import elementwise
+
+DEVICE_TYPES = sorted((d for d in dtypes.ALL if d.on_device), key=str)
+
+
+def test_archive_holds_every_declared_variant_of_the_current_sources():
+    archive = shaders.packaged_dir() / spirv.ARCHIVE
+    assert spirv.is_current(archive, shaders.packaged_dir(), ops.all_variants()), \
+        f"{archive} is missing or stale: run `make shaders`"
+
+
+def _requests(name: str, operands: list, out: tuple[tuple[int, ...], dtypes.DType]) -> list[tuple[str, tuple]]:
+    """(shader, defines) of every dispatch the builder of `name` records for `operands` (a
+    (shape, dtype) tensor or a number each), built without a device; [] when the contract refuses."""
+    values: list = []
+
+    def add(v) -> int:
+        values.append(v)
+        return len(values) - 1
+
+    def arg(a) -> int:
+        if isinstance(a, tuple):
+            return add(g.Tensor(a[1].datatype, a[0]))
+        if isinstance(a, str):
+            return add(g.String(a))
+        if isinstance(a, bool):
+            return add(g.Bool(a))
+        return add(g.Int(a) if isinstance(a, int) else g.Double(a))
+
+    ids = [arg(a) for a in operands]
+    out_id = arg(out)
+    graph = g.VkGraph(chain=[g.OperatorCall(0, name, (*ids, out_id))], values=values,
+                      input_ids=[i for i, a in zip(ids, operands) if isinstance(a, tuple)], output_ids=[out_id])
+    try:
+        built = GraphBuilder(graph, 1 << 30, 16).build()
+    except (BadProgramError, ops.UnsupportedOpError):
+        return []
+    return [(d.shader, d.defines) for d in built.dispatches]
+
+
+def _declared() -> set[tuple[str, tuple]]:
+    return {(s, tuple(sorted((str(k), str(v)) for k, v in d.items())))
+            for s, ds in ops.all_variants().items() for d in ds}
+
+
+def _elementwise_ops(family: str) -> list[str]:
+    return sorted(n for n, d in contract.OPS.items() if d.family == family)
+
+
+def test_binary_builders_request_only_declared_variants():
+    declared, seen = _declared(), set()
+    shapes = [((4,), (4,)), ((3,), (3,)), ((2, 3), (3,)), ((4,), (1,))]  # vec4, scalar, strided, scalar tensor
+    for name in _elementwise_ops("binary"):
+        alpha = [1] if contract.lookup(name).has("alpha") else []
+        # a dtype reaches binary.comp as a specialization constant: its kind is what picks a variant
+        for ta, tb, to in itertools.product((dtypes.FLOAT16, dtypes.INT8, dtypes.BOOL), repeat=3):
+            for sa, sb in shapes:
+                out = ((2, 3) if len(sa) == 2 else sa, to)
+                for a, b in [((sa, ta), (sb, tb)), ((sa, ta), 2), ((sa, ta), 2.5), (3, (sb, tb))]:
+                    seen.update(_requests(name, [a, b, *alpha], out))
+    assert seen and seen <= declared, sorted(seen - declared)[:3]
+
+
+def test_unary_builders_request_only_declared_variants():
+    declared, seen = _declared(), set()
+    calls = [(n, []) for n in _elementwise_ops("unary")] + [
+        ("aten.gelu.default", ["none"]), ("aten.gelu.default", ["tanh"]),
+        ("aten.leaky_relu.default", [0.2]), ("aten.hardshrink.default", [1.5]),
+        ("aten.clamp.default", [-1.0, 2.0])] + [("aten.pow.Tensor_Scalar", [e]) for e in (*elementwise.POW_GLSL, 1.7)]
+    for (name, extra), ti, to, shape in itertools.product(calls, DEVICE_TYPES, DEVICE_TYPES, [(4,), (3,)]):
+        seen.update(_requests(name, [(shape, ti), *extra], (shape, to)))
+    assert seen and seen <= declared, sorted(seen - declared)[:3]
+
+
+def _archive_of(tmp_path: Path) -> shaders.Prebuilt:
+    """An archive of tests/loader/shaders/test_relu.comp (one variant, no defines), beside its source."""
+    root = tmp_path / "shaders"
+    shutil.copytree(Path(__file__).parent / "shaders", root)
+    spirv.build(root, root / spirv.ARCHIVE, {"test_relu": [{}]})
+    return shaders.Prebuilt(root / spirv.ARCHIVE)
+
+
+def test_a_variant_not_prebuilt_is_typed(tmp_path):
+    prebuilt = _archive_of(tmp_path)
+    assert prebuilt.holds("test_relu") and not prebuilt.holds("test_add")
+    assert prebuilt.get("test_relu", {})[:4] == b"\x03\x02\x23\x07"  # SPIR-V magic
+    with pytest.raises(VariantNotBuiltError, match=r"shader test_relu: variant not prebuilt \(X=1 Y=float\)"):
+        prebuilt.get("test_relu", {"Y": "float", "X": 1})
+
+
+def test_an_archive_older_than_its_source_is_refused(tmp_path):
+    prebuilt = _archive_of(tmp_path)
+    source = prebuilt.path.parent / "test_relu.comp"
+    source.write_text(source.read_text() + "\n// changed\n")
+    with pytest.raises(ShaderError, match="built from another test_relu.comp: run `make shaders`"):
+        prebuilt.get("test_relu", {})
+    assert not spirv.is_current(prebuilt.path, prebuilt.path.parent, {"test_relu": [{}]})
+
+
+def test_archive_is_reproducible(tmp_path):
+    first = _archive_of(tmp_path / "a").path.read_bytes()
+    assert _archive_of(tmp_path / "b").path.read_bytes() == first
+    with zipfile.ZipFile(_archive_of(tmp_path / "c").path) as z:
+        assert sorted(z.namelist()) == sorted([spirv.SOURCES, spirv.entry_name("test_relu", {})])
