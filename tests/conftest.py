@@ -1,4 +1,11 @@
-"""Suite-wide: any Vulkan validation message emitted during a test fails that test.
+"""Suite-wide: the suite runs on a Vulkan device with validation on, and any validation message
+emitted during a test fails that test; the summary gives the largest float error against torch
+per test file and tolerance class (`record_error`, called by tests/ops/conftest.py's comparisons).
+
+Without a usable device the session stops before collecting, with one message saying what was
+tried and why it failed, unless `VKX_TESTS_ALLOW_NO_DEVICE=1` says that skipping is intended:
+then every test that needs the device is skipped with that reason (-ra lists them), those marked
+`vulkan` (their device is in a child process) at collection, the others when they open a device.
 
 `--device-profile NAME` runs the tests under a device profile (VKX_DEVICE_PROFILE, docs/profiles.md):
 `make test` runs the kernel-choosing device tests once more so, under android-baseline-2022.
@@ -9,6 +16,45 @@ import os
 import sys
 
 import pytest
+
+ALLOW_NO_DEVICE = "VKX_TESTS_ALLOW_NO_DEVICE"
+DRIVER_VARIABLES = ("VKX_DEVICE", "VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_ADD_DRIVER_FILES")
+
+_no_device: str | None = None
+"""Why the device could not be opened, in a session that allows it (else None)."""
+
+
+def _device_failure() -> str | None:
+    """None when the device vkx picks opens; else what was tried and why it failed, in one line."""
+    try:
+        from vkx.loader.device import default_device
+        default_device()
+        return None
+    except Exception as error:  # no binding, no driver, no device, no validation layer, ...
+        settings = ", ".join(f"{name}={os.environ[name]}" for name in ("VKX_VALIDATION", *DRIVER_VARIABLES)
+                             if name in os.environ)
+        return f"opening vkx's default Vulkan device ({settings}) failed: {type(error).__name__}: {error}"
+
+
+def pytest_configure(config):
+    global _no_device
+    os.environ.setdefault("VKX_VALIDATION", "1")
+    profile_name = config.getoption("--device-profile")
+    if profile_name:
+        os.environ["VKX_DEVICE_PROFILE"] = profile_name  # before any test opens the device
+    why = _device_failure()
+    if why is None:
+        return
+    if os.environ.get(ALLOW_NO_DEVICE) != "1":
+        raise pytest.UsageError(f"vkx's tests need a Vulkan device: {why}. Install a driver (`make system-packages` "
+                                f"brings lavapipe and the validation layer), or set {ALLOW_NO_DEVICE}=1 to skip the "
+                                "tests that need one.")
+    _no_device = why
+    from vkx.loader import device
+
+    def no_device(*args, **kwargs):  # a module that opens the device as it imports is skipped whole
+        pytest.skip(f"needs a Vulkan device ({ALLOW_NO_DEVICE}=1): {why}", allow_module_level=True)
+    device.Device.__init__ = no_device
 
 
 def _take_validation_messages() -> list[str]:
@@ -26,12 +72,6 @@ def pytest_addoption(parser):
                      help="run under this device profile (VKX_DEVICE_PROFILE), e.g. android-baseline-2022")
 
 
-def pytest_configure(config):
-    name = config.getoption("--device-profile")
-    if name:
-        os.environ["VKX_DEVICE_PROFILE"] = name  # before any test opens the device
-
-
 _STORAGE_FEATURES = {"torch.float16": "storageBuffer16BitAccess", "torch.bfloat16": "storageBuffer16BitAccess",
                      "torch.int8": "storageBuffer8BitAccess", "torch.uint8": "storageBuffer8BitAccess",
                      "torch.bool": "storageBuffer8BitAccess"}
@@ -39,8 +79,14 @@ _STORAGE_FEATURES = {"torch.float16": "storageBuffer16BitAccess", "torch.bfloat1
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under a profile, deselect the dtype-parametrized cases whose dtype needs a storage feature
-    the profile lacks: vkx refuses them (tests/loader/test_limits.py checks the refusal)."""
+    """Without a device (allowed), skip the tests marked `vulkan`. Under a profile, deselect the
+    dtype-parametrized cases whose dtype needs a storage feature the profile lacks: vkx refuses
+    them (tests/loader/test_limits.py checks the refusal)."""
+    if _no_device is not None:
+        skip = pytest.mark.skip(reason=f"needs a Vulkan device ({ALLOW_NO_DEVICE}=1): {_no_device}")
+        for item in items:
+            if item.get_closest_marker("vulkan") is not None:
+                item.add_marker(skip)
     name = config.getoption("--device-profile")
     if not name:
         return
@@ -62,3 +108,52 @@ def _no_validation_messages():
     yield
     found = _take_validation_messages()
     assert not found, f"validation messages: {found}"
+
+
+MAX_ERROR = "max error vs torch"
+_running: dict[str, tuple[float, float]] = {}
+"""Tolerance class -> (max abs error, max error / max(|torch|, 1e-3)) of the test running here."""
+_errors: dict[tuple[str, str], tuple[float, float]] = {}
+"""(test node id, tolerance class) -> the same, over the tests reported (by every worker under xdist).
+The class is the compared dtype ("fp32", "fp16", "bf16"), or "fp32"/"fp16" by the tolerance asked for."""
+
+
+def record_error(kind: str, abs_err: float, rel_err: float) -> None:
+    """Note a comparison's error against torch for the summary."""
+    a, r = _running.get(kind, (0.0, 0.0))
+    _running[kind] = (max(a, abs_err), max(r, rel_err))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """The running test's errors travel in its report (so they reach the xdist controller)."""
+    report = yield
+    if call.when == "call":
+        report.user_properties.extend((MAX_ERROR, (kind, a, r)) for kind, (a, r) in _running.items())
+        _running.clear()
+    return report
+
+
+def pytest_runtest_logreport(report):
+    for name, value in report.user_properties:
+        if name == MAX_ERROR:
+            kind, abs_err, rel_err = value
+            a, r = _errors.get((report.nodeid, kind), (0.0, 0.0))
+            _errors[(report.nodeid, kind)] = (max(a, abs_err), max(r, rel_err))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Per test file and tolerance class: the largest float error vs torch."""
+    rows: dict[tuple[str, str], list] = {}
+    for (test, kind), (a, r) in _errors.items():
+        key = (test.split("::")[0], kind)
+        row = rows.setdefault(key, [0.0, "", 0.0, 0])
+        if a >= row[0]:
+            row[0], row[1] = a, test.split("::", 1)[-1]
+        row[2] = max(row[2], r)
+        row[3] += 1
+    if rows:
+        terminalreporter.write_sep("-", "max error vs torch (float outputs)")
+        for (f, kind), (a, test, r, n) in sorted(rows.items()):
+            terminalreporter.write_line(f"{f} [{kind}, {n} tests]: max |err| {a:.3g} ({test}); "
+                                        f"max |err|/max(|torch|,1e-3) {r:.3g}")

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from vkx.format import ProgramFile
 
+from ..export.et_registry import check_against_registry
 from .conftest import EXAMPLES, one_error_line, vkx
-
-pytest.importorskip("executorch.backends.vulkan.op_registry")
-from ..export.et_registry import check_against_registry  # noqa: E402
 
 
 def test_target_executorch_writes_a_file_the_registry_accepts_and_vkx_runs(tmp_path):

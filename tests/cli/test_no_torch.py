@@ -1,14 +1,15 @@
 """Without torch, vkx inspects, validates, runs and loads files (numpy in, numpy out); only export needs it.
 
 Each command runs in a subprocess whose `import torch` fails: a sitecustomize on PYTHONPATH puts a
-finder first on sys.meta_path that refuses torch and its submodules.
+finder first on sys.meta_path that refuses torch and its submodules. Its folder goes before what
+PYTHONPATH already holds (where an environment keeps `vulkan` or vkx itself there, as on the H200).
 """
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -41,14 +42,19 @@ np.save(sys.argv[3], out)
 '''
 
 
+def python_path(folder) -> str:
+    """PYTHONPATH with `folder` first, then what the environment had there."""
+    return os.pathsep.join([str(folder), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
 @pytest.fixture(scope="module")
 def no_torch(tmp_path_factory) -> dict[str, str]:
     """The environment of a process that cannot import torch (checked)."""
     folder = tmp_path_factory.mktemp("no_torch")
     (folder / "sitecustomize.py").write_text(BLOCK)
-    env = {"PYTHONPATH": str(folder)}
+    env = {"PYTHONPATH": python_path(folder)}
     probe = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True,
-                           env={**__import__("os").environ, **env})
+                           env={**os.environ, **env})
     assert probe.returncode == 1 and "blocked by the test" in probe.stderr, probe.stderr
     return env
 
@@ -77,7 +83,7 @@ def test_load_and_call_with_numpy_without_torch(exported, no_torch, tmp_path):
     np.save(tmp_path / "x.npy", x.numpy())
     done = subprocess.run([sys.executable, "-c", LOAD, str(exported / "mlp.pte"), str(tmp_path / "x.npy"),
                            str(tmp_path / "out.npy")], capture_output=True, text=True, cwd=ROOT,
-                          env={**__import__("os").environ, "VKX_VALIDATION": "1", **no_torch})
+                          env={**os.environ, "VKX_VALIDATION": "1", **no_torch})
     assert done.returncode == 0, done.stderr
     with torch.no_grad():
         want = module(x).numpy()

@@ -1,29 +1,29 @@
 """ExecuTorch's own Vulkan op registry (the installed wheel's `backends/vulkan/op_registry.py`) as the
 judge of a VkGraph written for its C++ runtime: every call, as an FX node of the edge-dialect op,
 must pass the registry's dtype and input checks, and every activation's storage type and memory
-layout must be in the representations the registry gives that op (with its sync rules)."""
+layout must be in the representations the registry gives that op (with its sync rules).
+
+ExecuTorch is imported by the first check, not at collection: importing its Vulkan backend takes
+about 20 s, which every run of any test paid while this module imported it at the top."""
 from __future__ import annotations
 
-import pytest
 import torch
 
 from vkx.format.vkgraph import Bool, Double, Int, IntList, Null, StorageType, String, Tensor, ValueList, VkGraph
-
-registry = pytest.importorskip("executorch.backends.vulkan.op_registry")
-vk_utils = pytest.importorskip("executorch.backends.vulkan.utils")
-schema = pytest.importorskip("executorch.backends.vulkan.serialization.vulkan_graph_schema")
-from executorch.exir.dialects._ops import ops as exir_ops  # noqa: E402
 
 PREPACK, CLONE = "et_vk.prepack.default", "aten.clone.default"
 
 
 def edge_op(name: str):
     """ExecuTorch's edge-dialect op for a VkGraph op name (`aten.linear.default`)."""
+    from executorch.exir.dialects._ops import ops as exir_ops
     namespace, op, overload = name.split(".")
     return getattr(getattr(getattr(exir_ops.edge, namespace), op), overload)
 
 
 def tensor_repr(tensor: Tensor):
+    from executorch.backends.vulkan import utils as vk_utils
+    from executorch.backends.vulkan.serialization import vulkan_graph_schema as schema
     return vk_utils.TensorRepr(schema.VkStorageType(int(tensor.storage_type)),
                                schema.VkMemoryLayout(int(tensor.memory_layout)))
 
@@ -31,6 +31,9 @@ def tensor_repr(tensor: Tensor):
 def check_against_registry(graph: VkGraph) -> set[str]:
     """Assert that the runtime implements every call as written (its registry's dtype, input and
     storage checks and sync rules; clones are its layout transitions). Returns the op names."""
+    from executorch.backends.vulkan import op_registry as registry
+    from executorch.backends.vulkan import utils as vk_utils
+    from executorch.backends.vulkan.serialization import vulkan_graph_schema as schema
     from torch._subclasses.fake_tensor import FakeTensorMode
     fx = torch.fx.Graph()
     nodes: dict[int, torch.fx.Node] = {}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import torch
 from torch import nn
 
@@ -64,21 +63,17 @@ def check_file(path: Path, external: Path | None = None) -> VkGraph:
 
 
 def et_deserialize(path: Path):
-    """ExecuTorch 1.5.1's own reader over the file (skips when executorch is missing)."""
-    program = pytest.importorskip("executorch.exir._serialize._program")
-    return program.deserialize_pte_binary(path.read_bytes())
+    """ExecuTorch 1.5.1's own reader over the file."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+    return deserialize_pte_binary(path.read_bytes())
 
 
 def et_vkgraph(path: Path):
-    """ExecuTorch's own VkGraph reader (through flatc) over the file's first delegate blob (skips
-    when executorch or flatc is missing)."""
-    serialize = pytest.importorskip("executorch.backends.vulkan.serialization.vulkan_graph_serialize")
+    """ExecuTorch's own VkGraph reader (through flatc) over the file's first delegate blob."""
+    from executorch.backends.vulkan.serialization import vulkan_graph_serialize as serialize
     program = et_deserialize(path).program
     blob = program.backend_delegate_data[program.execution_plan[0].delegates[0].processed.index].data
-    try:
-        return serialize.flatbuffer_to_vk_graph(serialize.extract_vk_flatbuffer(blob))
-    except FileNotFoundError:
-        pytest.skip("flatc is not installed")
+    return serialize.flatbuffer_to_vk_graph(serialize.extract_vk_flatbuffer(blob))
 
 
 def ops_of(graph: VkGraph) -> set[str]:

@@ -87,10 +87,10 @@ def test_pte_and_ptd_keys_are_names_and_executorch_reads_them(tmp_path, external
         keys = pte.named_data.pte_data
         assert set(keys) == STORED | {"head.weight"}
         assert keys["head.weight"].buffer_index == keys["embed.weight"].buffer_index
-    runtime = pytest.importorskip("executorch.runtime")
-    program = runtime.Runtime.get().load_program((tmp_path / "m.pte").read_bytes(),
-                                                 verification=runtime.Verification.InternalConsistency,
-                                                 **({"data_path": str(ext)} if ext else {}))
+    from executorch.runtime import Runtime, Verification
+    program = Runtime.get().load_program((tmp_path / "m.pte").read_bytes(),
+                                         verification=Verification.InternalConsistency,
+                                         **({"data_path": str(ext)} if ext else {}))
     assert "forward" in program.method_names
 
 
@@ -103,10 +103,10 @@ def test_a_ptd_without_weights_is_whole(tmp_path):
     with ExternalData.open(tmp_path / "m.ptd") as ext:
         assert ext.named_data == {} and ext.size == ext.header.segment_base_offset
     assert validate(tmp_path / "m.pte", [tmp_path / "m.ptd"]).warnings == []
-    runtime = pytest.importorskip("executorch.runtime")
-    program = runtime.Runtime.get().load_program((tmp_path / "m.pte").read_bytes(),
-                                                 verification=runtime.Verification.InternalConsistency,
-                                                 data_path=str(tmp_path / "m.ptd"))
+    from executorch.runtime import Runtime, Verification
+    program = Runtime.get().load_program((tmp_path / "m.pte").read_bytes(),
+                                         verification=Verification.InternalConsistency,
+                                         data_path=str(tmp_path / "m.ptd"))
     assert "forward" in program.method_names
 
 
@@ -178,7 +178,7 @@ def test_constants_made_at_export_get_derived_names(tmp_path, monkeypatch):
     import threading
     crashed = []
     monkeypatch.setattr(threading, "excepthook", crashed.append)  # the hashing thread must not fail on torchao's
-    torchao = pytest.importorskip("torchao.quantization")
+    import torchao.quantization as torchao
     from torchao.quantization.granularity import PerGroup
 
     class Masked(nn.Module):

@@ -4,26 +4,20 @@ the registry itself, on an FX node made from each call); vkx's loader runs the f
 what the runtime cannot run is refused with one line naming the ops."""
 from __future__ import annotations
 
-import os
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
 
-os.environ.setdefault("VKX_VALIDATION", "1")
+import vkx
+from vkx.export import ExportError, load_model_file
+from vkx.format import ProgramFile, contract
+from vkx.format.validate import validate
+from vkx.format.vkgraph import StorageType, Tensor, VkGraph
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
-from torch.nn import functional as F  # noqa: E402
-
-import vkx  # noqa: E402
-from vkx.export import ExportError, load_model_file  # noqa: E402
-from vkx.format import ProgramFile, contract  # noqa: E402
-from vkx.format.validate import validate  # noqa: E402
-from vkx.format.vkgraph import StorageType, Tensor, VkGraph  # noqa: E402
-
-from ..ops.conftest import assert_close_in  # noqa: E402
-from .export_helpers import EXAMPLES, Fn, et_vkgraph, randn  # noqa: E402
-
-pytest.importorskip("executorch.backends.vulkan.op_registry")
-from .et_registry import CLONE, check_against_registry  # noqa: E402
+from ..ops.conftest import assert_close_in
+from .et_registry import CLONE, check_against_registry
+from .export_helpers import EXAMPLES, Fn, et_vkgraph, randn
 
 
 def export_checked(module, inputs, path, **options) -> VkGraph:

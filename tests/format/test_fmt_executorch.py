@@ -3,12 +3,12 @@ import json
 
 import pytest
 
-from .conftest import DATA, GOLDEN, needs_executorch
+from .conftest import DATA, GOLDEN
 from .fmt_tiny import tiny_constants, write_tiny, write_tiny_ref
 from vkx.format import ExternalData, ProgramFile, resolve_constants
 from vkx.format import vkgraph as vk
 
-pytestmark = [needs_executorch, pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
               pytest.mark.filterwarnings("ignore::FutureWarning")]
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tests.cli.conftest import ROOT, VKX, vkx
-from tests.cli.test_no_torch import BLOCK
+from tests.cli.test_no_torch import BLOCK, python_path
 from tests.llm.families import config, write_folder
 from vkx.export import hf
 
@@ -53,7 +53,7 @@ def lm(tmp_path_factory):
 def no_torch(tmp_path_factory) -> dict[str, str]:
     folder = tmp_path_factory.mktemp("no_torch")
     (folder / "sitecustomize.py").write_text(BLOCK)
-    return {**os.environ, "PYTHONPATH": str(folder), "VKX_VALIDATION": "1"}
+    return {**os.environ, "PYTHONPATH": python_path(folder), "VKX_VALIDATION": "1"}
 
 
 def test_the_program_records_the_eos_ids(lm):

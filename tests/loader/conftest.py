@@ -5,17 +5,13 @@ let the loader be tested without the op modules.
 """
 from __future__ import annotations
 
-import os
 import struct
 from pathlib import Path
 
-os.environ.setdefault("VKX_VALIDATION", "1")
-
-
-from vkx.format import contract  # noqa: E402
-from vkx.format.contract import Arg, Kind, OpDecl  # noqa: E402
-from vkx.loader import ops  # noqa: E402
-from vkx.loader import shaders  # noqa: E402
+from vkx.format import contract
+from vkx.format.contract import Arg, Kind, OpDecl
+from vkx.loader import ops
+from vkx.loader import shaders
 
 shaders.add_shader_dir(Path(__file__).parent / "shaders")
 

@@ -14,9 +14,9 @@ Two ways to run an op on the Vulkan device and compare with torch:
 `assert_close(vkx_out, torch_out, rtol=1e-4, atol=1e-5)` compares element by element
 and reports the max error; `assert_close_in(got, want, dtype, terms)` compares with
 torch computing in the same dtype (`each=True`: element by element, NaN and inf included),
-and the summary prints the largest error per test file and dtype. Every test using the device is marked `vulkan` (`pytestmark =
-pytest.mark.vulkan`, or the `requires_vulkan` marker) and skips cleanly when
-no Vulkan device exists; any validation message fails the test.
+and the summary prints the largest error per test file and dtype. Every test module using the device
+is marked `vulkan` (`pytestmark = pytest.mark.vulkan`); without a device the session fails at start
+(tests/conftest.py); any validation message fails the test.
 
 Import in a test module with `from .conftest import run_vkx, run_graph, ...`,
 or use the fixtures of the same names.
@@ -29,45 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-os.environ.setdefault("VKX_VALIDATION", "1")
+import pytest
+import torch
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+from tests.conftest import record_error
 
 __all__ = ["Const", "Values", "Fn", "run_graph", "run_vkx", "assert_close", "assert_norm_close", "max_error",
-           "vulkan_available", "requires_vulkan", "rand", "rand_of", "FLOAT_DTYPES", "EXPORT_DTYPES", "assert_close_in", "tolerance"]
-
-
-# --------------------------------------------------------------------------- device
-
-_AVAILABLE: bool | None = None
-_REASON = ""
-
-
-def vulkan_available() -> bool:
-    """True when a Vulkan device can be opened (cached; opens the loader's default device)."""
-    global _AVAILABLE, _REASON
-    if _AVAILABLE is None:
-        try:
-            from vkx.loader.device import default_device
-            default_device()
-            _AVAILABLE = True
-        except Exception as error:  # no driver, no device, no validation layer, ...
-            _AVAILABLE, _REASON = False, f"{type(error).__name__}: {error}"
-    return _AVAILABLE
-
-
-requires_vulkan = pytest.mark.vulkan
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "vulkan: needs a Vulkan device (skipped when there is none)")
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.get_closest_marker("vulkan") is not None and not vulkan_available():
-            item.add_marker(pytest.mark.skip(reason=f"no Vulkan device ({_REASON})"))
+           "rand", "rand_of", "FLOAT_DTYPES", "EXPORT_DTYPES", "assert_close_in", "tolerance"]
 
 
 # --------------------------------------------------------------------------- comparing
@@ -96,39 +64,12 @@ def max_error(got, want) -> float:
     return float(torch.where(got == want, 0.0, diff).nan_to_num(0.0).max())  # inf == inf, NaN vs NaN: 0
 
 
-_ERRORS: dict[tuple[str, str], tuple[float, float]] = {}
-"""(test node id, tolerance class) -> (max abs error, max error / max(|torch|, 1e-3)).
-The class is the compared dtype ("fp32", "fp16", "bf16") for assert_close_in, else "fp32" or
-"fp16" by the tolerance asked for."""
-
 _KINDS = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+"""The tolerance class of a compared dtype (record_error; assert_close without one: `_kind`)."""
 
 
 def _kind(rtol: float) -> str:
     return "fp32" if rtol < 1e-3 else "fp16"
-
-
-def _record(kind: str, abs_err: float, rel_err: float) -> None:
-    test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" ", 1)[0]
-    a, r = _ERRORS.get((test, kind), (0.0, 0.0))
-    _ERRORS[(test, kind)] = (max(a, abs_err), max(r, rel_err))
-
-
-def pytest_terminal_summary(terminalreporter):
-    """Per test file and tolerance class: the largest float error vs torch that passed."""
-    rows: dict[tuple[str, str], list] = {}
-    for (test, kind), (a, r) in _ERRORS.items():
-        key = (test.split("::")[0], kind)
-        row = rows.setdefault(key, [0.0, "", 0.0, 0])
-        if a >= row[0]:
-            row[0], row[1] = a, test.split("::", 1)[-1]
-        row[2] = max(row[2], r)
-        row[3] += 1
-    if rows:
-        terminalreporter.write_sep("-", "max error vs torch (float outputs)")
-        for (f, kind), (a, test, r, n) in sorted(rows.items()):
-            terminalreporter.write_line(f"{f} [{kind}, {n} tests]: max |err| {a:.3g} ({test}); "
-                                        f"max |err|/max(|torch|,1e-3) {r:.3g}")
 
 
 def assert_close(vkx_out, torch_out, rtol: float = 1e-4, atol: float = 1e-5, kind: str | None = None) -> float:
@@ -146,7 +87,7 @@ def assert_close(vkx_out, torch_out, rtol: float = 1e-4, atol: float = 1e-5, kin
         finite = torch.isfinite(want) & torch.isfinite(got.to(want.dtype))
         if finite.any():
             diff = (got.double() - want.double()).abs()[finite]
-            _record(kind or _kind(rtol), float(diff.max()),
+            record_error(kind or _kind(rtol), float(diff.max()),
                     float((diff / want.double().abs()[finite].clamp_min(1e-3)).max()))
     else:
         assert torch.equal(got.to(want.dtype), want), f"{got} != {want}"
@@ -201,7 +142,7 @@ def assert_norm_close(got, want, rtol: float = 1e-4, atol: float = 1e-5, kind: s
     bound = rtol * peak + atol
     assert err <= bound, f"max|err| {err:.3e} > {bound:.3e} (max|ref| {peak:.3e})"
     if want.numel():
-        _record(kind or _kind(rtol), err, err / max(peak, 1e-3))
+        record_error(kind or _kind(rtol), err, err / max(peak, 1e-3))
     return err
 
 

@@ -5,6 +5,8 @@ torchao's dequantized weights). vkx computes with the very integers and scales
 torchao holds, so the two differ only by fp32 rounding of K-term dot products:
 max|err| <= 1e-5 * max|torch| + 1e-5 for an MLP, 1e-4 for a Llama-style block
 (softmax, RMSNorm and a residual stream in between).
+
+torchao is imported by the tests that quantize, not at collection (it takes seconds to import).
 """
 from __future__ import annotations
 
@@ -21,10 +23,6 @@ from vkx.export.errors import ExportError
 from vkx.format import ProgramFile
 
 from .conftest import assert_norm_close
-
-torchao = pytest.importorskip("torchao")
-from torchao.quantization import Int8WeightOnlyConfig, IntxWeightOnlyConfig, MappingType, quantize_  # noqa: E402
-from torchao.quantization.granularity import PerAxis, PerGroup  # noqa: E402
 
 pytestmark = pytest.mark.vulkan
 
@@ -64,22 +62,30 @@ class Block(nn.Module):
         return self.head(self.norm3(x))
 
 
-def _int4(group: int) -> IntxWeightOnlyConfig:
-    return IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(group))
+CONFIGS = ("int4-g32", "int4-g64", "int4-g128", "int8", "intx-int8-per-row")
+"""The torchao weight-only configs vkx exports, by name (`config`)."""
 
 
-CONFIGS = {
-    "int4-g32": _int4(32), "int4-g64": _int4(64), "int4-g128": _int4(128),
-    "int8": Int8WeightOnlyConfig(),
-    "intx-int8-per-row": IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0)),
-}
+def config(name: str):
+    """torchao's config for a name of CONFIGS (int4 in groups of 32/64/128, int8 per row through
+    Int8WeightOnlyConfig or IntxWeightOnlyConfig), or "int4-g32-asymmetric" (which vkx refuses)."""
+    from torchao.quantization import Int8WeightOnlyConfig, IntxWeightOnlyConfig, MappingType
+    from torchao.quantization.granularity import PerAxis, PerGroup
+    if name == "int8":
+        return Int8WeightOnlyConfig()
+    if name == "intx-int8-per-row":
+        return IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0))
+    group, _, mapping = name.removeprefix("int4-g").partition("-")
+    return IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(int(group)),
+                                mapping_type=MappingType.ASYMMETRIC if mapping else MappingType.SYMMETRIC)
 
 
-def _quantized(model: nn.Module, config, embeddings: bool = False) -> nn.Module:
+def _quantized(model: nn.Module, name: str, embeddings: bool = False) -> nn.Module:
+    from torchao.quantization import quantize_
     torch.manual_seed(0)
-    quantize_(model, config)
+    quantize_(model, config(name))
     if embeddings:
-        quantize_(model, _int4(32), filter_fn=lambda module, fqn: isinstance(module, nn.Embedding))
+        quantize_(model, config("int4-g32"), filter_fn=lambda module, fqn: isinstance(module, nn.Embedding))
     return model.eval()
 
 
@@ -100,7 +106,7 @@ def _export_run(model: nn.Module, inputs: tuple, path) -> tuple[torch.Tensor, to
 @pytest.mark.parametrize("name", CONFIGS)
 def test_torchao_mlp_matches_torch(tmp_path, name):
     torch.manual_seed(1)
-    model = _quantized(MLP().eval(), CONFIGS[name])
+    model = _quantized(MLP().eval(), name)
     x = torch.randn(3, 256)
     got, want, ops = _export_run(model, (x,), tmp_path / "mlp.pte")
     assert ops.get("vkx.linear_q.default") == 2 and "aten.linear.default" not in ops, ops
@@ -110,7 +116,7 @@ def test_torchao_mlp_matches_torch(tmp_path, name):
 @pytest.mark.parametrize("name", ["int4-g32", "int4-g128", "int8"])
 def test_torchao_llama_block_matches_torch(tmp_path, name):
     torch.manual_seed(2)
-    model = _quantized(Block().eval(), CONFIGS[name], embeddings=True)
+    model = _quantized(Block().eval(), name, embeddings=True)
     ids = torch.tensor([[5, 17, 0, 95, 33, 8]])
     got, want, ops = _export_run(model, (ids,), tmp_path / "block.pte")
     assert ops.get("vkx.linear_q.default") == 8 and ops.get("vkx.embedding_q.default") == 1, ops
@@ -122,7 +128,7 @@ def test_torchao_llama_block_matches_torch(tmp_path, name):
 def test_int4_weights_are_stored_packed(tmp_path):
     """The file holds torchao's int4 values two to a byte: a quarter of int8, an eighth of fp32."""
     torch.manual_seed(3)
-    model = _quantized(MLP().eval(), _int4(32))
+    model = _quantized(MLP().eval(), "int4-g32")
     report = vkx.export_model(model, (torch.randn(1, 256),), tmp_path / "mlp.pte")
     weights = 2 * 256 * 512
     scales = 2 * (256 * 512 // 32) * 4  # fp32 scales, one per group of 32
@@ -131,9 +137,7 @@ def test_int4_weights_are_stored_packed(tmp_path):
 
 def test_asymmetric_torchao_weights_are_refused(tmp_path):
     torch.manual_seed(4)
-    config = IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(32),
-                                  mapping_type=MappingType.ASYMMETRIC)
-    model = _quantized(MLP().eval(), config)
+    model = _quantized(MLP().eval(), "int4-g32-asymmetric")
     with pytest.raises(ExportError, match="non-zero zero points"):
         vkx.export_model(model, (torch.randn(1, 256),), tmp_path / "mlp.pte")
     assert not (tmp_path / "mlp.pte").exists()
@@ -151,7 +155,7 @@ def test_a_dequantized_weight_used_elsewhere_is_not_rewritten(tmp_path):
             return self.fc(x) + self.fc.weight.dequantize().sum()
 
     torch.manual_seed(4)
-    model = _quantized(Reuse().eval(), _int4(32))
+    model = _quantized(Reuse().eval(), "int4-g32")
     got, want, ops = _export_run(model, (torch.randn(1, 64),), tmp_path / "r.pte")
     assert "vkx.linear_q.default" not in ops and "aten._to_copy.default" in ops, ops
     assert_norm_close(got, want, rtol=1e-4, atol=1e-5)

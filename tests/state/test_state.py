@@ -110,7 +110,6 @@ def test_methods_share_weights(two_methods):
 
 def test_executorch_reads_the_two_method_file(two_methods):
     path = two_methods[0]
-    pytest.importorskip("executorch")
     from executorch.exir._serialize._program import deserialize_pte_binary
     from executorch.runtime import Runtime, Verification
     pte = deserialize_pte_binary(path.read_bytes())
