@@ -8,10 +8,13 @@ Three measurements of the same greedy generation:
                  through the same generation loop (loader/generate.py): the same work, op for op;
   transformers   `model.generate(do_sample=False)` with its own cache (decode tokens/s from the
                  whole call minus one forward of the prompt).
-Torch runs on CUDA where it is available, else on the CPU.
+Torch runs on CUDA where it is available, else on the CPU. Then vkx's decode call itself: its
+dispatches and barriers per token (and per decoder layer), its GPU time per token as a call runs
+(timestamps), and the per-shader table of one serialised, timestamped decode call.
 
     .venv/bin/python bench/generate.py [DIR] [--size small|1b] [--dtype fp32|bf16] [--prompt-len 32]
                                        [--new-tokens 64] [--max-seq-len 256] [--prefill-len 32]
+                                       [--quantize int4|int8]
 """
 from __future__ import annotations
 
@@ -66,6 +69,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--max-seq-len", type=int, default=256)
     parser.add_argument("--prefill-len", type=int, default=32)
+    parser.add_argument("--quantize", choices=["int4", "int8"], help="vkx's weights only (torch runs the 16-bit model)")
     args = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     began = time.perf_counter()
@@ -75,7 +79,8 @@ def main() -> None:
             folder = Path(scratch) / "model"
             llama_load.write_folder(folder, llama_load.SIZES[args.size])
         pte = Path(scratch) / "model.pte"
-        hf.export_folder(folder, pte, max_seq_len=args.max_seq_len, prefill_len=args.prefill_len, dtype=args.dtype)
+        hf.export_folder(folder, pte, max_seq_len=args.max_seq_len, prefill_len=args.prefill_len, dtype=args.dtype,
+                         quantize=args.quantize)
         progress(began, "exported")
         model = hf.build_model(hf.read_folder(folder), DTYPES[args.dtype]).to(DTYPES[args.dtype])
         prompt = np.random.default_rng(0).integers(0, model.config.vocab_size, args.prompt_len).tolist()
@@ -85,6 +90,8 @@ def main() -> None:
             timings = Timings()
             ours = list(generate(decoder, prompt, args.new_tokens, decoder.shape, timings=timings))
             rows.append(("vkx", timings))
+            step = (np.array([[ours[-1]]], np.int64), np.array([len(prompt) + len(ours) - 1], np.int64))
+            call = decode_report(program["decode"], step)
         progress(began, "vkx generated")
         shape = LMShape(args.prefill_len, args.max_seq_len, model.config.vocab_size)
         wrapper = TorchDecoder(hf.CausalLM(model, args.max_seq_len), device)
@@ -116,6 +123,34 @@ def main() -> None:
     base = rows[1][1]
     print(f"  vkx / torch wrapper: prefill {rows[0][1].prefill_tokens_per_s / base.prefill_tokens_per_s:.2f}x, "
           f"decode {rows[0][1].decode_tokens_per_s / base.decode_tokens_per_s:.2f}x")
+    layers = hf.load_config(hf.read_folder(folder)).get_text_config().num_hidden_layers if args.folder else \
+        llama_load.SIZES[args.size]["num_hidden_layers"]
+    print_decode_report(call, layers)
+
+
+def decode_report(decode, inputs) -> dict:
+    """One decode call's dispatches, barriers, GPU time as a call runs, and per-shader GPU time."""
+    report = {"dispatches": decode.dispatch_count, "barriers": decode.barrier_count, "gpu_s": None, "shaders": {}}
+    if not decode.has_timestamps:
+        return report
+    report["gpu_s"] = decode.gpu_seconds(*inputs, runs=10)
+    for _, shader, seconds in decode.profile(*inputs, runs=5):
+        count, total = report["shaders"].get(shader, (0, 0.0))
+        report["shaders"][shader] = (count + 1, total + seconds)
+    return report
+
+
+def print_decode_report(report: dict, layers: int) -> None:
+    print(f"vkx decode call: {report['dispatches']} dispatches ({report['dispatches'] / layers:.1f} per decoder "
+          f"layer of {layers}), {report['barriers']} barriers", end="")
+    if report["gpu_s"] is None:
+        print("; the device has no timestamps")
+        return
+    serial = sum(t for _, t in report["shaders"].values())
+    print(f"; GPU {report['gpu_s'] * 1e3:.3f} ms per token as a call runs, {serial * 1e3:.3f} ms serialised")
+    print(f"  {'shader':<22} {'dispatches':>10} {'GPU ms':>9} {'share':>6} {'us each':>8}")
+    for shader, (count, total) in sorted(report["shaders"].items(), key=lambda kv: -kv[1][1]):
+        print(f"  {shader:<22} {count:10d} {total * 1e3:9.3f} {total / serial:6.1%} {total / count * 1e6:8.1f}")
 
 
 if __name__ == "__main__":

@@ -11,9 +11,11 @@ values into per-layer cache buffers at `cache_position` (`index_copy_`), exporte
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import mmap
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -322,15 +324,35 @@ class CausalLM(torch.nn.Module):
             # (and their in-place updates become the program's state).
             layer.bind(getattr(self, f"key_cache_{i}"), getattr(self, f"value_cache_{i}"), cache_position)
         visible = self._slots[None, :] <= cache_position[:, None]
-        return self.model(input_ids=input_ids, position_ids=cache_position[None, :],
-                          attention_mask=visible[None, None], use_cache=True,
-                          **{self._cache_argument: self._cache}).logits
+        with _grouped_sdpa():
+            return self.model(input_ids=input_ids, position_ids=cache_position[None, :],
+                              attention_mask=visible[None, None], use_cache=True,
+                              **{self._cache_argument: self._cache}).logits
 
     def reset(self) -> None:
         """Zero the cache (a new sequence)."""
         for name, buffer in self.named_buffers():
             if "_cache_" in name:
                 buffer.zero_()
+
+
+@contextlib.contextmanager
+def _grouped_sdpa():
+    """transformers' sdpa attention with grouped key/value heads passed as they are (`enable_gqa`)
+    where it would otherwise repeat them (`repeat_kv`: two copies of a layer's whole cache per call,
+    with a mask), through its own switch; vkx's attention reads each group's heads in place."""
+    before = os.environ.get(_FORCE_GQA)
+    os.environ[_FORCE_GQA] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[_FORCE_GQA]
+        else:
+            os.environ[_FORCE_GQA] = before
+
+
+_FORCE_GQA = "TRANSFORMERS_SDPA_FORCE_GQA"
 
 
 class _PositionedLayer(StaticLayer):

@@ -25,6 +25,25 @@ DEDICATED = frozenset({PREPACK}) | STATE_OPS
 """Ops whose outputs keep memory of their own: weights in device form, persistent state."""
 VIEWS = frozenset({"aten.view_copy.default", "aten.squeeze_copy.dims"})
 """Ops whose output is their first argument's bytes (same dtype: then the output aliases it)."""
+PERMUTE = "aten.permute_copy.default"
+"""A view too where the dims of size > 1 keep their order (a decode step's [1, 1, H, D] -> [1, H, 1, D])."""
+
+
+def is_view(graph: vk.VkGraph, call: vk.OperatorCall) -> bool:
+    """Whether `call`'s output is its first argument's bytes in the same order (`VIEWS`, or an
+    order-keeping `PERMUTE`)."""
+    if call.name in VIEWS:
+        return True
+    if call.name != PERMUTE or len(call.args) < 3:
+        return False
+    src, dims = (graph.values[i] if 0 <= i < len(graph.values) else None for i in call.args[:2])
+    if not isinstance(src, vk.Tensor) or not isinstance(dims, vk.IntList) or len(dims.items) != len(src.dims):
+        return False
+    rank = len(src.dims)
+    if sorted(d % max(rank, 1) for d in dims.items) != list(range(rank)):
+        return False
+    moved = [d % rank for d in dims.items if src.dims[d % rank] != 1]
+    return moved == sorted(moved)
 
 
 @dataclass(frozen=True)
@@ -63,7 +82,7 @@ def view_sources(graph: vk.VkGraph) -> dict[int, int]:
             writes[value_id] = writes.get(value_id, 0) + (2 if call.name in STATE_OPS else 1)
     sources: dict[int, int] = {}
     for call in graph.chain:
-        if call.name not in VIEWS or len(call.args) < 2:
+        if not is_view(graph, call) or len(call.args) < 2:
             continue
         src, out = call.args[0], call.args[-1]
         if not activation_ids(graph, [src]) or activation_ids(graph, [out]) != [out] or out in outputs:

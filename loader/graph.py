@@ -17,6 +17,7 @@ from vkx.format.errors import FormatError
 from vkx.format.memplan import check_memory_plan
 from vkx.loader import ops
 from vkx.loader.errors import BadProgramError, LimitError, UnsupportedOpError, as_load_error
+from vkx.loader.fuse import Fused, fuse as fuse_chain
 
 
 def device_dtype(vid: int, datatype: g.DataType) -> DType:
@@ -123,7 +124,8 @@ class GraphBuilder:
 
     # -- build -----------------------------------------------------------------
     def build(self) -> "GraphBuilder":
-        """Look every op up, bind it to its contract declaration (rule checked), then run the builders.
+        """Look every op up, bind it to its contract declaration (rule checked), then run the builders,
+        a chain of ops one kernel does as one step (`vkx.loader.fuse`).
 
         Nothing is recorded until every op of the chain is known, every call
         satisfies its declaration and the memory plan is sound (vkx.format.memplan):
@@ -152,10 +154,16 @@ class GraphBuilder:
             check_memory_plan(self.graph)  # what validate proves: no op reads bytes another tensor holds
         except FormatError as error:
             raise as_load_error(error) from None
-        for op, call, fn in zip(self.graph.chain, bound, fns):
-            self._node = call.node
+        calls = {id(op): (call, fn) for op, call, fn in zip(self.graph.chain, bound, fns)}
+        for step in fuse_chain(self.graph):
             try:
-                fn(self, call)
+                if isinstance(step, Fused):
+                    self._node = f"nodes {', '.join(map(str, step.node_ids))} (fused {step.name})"
+                    step.run(self, lambda vid: self.tensors[vid].arg)
+                else:
+                    call, fn = calls[id(step)]
+                    self._node = call.node
+                    fn(self, call)
             except UnsupportedOpError:
                 raise
             except ops.UnsupportedOpError as error:

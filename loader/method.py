@@ -97,6 +97,8 @@ class Method(Closes):
         """Weight bytes "imported" (used in place, no copy), copied "direct", or "staged"."""
         self.dispatch_count = len(executor.dispatches)
         """Compute dispatches recorded in the command buffer that each call replays."""
+        self.barrier_count = executor.barriers
+        """Barriers between those dispatches (one only where a dispatch depends on an earlier one)."""
         self._executor = executor
         self._in = [Port(t, io) for io, t in io_in]
         self._out = [Port(t, io) for t, io in io_out]
@@ -203,6 +205,20 @@ class Method(Closes):
                 raise LoadError("program is closed")
             times = self._executor.profile(runs)
             return [(x.node, x.shader, t) for x, t in zip(self._executor.dispatches, times)]
+
+    def gpu_seconds(self, *tensors, runs: int = 10) -> float:
+        """GPU seconds of one call on these inputs, first dispatch to last as a call records them
+        (timestamps; the median of `runs` calls). DeviceError where the queue has no timestamps."""
+        self._execute(self._inputs(self._arguments(tensors, {}))[0], torch_out=False)  # checks, writes the inputs
+        with self._lock:
+            if self.closed:
+                raise LoadError("program is closed")
+            return self._executor.gpu_seconds(runs)
+
+    @property
+    def has_timestamps(self) -> bool:
+        """Whether the device's compute queue can time dispatches (profile, gpu_seconds)."""
+        return bool(self.device.timestamp_bits) and self.device.timestamp_period > 0
 
     # -- methods and state -------------------------------------------------------------
     @property

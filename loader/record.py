@@ -2,14 +2,17 @@
 
 Layout of the recording: a barrier that makes prepack uploads and host writes
 visible; copies of the host-visible input buffers into the input tensors;
-every dispatch followed by a compute->compute barrier; copies of the output
+the dispatches, with a compute->compute barrier only before one that touches
+bytes an earlier dispatch wrote (or writes bytes one read) since the last barrier
+(`vkx.loader.hazards`), so independent dispatches may overlap; copies of the output
 tensors into host-visible readback buffers; a barrier to host reads. Hot
 paths use raw `vk._vulkan.lib` calls with structs built once.
 
-`Executor.profile` records the same commands once more with a timestamp after
-the input copies and after each dispatch's barrier (the barriers serialise the
-dispatches, so the difference of two neighbouring stamps is one dispatch's GPU
-time) and replays that command buffer.
+`Executor.profile` records the same commands once more with a barrier and a
+timestamp after every dispatch (serialised, so the difference of two neighbouring
+stamps is one dispatch's GPU time) and replays that command buffer;
+`Executor.gpu_seconds` records them as a call does, with a timestamp before the
+first dispatch and after the last.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import vulkan as vk
 from vkx.loader.device import UINT64_MAX, Device
 from vkx.loader.errors import DeviceError
 from vkx.loader.graph import Dispatch, RTensor
+from vkx.loader.hazards import barriers_before
 from vkx.loader.memory import Buffer
 from vkx.loader.shaders import Pipeline
 
@@ -69,6 +73,8 @@ class Executor:
         self.cmd = None
         self.fence = None
         self.runs = 0
+        self.barriers = 0
+        """Compute->compute barriers between the dispatches of the recording a call replays."""
 
     def record(self) -> None:
         d = self.device.device
@@ -109,12 +115,13 @@ class Executor:
         self._fences = ffi.new("VkFence[1]", [self.fence])
         self.device.check()
 
-    def _commands(self, cmd, queries=None) -> tuple:
-        """Record the execution into `cmd` (with timestamps into query pool `queries`); returns
-        the structs the recording points at, which must live as long as it."""
+    def _commands(self, cmd, queries=None, each: bool = False) -> tuple:
+        """Record the execution into `cmd`; returns the structs the recording points at, which
+        must live as long as it. With query pool `queries`: timestamps before the first dispatch
+        and after the last, or (`each`) a barrier and a timestamp after every dispatch."""
         vk.vkBeginCommandBuffer(cmd, vk.VkCommandBufferBeginInfo())
         if queries is not None:
-            lib.vkCmdResetQueryPool(cmd, queries, 0, len(self.dispatches) + 1)
+            lib.vkCmdResetQueryPool(cmd, queries, 0, len(self.dispatches) + 1 if each else 2)
         rw = vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT
         tr = vk.VK_ACCESS_TRANSFER_READ_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT
         start = _barrier(vk.VK_ACCESS_TRANSFER_WRITE_BIT | vk.VK_ACCESS_HOST_WRITE_BIT | rw, rw | tr)
@@ -132,16 +139,23 @@ class Executor:
         between = _barrier(vk.VK_ACCESS_SHADER_WRITE_BIT, rw)
         set_ptr = ffi.new("VkDescriptorSet[1]")
         stage = vk.VK_SHADER_STAGE_COMPUTE_BIT
+        needed = [False] * len(self.dispatches) if each else barriers_before(self.dispatches)
         for i, (x, p) in enumerate(zip(self.dispatches, self.pipelines)):
+            if needed[i]:
+                lib.vkCmdPipelineBarrier(cmd, _COMPUTE, _COMPUTE, 0, 1, between, 0, ffi.NULL, 0, ffi.NULL)
             lib.vkCmdBindPipeline(cmd, _BIND, p.handle)
             set_ptr[0] = self._sets[i]
             lib.vkCmdBindDescriptorSets(cmd, _BIND, p.layout, 0, 1, set_ptr, 0, ffi.NULL)
             if x.push:
                 lib.vkCmdPushConstants(cmd, p.layout, stage, 0, len(x.push), ffi.from_buffer(x.push))
             lib.vkCmdDispatch(cmd, *x.groups)
-            lib.vkCmdPipelineBarrier(cmd, _COMPUTE, _COMPUTE, 0, 1, between, 0, ffi.NULL, 0, ffi.NULL)
-            if queries is not None:
+            if each:
+                lib.vkCmdPipelineBarrier(cmd, _COMPUTE, _COMPUTE, 0, 1, between, 0, ffi.NULL, 0, ffi.NULL)
                 lib.vkCmdWriteTimestamp(cmd, _BOTTOM, queries, i + 1)
+        if queries is not None and not each:
+            lib.vkCmdWriteTimestamp(cmd, _BOTTOM, queries, 1)
+        if queries is None:
+            self.barriers = sum(needed)
         before_out = _barrier(vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT,
                               vk.VK_ACCESS_TRANSFER_READ_BIT)
         lib.vkCmdPipelineBarrier(cmd, _COMPUTE | _TRANSFER, _TRANSFER, 0, 1, before_out, 0, ffi.NULL, 0, ffi.NULL)
@@ -156,17 +170,27 @@ class Executor:
 
     def profile(self, runs: int) -> list[float]:
         """GPU seconds of each dispatch, in order: the median over `runs` replays of a
-        timestamped recording (made for this call; the inputs are what the io buffers hold)."""
+        timestamped, serialised recording (made for this call; the inputs are what the io
+        buffers hold)."""
+        return self._timed(runs, each=True)
+
+    def gpu_seconds(self, runs: int) -> float:
+        """GPU seconds from the first dispatch's start to the last one's end as a call records
+        them: the median over `runs` replays (the inputs are what the io buffers hold)."""
+        return self._timed(runs, each=False)[0]
+
+    def _timed(self, runs: int, each: bool) -> list[float]:
+        """Medians over `runs` replays of the spans between neighbouring timestamps."""
         dev = self.device
         if not dev.timestamp_bits or dev.timestamp_period <= 0:
             raise DeviceError(f"{dev.name}: its compute queue has no timestamps to profile with")
-        n = len(self.dispatches) + 1
+        n = len(self.dispatches) + 1 if each else 2
         d = dev.device
         queries = vk.vkCreateQueryPool(d, vk.VkQueryPoolCreateInfo(
             queryType=vk.VK_QUERY_TYPE_TIMESTAMP, queryCount=n), None)
         cmd = dev.command_buffer()
         try:
-            keep = self._commands(cmd, queries)
+            keep = self._commands(cmd, queries, each)
             submit = ffi.new("VkSubmitInfo*")
             submit.sType = vk.VK_STRUCTURE_TYPE_SUBMIT_INFO
             submit.commandBufferCount = 1
@@ -174,7 +198,7 @@ class Executor:
             submit.pCommandBuffers = cmds
             stamps = ffi.new("uint64_t[]", n)
             mask = (1 << dev.timestamp_bits) - 1 if dev.timestamp_bits < 64 else (1 << 64) - 1
-            samples: list[list[float]] = [[] for _ in self.dispatches]
+            samples: list[list[float]] = [[] for _ in range(n - 1)]
             for _ in range(runs):
                 with dev.submit_lock:
                     r = lib.vkQueueSubmit(dev.queue, 1, submit, self.fence)

@@ -88,6 +88,8 @@ def generate(
     if beside is not None and not json:
         note(f"using external data {beside} (found beside {model})")
 
+    import numpy as np
+
     from vkx.loader import load
     from vkx.loader.device import Device, default_device
     from vkx.loader.generate import ProgramDecoder, Sampling, Timings, generate as generated
@@ -112,6 +114,11 @@ def generate(
                 elif not json:
                     print(token, end=" ", flush=True)
             device_peak = program.memory["ledger"]["peak_total"]
+            decode = program["decode"]
+            gpu_ms = None
+            if decode.has_timestamps and len(tokens) > 1:  # a decode call on the last token, timed
+                gpu_ms = 1e3 * decode.gpu_seconds(np.array([[tokens[-1]]], np.int64),
+                                                  np.array([len(ids) + len(tokens) - 1], np.int64), runs=5)
     finally:
         if own:
             dev.close()
@@ -121,7 +128,9 @@ def generate(
               "prefill_seconds": timings.prefill_seconds, "prefill_tokens_per_s": timings.prefill_tokens_per_s,
               "time_to_first_token_seconds": timings.first_token_seconds,
               "decode_seconds": timings.decode_seconds, "decode_tokens_per_s": timings.decode_tokens_per_s,
-              "peak_rss_bytes": _peak_rss(), "device_peak_bytes": device_peak}
+              "peak_rss_bytes": _peak_rss(), "device_peak_bytes": device_peak,
+              "dispatches_per_token": decode.dispatch_count, "barriers_per_token": decode.barrier_count,
+              "gpu_ms_per_token": gpu_ms}
     if json:
         print(jsonlib.dumps(report))
         return

@@ -1,6 +1,8 @@
 """aten.scaled_dot_product_attention.default.
 
-Three dispatches through an fp32 scratch tensor of scores [batch, L, S]:
+A few query rows (decode: L <= DECODE_ROWS) against at most DECODE_MAX_S keys take one dispatch,
+shaders/attention_decode.comp: a workgroup per query row, scores in shared memory, the key/value
+cache read in place (grouped heads too). Otherwise three dispatches through an fp32 scratch tensor of scores [batch, L, S]:
   1. scores = scale * q @ k^T      (gemm.gemm; k is read transposed in place, and
      one query row, the decode case, takes the matvec shader)
   2. masked, stable softmax of each scores row, in place (attention_softmax shader, a
@@ -20,12 +22,17 @@ import struct
 
 from vkx.format.contract import Call
 from vkx.loader.ops import OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines
-from vkx.loader.ops.gemm import Operand, gemm
+from vkx.loader.ops.gemm import Operand, gemm, load8
 from vkx.loader.ops.matmul import batch_plan, batch_strides
 from vkx.loader.ops.reduce import row_dispatch
-from vkx.loader.ops.shape import bind_elems, broadcast_strides, contiguous_strides
+from vkx.loader.ops.shape import bind_elems, broadcast_strides, contiguous_strides, dispatch_groups
 
 _SOFTMAX_PUSH = struct.Struct("<11i")
+_DECODE_PUSH = struct.Struct("<12if")
+DECODE_ROWS = 8
+"""Query rows per head up to which attention takes shaders/attention_decode.comp."""
+DECODE_MAX_S, DECODE_MAX_E = 4096, 256
+"""That shader's MAX_S and MAX_E: keys whose scores fit its shared memory, the longest head."""
 
 
 @builds("aten.scaled_dot_product_attention.default")
@@ -48,6 +55,8 @@ def attention(builder: OpBuilder, node: str, q: TensorArg, k: TensorArg, v: Tens
     if S == 0 or E == 0:
         raise UnsupportedOpError(f"{node}: empty key sequence or embedding is not supported")
     scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
+    if _decode(builder, q, k, v, out, mask, scale, is_causal, enable_gqa):
+        return
 
     # Matmul view: batch dims `mb`, rows M = rep * L.
     rep = 1
@@ -108,3 +117,39 @@ def attention(builder: OpBuilder, node: str, q: TensorArg, k: TensorArg, v: Tens
     for offs in outer:
         gemm(builder, Operand(scores, offs[0], S, 1, *inner[0]), Operand(v, offs[1], Ev, 1, *inner[1]),
              Operand(out, offs[2], Ev, 1, *inner[2]), M, Ev, S, nb1, nb2)
+
+
+def _decode(builder: OpBuilder, q: TensorArg, k: TensorArg, v: TensorArg, out: TensorArg, mask: TensorArg | None,
+            scale: float, is_causal: bool, enable_gqa: bool) -> bool:
+    """Record shaders/attention_decode.comp where it applies (one dispatch); False: it does not."""
+    if len(q.shape) not in (3, 4) or not len(k.shape) == len(v.shape) == len(out.shape) == len(q.shape):
+        return False
+    *lead, hq, L, E = q.shape
+    *klead, hkv, S, _ = k.shape
+    Ev = v.shape[-1]
+    if lead != klead or list(v.shape[:-1]) != list(k.shape[:-1]) or k.shape[-1] != E:
+        return False
+    if hq != hkv and not (enable_gqa and hq % hkv == 0):
+        return False
+    if L > DECODE_ROWS or S > DECODE_MAX_S or E > DECODE_MAX_E or E % 8 or S == 0:
+        return False
+    if 4 * (DECODE_MAX_S + DECODE_MAX_E + 64) > builder.shared_memory_bytes:
+        return False
+    if any(t.nbytes > builder.max_binding_bytes for t in (q, k, v, out, *([mask] if mask is not None else []))):
+        return False
+    defines: dict[str, int | str] = {**elem_defines("Q", "q", q.dtype), **elem_defines("K", "k", k.dtype),
+                                     **elem_defines("V", "v", v.dtype), **elem_defines("O", "o", out.dtype),
+                                     **load8("K", "k", k.dtype, True)}
+    if is_causal:
+        defines["CAUSAL"] = 1
+    smb = smh = sml = sms = 0
+    if mask is not None:
+        defines["MASK_FLOAT" if mask.dtype.is_float else "MASK_BOOL"] = 1
+        strides = broadcast_strides(mask.shape, tuple(out.shape[:-1]) + (S,))
+        *mlead, smh, sml, sms = strides
+        smb = mlead[0] if mlead else 0
+    defines.update(elem_defines("M", "mask", (mask or q).dtype))
+    rows = math.prod(lead) * hq * L
+    push = _DECODE_PUSH.pack(L, S, E, Ev, hq, hq // hkv, hkv, 0, smb, smh, sml, sms, scale)
+    builder.dispatch("attention_decode", [q, k, v, out, mask or q], push, dispatch_groups(rows, 1), defines)
+    return True

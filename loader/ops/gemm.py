@@ -228,7 +228,7 @@ def use_matvec(a: Operand, b: Operand, M: int, N: int, K: int) -> bool:
 _MATVEC_PUSH = struct.Struct("<15i2f")
 
 
-def _load8(prefix: str, buffer: str, dtype, vector: bool) -> dict[str, str]:
+def load8(prefix: str, buffer: str, dtype, vector: bool) -> dict[str, str]:
     """`<P>_V` and `LOAD8_<P>(i, lo, hi)`: elements i..i+7 of `buffer` into two vec4s
     (i a multiple of 8 when `vector`: 16-byte loads)."""
     macro = f"LOAD8_{prefix}(i,lo,hi)"
@@ -248,8 +248,8 @@ def _record_matvec(builder, bindings, defines, a, aoff, b, boff, c, coff, N, K, 
     """M == 1 against a k-contiguous B: shaders/matvec.comp (split-K, weight streamed once)."""
     a_vec = K % 8 == 0 and _vec_ok(aoff, [(a.sb1, nb1), (a.sb2, nb2)], 8)
     b_vec = K % 8 == 0 and _vec_ok(boff, [(b.sj, N), (b.sb1, nb1), (b.sb2, nb2)], 8)
-    defines.update(_load8("A", "a", a.tensor.dtype, a_vec))
-    defines.update(_load8("B", "b", b.tensor.dtype, b_vec))
+    defines.update(load8("A", "a", a.tensor.dtype, a_vec))
+    defines.update(load8("B", "b", b.tensor.dtype, b_vec))
     if K % 8:
         defines["K_TAIL"] = 1
     defines["ROWS"], defines["WG"] = MATVEC_ROWS, MATVEC_WG

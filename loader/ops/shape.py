@@ -308,8 +308,14 @@ def view_or_copy(builder: OpBuilder, src: TensorArg, out: TensorArg) -> None:
 
 @builds("aten.permute_copy.default")
 def permute_copy(builder: OpBuilder, call: Call) -> None:
+    """A permutation that keeps the dims of size > 1 in their order moves no element (a decode
+    step's [1, 1, H, D] -> [1, H, 1, D]): a view; the others a strided copy."""
     src = call.tensor("self")
     dims = [normalize_dim(d, len(src.shape)) for d in call["dims"]]
+    moved = [d for d in dims if src.shape[d] != 1]
+    if moved == sorted(moved) and call.out.dtype == src.dtype:
+        view_or_copy(builder, src, call.out)
+        return
     strides = contiguous_strides(src.shape)
     _copy_into(builder, src, call.out, [src.shape[d] for d in dims], [strides[d] for d in dims])
 

@@ -20,3 +20,15 @@ def test_profile_times_every_dispatch_and_leaves_calls_working():
             ("node 0 (test.relu.default)", "test_relu"), ("node 1 (test.add.default)", "test_add")]
         assert all(0 < t < 1.0 for _, _, t in ops)
         np.testing.assert_array_equal(np.asarray(p(x)), np.maximum(x, 0) + w)  # the recorded buffer still runs
+
+
+def test_gpu_seconds_times_a_whole_call():
+    w = weights()
+    x = np.random.default_rng(4).standard_normal(1000).astype(np.float32)
+    with load_graph(relu_add_graph(), [w.tobytes()]) as p:
+        if not p.has_timestamps:
+            pytest.skip("this device's queue has no timestamps")
+        whole = p.gpu_seconds(x, runs=3)
+        parts = sum(t for _, _, t in p.profile(x, runs=3))
+        assert 0 < whole < 1.0 and 0 < parts < 1.0
+        np.testing.assert_array_equal(np.asarray(p(x)), np.maximum(x, 0) + w)

@@ -1,0 +1,103 @@
+"""Fused paths (loader/fuse.py at load; the decode attention kernel) against the unfused ones and
+against torch, in fp32, fp16 and bf16, with the fused program's dispatches counted."""
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+import vkx
+import vkx.loader.graph as graph_module
+from vkx.export import export_model
+
+from .conftest import EXPORT_DTYPES, assert_close_in, rand
+
+pytestmark = pytest.mark.vulkan
+_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+class NormThenScale(torch.nn.Module):
+    """transformers' RMSNorm (casts to fp32 and back, weight after) between two other ops."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.norm = LlamaRMSNorm(width, eps=1e-5)
+        torch.nn.init.normal_(self.norm.weight, 1.0, 0.3)
+
+    def forward(self, x):
+        return self.norm(x + 1.0) * 3.0
+
+
+def _run(path, inputs, fused: bool, monkeypatch) -> tuple[torch.Tensor, dict]:
+    with monkeypatch.context() as m:
+        if not fused:
+            m.setattr(graph_module, "fuse_chain", lambda graph: list(graph.chain))
+        with vkx.load(str(path)) as program:
+            shaders: dict = {}
+            for d in program._executor.dispatches:
+                shaders[d.shader] = shaders.get(d.shader, 0) + 1
+            return program(*inputs) if isinstance(inputs, list) else program(inputs), shaders
+
+
+@pytest.mark.parametrize("dtype", EXPORT_DTYPES, ids=lambda d: _NAMES[d])
+@pytest.mark.parametrize("shape", [(1, 1, 64), (3, 5, 96), (2, 7)], ids=lambda s: "x".join(map(str, s)))
+def test_rms_norm_fused_against_unfused_and_torch(dtype, shape, tmp_path, monkeypatch):
+    module = NormThenScale(shape[-1]).eval()
+    x = rand(*shape, seed=1) * 4
+    path = tmp_path / "m.pte"
+    export_model(module, (x,), str(path), dtype=_NAMES[dtype])
+    xd = x.to(dtype)
+    fused, fused_shaders = _run(path, xd, True, monkeypatch)
+    unfused, unfused_shaders = _run(path, xd, False, monkeypatch)
+    assert fused_shaders.get("rms_norm") == 1 and "rms_norm" not in unfused_shaders
+    assert sum(fused_shaders.values()) == 3  # add, the norm, mul
+    with torch.no_grad():
+        want = module.to(dtype)(xd)
+    assert_close_in(fused, want, dtype, terms=shape[-1])
+    assert_close_in(unfused, want, dtype, terms=shape[-1])
+    assert_close_in(fused, unfused, dtype, terms=shape[-1])
+
+
+def test_rms_norm_stays_unfused_when_an_intermediate_is_read_elsewhere(tmp_path):
+    class Leaky(torch.nn.Module):
+        def forward(self, x):
+            r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+            return x * r, r
+
+    x = rand(4, 32, seed=2)
+    export_model(Leaky(), (x,), str(tmp_path / "m.pte"))
+    with vkx.load(str(tmp_path / "m.pte")) as program:
+        assert "rms_norm" not in {d.shader for d in program._executor.dispatches}
+        y, r = program(x)
+    want_y, want_r = Leaky()(x)
+    assert_close_in(y, want_y, torch.float32, terms=32)
+    assert_close_in(r, want_r, torch.float32, terms=32)
+
+
+class DecodeAttention(torch.nn.Module):
+    """One query row per head against a cache of grouped heads, the visible slots a bool mask."""
+
+    def forward(self, q, k, v, visible):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=visible, enable_gqa=True)
+
+
+@pytest.mark.parametrize("dtype", EXPORT_DTYPES, ids=lambda d: _NAMES[d])
+@pytest.mark.parametrize("dims", [(8, 2, 1, 37, 64), (4, 4, 3, 300, 32)], ids=lambda d: "x".join(map(str, d)))
+def test_decode_attention_against_three_dispatches_and_torch(dtype, dims, tmp_path, monkeypatch):
+    import vkx.loader.ops.attention as attention
+
+    hq, hkv, L, S, E = dims
+    q, k, v = rand(1, hq, L, E, seed=3), rand(1, hkv, S, E, seed=4), rand(1, hkv, S, E, seed=5)
+    visible = torch.arange(S)[None, None, None, :] <= torch.tensor([S - 9 + i for i in range(L)])[None, None, :, None]
+    path = tmp_path / "m.pte"
+    export_model(DecodeAttention(), (q, k, v, visible), str(path), dtype=_NAMES[dtype])
+    inputs = [t.to(dtype) for t in (q, k, v)] + [visible]
+    fused, fused_shaders = _run(path, inputs, True, monkeypatch)
+    with monkeypatch.context() as m:
+        m.setattr(attention, "_decode", lambda *args: False)
+        unfused, unfused_shaders = _run(path, inputs, True, monkeypatch)
+    assert fused_shaders == {"attention_decode": 1} and "attention_decode" not in unfused_shaders
+    want = DecodeAttention()(*inputs)
+    assert_close_in(fused, want, dtype, terms=S)
+    assert_close_in(unfused, want, dtype, terms=S)
+    assert_close_in(fused, unfused, dtype, terms=S)
