@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 from . import vkgraph as vk
 from .common import FileRange
+from .errors import FormatError
 from .external import ExternalData, constant_tensors
 from .names import io_names
 from .liveness import lifetimes, peak_live_bytes, shared_object_bytes
@@ -54,6 +55,17 @@ def find_external(path: str | os.PathLike, external: Sequence[str | os.PathLike]
         beside = external_beside(path)
         return ([beside], beside) if beside is not None and missing_keys(pf) else ([], None)
 
+
+
+def owns_external(program: str | os.PathLike, external: str | os.PathLike) -> bool:
+    """Whether the .pte at `program` records that its weights were written to `external`
+    (vkx.format.metadata), so that an export to `program` may replace `external`."""
+    try:
+        with ProgramFile.open(program) as pf:
+            written = pf.metadata.external_data
+        return written is not None and os.path.samefile(Path(program).parent / written, external)
+    except (FormatError, OSError):  # no program there, not a vkx file, or the recorded file is gone
+        return False
 
 IMPORT_PAGE = 4096
 """A constant whose file bytes start on this boundary can be used in place by a device (import)."""
