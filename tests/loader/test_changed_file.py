@@ -106,7 +106,7 @@ def _fresh(files, name, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["named", "legacy", "ptd", "safetensors"])
-@pytest.mark.parametrize("upload", ["direct/lazy", "staging/lazy", "auto/eager"])  # the copy paths (import: docs/safety.md)
+@pytest.mark.parametrize("upload", ["auto/lazy", "direct/lazy", "staging/lazy", "auto/eager"])  # the copy paths (import: test_import.py)
 def test_truncated_while_weights_load(files, tmp_path, name, upload):
     pte, ext = _fresh(files, name, tmp_path)
     victim = ext or pte
