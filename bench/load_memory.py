@@ -7,9 +7,11 @@ each file is loaded in a fresh process with each schedule (eager: the old order;
 lazy: the new one). The eager schedule always uploads through a full-size
 staging buffer per tensor, as the old runtime did; the lazy one is measured with
 each upload path: "auto" (what it chose is shown after the arrow: the ring on a
-discrete GPU, weights imported or written directly where device memory is host
-memory), the staging ring (sized to W / 100), and direct writes into device-local,
-host-visible memory where the device has it.
+discrete GPU, direct writes where device memory is host memory), the staging ring
+(sized to W / 100), direct writes into device-local, host-visible memory where the
+device has it, and the file's pages imported in place (upload="import", where the
+device has VK_EXT_external_memory_host and every weight is page-aligned; "auto"
+never maps a file: docs/safety.md).
 
 Columns: W (constant bytes), w (largest constant), A (activation bytes), S (peak
 staging bytes), the peak over the pre-load baseline (host RSS, plus the ledger's
@@ -124,6 +126,7 @@ def child(path: str, external: str | None, schedule: str, upload: str, nbytes: i
 
     from vkx.loader import load
     from vkx.loader.device import default_device
+    from vkx.loader.errors import ImportRefusedError
 
     device = default_device()
     if upload == "direct" and not any(t.device_local and t.host_visible for t in device.memory_types):
@@ -132,8 +135,14 @@ def child(path: str, external: str | None, schedule: str, upload: str, nbytes: i
     sampler = MemorySampler(device)
     sampler.start()
     start = time.perf_counter()
-    with load(path, [external] if external else [], schedule=schedule, upload=upload,
-              trace_memory=True) as program:
+    try:
+        program = load(path, [external] if external else [], schedule=schedule, upload=upload, trace_memory=True)
+    except ImportRefusedError as error:
+        sampler.done.set()
+        sampler.join()
+        print(json.dumps({"skip": str(error)}))
+        return
+    with program:
         seconds = time.perf_counter() - start
         sampler.done.set()
         sampler.join()
@@ -248,7 +257,8 @@ def main() -> None:
         files = export_all(Path(tmp), args.width, dtypes)
         rows = []
         for (layout, dtype), (path, external, sizes) in files.items():
-            for schedule, upload in (("eager", "auto"), ("lazy", "auto"), ("lazy", "staging"), ("lazy", "direct")):
+            for schedule, upload in (("eager", "auto"), ("lazy", "auto"), ("lazy", "staging"), ("lazy", "direct"),
+                                     ("lazy", "import")):
                 r = measure(path, external, schedule, upload, sizes["W"])
                 if "skip" in r:
                     print(f"  {layout:12} {dtype:5} {schedule:6} {upload:8} skipped: {r['skip']}", file=sys.stderr)

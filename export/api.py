@@ -12,7 +12,7 @@ import torch
 from torch.export.graph_signature import InputKind
 from torch.utils._pytree import treespec_dumps
 
-from vkx.export.constants import KeyCache, Reference, identity, make_payloads, state_names, stored_nbytes
+from vkx.export.constants import KeyCache, Names, Reference, identity, make_payloads, state_names, stored_nbytes
 from vkx.export.dtypes import TARGETS, of
 from vkx.export.errors import ExportError
 from vkx.export.lower import lower, mutated_buffers
@@ -134,7 +134,7 @@ def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
     keys = KeyCache()
     references = references or {}
     keys.start(t for t in converted.state_dict().values() if identity(t) not in references)
-    names = state_names(converted)
+    names, taken = state_names(converted), Names()
     specs, memories, sources, programs = [], [], 0, {}
     try:
         for name, (fn, inputs) in methods.items():
@@ -149,7 +149,7 @@ def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
                 lowered = for_executorch(lowered)
             stages.start("plan", sum(stored_nbytes(source.tensor) for source in lowered.constants))
             memories.append(plan_memory(lowered.graph))
-            payloads = make_payloads(lowered.constants, keys, names, progress.advance, references)
+            payloads = make_payloads(lowered.constants, keys, names, progress.advance, references, taken)
             sources += len(payloads)
             specs.append(MethodSpec(
                 name, lowered.graph, payloads,

@@ -2,7 +2,9 @@
 
 A stored tensor's key is its first state-dict name; its other names (a tied weight's, or
 another constant's with identical bytes) are its aliases (docs/format.md, "Tensor names").
-Identical bytes are found by sha256 and stored once.
+Identical bytes are found by sha256 and stored once, in every method of a file (`Names`): a name
+two methods give to different bytes (a folded `arange(t)` of each call's length) is kept by the
+first and numbered for the others.
 
 Nothing here holds a second copy of the weights. Each tensor's bytes are made
 when needed — a zero-copy view of a contiguous tensor already in its device dtype
@@ -114,9 +116,31 @@ class KeyCache:
                 self._hash(tensor)
 
 
+Digest = tuple  # (sha256, dtype, shape): what one stored tensor is
+
+
+class Names:
+    """The named-data names of one file's constants, over all its methods: each distinct tensor
+    (Digest) gets names no other tensor has, the first one its key."""
+
+    def __init__(self) -> None:
+        self.groups: dict[Digest, list[str]] = {}
+        self._owner: dict[str, Digest] = {}
+
+    def add(self, digest: Digest, names: Sequence[str]) -> None:
+        group = self.groups.setdefault(digest, [])
+        for name in names:
+            unique, n = name, 1
+            while self._owner.setdefault(unique, digest) != digest:
+                unique, n = f"{name}.{n}", n + 1
+            if unique not in group:
+                group.append(unique)
+
+
 def make_payloads(sources: Sequence[ConstantSource], keys: KeyCache, names: dict[tuple, list[str]],
                   on_hashed: Callable[[int], None] | None = None,
-                  references: Mapping[tuple, Reference] | None = None) -> list[ConstantPayload]:
+                  references: Mapping[tuple, Reference] | None = None,
+                  taken: Names | None = None) -> list[ConstantPayload]:
     """One payload per constant_id, named: identical bytes get one key (the first name) and every
     name of every constant holding them as aliases.
 
@@ -124,11 +148,11 @@ def make_payloads(sources: Sequence[ConstantSource], keys: KeyCache, names: dict
     lifted or folded constant, a quantized pack) keeps the name torch.export or vkx gave it.
     `references`: by identity(), the tensors that are a checkpoint's own bytes, stored as the
     device stores them; each is a payload `stored_in` its file under its checkpoint name (never
-    read nor hashed).
+    read nor hashed). `taken`: the names of the file's other methods (shared over the calls).
     """
     references = references or {}
+    taken = Names() if taken is None else taken
     out: dict[int, ConstantPayload] = {}
-    groups: dict[tuple, list[str]] = {}  # (sha256, dtype, shape) -> names, the key first
     digests = []
     for i, source in enumerate(sources):
         ref = references.get(identity(source.tensor))
@@ -137,12 +161,10 @@ def make_payloads(sources: Sequence[ConstantSource], keys: KeyCache, names: dict
             digests.append(None)
         else:  # equal bytes of another dtype or shape are another tensor for a checkpoint reader
             digests.append((keys.key(source.tensor), on_device(source.tensor.dtype), tuple(source.tensor.shape)))
-            own = names.get(identity(source.tensor), [source.name])
-            group = groups.setdefault(digests[-1], [])
-            group += [name for name in own if name not in group]
+            taken.add(digests[-1], names.get(identity(source.tensor), [source.name]))
         if on_hashed is not None:
             on_hashed(stored_nbytes(source.tensor))
     return [out[i] if digest is None else
-            ConstantPayload(groups[digest][0], stored_nbytes(source.tensor), _reader(source.tensor),
-                            tuple(groups[digest][1:]))
+            ConstantPayload(taken.groups[digest][0], stored_nbytes(source.tensor), _reader(source.tensor),
+                            tuple(taken.groups[digest][1:]))
             for i, (source, digest) in enumerate(zip(sources, digests))]

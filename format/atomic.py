@@ -5,6 +5,9 @@ written, so a writer that dies mid-write, even by SIGKILL, leaves nothing behind
 as `.NAME.<hex>.tmp` only for the instant before the rename. Elsewhere it is written under
 that name. Either way its writer holds an `flock` on it, and every new write of the same
 target first removes the `.NAME.<hex>.tmp` files whose lock is free (their writer is gone).
+The same holds for `.NAME.<hex>.old`, the second name a write of a .pte + .ptd pair keeps of the
+.ptd it replaces until the .pte is in place: a writer killed between the two renames leaves it,
+and the next write of that target removes it.
 
 Errors are `WriteError`s naming the target, never the hidden temp file.
 """
@@ -35,10 +38,11 @@ def temp_name(path: Path) -> Path:
 
 
 def remove_stale(path: Path) -> list[str]:
-    """Remove the temp files of `path` left by writers that died (lock free); returns their names."""
+    """Remove the temp files and kept old files of `path` left by writers that died (lock free);
+    returns their names."""
     if fcntl is None:
         return []
-    pattern = re.compile(re.escape(f".{path.name}.") + r"[0-9a-f]{8}\.tmp")
+    pattern = re.compile(re.escape(f".{path.name}.") + r"[0-9a-f]{8}\.(tmp|old)")
     removed = []
     try:
         entries = list(os.scandir(path.parent))
@@ -72,6 +76,7 @@ class AtomicFile:
         self.pos = 0
         self._committed = False
         self._old: Path | None = None  # a link to the file commit(keep_old=True) replaced
+        self._old_fd = -1  # holds the flock that tells remove_stale the old file's writer is alive
         self.tmp = temp_name(self.path)
         remove_stale(self.path)
         try:
@@ -139,13 +144,26 @@ class AtomicFile:
         _fsync_folder(self.path.parent)
 
     def _keep_old(self) -> Path:
-        """A second name for the file at `path`, so that it survives the rename over it."""
+        """A second name for the file at `path`, so that it survives the rename over it; locked
+        (as a temp file is) for as long as this writer may need it."""
         old = self.path.parent / f".{self.path.name}.{secrets.token_hex(4)}.old"
         try:
             os.link(self.path, old)
         except OSError:  # no hard links on this filesystem: move it (the path is briefly absent)
             os.rename(self.path, old)
+        if fcntl is not None:
+            try:
+                self._old_fd = os.open(old, os.O_RDONLY | os.O_NOFOLLOW | _CLOEXEC)
+                fcntl.flock(self._old_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # unreadable, or locked by someone else: remove_stale leaves it alone too
+                pass
         return old
+
+    def _release_old(self) -> None:
+        if self._old_fd >= 0:
+            os.close(self._old_fd)
+            self._old_fd = -1
+        self._old = None
 
     def _drop_old(self) -> None:
         """The rename did not happen: the old file keeps (or gets back) its name alone."""
@@ -155,7 +173,7 @@ class AtomicFile:
             self._old.unlink(missing_ok=True)
         else:
             os.replace(self._old, self.path)
-        self._old = None
+        self._release_old()
 
     def uncommit(self) -> None:
         """Undo commit() (a later step of the same write failed): bring back the old file, or remove."""
@@ -165,7 +183,7 @@ class AtomicFile:
         try:
             if self._old is not None:
                 os.replace(self._old, self.path)
-                self._old = None
+                self._release_old()
             else:
                 self.path.unlink(missing_ok=True)
         except OSError as error:
@@ -183,7 +201,7 @@ class AtomicFile:
             self.tmp.unlink(missing_ok=True)
         if self._old is not None and self._committed:
             self._old.unlink(missing_ok=True)
-            self._old = None
+        self._release_old()
 
 
 def _fsync_folder(folder: Path) -> None:

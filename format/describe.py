@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 from . import vkgraph as vk
 from .common import FileRange
+from .errors import FormatError
 from .external import ExternalData, constant_tensors
 from .names import io_names
 from .liveness import lifetimes, peak_live_bytes, shared_object_bytes
@@ -76,6 +77,17 @@ def eager_peak(W: int, A: int, IO: int, w: int, state: int) -> int:
     """Peak of an eager load (EAGER_PEAK): every weight and activation allocated first, then each
     weight's host copy kept and copied through a staging buffer of its own size."""
     return 2 * W + A + IO + w + state
+
+
+def owns_external(program: str | os.PathLike, external: str | os.PathLike) -> bool:
+    """Whether the .pte at `program` records that its weights were written to `external`
+    (vkx.format.metadata), so that an export to `program` may replace `external`."""
+    try:
+        with ProgramFile.open(program) as pf:
+            written = pf.metadata.external_data
+        return written is not None and os.path.samefile(Path(program).parent / written, external)
+    except (FormatError, OSError):  # no program there, not a vkx file, or the recorded file is gone
+        return False
 
 
 def _alignment(offset: int) -> int:

@@ -242,7 +242,8 @@ def write_methods(path: str | os.PathLike, methods: Sequence[MethodSpec], *,
         raise ValueError("constants stored in other files need the named layout")
     files = tuple(dict.fromkeys(p.stored_in for p in referenced))
     _check_references(methods, files)
-    metadata = ProgramMetadata(relative_to(path, files), metadata.eos_token_ids)
+    written_to = None if external_data is None else relative_to(path, [external_data])[0]
+    metadata = ProgramMetadata(relative_to(path, files), metadata.eos_token_ids, written_to)
     blobs = []
     for m in methods:
         legacy = _fill_constants(m.graph, m.payloads, layout)

@@ -6,11 +6,12 @@ read with pread into their destination. When prepacking ends, every file is
 checked to be as it was when opened (size and mtime: a file rewritten meanwhile
 is a `BadFileError`) and closed.
 
-The one mapping: a weight offered to the device for import (`in_place`, upload
-"import" or "auto" on an integrated/CPU device) is a range of a MAP_PRIVATE
-mapping of its file, never written, so its pages stay clean page cache. Such a
-mapping stays until the program closes, after its device memory is freed; a
-file truncated under it then faults in the driver (docs/safety.md).
+The one mapping: a weight offered to the device for import (`in_place`, only with
+upload="import") is a range of a MAP_PRIVATE mapping of its file, never written, so
+its pages stay clean page cache. Such a file stays open and mapped until the program
+closes, and every call first checks it unchanged (`check_mapped`: a typed error, not
+the SIGBUS a shrunk file's page gives the driver); a change during a call is not
+seen in time (docs/safety.md, "Upload paths").
 
 With no external data given, a .pte that records its external files (weights by
 reference, docs/format.md "Program metadata") gets those; one whose named constants
@@ -32,7 +33,7 @@ from vkx.format.metadata import recorded_external
 from vkx.format.methods import methods as methods_of
 from vkx.format.names import io_names
 from vkx.format.pte import VulkanDelegate
-from vkx.loader.errors import BadProgramError, FileError, LoadError, MissingDataError, as_load_error
+from vkx.loader.errors import BadFileError, BadProgramError, FileError, LoadError, MissingDataError, as_load_error
 from vkx.loader.named_data import FreeableBuffer
 from vkx.loader.plan import load_plan, runs_as_one_delegate
 from vkx.loader.program import Program
@@ -85,7 +86,14 @@ class FileConstants:
             f = self._files[r.path]
             # MAP_PRIVATE (ACCESS_COPY), never written: drivers import it (NVIDIA refuses a shared
             # read-only one) and its pages stay the file's. The ctypes view pins the mapping.
-            mapping = mmap.mmap(f.fd, f.size, access=mmap.ACCESS_COPY)
+            try:
+                f.check_unchanged()  # a file shorter than at open would be mapped past its end
+                mapping = mmap.mmap(f.fd, f.size, access=mmap.ACCESS_COPY)
+            except FormatError as error:
+                raise as_load_error(error) from None
+            except ValueError:  # it shrank between the check and the mmap
+                raise BadFileError("file", f"shrank below the {f.size} bytes it had when opened, while being "
+                                   "mapped", f.path) from None
             self._maps[r.path] = (mapping, (ctypes.c_char * f.size).from_buffer(mapping))
         mapping, pin = self._maps[r.path]
         base = ctypes.addressof(pin)
@@ -93,23 +101,32 @@ class FileConstants:
 
     def finish_prepack(self) -> None:
         """Prepacking is over: check that no file changed while it was read, and close them all
-        (the mappings of imported weights stay until `close()`)."""
+        but the mapped ones (imported weights), which stay until `close()`."""
         try:
             for f in self._files.values():
                 f.check_unchanged()
         except FormatError as error:
             raise as_load_error(error) from error
         finally:
-            self._close_files()
+            self._close_files(keep=set(self._maps))
 
-    def _close_files(self) -> None:
+    def check_mapped(self) -> None:
+        """Before each call: BadFileError if a file whose pages are weights changed since it was opened."""
+        try:
+            for path in self._maps:
+                self._files[path].check_unchanged()
+        except FormatError as error:
+            raise as_load_error(error) from None
+
+    def _close_files(self, keep: set[str] = frozenset()) -> None:
         for f in [self.pf, *self.externals]:
-            f.close()
+            if f.path not in keep:
+                f.close()
 
     def close(self) -> None:
         """Close the files and unmap what imported weights used (their device memory is gone by now)."""
-        self._files = {}
         self._close_files()
+        self._files = {}
         self.externals = []
         while self._maps:
             _, (mapping, pin) = self._maps.popitem()

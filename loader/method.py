@@ -171,6 +171,7 @@ class Method(Closes):
         with self._lock:
             if self.closed:
                 raise LoadError("program is closed")
+            self._resources.source.check_mapped()  # imported weights' files (docs/safety.md)
             for p, a, bits in given:
                 p.write(a, bits)
             self._executor.run()

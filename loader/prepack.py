@@ -1,11 +1,10 @@
 """Uploading constants to their GPU tensors ("prepack"): their bytes, as stored in the file.
 
 A device tensor has its constant's dtype, so an upload is a byte copy and the
-device bytes of a weight equal its bytes in the file. With `imports` (upload "import",
-or "auto" on an integrated or CPU device) a weight whose file bytes the device can use
-in place is not uploaded at all: its buffer is bound to the imported file pages
-(`Allocator.import_host`); any other weight falls back, one by one, to the copy of
-the load mode. Three ways to copy, one per load mode:
+device bytes of a weight equal its bytes in the file. With `imports` (upload "import"
+only) no weight is uploaded: each buffer is bound to the imported file pages
+(`Allocator.import_host`), and a weight the device cannot use in place is refused.
+Three ways to copy, one per load mode:
 - "direct": the destination is DEVICE_LOCAL|HOST_VISIBLE; the file's bytes
   are read (pread) straight into it: one copy of every byte, no host copy.
 - "ring": the destination is device memory; bytes are read into the fixed
@@ -40,11 +39,11 @@ def check_size(t: RTensor, host: FreeableBuffer) -> int:
 
 class Uploader:
     def __init__(self, device: Device, allocator: Allocator, mode: str, ring: StagingRing | None = None,
-                 imports: bool = False, forced: bool = False):
+                 imports: bool = False):
         if mode not in ("direct", "ring", "eager"):
             raise ValueError(mode)
         self.device, self.allocator, self.mode, self.ring = device, allocator, mode, ring
-        self.imports, self.forced = imports, forced
+        self.imports = imports
         self.host_copy_bytes = 0     # bytes written by the CPU
         self.device_copy_bytes = 0   # bytes moved by vkCmdCopyBuffer
         self.weight_bytes = 0        # device bytes of all constants (== their file bytes)
@@ -53,9 +52,8 @@ class Uploader:
         self._batch: CopyBatch | None = None
 
     def place(self, t: RTensor, host: FreeableBuffer, in_place: tuple[int, int, int] | str | None) -> Buffer:
-        """The device buffer of constant tensor `t`, filled: its file bytes imported where
-        `in_place` (`(address, size, limit)` or the reason there is none; None when this load
-        does not import) allows, else copied."""
+        """The device buffer of constant tensor `t`, filled: its file bytes imported when this load
+        imports (`in_place`: `(address, size, limit)`, or the reason there is none: refused), else copied."""
         check_size(t, host)
         if self.imports:
             try:
@@ -63,13 +61,11 @@ class Uploader:
                     raise ImportRefusedError(in_place)
                 buf = self.allocator.import_host(*in_place)
             except ImportRefusedError as error:
-                if self.forced:
-                    raise ImportRefusedError(f"upload='import', constant {t.constant_id}: {error}") from None
-            else:
-                self.weight_bytes += t.nbytes
-                self.path_bytes["imported"] += t.nbytes
-                host.free()
-                return buf
+                raise ImportRefusedError(f"upload='import', constant {t.constant_id}: {error}") from None
+            self.weight_bytes += t.nbytes
+            self.path_bytes["imported"] += t.nbytes
+            host.free()
+            return buf
         buf = self.allocate(t)  # on a failure below the allocator frees it, after the ring is idle
         self.upload(t, host, buf, release=True)
         return buf
@@ -133,20 +129,18 @@ class Uploader:
             self._batch = None
 
 
-def imports(upload: str, schedule: str, device: Device) -> bool:
-    """Whether weights are used in place from their files where the device allows it.
+def imports(upload: str, device: Device) -> bool:
+    """Whether weights are used in place from their mapped files: only when asked (upload="import").
 
-    "auto" imports only where the device's memory is host memory anyway (an integrated
-    GPU, or lavapipe, whose every memory type is device-local): there it is as fast as
-    a copy. A discrete GPU reads imported host memory over PCIe on every use, so "auto"
-    copies there; "import" still forces it.
+    "auto" never maps a file: the device would read the file's pages on every call, and a page of
+    a file that shrinks kills the process with SIGBUS, which no check can catch in time
+    (docs/safety.md). Where device memory is host memory a direct copy costs one memcpy of W.
     """
-    if upload == "import":
-        if device.import_alignment is None:
-            raise ImportRefusedError(f"upload='import': {device.name} has no VK_EXT_external_memory_host")
-        return True
-    return (upload == "auto" and schedule == "lazy" and device.import_alignment is not None
-            and device.integrated)
+    if upload != "import":
+        return False
+    if device.import_alignment is None:
+        raise ImportRefusedError(f"upload='import': {device.name} has no VK_EXT_external_memory_host")
+    return True
 
 
 def upload_mode(upload: str, schedule: str, allocator: Allocator, device: Device) -> str:

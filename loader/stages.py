@@ -70,6 +70,9 @@ class InMemoryConstants:
     def in_place(self, cid: int) -> str:
         return f"constant {cid} is given in memory, not in a mapped file"
 
+    def check_mapped(self) -> None:
+        pass  # nothing is mapped
+
     def finish_prepack(self) -> None:
         pass
 
@@ -250,8 +253,7 @@ def upload_weights(built: Built, res: Resources, options: Options, progress: Pro
     total = sum(ts[0].nbytes for ts in built.constants.values())
     if mode == "ring":
         res.ring = StagingRing(dev, allocator, *ring_shape(total, options.staging_chunks, options.staging_chunk_bytes))
-    res.uploader = up = Uploader(dev, allocator, mode, res.ring, imports(options.upload, options.schedule, dev),
-                                      options.upload == "import")
+    res.uploader = up = Uploader(dev, allocator, mode, res.ring, imports(options.upload, dev))
     done = 0
     kept: dict[int, tuple] = {}
     order = sorted(built.constants.items())

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from vkx import paths
 from vkx.console import console, fail, plain, plain_lines, size, user_errors
-from vkx.format.describe import EXTERNAL_SUFFIXES
+from vkx.format.describe import EXTERNAL_SUFFIXES, owns_external
 from vkx.format.errors import VkxError
 
 if TYPE_CHECKING:
@@ -141,7 +141,7 @@ def _is_folder(model: Path, weights: Optional[Path], lengths: tuple[Optional[int
 
 def _check_paths(model: Path, output: Optional[Path], external_data: Optional[Path], weights: Optional[Path],
                  layout: Layout, alignment: Optional[int], quantize: Optional["Quantize"],
-                 group_size: Optional[int], folder: bool) -> Path:
+                 group_size: Optional[int], folder: bool, force: bool) -> Path:
     """Every path and option checked before torch is imported; the .pte path to write."""
     if not folder:
         paths.model_file(model)
@@ -159,6 +159,9 @@ def _check_paths(model: Path, output: Optional[Path], external_data: Optional[Pa
                                    "(--layout legacy keeps weights in the delegate blob)")
         if not folder:  # a folder's export tells its checkpoint (weights by reference) from a file to write
             paths.output_file(external_data, "--external-data", "external data", EXTERNAL_SUFFIXES, inputs)
+            if external_data.exists() and not force and not owns_external(output, external_data):
+                raise paths.UsageError(f"--external-data {external_data} exists and {output} was not written with "
+                                       "it (another program's weights, or a file of your own): --force replaces it")
         if paths.is_same_file(external_data, output):
             raise paths.UsageError(f"--external-data {external_data} is the output .pte")
     if alignment is not None and (alignment <= 0 or alignment & (alignment - 1)):
@@ -199,6 +202,8 @@ def export(
         None, "--prefill-len", min=1, metavar="N",
         help="Model folder: tokens per prefill call (longer prompts take several) [default: 32].",
         show_default=False),
+    force: bool = typer.Option(False, "--force", help="Replace an --external-data file that the output .pte was "
+                                                      "not written with."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print one line instead of the progress display."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as one JSON object (schema vkx.export/1)."),
     verbose: bool = typer.Option(False, "--verbose", "-v",
@@ -208,7 +213,8 @@ def export(
     returns (module, example_inputs), or a Hugging Face causal LM folder (config.json, safetensors weights or
     none for random ones), exported as methods prefill and decode with a KV cache."""
     folder = _is_folder(model, weights, (max_seq_len, prefill_len))
-    output = _check_paths(model, output, external_data, weights, layout, alignment, quantize, group_size, folder)
+    output = _check_paths(model, output, external_data, weights, layout, alignment, quantize, group_size, folder,
+                          force)
     existing = [str(p) for p in (output, external_data) if p is not None and p.exists()]
     from vkx.export import export_model, load_model_file, load_weights
 

@@ -134,7 +134,7 @@ def run(
     upload: Upload = typer.Option(Upload.auto, "--upload",
                                   help="staging: through a ring of host buffers; direct: into mapped device "
                                        "memory; import: the file's own pages as device memory (no copy); "
-                                       "auto: import on integrated/CPU devices, else direct where it exists."),
+                                       "auto: direct where device memory is host memory, else staging (never maps a file)."),
     trace_memory: bool = typer.Option(False, "--trace-memory", help="Print host RSS and device bytes per phase."),
     repeat: int = typer.Option(10, "--repeat", min=0, metavar="N",
                                help="Run N times (0: load only); the first run is timed on its own."),

@@ -74,3 +74,37 @@ def test_random_ops_are_not_folded():
     module = Fn(lambda m, x: x + torch.rand(3))
     with pytest.raises(UnsupportedOpsError, match="aten.rand.default"):
         lower(trace(module.eval(), (torch.randn(3),)))
+
+
+class Positions(torch.nn.Module):
+    """Folds torch.arange(t) (t: the call's length, 8 in prefill, 1 in decode) and a table both
+    methods compute alike."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        t = x.shape[1]
+        scale = torch.full((4,), 0.5) * 3.0
+        return self.proj(x) * scale + torch.arange(t, dtype=torch.float32)[None, :, None]
+
+
+def test_folded_constants_of_two_methods_never_collide_by_name(tmp_path):
+    import vkx
+    from vkx.format import ProgramFile, validate
+    module = Positions().eval()
+    path = tmp_path / "two.pte"
+    prefill, decode = torch.randn(1, 8, 4), torch.randn(1, 1, 4)
+    vkx.export_model(module, {"prefill": (prefill,), "decode": (decode,)}, path)  # was: key 'folded.arange' used for 32 and 4 bytes
+    validate(path)
+    with ProgramFile.open(path) as pf:
+        keys = [{c.named_key: c.length for c in v.graph.constants} for v in pf.vulkan_delegates]
+    folded = [{k: n for k, n in method.items() if k.startswith("folded.")} for method in keys]
+    aranges = [{k for k, n in method.items() if "arange" in k} for method in folded]
+    assert all(len(a) == 1 for a in aranges) and aranges[0] != aranges[1]  # different bytes, different keys
+    shared = set(folded[0]) & set(folded[1])
+    assert len(shared) == 1 and "arange" not in shared.pop()  # the table: equal bytes, one key
+    with vkx.load(path) as program:
+        for method, x in (("prefill", prefill), ("decode", decode)):
+            torch.testing.assert_close(getattr(program, method)(x), module(x), rtol=1e-6, atol=1e-6)

@@ -162,3 +162,39 @@ def test_next_write_removes_temp_files_of_dead_writers_only(tmp_path):
     finally:
         os.close(fd)
     validate(tmp_path / "m.pte")
+
+
+# A writer of a .pte + .ptd pair killed between its two renames: the .ptd is in place, its old
+# bytes are still under a second name, and the .pte is not yet renamed.
+KILLED_BETWEEN = r"""
+import os, signal, sys
+sys.path.insert(0, "tests/format")
+from fmt_tiny import write_tiny
+from vkx.format import atomic
+real = os.replace
+def replace(src, dst):
+    if str(dst).endswith(".pte"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(src, dst)
+atomic.os.replace = replace
+write_tiny(sys.argv[1], external_data=sys.argv[2])
+"""
+
+
+def test_a_writer_killed_between_the_renames_leaves_an_old_file_the_next_write_removes(tmp_path):
+    _old_pair(tmp_path)
+    pte, ptd = tmp_path / "m.pte", tmp_path / "m.ptd"
+    proc = subprocess.run([sys.executable, "-c", KILLED_BETWEEN, str(pte), str(ptd)], cwd=ROOT)
+    assert proc.returncode == -signal.SIGKILL
+    left = sorted(os.listdir(tmp_path))
+    assert [n for n in left if n.endswith(".old")] and [n for n in left if n.endswith(".tmp")], left
+    live = tmp_path / ".m.ptd.0123abcd.old"  # kept by a writer of the same pair, still at work
+    live.write_bytes(b"x")
+    fd = os.open(live, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        write_tiny(pte, external_data=ptd)
+        assert sorted(os.listdir(tmp_path)) == [live.name, "m.ptd", "m.pte"]
+    finally:
+        os.close(fd)
+    validate(pte, [ptd])

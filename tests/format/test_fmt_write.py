@@ -31,10 +31,10 @@ def test_golden_bytes(tmp_path, name):
 
 @pytest.mark.parametrize("ext", ["ptd", "safetensors"])
 def test_golden_external_bytes(tmp_path, ext):
-    write_tiny(tmp_path / "tiny_x.pte", external_data=tmp_path / f"tiny_x.{ext}")
-    stem = "tiny_ext" if ext == "ptd" else "tiny_st"
-    assert (tmp_path / "tiny_x.pte").read_bytes() == (GOLDEN / f"{stem}.pte").read_bytes()
-    assert (tmp_path / f"tiny_x.{ext}").read_bytes() == (GOLDEN / f"{stem}.{ext}").read_bytes()
+    stem = "tiny_ext" if ext == "ptd" else "tiny_st"  # the .pte records its external file's name
+    write_tiny(tmp_path / f"{stem}.pte", external_data=tmp_path / f"{stem}.{ext}")
+    assert (tmp_path / f"{stem}.pte").read_bytes() == (GOLDEN / f"{stem}.pte").read_bytes()
+    assert (tmp_path / f"{stem}.{ext}").read_bytes() == (GOLDEN / f"{stem}.{ext}").read_bytes()
 
 
 def test_golden_reference_bytes(tmp_path):

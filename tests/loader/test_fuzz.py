@@ -5,7 +5,7 @@ tests/format); what changes is its meaning: a tensor's dims or dtype, an op's ar
 ids, an argument's kind, a constant id, an op's name. Each case must end in success
 with outputs of the declared shapes, or in a typed vkx error, within a time bound;
 and whenever the contract check (what `vkx validate` runs) accepts a graph, the load
-must succeed. The CI corpus is small and seeded; `VKX_FUZZ_CASES=5000` runs more by
+must succeed. Memory-plan and chain mutants are refused or give the unmutated answers. The CI corpus is small and seeded; `VKX_FUZZ_CASES=5000` runs more by
 hand, and `VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_GPU_ASSISTED_EXT` adds the
 layer's out-of-bounds checks of every shader access.
 """
@@ -20,8 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.format.plan_mutants import plan_mutants
 from vkx.format import ProgramFile, contract, resolve_constants
-from vkx.format.errors import VkxError
+from vkx.format.errors import FormatError, VkxError
 from vkx.format import vkgraph as g
 from vkx.loader import load_graph
 
@@ -139,3 +140,38 @@ def test_semantic_mutations_end_in_success_or_a_typed_error(corpus):
         assert time.perf_counter() - start < CASE_SECONDS, f"{label}: too slow"
     print(f"fuzz: {outcomes}")
     assert outcomes["ran"] and outcomes["refused"], outcomes
+
+
+def test_plan_and_chain_mutations_are_refused_or_change_nothing(corpus):
+    """Memory-plan and chain mutants (tests/format/plan_mutants.py: objects moved or merged, ops
+    swapped, the chain reversed or cut, outputs redirected, an output's writer removed), drawn with
+    random seeds: each is refused with a typed FormatError before anything runs, or gives exactly the
+    unmutated graph's outputs (a plan that validates never gives another answer)."""
+    rng = random.Random(4321)
+    nprng = np.random.default_rng(1)
+    want = []
+    for name, graph, data in corpus:
+        inputs = _inputs(graph, nprng)
+        with load_graph(graph, data) as program:
+            want.append((inputs, program.run_numpy(*inputs)))
+    outcomes = {"same": 0, "refused": 0}
+    for case in range(max(CASES // 4, 30)):
+        index = case % len(corpus)
+        name, graph, data = corpus[index]
+        what, mutated = rng.choice(list(plan_mutants(graph, seed=rng.randrange(2**31), per_kind=2)))
+        label = f"case {case} ({name}: {what})"
+        inputs, expected = want[index]
+        start = time.perf_counter()
+        try:
+            with load_graph(mutated, data) as program:
+                got = program.run_numpy(*inputs)
+        except FormatError as error:
+            outcomes["refused"] += 1
+            assert "value" in str(error), label
+        else:
+            outcomes["same"] += 1
+            for a, b in zip(expected, got):
+                np.testing.assert_array_equal(a, b, err_msg=f"{label}: accepted, but the answer changed")
+        assert time.perf_counter() - start < CASE_SECONDS, f"{label}: too slow"
+    print(f"plan fuzz: {outcomes}")
+    assert outcomes["refused"], outcomes
