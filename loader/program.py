@@ -164,7 +164,7 @@ def build(graph: g.VkGraph, device: Device, options: Options, source, base: int 
     builder = GraphBuilder(graph, limit, device.min_storage_buffer_offset_alignment,
                            cache.push_bytes, device.max_compute_work_group_count,
                            device.compute_units, device.max_shared_memory, device.is_cpu,
-                           device.limits.max_compute_work_group_invocations).build()
+                           device.limits.max_compute_work_group_invocations, device.limits.features).build()
     pipelines = [cache.get(x.shader, dict(x.defines), len(x.bindings)) for x in builder.dispatches]
     prepack = [cache.get(x.shader, dict(x.defines), len(x.bindings)) for x in builder.prepack_dispatches]
     built = Built(builder, pipelines, prepack)

@@ -6,7 +6,7 @@ Llama-shaped causal LM with random weights (bench/llama_load.py's `small` or `1b
 fp32, bf16 and int4 (greedy tokens). Each is run without a profile, then under every profile of
 vkx.loader.limits.PROFILES on a device of its own; a refusal prints its one-line reason.
 
-    .venv/bin/python bench/profile.py [--size small|1b] [--new-tokens 8]
+    .venv/bin/python bench/device_profiles.py [--size small|1b] [--new-tokens 8]
 """
 from __future__ import annotations
 
