@@ -41,16 +41,19 @@ def devices(json: bool = typer.Option(False, "--json", help="Print one JSON obje
         print(jsonlib.dumps({"schema": SCHEMA, "devices": found}))
         return
     table = Table(show_edge=False, header_style="bold")
-    for column in ("index", "name", "type", "heaps", "direct upload", "profile", "limits in force"):
+    for column in ("index", "name", "type", "heaps", "direct upload", "profile"):
         table.add_column(column)
     for d in found:
         table.add_row(str(d["index"]), safe(d["name"]), d["type"], ", ".join(size(n) for n in d["heap_bytes"]),
-                      "yes" if d["direct_upload"] else "no", d["profile"] or "none", _limits(d["limits"]))
+                      "yes" if d["direct_upload"] else "no", d["profile"] or "none")
     console.print(table)
+    for d in found:
+        console.print(f"device {d['index']}, limits in force: {_limits(d['limits'])}", highlight=False)
 
 
 def _limits(limits: dict) -> str:
-    """The limits kernels are chosen from, in one cell: binding range, alignment, workgroup, shared, features."""
-    return (f"binding {size(limits['maxStorageBufferRange'])}, align {limits['minStorageBufferOffsetAlignment']}, "
-            f"workgroup {limits['maxComputeWorkGroupInvocations']}, shared {size(limits['maxComputeSharedMemorySize'])}, "
-            f"subgroup {limits['subgroupSize']}; {' '.join(limits['features']) or 'no optional features'}")
+    """The limits kernels are chosen from: binding range, alignment, workgroup, shared memory, features."""
+    return (f"binding range {size(limits['maxStorageBufferRange'])}, offset alignment "
+            f"{limits['minStorageBufferOffsetAlignment']}, workgroup {limits['maxComputeWorkGroupInvocations']} "
+            f"invocations, shared memory {size(limits['maxComputeSharedMemorySize'])}, subgroup "
+            f"{limits['subgroupSize']}; features: {', '.join(limits['features']) or 'none of the optional ones'}")

@@ -99,6 +99,40 @@ def any_dtype_defines() -> dict[str, int]:
     return {f"DT_{d.name.upper()}": code for d, code in DTYPE_CODES.items()}
 
 
+STORAGE_FEATURES = {2: "storageBuffer16BitAccess", 1: "storageBuffer8BitAccess"}
+"""The device feature a storage buffer of 2- and 1-byte elements needs."""
+
+
+def _word_load(dtype: DType, buffer: str) -> tuple[str, str]:
+    """GLSL expressions reading element i of a 16- or 8-bit `dtype` out of the 32-bit words of
+    `buffer`, as a float and as an int."""
+    if dtype.itemsize == 2:
+        half = f"({buffer}[(i) >> 1] >> (((i) & 1) << 4))"
+        as_float = (f"uintBitsToFloat({half} << 16)" if dtype is dtypes.BFLOAT16
+                    else f"unpackHalf2x16({half}).x")
+        return as_float, f"int({as_float})"
+    word, at = f"{buffer}[(i) >> 2]", "int(((i) & 3) << 3)"
+    as_int = (f"bitfieldExtract(int({word}), {at}, 8)" if dtype is dtypes.INT8
+              else f"int(bitfieldExtract({word}, {at}, 8))")
+    return f"float({as_int})", as_int
+
+
+def read_defines(builder: "OpBuilder", prefix: str, buffer: str, tensor: "TensorArg") -> dict[str, str]:
+    """elem_defines of a binding the shader only reads (LOAD_<P>, LOADI_<P>; no STORE_<P>).
+
+    Where the device lacks the storage feature that `tensor`'s 16- or 8-bit dtype needs, the shader
+    reads it through 32-bit words (`<P>_T` is uint), which every device can; the tensor's bytes must
+    then be whole words, as its binding is."""
+    need = STORAGE_FEATURES.get(tensor.dtype.itemsize)
+    if need is None or need in builder.features:
+        return elem_defines(prefix, buffer, tensor.dtype)
+    if tensor.nbytes % 4:
+        raise UnsupportedOpError(f"a {list(tensor.shape)} {tensor.dtype} tensor of {tensor.nbytes} bytes (not "
+                                 f"whole 32-bit words) needs {need}, which the device or its profile lacks")
+    as_float, as_int = _word_load(tensor.dtype, buffer)
+    return {f"{prefix}_T": "uint", f"LOAD_{prefix}(i)": as_float, f"LOADI_{prefix}(i)": as_int}
+
+
 @dataclass(frozen=True)
 class SubRange:
     """Bind only `size` bytes of `tensor` starting at byte `offset`."""
@@ -121,6 +155,8 @@ class OpBuilder(Protocol):
     """Shared memory one workgroup may use (maxComputeSharedMemorySize)."""
     max_invocations: int
     """Invocations one workgroup may have (maxComputeWorkGroupInvocations in force)."""
+    features: frozenset[str]
+    """The device features in force (vkx.loader.limits.FEATURES), for `read_defines`."""
     is_cpu: bool
     """Whether the device is a CPU (lavapipe): kernels tuned for GPUs may choose otherwise there."""
 

@@ -21,7 +21,7 @@ import math
 import struct
 
 from vkx.format.contract import Call
-from vkx.loader.ops import OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines
+from vkx.loader.ops import OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines, read_defines
 from vkx.loader.ops.gemm import Operand, gemm, load8
 from vkx.loader.ops.matmul import batch_plan, batch_strides
 from vkx.loader.ops.reduce import row_dispatch
@@ -91,7 +91,7 @@ def attention(builder: OpBuilder, node: str, q: TensorArg, k: TensorArg, v: Tens
     sr = contiguous_strides(tuple(out_batch) + (L * S,))[:-1]
     if mask is not None:
         defines["MASK_FLOAT" if mask.dtype.is_float else "MASK_BOOL"] = 1
-        defines.update(elem_defines("M", "mask", mask.dtype))
+        defines.update(read_defines(builder, "M", "mask", mask))
         *mbatch, sml, sms = broadcast_strides(mask.shape, out_batch + (L, S))
         mbind, _ = bind_elems(builder, mask, 0, mask.numel)
     else:

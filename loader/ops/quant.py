@@ -17,7 +17,7 @@ import struct
 from vkx.format.contract import Call
 from vkx.format.op_quant import VALUES_PER_WORD
 
-from . import OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines
+from . import OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines, read_defines
 from .gemm import load4
 from .shape import MAX_GROUPS, dispatch_groups, row_chunks, rows_binding
 
@@ -39,10 +39,10 @@ def _linear(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: 
     n_rows, stored = w.shape
     k = x.shape[-1]
     m = x.numel // k if k else 0
-    defines = {"BITS": bits, **variant, **elem_defines("X", "x", x.dtype), **elem_defines("S", "s", s.dtype),
+    defines = {"BITS": bits, **variant, **elem_defines("X", "x", x.dtype), **read_defines(builder, "S", "s", s),
                **elem_defines("O", "o", out.dtype)}
     if bias is not None:
-        defines.update(HAS_BIAS=1, **elem_defines("B", "bias", bias.dtype))
+        defines.update(HAS_BIAS=1, **read_defines(builder, "B", "bias", bias))
     if m == 0 or n_rows == 0:
         return
     if m == 1 and group % (128 // bits) == 0 and -(-n_rows // MATVEC_ROWS) <= MAX_GROUPS:  # whole 16-byte chunks a group
@@ -87,7 +87,7 @@ def embedding_q(builder: OpBuilder, call: Call) -> None:
     n = idx.numel * k
     if n == 0:
         return
-    defines = {"BITS": bits, **elem_defines("S", "s", s.dtype), **elem_defines("I", "idx", idx.dtype),
+    defines = {"BITS": bits, **read_defines(builder, "S", "s", s), **elem_defines("I", "idx", idx.dtype),
                **elem_defines("O", "o", out.dtype)}
     blocks = list(row_chunks(builder, vocab, stored, [w])) or [(0, 0)]
     for r0, rc in blocks:
@@ -131,7 +131,7 @@ def embedding_q4gsw(builder: OpBuilder, call: Call) -> None:
     n = idx.numel * k
     if n == 0:
         return
-    defines = {"BITS": 4, **elem_defines("S", "s", s.dtype), **elem_defines("I", "idx", idx.dtype),
+    defines = {"BITS": 4, **read_defines(builder, "S", "s", s), **elem_defines("I", "idx", idx.dtype),
                **elem_defines("O", "o", out.dtype)}
     if not call["is_linear_weight"]:
         defines["HIGH_FIRST"] = 1
@@ -154,11 +154,11 @@ def dequantize_affine(builder: OpBuilder, call: Call) -> None:
         return
     rows, cols = q.shape
     block_r, block_c = call["block_size"]
-    defines = {**elem_defines("Q", "q", q.dtype), **elem_defines("S", "s", s.dtype),
+    defines = {**read_defines(builder, "Q", "q", q), **read_defines(builder, "S", "s", s),
                **elem_defines("O", "o", out.dtype)}
     bindings = [q, s, out]
     if zp is not None:
-        defines.update(HAS_ZP=1, **elem_defines("Z", "zp", zp.dtype))
+        defines.update(HAS_ZP=1, **read_defines(builder, "Z", "zp", zp))
         bindings.append(zp)
     push = struct.pack("<5I", out.numel, cols, block_r, block_c, cols // block_c)
     builder.dispatch("dequantize_affine", bindings, push, dispatch_groups(out.numel), defines)

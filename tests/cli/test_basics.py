@@ -9,7 +9,7 @@ import pytest
 
 import vkx as api
 
-from .conftest import ROOT, vkx
+from .conftest import ROOT, one_error_line, vkx
 
 COMMANDS = ("export", "inspect", "validate", "run", "devices")
 
@@ -55,6 +55,20 @@ def test_devices_table_and_json():
     table = vkx("devices", COLUMNS="200")
     assert table.returncode == 0 and first["name"] in table.stdout
     assert re.search(r"\d (GiB|MiB)", table.stdout)
+
+
+def test_devices_show_the_profile_in_force():
+    done = vkx("devices", "--json", "--profile", "android-baseline-2022")
+    assert done.returncode == 0, done.stderr
+    first = json.loads(done.stdout)["devices"][0]
+    assert first["profile"] == "android-baseline-2022"
+    assert first["limits"]["maxComputeWorkGroupInvocations"] <= 128
+    assert first["limits"]["minStorageBufferOffsetAlignment"] >= 256
+    assert "storageBuffer16BitAccess" not in first["limits"]["features"]
+    table = vkx("devices", COLUMNS="200", VKX_DEVICE_PROFILE="adreno-7xx")
+    assert table.returncode == 0 and "adreno-7xx" in table.stdout and "subgroup 128" in table.stdout
+    assert one_error_line(vkx("devices", "--profile", "phone")) == (
+        "vkx: error: unknown device profile 'phone' (known: android-baseline-2022, adreno-7xx)")
 
 
 def test_public_api():

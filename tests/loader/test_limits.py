@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from vkx.loader.device import Device
-from vkx.loader.errors import LimitError
+from vkx.loader.errors import LimitError, UnsupportedOpError
 from vkx.loader.ops import elem_defines
 from vkx.loader.limits import PROFILES, Limits, check_pipeline, pipeline_needs
 from vkx.loader.shaders import compile_spirv, pipelines_for
@@ -103,7 +103,7 @@ def test_kernels_are_chosen_within_the_profile_and_match_torch(baseline):
         check_pipeline(baseline.limits, name, compile_spirv(name, dict(defines)), nbindings, 128)
 
 
-def test_16_bit_tensors_without_16_bit_storage_are_refused_naming_the_feature(baseline):
+def test_16_bit_activations_without_16_bit_storage_are_refused_naming_the_feature(baseline):
     x = rand(4, 8, seed=4).to(torch.bfloat16)
     with pytest.raises(LimitError, match="needs storageBuffer16BitAccess"):
         run_graph("aten._softmax.default", [x, -1, False], (tuple(x.shape), torch.bfloat16), device=baseline)
@@ -130,3 +130,26 @@ def test_bindings_offset_by_the_profile_alignment(baseline):
     got = run_graph("aten.slice_copy.Tensor", [x, 0, 3, 29, 1], (26, 100), device=baseline,
                     max_binding_bytes=2048)
     np.testing.assert_array_equal(np.asarray(got), x[3:29].numpy())
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_quantized_weights_under_the_baseline_read_their_fp16_scales_by_words(baseline, bits):
+    """No 8/16-bit storage: the weights are read as words already, the fp16 scales through words."""
+    q, s = quantize_weight(rand(38, 256, seed=1), bits, 32)
+    for m in (1, 3):
+        x = rand(m, 256, seed=2)
+        got = run_graph("vkx.linear_q.default", [x, Const(q), Const(s), None, bits, 32], (m, 38), device=baseline)
+        assert_norm_close(got, x.double() @ dequantize(q, s, bits, 32).double().T, rtol=1e-5, atol=1e-5)
+    odd_q, odd_s = quantize_weight(rand(37, 256, seed=1), bits, 256)  # 37 scales: not whole words
+    with pytest.raises(UnsupportedOpError, match=r"\[37, 1\] float16 .* needs storageBuffer16BitAccess"):
+        run_graph("vkx.linear_q.default", [x, Const(odd_q), Const(odd_s), None, bits, 256], (3, 37),
+                  device=baseline)
+
+
+def test_bool_mask_under_the_baseline_is_read_by_words(baseline):
+    q, k, v = rand(1, 2, 4, 16, seed=3), rand(1, 2, 8, 16, seed=4), rand(1, 2, 8, 16, seed=5)
+    mask = rand(4, 8, seed=6) > 0
+    mask[:, 0] = True  # no fully masked row
+    got = run_graph("aten.scaled_dot_product_attention.default",
+                    [q, k, v, Const(mask), 0.0, False, None, False], (1, 2, 4, 16), device=baseline)
+    assert_close(got, torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask), rtol=1e-4, atol=1e-5)
