@@ -8,6 +8,7 @@ import textwrap
 import pytest
 
 from vkx.loader.hazards import binding_access
+from vkx.loader.spirv import glslc
 
 pytestmark = pytest.mark.vulkan
 
@@ -58,7 +59,20 @@ def test_sync_validation_sees_a_missing_barrier(tmp_path):
     assert done.returncode != 0 and "SYNC-HAZARD-READ-AFTER-WRITE" in done.stderr
 
 
-def test_binding_access_comes_from_the_declarations():
-    assert binding_access("matvec") == {0: (True, False), 1: (True, False), 2: (False, True), 3: (True, False)}
-    assert binding_access("index_copy")[0] == (True, True)  # written in place: read and written
-    assert binding_access("attention_softmax")[0] == (True, True)
+def test_binding_access_comes_from_the_spirv(tmp_path):
+    source = tmp_path / "probe.comp"
+    source.write_text(textwrap.dedent("""
+        #version 450
+        layout(local_size_x = 64) in;
+        layout(std430, set = 0, binding = 0) readonly buffer A { float a[]; };
+        layout(std430, set = 0, binding = 1) writeonly buffer B { float b[]; };
+        layout(std430, set = 0, binding = 2) buffer C { float c[]; };
+        layout(std430, set = 0, binding = 3) readonly buffer D { float d[]; } named;
+        void main() {
+            uint i = gl_GlobalInvocationID.x;
+            c[i] += a[i] + named.d[i];
+            b[i] = c[i];
+        }
+    """))
+    assert binding_access(glslc(source, {})) == {0: (True, False), 1: (False, True), 2: (True, True),
+                                                  3: (True, False)}
