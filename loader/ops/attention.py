@@ -148,7 +148,7 @@ def _decode(builder: OpBuilder, q: TensorArg, k: TensorArg, v: TensorArg, out: T
         strides = broadcast_strides(mask.shape, tuple(out.shape[:-1]) + (S,))
         *mlead, smh, sml, sms = strides
         smb = mlead[0] if mlead else 0
-    defines.update(elem_defines("M", "mask", (mask or q).dtype))
+    defines.update(read_defines(builder, "M", "mask", mask or q))
     rows = math.prod(lead) * hq * L
     push = _DECODE_PUSH.pack(L, S, E, Ev, hq, hq // hkv, hkv, 0, smb, smh, sml, sms, scale)
     builder.dispatch("attention_decode", [q, k, v, out, mask or q], push, dispatch_groups(rows, 1), defines)
