@@ -21,7 +21,7 @@ test: system-packages $(VENV)/.installed
 # under the Android baseline profile (docs/profiles.md): a kernel that fits only a desktop GPU fails
 # here. Left out: cases vkx refuses under the profile (16-bit and 8-bit tensors: the profile has no
 # 16/8-bit storage; tests/loader/test_limits.py checks the refusal) and tests that assert the
-# desktop choice (a 1 KiB binding at 16-byte alignment).
+# desktop choice (a 1 KiB binding at 16-byte alignment). About 2 minutes on lavapipe.
 PROFILE_TESTS := tests/loader/test_limits.py tests/ops/test_reduce.py tests/ops/test_attention.py
 PROFILE_LEFT_OUT := mixed_dtypes or fp32_statistics or sum_dtype_argument or fp16_constants or bool_mask \
 	or masked_row or gqa_dtypes or row_ops_split_small_limit
