@@ -1,7 +1,9 @@
 """Device profiles on this device: does each model load and run under a profile, does it match the
 unprofiled run, and which kernels changed (docs/profiles.md, docs/benchmarks.md).
 
-Models: examples/cnn.py and examples/transformer.py (fp32, one forward on random inputs), and a
+Models: examples/cnn.py and examples/transformer.py (fp32, one forward on random inputs), a
+block whose kernels the profiles change (a [64, 1024] x [1024, 1024] linear, softmax and layer
+norm over rows of 1024), and a
 Llama-shaped causal LM with random weights (bench/llama_load.py's `small` or `1b` config) in
 fp32, bf16 and int4 (greedy tokens). Each is run without a profile, then under every profile of
 vkx.loader.limits.PROFILES on a device of its own; a refusal prints its one-line reason.
@@ -19,6 +21,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
 import vkx
 from vkx.export import hf
@@ -84,6 +87,18 @@ def compare(name: str, pte: Path, run, same) -> None:
         print(f"    kernels only under {profile}: {', '.join(sorted(used - base_kernels)) or 'none'}")
 
 
+class Block(torch.nn.Module):
+    """Shapes whose kernels depend on the workgroup limit: M, N >= 32 (gemm) and rows >= 1024."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(1024, 1024)
+        self.norm = torch.nn.LayerNorm(1024)
+
+    def forward(self, x):
+        return self.norm(torch.softmax(self.linear(x), -1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=llama_load.SIZES, default="small")
@@ -103,6 +118,9 @@ def main() -> None:
             subprocess.run([sys.executable, "-m", "vkx", "export", str(ROOT / "examples" / f"{example}.py"),
                             "-o", str(pte)], check=True, capture_output=True)
             compare(f"examples/{example}.py fp32", pte, run_forward, outputs_equal)
+        block = Path(scratch) / "block.pte"
+        vkx.export_model(Block().eval(), (torch.randn(64, 1024),), block)
+        compare("linear + softmax + layer norm over rows of 1024, fp32", block, run_forward, outputs_equal)
         folder = Path(scratch) / "model"
         llama_load.write_folder(folder, llama_load.SIZES[args.size])
         for dtype, options in (("fp32", {}), ("bf16", {}), ("int4", {"quantize": "int4"})):

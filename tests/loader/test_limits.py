@@ -153,3 +153,30 @@ def test_bool_mask_under_the_baseline_is_read_by_words(baseline):
     got = run_graph("aten.scaled_dot_product_attention.default",
                     [q, k, v, Const(mask), 0.0, False, None, False], (1, 2, 4, 16), device=baseline)
     assert_close(got, torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask), rtol=1e-4, atol=1e-5)
+
+
+def test_large_tensors_bound_in_parts_at_a_small_range_on_256_byte_offsets(baseline):
+    small = {"device": baseline, "max_binding_bytes": 8192}
+    table, idx = rand(50, 96, seed=7), torch.tensor([0, 49, 17, 33, 48], dtype=torch.int32)
+    got = run_graph("aten.embedding.default", [Const(table), idx, -1, False, False], (5, 96), **small)
+    assert_close(got, table[idx.long()])
+    x, w, b = rand(40, 96, seed=8), rand(72, 96, seed=9), rand(72, seed=10)
+    assert_close(run_graph("aten.linear.default", [x, Const(w), Const(b)], (40, 72), **small),
+                 torch.nn.functional.linear(x, w, b), rtol=1e-4, atol=1e-4)
+    rows = rand(12, 1024, seed=11)
+    assert_close(run_graph("aten._softmax.default", [rows, -1, False], (12, 1024), **small), torch.softmax(rows, -1))
+    q, s = quantize_weight(rand(96, 256, seed=12), 4, 32)  # 12 KiB of packed weight
+    for m in (1, 3):
+        xq = rand(m, 256, seed=13)
+        got = run_graph("vkx.linear_q.default", [xq, Const(q), Const(s), None, 4, 32], (m, 96), **small)
+        assert_norm_close(got, xq.double() @ dequantize(q, s, 4, 32).double().T, rtol=1e-5, atol=1e-5)
+
+
+def test_embedding_over_the_binding_range_in_force(baseline):
+    """A table just over maxStorageBufferRange in force (128 MiB on lavapipe) is gathered in parts."""
+    width = 1024
+    rows = baseline.max_storage_buffer_range // (4 * width) + 3
+    table = torch.arange(rows, dtype=torch.float32)[:, None] + torch.linspace(0, 1, width)
+    idx = torch.tensor([0, rows - 1, rows - 4, rows // 2], dtype=torch.int32)
+    got = run_graph("aten.embedding.default", [Const(table), idx, -1, False, False], (4, width), device=baseline)
+    assert_close(got, table[idx.long()])
