@@ -20,7 +20,6 @@ from vkx.export.model_file import check_methods, method_module
 from vkx.export.plan import MemoryPlan, plan_memory
 from vkx.export.quantize import quantize_module
 from vkx.export.target_executorch import for_executorch
-from vkx.export import torchao_import  # noqa: F401  (registers the rules for torchao-quantized weights)
 from vkx.export.trace import convert, convert_inputs, trace
 from vkx.format import IOSpec, MethodSpec, WriteReport, write_methods
 from vkx.format.metadata import ProgramMetadata

@@ -16,15 +16,13 @@ import json
 import mmap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
 import torch
 
+from vkx.export.api import ExportReport, export_model
 from vkx.export.constants import Reference, identity
+from vkx.export.dtypes import TARGETS, torch_dtype
 from vkx.export.errors import ExportError
-
-if TYPE_CHECKING:
-    from vkx.export.api import ExportReport
+from vkx.format.metadata import ProgramMetadata
 
 try:
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -110,7 +108,7 @@ def check_lengths(path: str | Path, max_seq_len: int | None = None, prefill_len:
 
 def export_folder(path: str | Path, output: str | Path, *, max_seq_len: int | None = None,
                   prefill_len: int | None = None, dtype: str = "keep", external_data: str | Path | None = None,
-                  **options) -> "ExportReport":
+                  **options) -> ExportReport:
     """Export a model folder to a two-method program (prefill `[1, prefill_len]`, decode `[1, 1]`)
     whose state is the KV cache of `max_seq_len` positions (check_lengths' defaults), recording
     the config's EOS token ids; `options` go to `export_model`.
@@ -119,10 +117,6 @@ def export_folder(path: str | Path, output: str | Path, *, max_seq_len: int | No
     reference: every tensor used as the checkpoint stores it stays there, named by its
     checkpoint key; the others (cast, quantized, computed) go into the .pte itself.
     """
-    from vkx.export.api import export_model
-    from vkx.export.dtypes import TARGETS, torch_dtype
-    from vkx.format.metadata import ProgramMetadata
-
     max_seq_len, prefill_len = check_lengths(path, max_seq_len, prefill_len)
     folder = read_folder(path)
     by_reference = external_data is not None and checkpoint_files(folder, external_data)

@@ -33,7 +33,7 @@ from vkx.export.errors import ExportError
 from vkx.export.et_runtime import (BATCH_NORM, BUFFER, CHANNELS, CLONE, LAYER_NORM, PACKED_BY_WHCN, RUNTIME,
                                    TEXTURE_LIMITS, Repr, Rule, fits_texture)
 from vkx.export.lower import ConstantSource, Lowered
-from vkx.format import contract, dtypes
+from vkx.format import contract, dtypes, opset
 from vkx.format.contract import Call
 from vkx.format.liveness import PREPACK
 from vkx.format.vkgraph import Bool, Double, Int, IntList, Null, OperatorCall, StorageType, Tensor, Value, ValueList
@@ -65,7 +65,7 @@ class _Rewrite:
 
     def run(self, step) -> None:
         """Apply `step` to every call of the chain; refuse once, listing every op that failed."""
-        calls = contract.check_graph(self.graph)
+        calls = opset.check_graph(self.graph)
         problems: list[str] = []
         for op, call in zip(list(self.graph.chain), calls):
             try:
@@ -92,7 +92,7 @@ class _Rewrite:
     def emit(self, name: str, *args: int) -> int:
         """Append `name(*args)` (its output last) to the new chain; returns the output id."""
         op = OperatorCall(len(self.chain), name, args)
-        contract.bind(contract.OPS[name], op, self.graph.values, contract.check_tensor)
+        contract.bind(opset.OPS[name], op, self.graph.values, contract.check_tensor)
         self.chain.append(op)
         return args[-1]
 

@@ -6,7 +6,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator, NoReturn, Sequence
 
-from . import contract, vkgraph as vk
+from . import contract, opset, vkgraph as vk
 from .common import FileRange
 from .errors import FormatError, InvalidValueError, OutOfBoundsError, OverlapError, TruncatedError
 from .external import ExternalData, constant_tensors, resolve_constants
@@ -227,7 +227,7 @@ def _check_contract(g: vk.VkGraph, path: str) -> None:
     """Every op is declared in vkx's op contract and its call satisfies the declaration."""
     index = {op.node_id: i for i, op in enumerate(g.chain)}
     try:
-        contract.check_graph(g)
+        opset.check_graph(g)
     except contract.ContractError as error:
         text = str(error)
         where = "vkgraph.chain"

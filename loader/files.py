@@ -34,7 +34,7 @@ from vkx.format.names import io_names
 from vkx.format.pte import VulkanDelegate
 from vkx.loader.errors import BadProgramError, FileError, LoadError, MissingDataError, as_load_error
 from vkx.loader.named_data import FreeableBuffer
-from vkx.loader.plan import load_plan, runs_as_one_delegate
+from vkx.loader.plan import PLAN, load_plan, runs_as_one_delegate
 from vkx.loader.program import Program
 from vkx.loader.stages import device_of, load_methods
 from vkx.loader.trace import Timeline
@@ -186,7 +186,8 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
                              progress=progress, **options)
     if not runs_as_one_delegate(pf.program.execution_plan[0]):
         source.close()  # each delegate of the plan opens the files for its own constants
-        plan = load_plan(path, external_data, schedule, device, upload, progress=progress, **options)
+        plan = load_plan(path, lambda di: _delegate_constants(path, external_data, di), schedule, device, upload,
+                         progress=progress, **options)
         return Program({plan.name: plan})
     name = pf.program.execution_plan[0].name
     methods = load_methods({name: graph}, source, [0], schedule, device, upload, timeline=timeline,
@@ -209,6 +210,20 @@ def _load_methods(pf: ProgramFile, delegates: list[VulkanDelegate], externals: l
         loaded[name].name_io(*io_names(d.compile_specs, len(d.graph.input_ids), len(d.graph.output_ids),
                                        f"execution_plan[{i}].delegates[0]", pf.path))
     return Program(loaded, pf.metadata.eos_token_ids)
+
+
+def _delegate_constants(path, external_data: Sequence, di: int) -> FileConstants:
+    """The constants of delegate `di` of the plan, from files opened for it alone (closed after its prepack)."""
+    opened: list = []
+    try:
+        pf = ProgramFile.open(path)
+        opened.append(pf)
+        for p in external_data:
+            opened.append(ExternalData.open(p))
+        return FileConstants(pf, opened[1:], pf.vulkan_delegate(PLAN, di))
+    except BaseException:
+        _close(opened)
+        raise
 
 
 def _chain(first, second):

@@ -15,7 +15,7 @@ from torch.nn import functional as F  # noqa: E402
 
 import vkx  # noqa: E402
 from vkx.export import ExportError, load_model_file  # noqa: E402
-from vkx.format import ProgramFile, contract  # noqa: E402
+from vkx.format import ProgramFile, opset  # noqa: E402
 from vkx.format.validate import validate  # noqa: E402
 from vkx.format.vkgraph import StorageType, Tensor, VkGraph  # noqa: E402
 
@@ -32,7 +32,7 @@ def export_checked(module, inputs, path, **options) -> VkGraph:
     validate(path)
     with ProgramFile.open(path) as program:
         graph = program.vulkan.graph
-    contract.check_graph(graph)
+    opset.check_graph(graph)
     check_against_registry(graph)
     return graph
 

@@ -12,7 +12,7 @@ from pathlib import Path
 os.environ.setdefault("VKX_VALIDATION", "1")
 
 
-from vkx.format import contract  # noqa: E402
+from vkx.format import contract, opset  # noqa: E402
 from vkx.format.contract import Arg, Kind, OpDecl  # noqa: E402
 from vkx.loader import ops  # noqa: E402
 from vkx.loader import shaders  # noqa: E402
@@ -35,10 +35,10 @@ def _same_shape(call: contract.Call) -> None:
 
 
 _T = Kind.TENSOR
-contract.declare(OpDecl("test.relu.default", (Arg("self", _T), Arg("bias", Kind.NUMBER, default=0.0)),
+opset.declare(OpDecl("test.relu.default", (Arg("self", _T), Arg("bias", Kind.NUMBER, default=0.0)),
                         rule=_same_shape))
-contract.declare(OpDecl("test.add.default", (Arg("self", _T), Arg("other", _T)), rule=_same_shape))
-contract.declare(OpDecl("test.relu_split.default", (Arg("self", _T),), rule=_same_shape))
+opset.declare(OpDecl("test.add.default", (Arg("self", _T), Arg("other", _T)), rule=_same_shape))
+opset.declare(OpDecl("test.relu_split.default", (Arg("self", _T),), rule=_same_shape))
 
 
 @ops.builds("test.relu.default")

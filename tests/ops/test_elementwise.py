@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vkx.format import contract, op_decls
+from vkx.format import op_decls, opset
 from vkx.loader import ops
 
 from .conftest import (EXPORT_DTYPES, FLOAT_DTYPES, Const, Fn, assert_close, assert_close_in, rand, rand_of,
@@ -233,8 +233,8 @@ def test_unary_in_other_dtype(src, dst, shape):
 def test_declaring_an_op_is_enough():
     """A unary op declared at test time (one OpDecl with a glsl expression) runs."""
     name = "vkx_test.cube_minus_one.default"
-    decl = dataclasses.replace(contract.OPS["aten.relu.default"], name=name, glsl="(x * x * x - 1.0)")
-    contract.declare(decl)
+    decl = dataclasses.replace(opset.OPS["aten.relu.default"], name=name, glsl="(x * x * x - 1.0)")
+    opset.declare(decl)
     try:
         from vkx.loader.ops import elementwise
         ops.builds(name)(elementwise.unary_op)
@@ -242,7 +242,7 @@ def test_declaring_an_op_is_enough():
             x = _unary_input("neg", (3, 7), dtype)
             assert_close_in(run_graph(name, [x], ((3, 7), dtype)), x * x * x - 1, dtype, each=True)
     finally:
-        contract.OPS.pop(name, None)
+        opset.OPS.pop(name, None)
         ops.BUILDERS.pop(name, None)
 
 
