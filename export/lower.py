@@ -45,7 +45,7 @@ class ConstantSource:
 
 
 @dataclass(frozen=True)
-class IOTensor:
+class LoweredIO:
     dtype: torch.dtype
     sizes: tuple[int, ...]
 
@@ -54,8 +54,8 @@ class IOTensor:
 class Lowered:
     graph: VkGraph
     constants: list[ConstantSource]
-    inputs: list[IOTensor]
-    outputs: list[IOTensor]
+    inputs: list[LoweredIO]
+    outputs: list[LoweredIO]
 
 
 def lower(program: ExportedProgram, states: frozenset[str] = frozenset()) -> Lowered:
@@ -112,8 +112,8 @@ class Lowering(Operands):
         self.uses = uses
         self.graph = VkGraph()
         self.sources: list[ConstantSource] = []
-        self.io_inputs: list[IOTensor] = []
-        self.io_outputs: list[IOTensor] = []
+        self.io_inputs: list[LoweredIO] = []
+        self.io_outputs: list[LoweredIO] = []
         self._ids: dict[Node, int] = {}
         self._scalar_ids: dict[tuple, int] = {}
         self._tref_ids: dict[Node, int] = {}
@@ -132,7 +132,7 @@ class Lowering(Operands):
             fake = node.meta["val"]
             self.graph.input_ids.append(self.new_tensor(fake))
             self.bind(node, self.graph.input_ids[-1])
-            self.io_inputs.append(IOTensor(fake.dtype, tuple(fake.shape)))
+            self.io_inputs.append(LoweredIO(fake.dtype, tuple(fake.shape)))
         self.run(RULES)
         self._emit_outputs()
 
@@ -208,7 +208,7 @@ class Lowering(Operands):
                 value_id = self.tensor(node)  # refuses the old content of an updated state
             seen.add(node)
             self.graph.output_ids.append(value_id)
-            self.io_outputs.append(IOTensor(fake.dtype, tuple(fake.shape)))
+            self.io_outputs.append(LoweredIO(fake.dtype, tuple(fake.shape)))
 
     def _write_state(self, name: str, item: Node) -> None:
         """The buffer's new content is `item`: nothing to do when an update wrote it in place,

@@ -6,53 +6,18 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from pathlib import Path
 from typing import Any, Sequence
 
 from . import vkgraph as vk
 from .common import FileRange
-from .external import ExternalData, constant_tensors
+from .external import ExternalData, constant_tensors, named_external
 from .names import io_names
 from .liveness import lifetimes, peak_live_bytes, shared_object_bytes
-from .metadata import recorded_external
 from .methods import constant_keys, methods as methods_of, states as graph_states
 from .program import SEGMENT, ExecutionPlan
 from .pte import ProgramFile, VulkanDelegate
 
 SCHEMA = "vkx.describe/1"
-EXTERNAL_SUFFIXES = (".ptd", ".safetensors")
-
-
-def missing_keys(pf: ProgramFile, exts: Sequence[ExternalData] = ()) -> list[str]:
-    """Named keys the VkGraph's constants use that neither the .pte nor `exts` hold (each once, in order)."""
-    if pf.vulkan is None:
-        return []
-    held = [pf.named_data, *(e.named_data for e in exts)]
-    keys = dict.fromkeys(c.named_key for c in pf.vulkan.graph.constants if c.is_named)
-    return [k for k in keys if not any(k in h for h in held)]
-
-
-def external_beside(path: str | os.PathLike) -> Path | None:
-    """The same-stem .ptd (else .safetensors) file beside a .pte, where one exists."""
-    for suffix in EXTERNAL_SUFFIXES:
-        candidate = Path(path).with_suffix(suffix)
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def find_external(path: str | os.PathLike, external: Sequence[str | os.PathLike] = ()) -> tuple[list[Path], Path | None]:
-    """The external data files to use for a .pte: those given; else the files it records
-    (vkx.format.metadata); else its same-stem .ptd/.safetensors when it lacks named keys its
-    constants use. The second item is that same-stem file when it was chosen."""
-    if external:
-        return [Path(e) for e in external], None
-    with ProgramFile.open(path) as pf:
-        recorded = recorded_external(path, pf.metadata)
-        if recorded:
-            return [Path(e) for e in recorded], None
-        beside = external_beside(path)
-        return ([beside], beside) if beside is not None and missing_keys(pf) else ([], None)
 
 
 IMPORT_PAGE = 4096
@@ -99,7 +64,7 @@ def describe(path: str | os.PathLike, external: Sequence[str | os.PathLike] = ()
     exts = []
     try:
         with ProgramFile.open(path) as pf:
-            for e in external or recorded_external(path, pf.metadata):
+            for e in named_external(pf, external):
                 exts.append(ExternalData.open(e))
             return _describe(pf, exts)
     finally:
@@ -239,9 +204,23 @@ def file_totals(tensors: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(out.values())
 
 
+PEAK_FORMULAS = {"peak_old": "2W + A + w", "peak_lazy": "W + max(A, 2w)"}
+"""The load-memory estimates of one load, as `inspect` prints them (eager_peak, lazy_peak)."""
+
+
+def eager_peak(W: int, A: int, w: int) -> int:
+    """2W + A + w: every weight and activation allocated first, each weight staged whole, the host copies kept."""
+    return 2 * W + A + w
+
+
+def lazy_peak(W: int, A: int, w: int) -> int:
+    """W + max(A, 2w): each weight allocated right before its upload, the activations after the weights."""
+    return W + max(A, 2 * w)
+
+
 def _totals(delegates: list[dict[str, Any]], state: int, methods: bool) -> dict[str, int]:
     """Load memory of every delegate, loaded one after another: delegate k loads while the ones before it
-    hold their weights and activations (with one delegate: W + max(A, 2w) and 2W + A + w), plus the state.
+    hold their weights and activations (with one delegate: lazy_peak and eager_peak), plus the state.
 
     Methods (`methods`) load as one: each W counts only keys no method before it read, and their
     activations take turns in one allocation (A = the largest method's)."""
@@ -249,8 +228,8 @@ def _totals(delegates: list[dict[str, Any]], state: int, methods: bool) -> dict[
     for d in delegates:
         t = d["totals"]
         held = 0 if methods else A
-        peak_old = max(peak_old, W + held + 2 * t["W"] + t["A"] + t["w"])
-        peak_lazy = max(peak_lazy, W + held + t["W"] + max(t["A"], 2 * t["w"]))
+        peak_old = max(peak_old, W + held + eager_peak(t["W"], t["A"], t["w"]))
+        peak_lazy = max(peak_lazy, W + held + lazy_peak(t["W"], t["A"], t["w"]))
         if methods:
             A, A_live = max(A, t["A"]), max(A_live, t["A_live"])
         else:
@@ -258,7 +237,7 @@ def _totals(delegates: list[dict[str, Any]], state: int, methods: bool) -> dict[
         W, w = W + t["W"], max(w, t["w"])
         ready, ready_bytes = ready + t["import_ready"], ready_bytes + t["import_ready_bytes"]
     if methods:
-        peak_old, peak_lazy = 2 * W + A + w, W + max(A, 2 * w)
+        peak_old, peak_lazy = eager_peak(W, A, w), lazy_peak(W, A, w)
     return {"W": W, "w": w, "A": A, "A_live": A_live, "state": state, "peak_old": peak_old + state,
             "peak_lazy": peak_lazy + state, "import_ready": ready, "import_ready_bytes": ready_bytes}
 

@@ -32,13 +32,6 @@ PLAN = 0
 """vkx runs the first execution plan ("forward")."""
 
 
-def runs_as_one_delegate(plan: ExecutionPlan) -> bool:
-    """The plan is one delegate call from the plan's inputs to its outputs (the fast path)."""
-    calls = [i for c in plan.chains for i in c.instructions]
-    return (len(calls) == 1 and calls[0].kind == "DelegateCall"
-            and calls[0].args == plan.inputs + plan.outputs)
-
-
 def _cpu_ops(plan: ExecutionPlan) -> list[str]:
     return sorted({op_name(plan, i.index) for c in plan.chains for i in c.instructions if i.kind == "KernelCall"})
 

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from vkx import paths
 from vkx.console import console, fail, note, safe, size, user_errors
+from vkx.format.describe import PEAK_FORMULAS
 from vkx.format.errors import VkxError
 
 VALIDATE_SCHEMA = "vkx.validate/1"
@@ -112,8 +113,8 @@ def _print(d: dict[str, Any], tensors: bool) -> None:
     for name, meaning in (("W", "constant bytes"), ("w", "largest constant"),
                           ("A", "activations (shared memory objects)"), ("A_live", "peak live activations"),
                           ("state", "state tensors (kept across calls)"),
-                          ("peak_old", "2W + A + w + state (eager load)"),
-                          ("peak_lazy", "W + max(A, 2w) + state (lazy load)"),
+                          ("peak_old", f"{PEAK_FORMULAS['peak_old']} + state (eager load)"),
+                          ("peak_lazy", f"{PEAK_FORMULAS['peak_lazy']} + state (lazy load)"),
                           ("import_ready_bytes", f"in {t['import_ready']} constants on 4096 B (importable in place)")):
         tot.add_row(name, _size(t[name]), meaning)
     console.print(tot)

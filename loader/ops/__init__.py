@@ -19,6 +19,7 @@ from typing import Callable, ContextManager, Mapping, Protocol, Sequence, Union
 from vkx.format import dtypes, opset
 from vkx.format.contract import Call
 from vkx.format.dtypes import DType
+from vkx.loader.errors import UnsupportedOpError
 
 
 
@@ -125,10 +126,6 @@ class OpBuilder(Protocol):
 
 Builder = Callable[[OpBuilder, Call], None]
 BUILDERS: dict[str, Builder] = {}
-
-
-class UnsupportedOpError(Exception):
-    """The graph uses an op or an argument combination that vkx cannot run."""
 
 
 def builds(*names: str) -> Callable[[Builder], Builder]:
