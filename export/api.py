@@ -13,19 +13,18 @@ from torch.export.graph_signature import InputKind
 from torch.utils._pytree import treespec_dumps
 
 from vkx.export.constants import KeyCache, Names, Reference, identity, make_payloads, state_names, stored_nbytes
-from vkx.export.dtypes import TARGETS, of
+from vkx.export.dtypes import of
 from vkx.export.errors import ExportError
 from vkx.export.lower import lower, mutated_buffers
 from vkx.export.model_file import check_methods, method_module
 from vkx.export.plan import MemoryPlan, plan_memory
 from vkx.export.quantize import quantize_module
 from vkx.export.target_executorch import for_executorch
-from vkx.export import torchao_import  # noqa: F401  (registers the rules for torchao-quantized weights)
 from vkx.export.trace import convert, convert_inputs, trace
-from vkx.format import IOSpec, MethodSpec, WriteReport, write_methods
+from vkx.format import IOSpec, MethodSpec, WriteReport, dtypes, write_methods
+from vkx.format.external import EXTERNAL_SUFFIXES
 from vkx.format.metadata import ProgramMetadata
 
-EXTERNAL_SUFFIXES = (".ptd", ".safetensors")
 
 
 class Progress(Protocol):
@@ -124,7 +123,7 @@ def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
         raise ExportError("several methods share their weights through named data; the legacy layout cannot")
     stages = _Stages(progress)
     module.eval()
-    stored = TARGETS[dtype]
+    stored = dtypes.DTYPE_CHOICES[dtype]
     converted, _ = convert(module, (), stored)
     if quantize is not None:
         converted = quantize_module(converted, quantize, group_size)
@@ -193,8 +192,8 @@ def check_options(path: str | os.PathLike, *, layout: str, external_data: str | 
         raise ExportError(f"target must be vkx or executorch, not {target!r}")
     if layout not in ("named", "legacy"):
         raise ExportError(f"layout must be named or legacy, not {layout!r}")
-    if dtype not in TARGETS:
-        raise ExportError(f"dtype must be {', '.join(TARGETS)}, not {dtype!r}")
+    if dtype not in dtypes.DTYPE_CHOICES:
+        raise ExportError(f"dtype must be {', '.join(dtypes.DTYPE_CHOICES)}, not {dtype!r}")
     if alignment is not None and (alignment <= 0 or alignment & (alignment - 1)):
         raise ExportError(f"alignment must be a positive power of two, not {alignment}")
     if external_data is not None:

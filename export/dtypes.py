@@ -1,4 +1,4 @@
-"""torch dtypes as vkx DTypes (`vkx.format.dtypes`), the narrowing of 64-bit types, and `--dtype`."""
+"""torch dtypes as vkx DTypes (`vkx.format.dtypes`) and the narrowing of 64-bit types."""
 from __future__ import annotations
 
 import torch
@@ -7,17 +7,16 @@ from vkx.export.errors import ExportError
 from vkx.format import dtypes
 from vkx.format.dtypes import DType
 
-TARGETS: dict[str, DType | None] = {"keep": None, "fp32": dtypes.FLOAT32, "fp16": dtypes.FLOAT16,
-                                    "bf16": dtypes.BFLOAT16}
-"""`--dtype`: the floating type of every parameter, buffer and activation (`keep`: each keeps its own)."""
-
 _NARROWED = {dtypes.INT64: dtypes.INT32, dtypes.FLOAT64: dtypes.FLOAT32}
 """What a 64-bit tensor becomes on the device (docs/format.md, "Data types")."""
 
 
 def of(dtype: torch.dtype) -> DType:
-    """The DType named like `dtype` (ValueError when vkx has none: int16, complex, ...)."""
-    return dtypes.named(str(dtype).removeprefix("torch."))
+    """The DType named like `dtype` (ValueError when a VkGraph cannot hold it: int16, complex, ...)."""
+    own = dtypes.named(str(dtype).removeprefix("torch."))
+    if own.datatype is None:
+        raise ValueError(f"a VkGraph has no {own} tensors")
+    return own
 
 
 def supported(dtype: torch.dtype) -> bool:

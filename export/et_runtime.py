@@ -26,7 +26,7 @@ ANY = NUMERIC | {dtypes.BOOL}
 
 
 @dataclass(frozen=True)
-class Rule:
+class Implementation:
     """How the runtime implements an op: which representation its tensors take, and their dtypes."""
     storage: str
     """"texture" (channels-packed), "conv" (the same, one image), "reduce", "follow" (its inputs'), "buffer"."""
@@ -35,23 +35,23 @@ class Rule:
     """An argument that holds int32 indices instead (embedding)."""
 
 
-RUNTIME: dict[str, Rule] = {
-    **{f"aten.{name}.default": Rule("follow") for name in (
+RUNTIME: dict[str, Implementation] = {
+    **{f"aten.{name}.default": Implementation("follow") for name in (
         "relu", "sigmoid", "tanh", "neg", "abs", "exp", "rsqrt", "sin", "cos", "hardswish", "gelu")},
-    **{f"aten.{name}.Tensor": Rule("follow", NUMERIC) for name in ("add", "sub", "mul", "div")},
-    CLONE: Rule("follow", ANY),
-    PREPACK: Rule("follow", ANY),
-    "aten.linear.default": Rule("buffer"), "aten.addmm.default": Rule("buffer"),
-    "aten.mm.default": Rule("buffer"), "aten.bmm.default": Rule("buffer"),
-    "aten._softmax.default": Rule("buffer"), "aten._log_softmax.default": Rule("buffer"),
-    LAYER_NORM: Rule("buffer"),
-    "aten.embedding.default": Rule("buffer", FLOAT, indices="indices"),
-    "aten.view_copy.default": Rule("buffer", ANY), "aten.permute_copy.default": Rule("buffer", ANY),
-    "aten.slice_copy.Tensor": Rule("buffer", ANY), "aten.cat.default": Rule("buffer", NUMERIC),
-    "aten.convolution.default": Rule("conv"), "et_vk.conv_with_clamp.default": Rule("conv"),
-    BATCH_NORM: Rule("texture"),
-    "aten.max_pool2d.default": Rule("texture"), "aten.avg_pool2d.default": Rule("texture"),
-    "aten.mean.dim": Rule("reduce"), "aten.sum.dim_IntList": Rule("reduce"),
+    **{f"aten.{name}.Tensor": Implementation("follow", NUMERIC) for name in ("add", "sub", "mul", "div")},
+    CLONE: Implementation("follow", ANY),
+    PREPACK: Implementation("follow", ANY),
+    "aten.linear.default": Implementation("buffer"), "aten.addmm.default": Implementation("buffer"),
+    "aten.mm.default": Implementation("buffer"), "aten.bmm.default": Implementation("buffer"),
+    "aten._softmax.default": Implementation("buffer"), "aten._log_softmax.default": Implementation("buffer"),
+    LAYER_NORM: Implementation("buffer"),
+    "aten.embedding.default": Implementation("buffer", FLOAT, indices="indices"),
+    "aten.view_copy.default": Implementation("buffer", ANY), "aten.permute_copy.default": Implementation("buffer", ANY),
+    "aten.slice_copy.Tensor": Implementation("buffer", ANY), "aten.cat.default": Implementation("buffer", NUMERIC),
+    "aten.convolution.default": Implementation("conv"), "et_vk.conv_with_clamp.default": Implementation("conv"),
+    BATCH_NORM: Implementation("texture"),
+    "aten.max_pool2d.default": Implementation("texture"), "aten.avg_pool2d.default": Implementation("texture"),
+    "aten.mean.dim": Implementation("reduce"), "aten.sum.dim_IntList": Implementation("reduce"),
 }
 """The ops of vkx's contract that the runtime has, by the storage rule its registry gives them."""
 

@@ -18,15 +18,14 @@ import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
 import torch
 
+from vkx.export.api import ExportReport, export_model
 from vkx.export.constants import Reference, identity
+from vkx.export.dtypes import torch_dtype
 from vkx.export.errors import ExportError
-
-if TYPE_CHECKING:
-    from vkx.export.api import ExportReport
+from vkx.format import dtypes
+from vkx.format.metadata import ProgramMetadata
 
 try:
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -40,13 +39,6 @@ SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 TOKENIZER = "tokenizer.json"
 GENERATION_CONFIG = "generation_config.json"
-
-_SAFETENSORS_DTYPES = {
-    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-    "BOOL": torch.bool,
-}
-
 
 @dataclass(frozen=True)
 class Folder:
@@ -112,7 +104,7 @@ def check_lengths(path: str | Path, max_seq_len: int | None = None, prefill_len:
 
 def export_folder(path: str | Path, output: str | Path, *, max_seq_len: int | None = None,
                   prefill_len: int | None = None, dtype: str = "keep", external_data: str | Path | None = None,
-                  **options) -> "ExportReport":
+                  **options) -> ExportReport:
     """Export a model folder to a two-method program (prefill `[1, prefill_len]`, decode `[1, 1]`)
     whose state is the KV cache of `max_seq_len` positions (check_lengths' defaults), recording
     the config's EOS token ids; `options` go to `export_model`.
@@ -121,15 +113,11 @@ def export_folder(path: str | Path, output: str | Path, *, max_seq_len: int | No
     reference: every tensor used as the checkpoint stores it stays there, named by its
     checkpoint key; the others (cast, quantized, computed) go into the .pte itself.
     """
-    from vkx.export.api import export_model
-    from vkx.export.dtypes import TARGETS, torch_dtype
-    from vkx.format.metadata import ProgramMetadata
-
     max_seq_len, prefill_len = check_lengths(path, max_seq_len, prefill_len)
     folder = read_folder(path)
     by_reference = external_data is not None and checkpoint_files(folder, external_data)
     references: dict[tuple, Reference] = {}
-    model = build_model(folder, torch_dtype(TARGETS[dtype]) if TARGETS.get(dtype) else None, references=references)
+    model = build_model(folder, torch_dtype(dtypes.DTYPE_CHOICES[dtype]) if dtypes.DTYPE_CHOICES.get(dtype) else None, references=references)
     lm = CausalLM(model, max_seq_len)
     methods = {"prefill": (torch.zeros(1, prefill_len, dtype=torch.long), torch.arange(prefill_len)),
                "decode": (torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, dtype=torch.long))}
@@ -227,9 +215,10 @@ def map_safetensors(path: Path) -> dict[str, torch.Tensor]:
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        if info.get("dtype") not in _SAFETENSORS_DTYPES:
-            raise ExportError(f"{path}: {name} has dtype {info.get('dtype')!r}, which vkx does not read")
-        dtype = _SAFETENSORS_DTYPES[info["dtype"]]
+        try:
+            dtype = torch_dtype(dtypes.by_safetensors(info.get("dtype")))
+        except ValueError:
+            raise ExportError(f"{path}: {name} has dtype {info.get('dtype')!r}, which vkx does not read") from None
         begin, end = info["data_offsets"]
         shape = tuple(info["shape"])
         count = (end - begin) // dtype.itemsize

@@ -1,12 +1,12 @@
 """An ExportedProgram → one VkGraph of contract ops (vkx.format.contract).
 
-Lowering runs the op table twice over the FX graph. The first pass only scans:
-it records which constants (parameters, buffers, lifted tensors) are used, and
-whether each is consumed directly by a prepacking op ("tref") or needs an
-`et_vk.prepack` ("gpu"). The second pass creates the values: used constants first,
-in placeholder order, each followed by its prepack; then the user inputs; then
-every op's args, lazily in the declaration's order, and its output. Python scalars
-are immediates (Int/Double values) where the contract takes a number.
+Lowering runs the rule table (export/rules.py) twice over the FX graph. The first pass
+(export/uses.py) records which constants (parameters, buffers, lifted tensors) are used, and
+whether each is consumed directly by a prepacking op ("tref") or needs an `et_vk.prepack`
+("gpu"). The second, `Lowering`, creates the values: used constants first, in placeholder
+order, each followed by its prepack; then the user inputs; then every op's args, lazily in
+the declaration's order, and its output. Python scalars are immediates (Int/Double values)
+where the contract takes a number.
 
 Every tensor has the dtype it has on the device: the traced one, 64-bit types
 narrowed to 32 bits (constants checked that no value changes). Every emitted op
@@ -25,18 +25,17 @@ from torch.fx import Node
 from vkx.export.dtypes import check_narrowing, on_device, supported
 from vkx.export.errors import ExportError
 from vkx.export.fold import fold_constants
-from vkx.export.ops import FORWARDED, OUTPUT_CLONE, RULES
+from vkx.export.operands import Operands, Placeholders
+from vkx.export.ops import OUTPUT_CLONE
+from vkx.export.rules import RULES
 from vkx.export.support import check_supported, op_name, source_line
-from vkx.format import contract
-from vkx.format.contract import Arg, ContractError, Kind
+from vkx.export.uses import constant_uses
+from vkx.format import contract, opset
+from vkx.format.contract import ContractError
 from vkx.format.liveness import PREPACK  # the name by which the plan knows weights' dedicated memory
 from vkx.format.op_state import COPY, STATE
 from vkx.format.vkgraph import (Bool, Double, Int, IntList, MemoryLayout, Null, OperatorCall, StorageType, String,
                                 Tensor, Value, ValueList, VkGraph)
-
-_NOT_TENSORS = (torch.dtype, torch.memory_format, torch.layout, torch.device)
-INT32 = torch.iinfo(torch.int32)
-
 
 @dataclass(frozen=True)
 class ConstantSource:
@@ -46,7 +45,7 @@ class ConstantSource:
 
 
 @dataclass(frozen=True)
-class IOTensor:
+class LoweredIO:
     dtype: torch.dtype
     sizes: tuple[int, ...]
 
@@ -55,8 +54,8 @@ class IOTensor:
 class Lowered:
     graph: VkGraph
     constants: list[ConstantSource]
-    inputs: list[IOTensor]
-    outputs: list[IOTensor]
+    inputs: list[LoweredIO]
+    outputs: list[LoweredIO]
 
 
 def lower(program: ExportedProgram, states: frozenset[str] = frozenset()) -> Lowered:
@@ -65,19 +64,12 @@ def lower(program: ExportedProgram, states: frozenset[str] = frozenset()) -> Low
     `states`: buffers that are state though this program only reads them (another method of
     the file mutates them); the buffers it mutates are state in any case."""
     folded = fold_constants(program, states)  # never a state: its value changes between calls
-    check_supported(program, folded)
+    check_supported(program, RULES, folded)
     user_inputs, constant_nodes, state_nodes = classify_placeholders(program, states)
     placeholders = user_inputs, {**constant_nodes, **folded}, state_nodes
-    scan = GraphBuilder(program, placeholders, uses=None)
-    scan.build()
-    builder = GraphBuilder(program, placeholders, uses=scan.uses)
-    builder.build()
-    return Lowered(builder.graph, builder.sources, builder.io_inputs, builder.io_outputs)
-
-
-Placeholders = tuple[list[Node], dict[Node, tuple[str, torch.Tensor]], dict[Node, tuple[str, torch.Tensor]]]
-"""The user input nodes; each constant node with its name and tensor; each state node (a buffer
-the model mutates) with its name and initial value."""
+    lowering = Lowering(program, placeholders, constant_uses(program, placeholders, RULES))
+    lowering.build()
+    return Lowered(lowering.graph, lowering.sources, lowering.io_inputs, lowering.io_outputs)
 
 
 def mutated_buffers(program: ExportedProgram) -> set[str]:
@@ -112,23 +104,20 @@ def classify_placeholders(program: ExportedProgram, states: frozenset[str] = fro
     return user_inputs, constant_nodes, state_nodes
 
 
-class GraphBuilder:
-    """Creates values and OperatorCalls; with `uses=None` it only scans constant uses."""
+class Lowering(Operands):
+    """Lowering's second pass: creates the values and OperatorCalls, given each constant's uses."""
 
-    def __init__(self, program: ExportedProgram, placeholders: Placeholders, uses: dict[Node, set[str]] | None):
-        self.program = program
-        self.scanning = uses is None
-        self.uses: dict[Node, set[str]] = {} if uses is None else uses
+    def __init__(self, program: ExportedProgram, placeholders: Placeholders, uses: dict[Node, set[str]]):
+        super().__init__(program, placeholders)
+        self.uses = uses
         self.graph = VkGraph()
         self.sources: list[ConstantSource] = []
-        self.io_inputs: list[IOTensor] = []
-        self.io_outputs: list[IOTensor] = []
-        self.node: Node | None = None
+        self.io_inputs: list[LoweredIO] = []
+        self.io_outputs: list[LoweredIO] = []
         self._ids: dict[Node, int] = {}
         self._scalar_ids: dict[tuple, int] = {}
         self._tref_ids: dict[Node, int] = {}
         self._gpu_ids: dict[Node, int] = {}
-        self.user_inputs, self.constant_nodes, self.state_nodes = placeholders
         self._state_of: dict[int, str] = {}
         """Value id of a state tensor or of an update of it -> the state's name."""
         self._latest: dict[str, int] = {}
@@ -137,18 +126,14 @@ class GraphBuilder:
     # ---- the pass ---------------------------------------------------------------------------
 
     def build(self) -> None:
-        if not self.scanning:
-            self._emit_constants()
-            self._emit_states()
+        self._emit_constants()
+        self._emit_states()
         for node in self.user_inputs:
             fake = node.meta["val"]
             self.graph.input_ids.append(self.new_tensor(fake))
             self.bind(node, self.graph.input_ids[-1])
-            self.io_inputs.append(IOTensor(fake.dtype, tuple(fake.shape)))
-        for node in self.program.graph.nodes:
-            if node.op == "call_function" and node not in self.constant_nodes:
-                self.node = node
-                RULES[node.target].lower(self, node)
+            self.io_inputs.append(LoweredIO(fake.dtype, tuple(fake.shape)))
+        self.run(RULES)
         self._emit_outputs()
 
     def _emit_constants(self) -> None:
@@ -172,14 +157,14 @@ class GraphBuilder:
                 raise ExportError(f"state {name} has dtype {tensor.dtype}, not supported")
             initial = self._tref(name, tensor) if bool(tensor.any()) else self.null()
             value_id = self.new_tensor(tensor)
-            self.emit(STATE, [self._add(String(name)), initial, value_id])
+            self.emit(STATE, [self.string(name), initial, value_id])
             self.bind(node, value_id)
             self._latest[name] = value_id
             self._state_of[value_id] = name
 
     def state_of(self, value: Node) -> str | None:
         """The name of the state `value` is the current content of (None: not state)."""
-        if self.scanning or self.resolve(value) in self.constant_nodes:
+        if self.resolve(value) in self.constant_nodes:
             return None
         value_id = self.value_of(value)
         name = self._state_of.get(value_id)
@@ -187,9 +172,6 @@ class GraphBuilder:
 
     def update(self, name: str, node: Node, args: list[int]) -> None:
         """Emit update op `name` writing into the state that is `node`'s first argument, in place."""
-        if self.scanning:
-            self.emit(name, args + [-1])
-            return
         state = self.state_of(node.args[0])
         if state is None:
             raise ExportError(f"{op_name(node)}: vkx updates model state (a buffer the model mutates) in place; "
@@ -206,7 +188,7 @@ class GraphBuilder:
         for spec, item in zip(specs, output.args[0]):
             if spec.kind == OutputKind.USER_OUTPUT:
                 user_items.append(item)
-            elif spec.kind == OutputKind.BUFFER_MUTATION and not self.scanning:
+            elif spec.kind == OutputKind.BUFFER_MUTATION:
                 self._write_state(spec.target, item)
             elif spec.kind != OutputKind.BUFFER_MUTATION:
                 raise ExportError(f"model output of kind {spec.kind.name} is not supported")
@@ -226,7 +208,7 @@ class GraphBuilder:
                 value_id = self.tensor(node)  # refuses the old content of an updated state
             seen.add(node)
             self.graph.output_ids.append(value_id)
-            self.io_outputs.append(IOTensor(fake.dtype, tuple(fake.shape)))
+            self.io_outputs.append(LoweredIO(fake.dtype, tuple(fake.shape)))
 
     def _write_state(self, name: str, item: Node) -> None:
         """The buffer's new content is `item`: nothing to do when an update wrote it in place,
@@ -243,67 +225,20 @@ class GraphBuilder:
 
     # ---- what rules call ----------------------------------------------------------------------
 
-    def resolve(self, node: Node) -> Node:
-        """Follow ops that only forward their input (alias, clone, detach, lift_fresh_copy)."""
-        while node.op == "call_function" and node.target in FORWARDED:
-            node = node.args[0]
-        return node
-
-    def arg(self, argument: Arg, value: Any, *, tref: bool = False) -> int:
-        """The value id of `value` as `argument` of a contract op (None, dtypes and memory formats: Null)."""
-        kind = argument.kind
-        if isinstance(value, Node) and kind in (Kind.TENSOR, Kind.SCALAR_OR_TENSOR):
-            return self.tensor(value, tref=tref)
-        if value is None or isinstance(value, _NOT_TENSORS):
-            return self.null()
-        if kind is Kind.SCALAR_OR_TENSOR and isinstance(value, (int, float)):
-            return self.number(value)
-        if kind is Kind.TENSORS and isinstance(value, (list, tuple)):
-            return self._add(ValueList(tuple(self.tensor(item) for item in value)))
-        if kind is Kind.INTS and isinstance(value, (list, tuple)):
-            return self.int_list(value)
-        if kind is Kind.BOOL and isinstance(value, bool):
-            return self.bool(value)
-        if kind is Kind.INT and isinstance(value, int) and not isinstance(value, bool):
-            return self.int(value)
-        if kind is Kind.NUMBER and isinstance(value, (int, float)) and not isinstance(value, bool):
-            return self.int(value) if isinstance(value, int) else self.double(value)
-        if kind is Kind.STRING and isinstance(value, str):
-            return self._add(String(value))
-        raise ExportError(f"{op_name(self.node)}: cannot lower argument {argument.name}={value!r} "
-                          f"(the contract takes {kind.value}) at {source_line(self.node)}")
-
-    def number(self, value: int | float | bool) -> int:
-        """A Python scalar operand as an immediate. A float is always a Double: its type is the
-        value's, not the result's (`x < 2.5` has a bool result and must compare with 2.5, not 2).
-        An integer is a Double for an op with a floating result, else an Int (checked to fit
-        the int32 that integer tensors hold)."""
-        if isinstance(value, float) or self.node.meta["val"].dtype.is_floating_point:
-            return self.double(float(value))
-        if not INT32.min <= int(value) <= INT32.max:
-            raise ExportError(f"{op_name(self.node)}: the scalar {value} does not fit an int32 "
-                              f"at {source_line(self.node)}")
-        return self.int(int(value))
-
     def tensor(self, value: Node, *, tref: bool = False) -> int:
         """A tensor operand: a node's value, or a constant (direct if `tref`, else prepacked)."""
         node = self.resolve(value)
         if node not in self.constant_nodes:
             value_id = self.value_of(node)
-            name = None if self.scanning else self._state_of.get(value_id)
+            name = self._state_of.get(value_id)
             if name is not None and self._latest[name] != value_id:
                 raise ExportError(f"{op_name(self.node)} reads the old content of state {name} after it was "
                                   f"updated in place at {source_line(self.node)}")
             return value_id
-        if self.scanning:
-            self.uses.setdefault(node, set()).add("tref" if tref else "gpu")
-            return -1
         return self._tref_ids[node] if tref else self._gpu_ids[node]
 
     def constant(self, name: str, tensor: torch.Tensor) -> int:
         """A tensor the lowering computed (an arange, positions) as a constant, prepacked."""
-        if self.scanning:
-            return -1
         tref = self._tref(name, tensor)
         value_id = self.new_tensor(tensor)
         self.emit(PREPACK, [tref, value_id])
@@ -326,8 +261,14 @@ class GraphBuilder:
     def bool(self, value: bool) -> int:
         return self._scalar(Bool(value))
 
+    def string(self, value: str) -> int:
+        return self._add(String(value))
+
     def null(self) -> int:
         return self._add(Null())
+
+    def value_list(self, items: list[int]) -> int:
+        return self._add(ValueList(tuple(items)))
 
     def int_list(self, items: Any) -> int:
         return self._add(IntList(tuple(int(i) for i in items)))
@@ -351,14 +292,12 @@ class GraphBuilder:
 
     def emit(self, name: str, args: list[int]) -> None:
         """Append a call of contract op `name` (every argument, then the output), bound to its declaration."""
-        decl = contract.lookup(name)
+        decl = opset.lookup(name)
         if decl is None:
             raise RuntimeError(f"internal error: the exporter emitted {name}, which the op contract does not declare")
         if len(args) != len(decl.args) + 1:
             raise RuntimeError(f"internal error: {name} emitted with {len(args) - 1} arguments, "
                                f"the contract declares {len(decl.args)}")
-        if self.scanning:
-            return
         call = OperatorCall(len(self.graph.chain), name, tuple(args))
         try:
             contract.bind(decl, call, self.graph.values, contract.check_tensor)
@@ -368,20 +307,17 @@ class GraphBuilder:
         self.graph.chain.append(call)
 
     def bind(self, node: Node, value_id: int) -> None:
-        if not self.scanning:
-            self._ids[node] = value_id
+        self._ids[node] = value_id
 
     def value_of(self, node: Node) -> int:
-        return -1 if self.scanning else self._ids[self.resolve(node)]
+        return self._ids[self.resolve(node)]
 
     def list_item(self, value_id: int, index: int) -> int:
-        return -1 if self.scanning else self.graph.values[value_id].items[index]
+        return self.graph.values[value_id].items[index]
 
     # ---- values -------------------------------------------------------------------------------
 
     def _add(self, value: Value) -> int:
-        if self.scanning:
-            return -1
         self.graph.values.append(value)
         return len(self.graph.values) - 1
 

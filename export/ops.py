@@ -1,24 +1,21 @@
 """The op table: how each traced ATen op becomes OperatorCalls of the op contract.
 
-Every op emitted here is declared in `vkx.format.contract`; `same` matches the
-source op's arguments to the declaration's by name. Each `Rule.lower` talks to the
-graph builder in `lower.py` through a handful of methods (`arg`, `tensor`,
-`number`, `int`, `int_list`, `bool`, `null`, `outputs`, `new_tensor`, `emit`,
-`bind`, `value_of`, `list_item`).
+Every op emitted here is declared in the op contract (`vkx.format.opset`); `same` matches
+the source op's arguments to the declaration's by name. Each `Rule.lower` talks to one of
+lowering's two passes through the methods of `vkx.export.operands.Operands`. The whole rule
+table is assembled in `vkx.export.rules`.
 """
 from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 from torch.fx import Node
 
-from vkx.format import contract, op_decls, op_models
-
-if TYPE_CHECKING:
-    from vkx.export.lower import GraphBuilder
+from vkx.export.operands import FORWARDED, Operands
+from vkx.format import op_decls, op_models, opset
 
 A = torch.ops.aten
 SLICE = "aten.slice_copy.Tensor"
@@ -33,7 +30,7 @@ def _no_check(node: Node) -> str | None:
 
 @dataclass(frozen=True)
 class Rule:
-    lower: Callable[["GraphBuilder", Node], None]
+    lower: Callable[[Operands, Node], None]
     check: Callable[[Node], str | None] = _no_check
     """Returns why this particular node cannot be lowered, or None."""
 
@@ -67,10 +64,10 @@ def same(name: str, *, tref: Iterable[str] = (), prepare: Callable[[Node, Values
     `tref`: args that may stay constant tensors (the op prepacks them itself).
     `prepare`: rewrites argument values first (normalised dims, filled pool lists).
     """
-    decl = contract.OPS[name]
+    decl = opset.OPS[name]
     tref = frozenset(tref)
 
-    def lower(b: GraphBuilder, node: Node) -> None:
+    def lower(b: Operands, node: Node) -> None:
         values = schema_values(node)
         if prepare is not None:
             values = prepare(node, values)
@@ -162,12 +159,12 @@ def _no_dropout(node: Node) -> str | None:
 
 # ---- rules that do not map one to one -----------------------------------------------------
 
-def _view(b: GraphBuilder, node: Node) -> None:
+def _view(b: Operands, node: Node) -> None:
     """view / reshape / flatten / squeeze / unsqueeze: view_copy to the output size."""
     b.emit("aten.view_copy.default", [b.tensor(node.args[0]), b.int_list(shape(node)), b.outputs(node)])
 
 
-def _split(b: GraphBuilder, node: Node) -> None:
+def _split(b: Operands, node: Node) -> None:
     """split / chunk: one slice_copy per piece that is used (getitem binds to it)."""
     source = node.args[0]
     dim = _positive(schema_values(node)["dim"], len(shape(source)))
@@ -183,7 +180,7 @@ def _split(b: GraphBuilder, node: Node) -> None:
         start = end
 
 
-def _select(b: GraphBuilder, node: Node) -> None:
+def _select(b: Operands, node: Node) -> None:
     """x.select(dim, i) as a one-wide slice_copy, then view_copy without that dim."""
     source, dim, index = node.args
     size = shape(source)
@@ -196,31 +193,31 @@ def _select(b: GraphBuilder, node: Node) -> None:
     b.emit("aten.view_copy.default", [piece, b.int_list(shape(node)), b.outputs(node)])
 
 
-def _neg(b: GraphBuilder, node: Node) -> None:
+def _neg(b: Operands, node: Node) -> None:
     """-x as mul(x, -1), the -1 an immediate."""
     b.emit("aten.mul.Tensor", [b.tensor(node.args[0]), b.number(-1), b.outputs(node)])
 
 
-def _getitem(b: GraphBuilder, node: Node) -> None:
+def _getitem(b: Operands, node: Node) -> None:
     parent, index = node.args
     if parent.target not in SPLITS:
         b.bind(node, b.list_item(b.value_of(parent), index))
 
 
-def _global_avg_pool(b: GraphBuilder, node: Node) -> None:
+def _global_avg_pool(b: Operands, node: Node) -> None:
     """adaptive_avg_pool2d to 1×1: mean over the last two dims, keepdim."""
     rank = len(shape(node.args[0]))
     b.emit("aten.mean.dim", [b.tensor(node.args[0]), b.int_list([rank - 2, rank - 1]),
                              b.bool(True), b.null(), b.outputs(node)])
 
 
-def _mean_all(b: GraphBuilder, node: Node) -> None:
+def _mean_all(b: Operands, node: Node) -> None:
     rank = len(shape(node.args[0]))
     b.emit("aten.mean.dim", [b.tensor(node.args[0]), b.int_list(list(range(rank))),
                              b.bool(False), b.null(), b.outputs(node)])
 
 
-def _reciprocal(b: GraphBuilder, node: Node) -> None:
+def _reciprocal(b: Operands, node: Node) -> None:
     """1 / x as div(1, x), the 1 an immediate."""
     b.emit("aten.div.Tensor", [b.number(1), b.tensor(node.args[0]), b.outputs(node)])
 
@@ -248,7 +245,7 @@ def _cumsum_dim(node: Node, values: Values) -> Values:
     return values
 
 
-def _to_copy(b: GraphBuilder, node: Node) -> None:
+def _to_copy(b: Operands, node: Node) -> None:
     """A dtype cast (the output's dtype; layout, device and memory format mean nothing on the device)."""
     b.emit("aten._to_copy.default", [b.tensor(node.args[0]), b.outputs(node)])
 
@@ -297,16 +294,13 @@ MODEL_RULES: dict[Any, Rule] = {
 """Comparisons, masks, selection and casts; each elementwise family is derived from its table."""
 
 
-def _nothing(b: GraphBuilder, node: Node) -> None:
+def _nothing(b: Operands, node: Node) -> None:
     """Forwarded or ignored: the builder resolves uses of this node to its input."""
 
 
 SPLITS = frozenset({A.split_with_sizes.default, A.split.Tensor})
 
-FORWARDED = frozenset({A.alias.default, A.clone.default, A.detach.default, A.lift_fresh_copy.default})
-"""Ops that copy or alias their first input: their value is the input's value."""
-
-RULES: dict[Any, Rule] = {
+OP_RULES: dict[Any, Rule] = {
     A.linear.default: same("aten.linear.default", tref={"weight", "bias"}),
     A.addmm.default: same("aten.addmm.default", tref={"self", "mat2"}),
     A.mm.default: same("aten.mm.default", tref={"mat2"}),
@@ -365,7 +359,3 @@ def decomposition_table() -> dict:
     for op in KEPT_WHOLE:
         table.pop(op, None)
     return table
-
-from vkx.export.state import STATE_RULES  # noqa: E402  (state and cache-mask rules: export/state.py)
-
-RULES.update(STATE_RULES)

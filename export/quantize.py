@@ -17,13 +17,14 @@ once and stored once.
 from __future__ import annotations
 
 import copy
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from vkx.export.errors import ExportError
+from vkx.export.ops import Rule, same
 
 BITS = {"int8": 8, "int4": 4}
 GROUP_SIZES = (32, 64, 128, 256)
@@ -164,11 +165,9 @@ def _without_dtype(node, values: dict) -> dict:
     return values
 
 
-def _register_rules() -> None:
-    from vkx.export.ops import RULES, same
-    RULES[torch.ops.vkx.linear_q.default] = same("vkx.linear_q.default", tref={"weight", "scales", "bias"})
-    RULES[torch.ops.vkx.embedding_q.default] = same("vkx.embedding_q.default", tref={"weight", "scales"},
-                                                    prepare=_without_dtype)
-
-
-_register_rules()
+QUANT_RULES: dict[Any, Rule] = {
+    torch.ops.vkx.linear_q.default: same("vkx.linear_q.default", tref={"weight", "scales", "bias"}),
+    torch.ops.vkx.embedding_q.default: same("vkx.embedding_q.default", tref={"weight", "scales"},
+                                            prepare=_without_dtype),
+}
+"""The rules of vkx's quantized ops (export/rules.py assembles the table)."""

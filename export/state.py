@@ -3,26 +3,24 @@ a cache is built from (static aranges; the comparisons are format/op_models.py's
 
 torch.export functionalises in-place updates (`index_copy_` becomes `index_copy`, whose result
 the graph signature names as the buffer's new content); each lowers to an update op that writes
-into the state tensor itself (`GraphBuilder.update`).
+into the state tensor itself (`Operands.update`).
 """
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch.fx import Node
 
+from vkx.export.operands import Operands
 from vkx.export.ops import Rule, schema_values, shape
 from vkx.format.op_state import COPY, INDEX_COPY
-
-if TYPE_CHECKING:
-    from vkx.export.lower import GraphBuilder
 
 A = torch.ops.aten
 
 
-def _index_copy(b: GraphBuilder, node: Node) -> None:
+def _index_copy(b: Operands, node: Node) -> None:
     values = schema_values(node)
     dim = values["dim"] % len(shape(values["self"]))
     b.update(INDEX_COPY, node, [b.tensor(values["self"]), b.int(dim), b.tensor(values["index"]),
@@ -56,7 +54,7 @@ def _check_put(node: Node) -> str | None:
     return None
 
 
-def _index_put(b: GraphBuilder, node: Node) -> None:
+def _index_put(b: Operands, node: Node) -> None:
     """x[..., idx] = v as an index_copy along idx's dim (v reshaped to the indexed shape: torch
     flattens a v whose leading dims are 1)."""
     values = schema_values(node)
@@ -78,7 +76,7 @@ def _check_slice_scatter(node: Node) -> str | None:
     return None
 
 
-def _slice_scatter(b: GraphBuilder, node: Node) -> None:
+def _slice_scatter(b: Operands, node: Node) -> None:
     """x[:, a:b] = v as an index_copy at the constant positions a..b-1."""
     values = schema_values(node)
     target = shape(values["self"])
@@ -95,7 +93,7 @@ def _check_copy(node: Node) -> str | None:
         "only a copy of the same shape and dtype is supported"
 
 
-def _copy(b: GraphBuilder, node: Node) -> None:
+def _copy(b: Operands, node: Node) -> None:
     """copy_ into state writes it in place; a copy into any other tensor is the source itself."""
     values = schema_values(node)
     if b.state_of(values["self"]) is not None:
@@ -104,7 +102,7 @@ def _copy(b: GraphBuilder, node: Node) -> None:
         b.bind(node, b.tensor(values["src"]))
 
 
-def _arange(b: GraphBuilder, node: Node) -> None:
+def _arange(b: Operands, node: Node) -> None:
     """Static shapes make an arange a constant."""
     fake = node.meta["val"]
     values: dict[str, Any] = schema_values(node)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Container
+from typing import Any, Container, Mapping
 
 import torch
 from torch.export import ExportedProgram
@@ -13,7 +13,6 @@ from torch.fx import Node
 
 from vkx.export.dtypes import supported
 from vkx.export.errors import UnsupportedOpsError
-from vkx.export.ops import RULES
 
 _TORCH_DIR = os.path.join(os.path.dirname(torch.__file__), "")  # the separator: not torchvision, torchao
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in [^\n]*\n[ \t]*([^\n]*)')
@@ -40,14 +39,14 @@ def _fakes(node: Node) -> list[Any]:
     return list(value) if isinstance(value, (tuple, list)) else [value]
 
 
-def check_supported(program: ExportedProgram, folded: Container[Node] = ()) -> None:
-    """Raise UnsupportedOpsError naming each distinct op the contract lacks with the source lines that
-    use it (ops folded at export, `folded`, run on no device)."""
+def check_supported(program: ExportedProgram, rules: Mapping[Any, Any], folded: Container[Node] = ()) -> None:
+    """Raise UnsupportedOpsError naming each distinct op that has no rule in `rules` (or whose rule
+    refuses it) with the source lines that use it (ops folded at export, `folded`, run on no device)."""
     uses: dict[str, list[str]] = {}
     for node in program.graph.nodes:
         if node.op != "call_function" or node in folded:
             continue
-        rule = RULES.get(node.target)
+        rule = rules.get(node.target)
         reason = "not supported" if rule is None else rule.check(node)
         if reason is None:
             dtypes = {f.dtype for f in _fakes(node) if isinstance(f, torch.Tensor) and not supported(f.dtype)}

@@ -31,14 +31,14 @@ import torch
 from vkx.export.dtypes import torch_dtype
 from vkx.export.errors import ExportError
 from vkx.export.et_runtime import (BATCH_NORM, BUFFER, CHANNELS, CLONE, LAYER_NORM, PACKED_BY_WHCN, RUNTIME,
-                                   TEXTURE_LIMITS, Repr, Rule, fits_texture)
+                                   TEXTURE_LIMITS, Repr, Implementation, fits_texture)
 from vkx.export.lower import ConstantSource, Lowered
-from vkx.format import contract, dtypes
+from vkx.format import contract, dtypes, opset
 from vkx.format.contract import Call
 from vkx.format.liveness import PREPACK
 from vkx.format.vkgraph import Bool, Double, Int, IntList, Null, OperatorCall, StorageType, Tensor, Value, ValueList
 
-class Refused(Exception):
+class RuntimeRefused(Exception):
     """One op the runtime cannot run (collected, then reported in one ExportError)."""
 
 
@@ -65,12 +65,12 @@ class _Rewrite:
 
     def run(self, step) -> None:
         """Apply `step` to every call of the chain; refuse once, listing every op that failed."""
-        calls = contract.check_graph(self.graph)
+        calls = opset.check_graph(self.graph)
         problems: list[str] = []
         for op, call in zip(list(self.graph.chain), calls):
             try:
                 step(op, call)
-            except Refused as refused:
+            except RuntimeRefused as refused:
                 if str(refused) not in problems:
                     problems.append(str(refused))
         if problems:
@@ -92,7 +92,7 @@ class _Rewrite:
     def emit(self, name: str, *args: int) -> int:
         """Append `name(*args)` (its output last) to the new chain; returns the output id."""
         op = OperatorCall(len(self.chain), name, args)
-        contract.bind(contract.OPS[name], op, self.graph.values, contract.check_tensor)
+        contract.bind(opset.OPS[name], op, self.graph.values, contract.check_tensor)
         self.chain.append(op)
         return args[-1]
 
@@ -158,15 +158,15 @@ class _Rewrite:
         elif op.name in RUNTIME:
             self.chain.append(op)
         else:
-            raise Refused(f"{op.name} (not in the runtime)")
+            raise RuntimeRefused(f"{op.name} (not in the runtime)")
 
     def _norm(self, op: OperatorCall, call: Call) -> None:
         """Layer and batch norm as the runtime takes them: over one dim or of 4-D input, with weight and bias."""
         x = call.tensor("input").shape
         if op.name == LAYER_NORM and len(call["normalized_shape"]) != 1:
-            raise Refused(f"{op.name} (over {len(call['normalized_shape'])} dims; the runtime normalizes one)")
+            raise RuntimeRefused(f"{op.name} (over {len(call['normalized_shape'])} dims; the runtime normalizes one)")
         if op.name == BATCH_NORM and len(x) != 4:
-            raise Refused(f"{op.name} (of a {len(x)}-D input; the runtime takes 4-D)")
+            raise RuntimeRefused(f"{op.name} (of a {len(x)}-D input; the runtime takes 4-D)")
         features = x[-1] if op.name == LAYER_NORM else x[1]
         args = list(op.args)
         for name, fill in (("weight", torch.ones(features)), ("bias", torch.zeros(features))):
@@ -185,7 +185,7 @@ class _Rewrite:
         group = q[-3] // k[-3] if call["enable_gqa"] and len(q) >= 3 else 1
         kv_batch = (*q[:-3], q[-3] // group) if len(q) >= 3 else ()
         if tuple(k[:-2]) != kv_batch or tuple(v[:-2]) != kv_batch:
-            raise Refused(f"{call.decl.name} (key/value batch dims {list(k[:-2])} broadcast against the query's)")
+            raise RuntimeRefused(f"{call.decl.name} (key/value batch dims {list(k[:-2])} broadcast against the query's)")
         batches = math.prod(k[:-2])
         q3 = self.view(call.vid("query"), (batches, group * tokens, width))
         k3 = self.view(call.vid("key"), (batches, keys, width))
@@ -214,7 +214,7 @@ class _Rewrite:
             return None
         given = call["attn_mask"]
         if not given.dtype.is_float:
-            raise Refused(f"{call.decl.name} (a {given.dtype.name} attn_mask; the runtime adds float masks only)")
+            raise RuntimeRefused(f"{call.decl.name} (a {given.dtype.name} attn_mask; the runtime adds float masks only)")
         shape = (1,) * (4 - len(given.shape)) + tuple(given.shape)
         if math.prod(shape[:-2]) == batches * group and shape[-2:] == (tokens, keys):
             return self.view(call.vid("attn_mask"), (batches, group * tokens, keys))
@@ -224,12 +224,12 @@ class _Rewrite:
                 return rows
             return self.op("aten.cat.default", rows, (group * tokens, keys),
                            self.value(ValueList((rows,) * group)), self.value(Int(0)))
-        raise Refused(f"{call.decl.name} (an attn_mask of shape {list(given.shape)} broadcast over heads)")
+        raise RuntimeRefused(f"{call.decl.name} (an attn_mask of shape {list(given.shape)} broadcast over heads)")
 
     def _rms_norm(self, call: Call) -> None:
         x, shape = call.vid("input"), call.out.shape
         if len(call["normalized_shape"]) != 1:
-            raise Refused(f"{call.decl.name} (normalized over {len(call['normalized_shape'])} dims)")
+            raise RuntimeRefused(f"{call.decl.name} (normalized over {len(call['normalized_shape'])} dims)")
         eps = call["eps"] if call["eps"] is not None else torch.finfo(torch_dtype(call.out.dtype)).eps
         mean_shape = (*shape[:-1], 1)
         square = self.op("aten.mul.Tensor", x, shape, x, x)
@@ -260,7 +260,7 @@ class _Rewrite:
             product = self.op("aten.bmm.default", left, (batches, a[-2], b[-1]), left, right)
             self.emit("aten.view_copy.default", product, self.ints(call.out.shape), out)
         else:
-            raise Refused(f"{call.decl.name} (of {list(a)} by {list(b)}: vectors or broadcast batch dims)")
+            raise RuntimeRefused(f"{call.decl.name} (of {list(a)} by {list(b)}: vectors or broadcast batch dims)")
 
     # ---- step 2: tag ----------------------------------------------------------------------------
 
@@ -285,18 +285,18 @@ class _Rewrite:
             found += [item for item in items if isinstance(self.graph.values[item], Tensor)]
         return found
 
-    def _check_dtypes(self, op: OperatorCall, call: Call, rule: Rule) -> None:
+    def _check_dtypes(self, op: OperatorCall, call: Call, rule: Implementation) -> None:
         indices = {call.vid(rule.indices)} if rule.indices else set()
         for vid in self._tensor_ids(op.args):
             dtype = self.graph.values[vid].dtype
             if dtype not in ({dtypes.INT32} if vid in indices else rule.dtypes):
-                raise Refused(f"{op.name} (on {dtype.name})")
+                raise RuntimeRefused(f"{op.name} (on {dtype.name})")
 
     def repr_of(self, vid: int) -> Repr:
         t = self.graph.values[vid]
         return t.storage_type, t.memory_layout
 
-    def _want(self, op: OperatorCall, call: Call, rule: Rule, inputs: list[int], outputs: list[int]) -> Repr:
+    def _want(self, op: OperatorCall, call: Call, rule: Implementation, inputs: list[int], outputs: list[int]) -> Repr:
         """The one representation of the op's activations (the runtime syncs them all)."""
         tensors = inputs + outputs
         if rule.storage == "follow":
@@ -308,17 +308,17 @@ class _Rewrite:
             return BUFFER
         want = self._fixed(op, call, rule)
         if want != BUFFER and not all(fits_texture(self.graph.values[vid], want[1]) for vid in tensors):
-            raise Refused(f"{op.name} (tensors past the runtime's texture limits {list(TEXTURE_LIMITS)})")
+            raise RuntimeRefused(f"{op.name} (tensors past the runtime's texture limits {list(TEXTURE_LIMITS)})")
         return want
 
-    def _fixed(self, op: OperatorCall, call: Call, rule: Rule) -> Repr:
+    def _fixed(self, op: OperatorCall, call: Call, rule: Implementation) -> Repr:
         """The representation of an op the runtime implements for some representations only."""
         if rule.storage == "texture":
             return CHANNELS
         if rule.storage == "conv":
             batch = call.tensor("input").shape[0]
             if batch != 1:
-                raise Refused(f"{op.name} (a batch of {batch}; the runtime convolves one image)")
+                raise RuntimeRefused(f"{op.name} (a batch of {batch}; the runtime convolves one image)")
             return CHANNELS
         rank = len(call.tensor("self").shape)
         dims = {d % rank for d in call["dim"] or range(rank)}
@@ -326,7 +326,7 @@ class _Rewrite:
             return BUFFER  # the runtime's per-row reduction
         whcn = {rank - 1 - d for d in dims}
         if not call["keepdim"] or len(dims) > 2 or (len(dims) == 2 and not whcn <= {0, 1, 2}):
-            raise Refused(f"{op.name} (over dims {sorted(dims)}, keepdim={call['keepdim']})")
+            raise RuntimeRefused(f"{op.name} (over dims {sorted(dims)}, keepdim={call['keepdim']})")
         return StorageType.TEXTURE_3D, PACKED_BY_WHCN[min({0, 1, 2} - whcn)]  # packed along a kept dim
 
     def _set(self, vid: int, want: Repr) -> None:

@@ -23,17 +23,15 @@ from __future__ import annotations
 import re
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 from torch.fx import Graph, Node
 
 from vkx.export.errors import ExportError
-from vkx.export.ops import RULES, Rule
+from vkx.export.operands import Operands
+from vkx.export.ops import Rule
 from vkx.format.op_quant import VALUES_PER_WORD
-
-if TYPE_CHECKING:
-    from vkx.export.lower import GraphBuilder
 
 A = torch.ops.aten
 _IGNORED_USERS = (A._assert_tensor_metadata.default,)
@@ -187,7 +185,7 @@ _LAYOUT_KEY = "vkx.torchao_layout"
 """node.meta key of a q placeholder's Layout (made once per program, from torchao's tensors)."""
 
 
-def _layout(b: "GraphBuilder", consumer: Consumer) -> Layout:
+def _layout(b: Operands, consumer: Consumer) -> Layout:
     """Check the parameters, repack them for the contract (once), and put them in the builder's constants."""
     weight = consumer.weight
     layout = weight.q.meta.get(_LAYOUT_KEY)
@@ -206,7 +204,7 @@ _PARAMETRIZED = re.compile(r"(^|\.)parametrizations\.(\w+)\.original\d+$")
 """torch.export's name of a torchao weight's inner tensor: `fc.parametrizations.weight.original0` is `fc.weight`'s."""
 
 
-def _repack(b: "GraphBuilder", weight: Weight) -> Layout:
+def _repack(b: Operands, weight: Weight) -> Layout:
     where = f"torchao weight {weight.q.target}"
     for node in (weight.q, weight.scale, weight.zero_point):
         if node is not None and node not in b.constant_nodes:
@@ -237,7 +235,7 @@ def pack_int4(q: torch.Tensor) -> torch.Tensor:
 
 # --------------------------------------------------------------------------- the rules
 
-def _emit(b: "GraphBuilder", node: Node, consumer: Consumer) -> None:
+def _emit(b: Operands, node: Node, consumer: Consumer) -> None:
     layout = _layout(b, consumer)
     weight = consumer.weight
     q, s = b.tensor(weight.q, tref=True), b.tensor(weight.scale, tref=True)
@@ -252,7 +250,7 @@ def _emit(b: "GraphBuilder", node: Node, consumer: Consumer) -> None:
 
 def _wrap(original: Rule | None) -> Rule:
     """`original`, except for nodes of a matched torchao chain (nothing) or consumer (one quantized op)."""
-    def lower(b: "GraphBuilder", node: Node) -> None:
+    def lower(b: Operands, node: Node) -> None:
         matches = _match(node.graph)
         if node in matches.consumers:
             _emit(b, node, matches.consumers[node])
@@ -271,9 +269,6 @@ _TARGETS = (A.linear.default, A.embedding.default, A.mul.Tensor, A.sub.Tensor, A
             A.permute.default, A._to_copy.default)
 
 
-def _register() -> None:
-    for target in _TARGETS:
-        RULES[target] = _wrap(RULES.get(target))
-
-
-_register()
+def with_torchao(rules: dict[Any, Rule]) -> dict[Any, Rule]:
+    """`rules` with those of the ops a torchao-quantized weight's chain is made of wrapped."""
+    return {**rules, **{target: _wrap(rules.get(target)) for target in _TARGETS}}

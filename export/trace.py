@@ -12,7 +12,8 @@ from torch.export import ExportedProgram
 
 from vkx.export.dtypes import torch_dtype
 from vkx.export.errors import ExportError
-from vkx.export.ops import RULES, decomposition_table
+from vkx.export.ops import decomposition_table
+from vkx.export.rules import RULES
 from vkx.format.dtypes import DType
 
 

@@ -32,16 +32,8 @@ class ScalarType(IntEnum):
     UINT32 = 28
     UINT64 = 29
 
-    @property
-    def itemsize(self) -> int:
-        return _ITEMSIZE.get(self, 1)
 
 
-_ITEMSIZE = {
-    ScalarType.SHORT: 2, ScalarType.INT: 4, ScalarType.LONG: 8, ScalarType.HALF: 2,
-    ScalarType.FLOAT: 4, ScalarType.DOUBLE: 8, ScalarType.QINT32: 4, ScalarType.BFLOAT16: 2,
-    ScalarType.BITS16: 2, ScalarType.UINT16: 2, ScalarType.UINT32: 4, ScalarType.UINT64: 8,
-}
 SCALAR_TYPE_VALUES = frozenset(int(s) for s in ScalarType)
 
 

@@ -10,10 +10,11 @@ only declared ops, and each loader builder registers against a declaration.
 Arguments come in schema order, the output (a Tensor, or a ValueList of them for
 a multi-output op) last. Trailing arguments with a default may be left out
 (ExecuTorch writes some ops with fewer arguments). This module is the machinery
-(declaring, binding, checking a graph); the declarations are in `op_decls` (ATen and
+(declaring, binding, checking a tensor); the declarations are in `op_decls` (ATen and
 ExecuTorch float and shape ops), `op_models` (the ops real models add: comparisons, masks, selection,
-casts), `op_et` (the rest of what ExecuTorch's Vulkan partitioner emits) and `op_quant` (quantized
-ops), with what they share in `op_rules`. docs/architecture.md lists the ops in prose.
+casts), `op_et` (the rest of what ExecuTorch's Vulkan partitioner emits), `op_quant` (quantized
+ops) and `op_state` (state), with what they share in `op_rules`; `opset` assembles them into the
+table (`OPS`, `lookup`, `check_graph`). docs/architecture.md lists the ops in prose.
 """
 from __future__ import annotations
 
@@ -161,20 +162,6 @@ class OpDecl:
         return any(a.name == name for a in self.args)
 
 
-OPS: dict[str, OpDecl] = {}
-
-
-def declare(decl: OpDecl) -> OpDecl:
-    if decl.name in OPS:
-        raise ValueError(f"op {decl.name} is declared twice")
-    OPS[decl.name] = decl
-    return decl
-
-
-def lookup(name: str) -> OpDecl | None:
-    return OPS.get(name)
-
-
 # --------------------------------------------------------------------------- binding
 
 def bind(decl: OpDecl, op: g.OperatorCall, values: Sequence[g.Value],
@@ -312,22 +299,3 @@ def check_tensor(vid: int, t: g.Tensor) -> Spec:
     if any(d < 0 or d > MAX_DIM for d in t.dims) or math.prod(t.dims) > MAX_DIM:
         raise ContractError(f"value {vid}: dims {list(t.dims)} exceed 32-bit indexing")
     return Spec(tuple(int(d) for d in t.dims), dtype, t.constant_id >= 0)
-
-
-def check_graph(graph: g.VkGraph) -> list[Call]:
-    """Bind every op of `graph` to its declaration (ContractError for the first that fails)."""
-    specs: dict[int, Spec] = {}
-
-    def make(vid: int, t: g.Tensor) -> Spec:
-        if vid not in specs:
-            specs[vid] = check_tensor(vid, t)
-        return specs[vid]
-
-    unknown = list(dict.fromkeys(op.name for op in graph.chain if op.name not in OPS))
-    if unknown:
-        raise ContractError(f"op{'s' if len(unknown) > 1 else ''} not in vkx's op contract: {', '.join(unknown)}")
-    return [bind(OPS[op.name], op, graph.values, make) for op in graph.chain]
-
-
-# The declarations fill OPS when the contract is imported (they import the machinery above).
-from . import op_decls, op_et, op_models, op_quant, op_state  # noqa: E402,F401

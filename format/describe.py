@@ -13,48 +13,14 @@ from typing import Any, Sequence
 from . import vkgraph as vk
 from .common import FileRange
 from .errors import FormatError
-from .external import ExternalData, constant_tensors
+from .external import ExternalData, constant_tensors, named_external
 from .names import io_names
 from .liveness import lifetimes, peak_live_bytes, shared_object_bytes
-from .metadata import recorded_external
 from .methods import constant_keys, methods as methods_of, states as graph_states
 from .program import SEGMENT, ExecutionPlan
 from .pte import ProgramFile, VulkanDelegate
 
 SCHEMA = "vkx.describe/2"
-EXTERNAL_SUFFIXES = (".ptd", ".safetensors")
-
-
-def missing_keys(pf: ProgramFile, exts: Sequence[ExternalData] = ()) -> list[str]:
-    """Named keys the VkGraph's constants use that neither the .pte nor `exts` hold (each once, in order)."""
-    if pf.vulkan is None:
-        return []
-    held = [pf.named_data, *(e.named_data for e in exts)]
-    keys = dict.fromkeys(c.named_key for c in pf.vulkan.graph.constants if c.is_named)
-    return [k for k in keys if not any(k in h for h in held)]
-
-
-def external_beside(path: str | os.PathLike) -> Path | None:
-    """The same-stem .ptd (else .safetensors) file beside a .pte, where one exists."""
-    for suffix in EXTERNAL_SUFFIXES:
-        candidate = Path(path).with_suffix(suffix)
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def find_external(path: str | os.PathLike, external: Sequence[str | os.PathLike] = ()) -> tuple[list[Path], Path | None]:
-    """The external data files to use for a .pte: those given; else the files it records
-    (vkx.format.metadata); else its same-stem .ptd/.safetensors when it lacks named keys its
-    constants use. The second item is that same-stem file when it was chosen."""
-    if external:
-        return [Path(e) for e in external], None
-    with ProgramFile.open(path) as pf:
-        recorded = recorded_external(path, pf.metadata)
-        if recorded:
-            return [Path(e) for e in recorded], None
-        beside = external_beside(path)
-        return ([beside], beside) if beside is not None and missing_keys(pf) else ([], None)
 
 
 IMPORT_ALIGNMENT = 64
@@ -138,7 +104,7 @@ def describe(path: str | os.PathLike, external: Sequence[str | os.PathLike] = ()
     exts = []
     try:
         with ProgramFile.open(path) as pf:
-            for e in external or recorded_external(path, pf.metadata):
+            for e in named_external(pf, external):
                 exts.append(ExternalData.open(e))
             return _describe(pf, exts)
     finally:

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 import flatbuffers
 
-from . import vkgraph as vk
+from . import dtypes, vkgraph as vk
 from .common import ScalarType, align
 from .program import PROGRAM_IDENTIFIER
 from .generated import flat_tensor_generated as ft
@@ -52,7 +52,7 @@ def plan_io(specs: Sequence[tuple[ScalarType, tuple[int, ...]]]) -> tuple[list[I
     out, pos = [], 0
     for st, sizes in specs:
         out.append(IOTensor(st, tuple(sizes), pos))
-        pos = align(pos + st.itemsize * math.prod(sizes), IO_ALIGNMENT)
+        pos = align(pos + dtypes.itemsize(st) * math.prod(sizes), IO_ALIGNMENT)
     return out, pos
 
 

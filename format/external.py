@@ -1,29 +1,27 @@
-"""External named data (.ptd FlatTensor, .safetensors) and constant resolution."""
+"""External named data (.ptd FlatTensor, .safetensors), which external files a .pte uses, and constant resolution."""
 from __future__ import annotations
 
 import json
+import os
 import struct
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
-from . import vkgraph as vk
+from . import dtypes, vkgraph as vk
 from .common import FileRange
 from .errors import (BadMagicError, DuplicateKeyError, FormatError, InvalidValueError, MismatchError,
                      MissingKeyError, OutOfBoundsError, TruncatedError)
 from .flatbuf import Reader
 from .headers import FlatTensorHeader
 from .infile import InputFile
+from .metadata import recorded_external
 from .pte import VULKAN_BACKEND, ProgramFile, VulkanDelegate
 
 SAFETENSORS_MAX_HEADER = 100 * 1024 * 1024  # the safetensors library's own limit
 ALIASES_METADATA = "vkx.aliases"
 """The safetensors `__metadata__` entry with a stored tensor's other names: JSON {alias: stored key}."""
-SAFETENSORS_DTYPES = {
-    vk.DataType.BOOL: "BOOL", vk.DataType.UINT8: "U8", vk.DataType.INT8: "I8", vk.DataType.INT32: "I32",
-    vk.DataType.FLOAT16: "F16", vk.DataType.FLOAT32: "F32", vk.DataType.FLOAT64: "F64", vk.DataType.INT64: "I64",
-    vk.DataType.BFLOAT16: "BF16",
-}
-"""The safetensors dtype string of each element type."""
+EXTERNAL_SUFFIXES = (".ptd", ".safetensors")
+"""The suffixes of external data files (FlatTensor, safetensors)."""
 
 
 class ExternalData(InputFile):
@@ -142,7 +140,7 @@ class ExternalData(InputFile):
 def check_entry(holder: ExternalData, key: str, t: vk.Tensor, where: str, path: str | None) -> None:
     """MismatchError unless safetensors entry `key` of `holder` has the dtype and shape of `t`."""
     stored, shape = holder.dtypes[key]
-    dtype = SAFETENSORS_DTYPES.get(t.datatype)
+    dtype = dtypes.of(t.datatype).safetensors
     if (stored, list(shape)) != (dtype, list(t.dims)):
         raise MismatchError(f"{where}.named_key", f"{key!r} is {stored} {list(shape)} in {holder.path}, the program "
                             f"needs {dtype} {list(t.dims)} (was the file changed after export?)", path)
@@ -193,3 +191,38 @@ def resolve_constants(pf: ProgramFile, external: Sequence[ExternalData] = (),
             r = FileRange(pf.path, sec.offset + ref.offset, nbytes)
         out.append(r)
     return out
+
+
+def missing_keys(pf: ProgramFile, exts: Sequence[ExternalData] = ()) -> list[str]:
+    """Named keys the VkGraph's constants use that neither the .pte nor `exts` hold (each once, in order)."""
+    if pf.vulkan is None:
+        return []
+    held = [pf.named_data, *(e.named_data for e in exts)]
+    keys = dict.fromkeys(c.named_key for c in pf.vulkan.graph.constants if c.is_named)
+    return [k for k in keys if not any(k in h for h in held)]
+
+
+def external_beside(path: str | os.PathLike) -> Path | None:
+    """The same-stem .ptd (else .safetensors) file beside a .pte, where one exists."""
+    for suffix in EXTERNAL_SUFFIXES:
+        candidate = Path(path).with_suffix(suffix)
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def named_external(pf: ProgramFile, external: Sequence[str | os.PathLike] = ()) -> list[Path]:
+    """The external data files named for the .pte `pf`: those given, else those it records
+    (vkx.format.metadata). What `validate()` and `describe()` read."""
+    return [Path(e) for e in external or recorded_external(pf.path, pf.metadata)]
+
+
+def find_external(pf: ProgramFile, external: Sequence[str | os.PathLike] = ()) -> tuple[list[Path], Path | None]:
+    """The external data files the .pte `pf` uses: those named (`named_external`), else its same-stem
+    .ptd/.safetensors when it lacks named keys its constants use. The second item is that same-stem
+    file when it was chosen (the caller says so). What the loader and the command line use."""
+    named = named_external(pf, external)
+    if named:
+        return named, None
+    beside = external_beside(pf.path)
+    return ([beside], beside) if beside is not None and missing_keys(pf) else ([], None)

@@ -14,12 +14,21 @@ from typing import ClassVar
 from .errors import BadMagicError, InvalidValueError, OutOfBoundsError, TruncatedError
 
 
-def _padded(packed: bytes, length: int) -> bytes:
-    return packed.ljust(length, b"\0")
+class _Header:
+    """What the three headers share: their bytes are their fields in LAYOUT order, padded to PADDED."""
+    LAYOUT: ClassVar[str]
+    PADDED: ClassVar[int]
+
+    def wire(self) -> tuple:
+        """The values LAYOUT packs, in its order."""
+        raise NotImplementedError
+
+    def pack(self) -> bytes:
+        return struct.pack(self.LAYOUT, *self.wire()).ljust(self.PADDED, b"\0")
 
 
 @dataclass(frozen=True)
-class ExtendedHeader:
+class ExtendedHeader(_Header):
     """The `eh00` header of a .pte, after the FlatBuffer's root offset and identifier (file offset 8)."""
     program_size: int
     segment_base_offset: int
@@ -34,9 +43,8 @@ class ExtendedHeader:
     PADDED: ClassVar[int] = 32
     """Bytes the header takes in the file: LENGTH aligned to the Program's largest force_align (16)."""
 
-    def pack(self) -> bytes:
-        return _padded(struct.pack(self.LAYOUT, self.MAGIC, self.length, self.program_size,
-                                   self.segment_base_offset, self.segment_data_size), self.PADDED)
+    def wire(self) -> tuple:
+        return self.MAGIC, self.length, self.program_size, self.segment_base_offset, self.segment_data_size
 
     @classmethod
     def unpack(cls, buf, path: str) -> ExtendedHeader | None:
@@ -56,7 +64,7 @@ class ExtendedHeader:
 
 
 @dataclass(frozen=True)
-class FlatTensorHeader:
+class FlatTensorHeader(_Header):
     """The `FH01` header of a .ptd, after the FlatBuffer's root offset and identifier (file offset 8)."""
     flatbuffer_offset: int
     flatbuffer_size: int
@@ -71,9 +79,9 @@ class FlatTensorHeader:
     PADDED: ClassVar[int] = 48
     """Bytes the header takes in the file: LENGTH aligned to 16."""
 
-    def pack(self) -> bytes:
-        return _padded(struct.pack(self.LAYOUT, self.MAGIC, self.length, self.flatbuffer_offset, self.flatbuffer_size,
-                                   self.segment_base_offset, self.segment_data_size), self.PADDED)
+    def wire(self) -> tuple:
+        return (self.MAGIC, self.length, self.flatbuffer_offset, self.flatbuffer_size, self.segment_base_offset,
+                self.segment_data_size)
 
     @classmethod
     def unpack(cls, buf, file_size: int, path: str) -> FlatTensorHeader:
@@ -98,7 +106,7 @@ class FlatTensorHeader:
 
 
 @dataclass(frozen=True)
-class DelegateHeader:
+class DelegateHeader(_Header):
     """The `VH00` header at the start of a Vulkan delegate blob: where its VkGraph FlatBuffer and its
     constant bytes are, as offsets from the blob's start."""
     flatbuffer_offset: int
@@ -115,9 +123,9 @@ class DelegateHeader:
     PADDED: ClassVar[int] = 32
     """Bytes the header takes in a blob vkx writes: the VkGraph FlatBuffer starts 16-aligned."""
 
-    def pack(self) -> bytes:
-        return _padded(struct.pack(self.LAYOUT, b"\0" * 4, self.MAGIC, self.length, self.flatbuffer_offset,
-                                   self.flatbuffer_size, self.bytes_offset, self.bytes_size), self.PADDED)
+    def wire(self) -> tuple:
+        return bytes(4), self.MAGIC, self.length, self.flatbuffer_offset, self.flatbuffer_size, self.bytes_offset, \
+            self.bytes_size
 
     @classmethod
     def unpack(cls, buf, blob_size: int, where: str, path: str) -> DelegateHeader:

@@ -9,9 +9,14 @@ import math
 from typing import Sequence
 
 from . import dtypes
-from .contract import Arg, Call, Kind, OpDecl, Out, TensorLike, declare
+from .contract import Arg, Call, Kind, OpDecl, Out, TensorLike
 from .op_rules import (ALL_TYPES, B, I, L, N, S, T, TS, broadcast, dim_index, int_pairs, matmul_shape, optional,
                        pool_shape, same_shape, slice_length, window_size)
+
+DECLS: list[OpDecl] = []
+"""This module's declarations, in order (`vkx.format.opset` assembles the table)."""
+declare = DECLS.append
+
 
 def _floats(call: Call, *names: str) -> None:
     """The named tensor arguments (None: left out) and every output are floating."""

@@ -11,8 +11,12 @@ from __future__ import annotations
 import math
 
 from . import dtypes
-from .contract import Arg, Call, OpDecl, Out, declare
+from .contract import Arg, Call, OpDecl, Out
 from .op_rules import ALL_TYPES, B, I, L, N, T, broadcast, dim_index, optional, pool_shape, same_shape
+
+DECLS: list[OpDecl] = []
+"""This module's declarations, in order (`vkx.format.opset` assembles the table)."""
+declare = DECLS.append
 
 
 def _unsqueeze(call: Call) -> None:

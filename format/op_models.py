@@ -11,8 +11,13 @@ from __future__ import annotations
 import math
 
 from . import dtypes
-from .contract import Arg, Call, Kind, OpDecl, declare
+from .contract import Arg, Call, Kind, OpDecl
 from .op_rules import ALL_TYPES, B, I, L, N, T, TS, broadcast, dim_index, optional, same_shape
+
+DECLS: list[OpDecl] = []
+"""This module's declarations, in order (`vkx.format.opset` assembles the table)."""
+declare = DECLS.append
+
 
 COMPARE: dict[str, str] = {"eq": "x == y", "ne": "x != y", "lt": "x < y", "le": "x <= y", "gt": "x > y",
                            "ge": "x >= y"}

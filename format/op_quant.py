@@ -5,8 +5,13 @@ from __future__ import annotations
 import math
 
 from . import dtypes
-from .contract import Arg, Call, OpDecl, Rule, TensorLike, declare
+from .contract import Arg, Call, OpDecl, Rule, TensorLike
 from .op_rules import ALL_TYPES, B, I, L, N, T, optional, same_shape
+
+DECLS: list[OpDecl] = []
+"""This module's declarations, in order (`vkx.format.opset` assembles the table)."""
+declare = DECLS.append
+
 
 # --------------------------------------------------------------------------- weight-only quantization
 # Symmetric, weight-only: w[n, k] = q[n, k] * scales[n, k // group_size]. bits 8: `weight` is int8

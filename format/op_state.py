@@ -11,8 +11,13 @@ memory objects. Integer comparisons (a mask over a cache built from the position
 from __future__ import annotations
 
 from . import dtypes
-from .contract import Arg, Call, OpDecl, declare
+from .contract import Arg, Call, OpDecl
 from .op_rules import ALL_TYPES, I, S, T, dim_index, optional, same_shape
+
+DECLS: list[OpDecl] = []
+"""This module's declarations, in order (`vkx.format.opset` assembles the table)."""
+declare = DECLS.append
+
 
 STATE = "vkx.state.default"
 INDEX_COPY = "vkx.index_copy.default"

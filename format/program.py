@@ -5,6 +5,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from . import dtypes
 from .common import SCALAR_TYPE_VALUES, ScalarType
 from .errors import InvalidValueError
 from .flatbuf import Reader, Table
@@ -31,7 +32,7 @@ class TensorMeta:
 
     @property
     def nbytes(self) -> int:
-        return self.scalar_type.itemsize * math.prod(self.sizes)
+        return dtypes.itemsize(self.scalar_type) * math.prod(self.sizes)
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ class NamedData:
 
 
 @dataclass(frozen=True)
-class Program:
+class DecodedProgram:
     version: int
     execution_plan: tuple[ExecutionPlan, ...]
     segments: tuple[DataSegment, ...] | None
@@ -219,7 +220,7 @@ PROGRAM_IDENTIFIER = b"ET12"
 """The FlatBuffer file identifier of an ExecuTorch program (bytes 4..8 of a .pte)."""
 
 
-def decode_program(r: Reader) -> Program:
+def decode_program(r: Reader) -> DecodedProgram:
     """Decode the Program at the reader's root (identifier PROGRAM_IDENTIFIER)."""
     root = r.root(PROGRAM_IDENTIFIER, "program")
     segs = root.tables(4, "segments")
@@ -228,7 +229,7 @@ def decode_program(r: Reader) -> Program:
     inline = []
     for d in root.tables(3, "backend_delegate_data") or ():
         inline.append(d.span(0, "data") or (0, 0))
-    return Program(
+    return DecodedProgram(
         version=root.scalar(0, "I", "version"),
         execution_plan=tuple(_plan(p) for p in root.tables(1, "execution_plan") or ()),
         segments=None if segs is None else tuple(

@@ -11,7 +11,7 @@ from .flatbuf import Reader
 from .headers import DelegateHeader, ExtendedHeader
 from .infile import InputFile
 from .metadata import ProgramMetadata, read_metadata
-from .program import INLINE, PROGRAM_IDENTIFIER, Program, TensorMeta, decode_program
+from .program import INLINE, PROGRAM_IDENTIFIER, DecodedProgram, TensorMeta, decode_program
 from .vkgraph_decode import decode_vkgraph
 
 VULKAN_BACKEND = "VulkanBackend"
@@ -34,7 +34,7 @@ class ProgramFile(InputFile):
     """A .pte opened lazily: its metadata is read and decoded, segment bytes are not read."""
 
     header: ExtendedHeader | None
-    program: Program
+    program: DecodedProgram
     segments: list[FileRange]
     named_data: dict[str, FileRange]
 

@@ -6,17 +6,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator, NoReturn, Sequence
 
-from . import contract, vkgraph as vk
+from . import contract, opset, vkgraph as vk
 from .common import FileRange
 from .errors import FormatError, InvalidValueError, OutOfBoundsError, OverlapError, TruncatedError
-from .external import ExternalData, constant_tensors, resolve_constants
+from .external import ExternalData, constant_tensors, named_external, resolve_constants
+from .headers import DelegateHeader
 from .memplan import check_memory_plan
 from .metadata import recorded_external
 from .methods import methods as methods_of, states as graph_states
 from .names import io_names
 from .op_state import STATE, UPDATES
-from .program import EValue, Program
-from .headers import DelegateHeader
+from .program import DecodedProgram, EValue
 from .pte import VULKAN_BACKEND, ProgramFile, VulkanDelegate
 
 
@@ -42,7 +42,7 @@ def validate(path: str | os.PathLike, external: Sequence[str | os.PathLike] = ()
     exts: list[ExternalData] = []
     try:
         with ProgramFile.open(path) as pf:
-            for e in external or recorded_external(path, pf.metadata):
+            for e in named_external(pf, external):
                 exts.append(ExternalData.open(e))
             report = ValidationReport(pf.path, [e.path for e in exts])
             _check_container(pf, report)
@@ -103,7 +103,7 @@ def _check_no_overlap(ranges: list[FileRange], path: str, where: str, floor: int
 
 
 def _check_container(pf: ProgramFile, report: ValidationReport) -> None:
-    p: Program = pf.program
+    p: DecodedProgram = pf.program
     h, path = pf.header, pf.path
     if h is not None:
         if h.segment_base_offset and h.segment_base_offset < h.program_size:
@@ -229,7 +229,7 @@ def _check_contract(g: vk.VkGraph, path: str) -> None:
     """Every op is declared in vkx's op contract and its call satisfies the declaration."""
     index = {op.node_id: i for i, op in enumerate(g.chain)}
     try:
-        contract.check_graph(g)
+        opset.check_graph(g)
     except contract.ContractError as error:
         text = str(error)
         where = "vkgraph.chain"

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
 
-from . import vkgraph as vk
+from . import dtypes, vkgraph as vk
 from .atomic import AtomicFile
 from .common import ScalarType, align, lcm, segment_alignment
 from .encode import PlanSpec, encode_flat_tensor, encode_program, encode_vkgraph, insert_header, plan_io
 from .errors import DuplicateKeyError, InvalidValueError, MissingKeyError
-from .external import ALIASES_METADATA, SAFETENSORS_DTYPES, ExternalData, check_entry, constant_tensors
+from .external import ALIASES_METADATA, ExternalData, check_entry, constant_tensors
 from .headers import DelegateHeader, ExtendedHeader, FlatTensorHeader
 from .metadata import ProgramMetadata, relative_to
 from .names import encode_io_names
@@ -326,7 +326,7 @@ def _write_safetensors(out: AtomicFile, graphs: Sequence[vk.VkGraph], named: Seq
     meta, pos = {}, 0
     for p in named:
         t = by_key.get(p.key)
-        dtype, shape = (SAFETENSORS_DTYPES[t.datatype], list(t.dims)) if t is not None else ("U8", [p.nbytes])
+        dtype, shape = (dtypes.of(t.datatype).safetensors, list(t.dims)) if t is not None else ("U8", [p.nbytes])
         meta[p.key] = {"dtype": dtype, "shape": shape, "data_offsets": [pos, pos + p.nbytes]}
         pos += p.nbytes
     aliases = {alias: p.key for p in named for alias in p.aliases}

@@ -1,39 +1,32 @@
 """The Vulkan loader: `load(path)` -> `Program`; `load_graph(graph, constants)` -> `Method`.
 
-Modules: device (instance, device, queue, validation), memory (allocator +
-ledger), staging (upload ring), named_data (freeable buffers read from
-the files with pread), shaders (SPIR-V by variant + pipelines), spirv (the prebuilt
-SPIR-V archive, built with the package), pipeline_cache (the driver's compiled pipelines
-kept on disk), graph (OpBuilder, dispatch list),
-prepack (constant upload), record (execute command buffer), method (Method: one loaded
-graph), program (Program: a loaded file's methods), trace (memory timeline), stages (the
-load stages and their driver), files (a .pte and its external data as a constant source),
-plan (a whole ExecuTorch execution plan: delegates on the GPU, CPU kernels through kernels.py).
+Modules: files (a .pte and its external data opened, a Program returned), program (Program:
+a loaded file's methods, shared weights and state), method (Method: one loaded graph, called),
+plan (PlanMethod: a whole ExecuTorch execution plan, delegates on the GPU, CPU ops through
+kernels), kernels (a plan's CPU ops bound to torch), stages (the load stages and their one
+driver), device (instance, device, queue, validation), limits (device profiles and the checks
+of every pipeline against the limits in force), memory (allocator + ledger), staging (upload
+ring), named_data (freeable buffers read from the files with pread), prepack (constant upload),
+copy (host copies on a few threads), shaders (SPIR-V by variant + pipelines), spirv (the
+prebuilt SPIR-V archive, built with the package), pipeline_cache (the driver's compiled
+pipelines kept on disk), graph (tensors and the dispatch list), fuse (chains of ops one kernel
+does), ops (one module per op family: an OperatorCall into dispatches), hazards (where a barrier
+is needed), record (the execute command buffer), ports (a call's inputs and outputs), trace
+(memory timeline), generate (token generation), errors (the typed errors).
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-__all__ = ["load", "load_graph", "Program", "Method", "PlanMethod", "LoadError"]
+_ENTRY_POINTS = {"load": "files", "load_graph": "stages", "Program": "program", "Method": "method",
+                 "PlanMethod": "plan", "LoadError": "errors"}
+"""Each public name and the module it is imported from on first use (no Vulkan before then)."""
+__all__ = list(_ENTRY_POINTS)
 
 
 def __getattr__(name: str) -> Any:
-    if name == "load_graph":
-        from vkx.loader.stages import load_graph
-        return load_graph
-    if name == "load":
-        from vkx.loader.files import load
-        return load
-    if name == "Program":
-        from vkx.loader.program import Program
-        return Program
-    if name == "Method":
-        from vkx.loader.method import Method
-        return Method
-    if name == "PlanMethod":
-        from vkx.loader.plan import PlanMethod
-        return PlanMethod
-    if name == "LoadError":
-        from vkx.loader.errors import LoadError
-        return LoadError
-    raise AttributeError(f"module 'vkx.loader' has no attribute {name!r}")
+    module = _ENTRY_POINTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'vkx.loader' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"vkx.loader.{module}"), name)

@@ -42,7 +42,7 @@ _TYPE_RANK = {
     vk.VK_PHYSICAL_DEVICE_TYPE_CPU: 3,
 }
 
-# The binding keeps one debug callback per process (pitfall 9): it appends
+# The binding stores one debug callback per process (a second messenger replaces it): it appends
 # here, and every Device with validation drains the list at its sync points.
 _messages: list[str] = []
 _messages_lock = threading.Lock()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from vkx.format.errors import VkxError
 from vkx.format.errors import FileChangedError, FormatError, MissingKeyError, NotRegularFileError
-from vkx.loader.ops import UnsupportedOpError as _OpsUnsupported
 
 
 class LoadError(VkxError):
@@ -38,7 +37,7 @@ class ValidationError(LoadError):
         super().__init__(f"Vulkan validation: {first}{more}")
 
 
-class UnsupportedOpError(LoadError, _OpsUnsupported):
+class UnsupportedOpError(LoadError):
     """The graph uses an op (or an argument combination) vkx cannot run."""
 
 

@@ -28,14 +28,13 @@ from typing import Callable, Sequence
 
 from vkx.format import ExternalData, FileRange, FormatError, ProgramFile, resolve_constants
 from vkx.format.common import align
-from vkx.format.describe import external_beside, missing_keys
-from vkx.format.metadata import recorded_external
-from vkx.format.methods import methods as methods_of
+from vkx.format.external import find_external, missing_keys
+from vkx.format.methods import is_method, methods as methods_of
 from vkx.format.names import io_names
 from vkx.format.pte import VulkanDelegate
 from vkx.loader.errors import BadFileError, BadProgramError, FileError, LoadError, MissingDataError, as_load_error
 from vkx.loader.named_data import FreeableBuffer
-from vkx.loader.plan import load_plan, runs_as_one_delegate
+from vkx.loader.plan import PLAN, load_plan
 from vkx.loader.program import Program
 from vkx.loader.stages import device_of, load_methods
 from vkx.loader.trace import Timeline
@@ -169,17 +168,13 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
             found = ", ".join(d.id for plan in pf.program.execution_plan for d in plan.delegates)
             raise BadProgramError(f"{os.fspath(path)}: no VulkanBackend delegate (found {found or 'no delegate'}): "
                                   "vkx runs programs that vkx export wrote for Vulkan")
-        if not external_data:
-            external_data = recorded_external(path, pf.metadata)
+        external_data, beside = find_external(pf, external_data)
+        if beside is not None:
+            warnings.warn(f"using external data {beside} (found beside {os.fspath(path)})", stacklevel=2)
         missing = [] if external_data else missing_keys(pf)
         if missing:
-            beside = external_beside(path)
-            if beside is None:
-                raise MissingDataError("named_data", f"its constants are in external data ({len(missing)} "
-                                       "named key(s) not in the file, none beside it): pass external_data=FILE",
-                                       pf.path)
-            warnings.warn(f"using external data {beside} (found beside {os.fspath(path)})", stacklevel=2)
-            external_data = [beside]
+            raise MissingDataError("named_data", f"its constants are in external data ({len(missing)} "
+                                   "named key(s) not in the file, none beside it): pass external_data=FILE", pf.path)
         for p in external_data:
             opened.append(ExternalData.open(p))
         graph = pf.vulkan.graph
@@ -201,9 +196,10 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
     if delegates is not None:
         return _load_methods(pf, delegates, source.externals, schedule, device, upload, timeline=timeline,
                              progress=progress, **options)
-    if not runs_as_one_delegate(pf.program.execution_plan[0]):
+    if not is_method(pf.program.execution_plan[0]):
         source.close()  # each delegate of the plan opens the files for its own constants
-        plan = load_plan(path, external_data, schedule, device, upload, progress=progress, **options)
+        plan = load_plan(path, lambda di: _delegate_constants(path, external_data, di), schedule, device, upload,
+                         progress=progress, **options)
         return Program({plan.name: plan})
     name = pf.program.execution_plan[0].name
     methods = load_methods({name: graph}, source, [0], schedule, device, upload, timeline=timeline,
@@ -226,6 +222,20 @@ def _load_methods(pf: ProgramFile, delegates: list[VulkanDelegate], externals: l
         loaded[name].name_io(*io_names(d.compile_specs, len(d.graph.input_ids), len(d.graph.output_ids),
                                        f"execution_plan[{i}].delegates[0]", pf.path))
     return Program(loaded, pf.metadata.eos_token_ids)
+
+
+def _delegate_constants(path, external_data: Sequence, di: int) -> FileConstants:
+    """The constants of delegate `di` of the plan, from files opened for it alone (closed after its prepack)."""
+    opened: list = []
+    try:
+        pf = ProgramFile.open(path)
+        opened.append(pf)
+        for p in external_data:
+            opened.append(ExternalData.open(p))
+        return FileConstants(pf, opened[1:], pf.vulkan_delegate(PLAN, di))
+    except BaseException:
+        _close(opened)
+        raise
 
 
 def _chain(first, second):

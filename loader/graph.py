@@ -11,7 +11,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Mapping, Sequence, Union
 
-from vkx.format import contract, dtypes, liveness, vkgraph as g
+from vkx.format import contract, dtypes, liveness, opset, vkgraph as g
 from vkx.format.dtypes import DType
 from vkx.format.errors import FormatError
 from vkx.format.memplan import check_memory_plan
@@ -139,7 +139,7 @@ class GraphBuilder:
                 fns.append(ops.lookup(op.name))
             except ops.UnsupportedOpError:
                 missing.setdefault(op.name)
-            if contract.lookup(op.name) is None:
+            if opset.lookup(op.name) is None:
                 missing.setdefault(op.name)
         if missing:
             raise UnsupportedOpError(f"unsupported op{'s' if len(missing) > 1 else ''}: {', '.join(missing)}")
@@ -147,7 +147,7 @@ class GraphBuilder:
         for op in self.graph.chain:
             node = f"node {op.node_id} ({op.name})"
             try:
-                bound.append(contract.bind(contract.lookup(op.name), op, self.graph.values,
+                bound.append(contract.bind(opset.lookup(op.name), op, self.graph.values,
                                            lambda vid, v: self.tensors[vid].arg, node))
             except contract.ContractError as error:
                 raise BadProgramError(str(error)) from None

@@ -14,15 +14,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from vkx.format import dtypes
 from vkx.format.common import ScalarType
 from vkx.format.program import EValue, ExecutionPlan
-
-TORCH_DTYPES = {
-    ScalarType.BYTE: "uint8", ScalarType.CHAR: "int8", ScalarType.SHORT: "int16", ScalarType.INT: "int32",
-    ScalarType.LONG: "int64", ScalarType.HALF: "float16", ScalarType.FLOAT: "float32",
-    ScalarType.DOUBLE: "float64", ScalarType.BOOL: "bool", ScalarType.BFLOAT16: "bfloat16",
-    ScalarType.UINT16: "uint16", ScalarType.UINT32: "uint32", ScalarType.UINT64: "uint64",
-}
 
 Getter = Callable[[list], Any]
 """The plan's run-time values -> one argument of a kernel."""
@@ -41,8 +35,8 @@ def op_name(plan: ExecutionPlan, op_index: int) -> str:
 def torch_dtype(st: ScalarType):
     """The torch dtype of an ExecuTorch scalar type, or None when torch has none."""
     import torch
-    name = TORCH_DTYPES.get(st)
-    return None if name is None else getattr(torch, name, None)
+    d = dtypes.of_scalar_type(st)
+    return getattr(torch, d.name, None) if d is not None and d.is_number else None
 
 
 def static_value(plan: ExecutionPlan, ev: EValue) -> Any:

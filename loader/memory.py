@@ -13,7 +13,6 @@ Nothing is allocated before a caller asks.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import vulkan as vk
@@ -118,7 +117,6 @@ class Allocator:
         self._pools: dict[tuple[str, int], list[Allocation]] = {}
         self._dedicated: set[Allocation] = set()
         self._buffers: set[Buffer] = set()
-        self.alloc_seconds = 0.0
 
     # -- memory types --------------------------------------------------------
     def direct_type(self, type_bits: int = 0xFFFFFFFF) -> MemoryType | None:
@@ -157,7 +155,6 @@ class Allocator:
             raise OutOfDeviceMemoryError(
                 f"{kind}: out of device memory: {size} bytes requested, "
                 f"{in_use} of the {self.budget}-byte budget in use")
-        t0 = time.perf_counter()
         try:
             memory = vk.vkAllocateMemory(self.device.device, vk.VkMemoryAllocateInfo(
                 allocationSize=size, memoryTypeIndex=mtype.index), None)
@@ -165,7 +162,6 @@ class Allocator:
             raise OutOfDeviceMemoryError(
                 f"{kind}: out of device memory allocating {size} bytes "
                 f"({self.ledger.total} in use)") from error
-        self.alloc_seconds += time.perf_counter() - t0
         a = Allocation(memory, size, mtype, kind)
         self.ledger.add(kind, size)
         return a

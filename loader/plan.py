@@ -16,11 +16,11 @@ closes every one of them.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable
 
 import numpy as np
 
-from vkx.format import ExternalData, FormatError, ProgramFile
+from vkx.format import FormatError, ProgramFile
 from vkx.format.program import ExecutionPlan, Instruction, TensorMeta
 from vkx.format.validate import check_delegate_args
 from vkx.loader.errors import (BadProgramError, FileError, InputError, LoadError, TorchMissingError,
@@ -33,20 +33,14 @@ PLAN = 0
 """vkx runs the first execution plan ("forward")."""
 
 
-def runs_as_one_delegate(plan: ExecutionPlan) -> bool:
-    """The plan is one delegate call from the plan's inputs to its outputs (the fast path)."""
-    calls = [i for c in plan.chains for i in c.instructions]
-    return (len(calls) == 1 and calls[0].kind == "DelegateCall"
-            and calls[0].args == plan.inputs + plan.outputs)
-
-
 def _cpu_ops(plan: ExecutionPlan) -> list[str]:
     return sorted({op_name(plan, i.index) for c in plan.chains for i in c.instructions if i.kind == "KernelCall"})
 
 
-def load_plan(path, external_data: Sequence, schedule: str, device, upload: str, *, on_close=None,
+def load_plan(path, constants_of: Callable[[int], Any], schedule: str, device, upload: str, *, on_close=None,
               **options) -> "PlanMethod":
-    """Check and bind the plan of the .pte at `path`, then load each of its Vulkan delegates onto `device`."""
+    """Check and bind the plan of the .pte at `path`, then load each of its Vulkan delegates onto `device`,
+    delegate i's constants from `constants_of(i)` (files opened for that delegate alone: vkx.loader.files)."""
     delegates: list[Method] = []
     try:
         with ProgramFile.open(path) as pf:
@@ -64,7 +58,8 @@ def load_plan(path, external_data: Sequence, schedule: str, device, upload: str,
             constants = _constants(pf, plan)
             order = sorted(graphs)
         for di in order:
-            delegates.append(_load_delegate(path, external_data, di, schedule, device, upload, options))
+            source = constants_of(di)
+            delegates.append(load_source(source.delegate.graph, source, schedule, device, upload, **options))
     except BaseException as error:
         try:
             for d in delegates:
@@ -150,24 +145,6 @@ def _check_instructions(plan: ExecutionPlan, graphs: dict, path: str) -> None:
                 check_delegate_args(plan.values, ins.args, v.graph, f"{place}.args", path)
             except FormatError as error:
                 raise as_load_error(error) from None
-
-
-def _load_delegate(path, external_data: Sequence, di: int, schedule: str, device, upload: str,
-                   options: dict) -> Method:
-    """Delegate `di`, loaded as files.load loads one: its constants come from files opened for it alone."""
-    from vkx.loader.files import FileConstants  # files imports this module
-    opened: list = []
-    try:
-        pf = ProgramFile.open(path)
-        opened.append(pf)
-        for p in external_data:
-            opened.append(ExternalData.open(p))
-        source = FileConstants(pf, opened[1:], pf.vulkan_delegate(PLAN, di))
-    except BaseException:
-        for f in opened:
-            f.close()
-        raise
-    return load_source(source.delegate.graph, source, schedule, device, upload, **options)
 
 
 class PlanMethod(Closes):

@@ -10,6 +10,7 @@ import threading
 from typing import Any
 
 from vkx.loader.errors import InputError
+from vkx.loader.generate import ProgramDecoder, Sampling, generate
 from vkx.loader.method import Closes, Method
 from vkx.loader.plan import PlanMethod
 
@@ -119,8 +120,6 @@ class Program(Closes):
         decode, what `vkx export DIR` writes): greedy unless a temperature is given, up to
         `max_new_tokens` or an EOS token of the model (yielded, then the end). The cache starts
         empty; `timings` (a `vkx.loader.generate.Timings`) receives the measurements."""
-        from vkx.loader.generate import ProgramDecoder, Sampling, generate
-
         decoder = ProgramDecoder(self)
         return generate(decoder, input_ids, max_new_tokens, decoder.shape,
                         sampling=Sampling(temperature, top_k, top_p, seed), timings=timings,

@@ -109,7 +109,6 @@ class StagingRing:
         self._chunks: list[_Chunk] = []
         self._current = 0
         self.submits = 0
-        self.bytes_staged = 0
 
     def _chunk(self) -> _Chunk:
         """The chunk being filled; created on first need, waited for when reused."""
@@ -149,7 +148,6 @@ class StagingRing:
             src.read_into(done, c.view[c.fill:c.fill + take])
             c.regions.append((dst.handle, c.fill, done, take))
             c.fill = -(-(c.fill + take) // _ALIGN) * _ALIGN
-            self.bytes_staged += take
             done += take
             if c.fill >= self.chunk_bytes:
                 self._submit(c)

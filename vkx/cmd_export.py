@@ -19,7 +19,9 @@ from rich.text import Text
 
 from vkx import paths
 from vkx.console import console, fail, plain, plain_lines, size, user_errors
-from vkx.format.describe import EXTERNAL_SUFFIXES, owns_external
+from vkx.format.describe import owns_external
+from vkx.format.dtypes import DTYPE_CHOICES
+from vkx.format.external import EXTERNAL_SUFFIXES
 from vkx.format.errors import VkxError
 
 if TYPE_CHECKING:
@@ -33,11 +35,8 @@ class Layout(str, Enum):
     legacy = "legacy"
 
 
-class Dtype(str, Enum):
-    keep = "keep"
-    fp32 = "fp32"
-    fp16 = "fp16"
-    bf16 = "bf16"
+Dtype = Enum("Dtype", {name: name for name in DTYPE_CHOICES}, type=str)
+"""`--dtype`: the library's choices (vkx.format.dtypes.DTYPE_CHOICES)."""
 
 
 class Target(str, Enum):

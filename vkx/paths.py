@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from vkx.format.describe import EXTERNAL_SUFFIXES, find_external, missing_keys
+from vkx.format.external import EXTERNAL_SUFFIXES, find_external, missing_keys
 from vkx.format.errors import VkxError
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors")
@@ -66,7 +66,10 @@ def with_external(program: Path, external: list[Path]) -> tuple[list[Path], Path
 
     The second item is the file found beside it (the caller says so), else None.
     """
-    return find_external(program, external)
+    from vkx.format import ProgramFile
+
+    with ProgramFile.open(program) as pf:
+        return find_external(pf, external)
 
 
 def require_external(program: Path, external: list[Path]) -> None:

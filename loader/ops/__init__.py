@@ -21,9 +21,10 @@ import math
 from dataclasses import dataclass
 from typing import Callable, ContextManager, Iterable, Mapping, Protocol, Sequence, Union
 
-from vkx.format import contract, dtypes
+from vkx.format import dtypes, opset
 from vkx.format.contract import Call
 from vkx.format.dtypes import DType
+from vkx.loader.errors import UnsupportedOpError
 
 
 
@@ -189,15 +190,11 @@ Builder = Callable[[OpBuilder, Call], None]
 BUILDERS: dict[str, Builder] = {}
 
 
-class UnsupportedOpError(Exception):
-    """The graph uses an op or an argument combination that vkx cannot run."""
-
-
 def builds(*names: str) -> Callable[[Builder], Builder]:
     """Register `fn` as the builder of the declared ops `names` (each at most once)."""
     def wrap(fn: Builder) -> Builder:
         for name in names:
-            if contract.lookup(name) is None:
+            if opset.lookup(name) is None:
                 raise ValueError(f"{fn.__name__} builds {name}, which vkx.format.contract does not declare")
             if name in BUILDERS:
                 raise ValueError(f"{name} has two builders ({BUILDERS[name].__name__}, {fn.__name__})")
@@ -208,7 +205,7 @@ def builds(*names: str) -> Callable[[Builder], Builder]:
 
 def builds_family(family: str) -> Callable[[Builder], Builder]:
     """Register `fn` for every op the contract declares with `family`."""
-    names = [n for n, d in contract.OPS.items() if d.family == family]
+    names = [n for n, d in opset.OPS.items() if d.family == family]
     if not names:
         raise ValueError(f"the contract declares no op of family {family!r}")
     return builds(*names)

@@ -21,7 +21,7 @@ import math
 import struct
 from typing import Iterable, Union
 
-from vkx.format import contract
+from vkx.format import contract, opset
 from vkx.format.contract import Call
 
 from . import (OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines, builds, builds_family, dtype_code,
@@ -101,7 +101,7 @@ type; min_/max_ (NaN wins) are helpers in shaders/binary.comp."""
 
 
 def _family_names(family: str) -> set[str]:
-    return {n.split(".")[1] for n, d in contract.OPS.items() if d.family == family}
+    return {n.split(".")[1] for n, d in opset.OPS.items() if d.family == family}
 
 
 def _check_table(family: str, table: dict[str, str]) -> None:

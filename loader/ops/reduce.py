@@ -11,13 +11,14 @@ the math is fp32.
 """
 from __future__ import annotations
 
+import math
 import struct
 
 from vkx.format.contract import Call
 
 from . import OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines
 from .shape import (MAX_DIMS, bind_elems, chunk_elems, contiguous_strides, dispatch_groups,
-                    normalize_dim, pad_dims, prod, row_chunks, rows_binding)
+                    normalize_dim, pad_dims, row_chunks, rows_binding)
 
 FLOAT32_EPS = 1.1920928955078125e-07  # torch.finfo(torch.float32).eps
 
@@ -53,7 +54,7 @@ def softmax(builder: OpBuilder, call: Call) -> None:
     src, out = call.tensor("self"), call.out
     shape = tuple(src.shape) or (1,)
     dim = normalize_dim(call["dim"], len(shape))
-    outer, d, inner = prod(shape[:dim]), shape[dim], prod(shape[dim + 1:])
+    outer, d, inner = math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])
     if src.numel == 0:
         return
     defines = _types(("X", "x", src), ("Y", "y", out))
@@ -73,7 +74,7 @@ def native_layer_norm(builder: OpBuilder, call: Call) -> None:
     """Outputs (out, mean, rstd), mean and rstd one value per row (the rule checks their shapes)."""
     src, weight, bias = call.tensor("input"), call["weight"], call["bias"]
     out, mean, rstd = call.outputs
-    n = prod(call["normalized_shape"])
+    n = math.prod(call["normalized_shape"])
     if src.numel == 0 or n == 0:
         return
     rows = src.numel // n
@@ -97,7 +98,7 @@ def native_layer_norm(builder: OpBuilder, call: Call) -> None:
 def rms_norm(builder: OpBuilder, call: Call) -> None:
     """eps None is float32's epsilon (as torch)."""
     eps = FLOAT32_EPS if call["eps"] is None else float(call["eps"])
-    rms_norm_rows(builder, call.tensor("input"), call["weight"], call.out, prod(call["normalized_shape"]), eps)
+    rms_norm_rows(builder, call.tensor("input"), call["weight"], call.out, math.prod(call["normalized_shape"]), eps)
 
 
 def rms_norm_rows(builder: OpBuilder, src: TensorArg, weight: TensorArg | None, out: TensorArg, n: int,
@@ -123,7 +124,7 @@ def batch_norm_no_training(builder: OpBuilder, call: Call) -> None:
     src, weight, bias = call.tensor("input"), call["weight"], call["bias"]
     rmean, rvar = call.tensor("running_mean"), call.tensor("running_var")
     out = call.out
-    channels, inner = src.shape[1], prod(src.shape[2:])
+    channels, inner = src.shape[1], math.prod(src.shape[2:])
     w, b = weight or rmean, bias or rmean  # placeholders are never read
     defines = _types(("X", "x", src), ("Y", "y", out), ("M", "rmean", rmean), ("V", "rvar", rvar),
                      ("W", "w", w), ("B", "b", b))
@@ -165,7 +166,7 @@ def reduce_dims(builder: OpBuilder, call: Call) -> None:
         else:
             group.append([size, strides[d]])
         last_kind = kind
-    count = prod(s for s, _ in red)
+    count = math.prod(s for s, _ in red)
     if not red or count == 0:  # nothing reduced, or nothing to read: the shader reads no element
         red = [[1, 0]]
     if len(kept) > MAX_DIMS or len(red) > MAX_DIMS:

@@ -41,13 +41,6 @@ def dispatch_groups(invocations: int, workgroup: int = WORKGROUP) -> tuple[int, 
     return (-(-groups // gy), gy, 1)
 
 
-def prod(xs: Sequence[int]) -> int:
-    n = 1
-    for x in xs:
-        n *= x
-    return n
-
-
 def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     strides = [1] * len(shape)
     for d in range(len(shape) - 2, -1, -1):
@@ -256,7 +249,7 @@ def strided_copy(builder: OpBuilder, src: TensorArg, dst: TensorArg, sizes: Sequ
         raise ValueError("sizes and src_strides differ in length")
     if dst_strides is None:
         dst_strides = contiguous_strides(sizes)
-    n = prod(sizes)
+    n = math.prod(sizes)
     if n == 0:
         return
     csz, (css, cds) = collapse_dims(sizes, src_strides, dst_strides)

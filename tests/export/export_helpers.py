@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from vkx.format import ProgramFile, contract
+from vkx.format import ProgramFile, opset
 from vkx.format.validate import validate
 from vkx.format.vkgraph import MemoryLayout, StorageType, Tensor, ValueList, VkGraph
 
@@ -30,11 +30,11 @@ class Fn(nn.Module):
 
 def check_graph(graph: VkGraph) -> None:
     """Every op binds to its contract declaration with every argument written out, and reads only defined values."""
-    contract.check_graph(graph)
+    opset.check_graph(graph)
     defined = {i for i, v in enumerate(graph.values) if not isinstance(v, Tensor) or v.constant_id >= 0}
     defined |= set(graph.input_ids)
     for call in graph.chain:
-        declared = len(contract.OPS[call.name].args)
+        declared = len(opset.OPS[call.name].args)
         assert len(call.args) == declared + 1, f"{call.name}: {len(call.args) - 1} args, the contract declares {declared}"
         *reads, written = call.args
         for value_id in reads:

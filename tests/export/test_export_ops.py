@@ -10,7 +10,7 @@ from .export_helpers import Fn, check_file, et_deserialize, ops_of, randn
 from torch import nn
 
 import vkx
-from vkx.export.lower import GraphBuilder, classify_placeholders, lower
+from vkx.export.lower import Lowering, classify_placeholders, lower
 from vkx.export.trace import trace
 from vkx.format import dtypes
 from vkx.format.vkgraph import Double, Int, Tensor
@@ -160,9 +160,9 @@ def test_minus_zero_is_its_own_immediate():
     assert factors == ["-0.0", "0.0"]
 
 
-def builder_for_relu() -> GraphBuilder:
+def builder_for_relu() -> Lowering:
     program = trace(nn.ReLU(), (randn(4),))
-    builder = GraphBuilder(program, classify_placeholders(program), uses={})
+    builder = Lowering(program, classify_placeholders(program), uses={})
     builder.build()
     return builder
 

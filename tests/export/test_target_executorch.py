@@ -11,7 +11,7 @@ from torch.nn import functional as F
 
 import vkx
 from vkx.export import ExportError, load_model_file
-from vkx.format import ProgramFile, contract
+from vkx.format import ProgramFile, opset
 from vkx.format.validate import validate
 from vkx.format.vkgraph import StorageType, Tensor, VkGraph
 
@@ -26,7 +26,7 @@ def export_checked(module, inputs, path, **options) -> VkGraph:
     validate(path)
     with ProgramFile.open(path) as program:
         graph = program.vulkan.graph
-    contract.check_graph(graph)
+    opset.check_graph(graph)
     check_against_registry(graph)
     return graph
 

@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from vkx.format import InvalidValueError, contract, op_rules, validate
+from vkx.format import InvalidValueError, contract, op_rules, opset, validate
 from vkx.format import vkgraph as vk
 
 from .fmt_tiny import GOLDEN, tiny_graph, tiny_payloads
@@ -32,7 +32,7 @@ def _with_op(graph: vk.VkGraph, index: int, **changes) -> vk.VkGraph:
 
 
 def test_the_golden_program_satisfies_the_contract():
-    calls = contract.check_graph(tiny_graph())
+    calls = opset.check_graph(tiny_graph())
     assert [c.decl.name for c in calls] == [op.name for op in tiny_graph().chain]
     linear = calls[1]
     assert linear.tensor("weight").shape == (3, 4) and linear["bias"].shape == (3,)
@@ -67,7 +67,7 @@ MUTATIONS = {
 def test_validate_refuses_calls_that_break_their_declaration(tmp_path, name):
     graph = MUTATIONS[name](tiny_graph())
     with pytest.raises(contract.ContractError):
-        contract.check_graph(graph)
+        opset.check_graph(graph)
     path = tmp_path / "m.pte"
     _write(path, graph)
     with pytest.raises(InvalidValueError) as info:
@@ -79,20 +79,20 @@ def test_a_number_past_float32_is_refused_unless_it_saturates():
     g = tiny_graph()
     eps = vk.Double(1e308)
     with pytest.raises(contract.ContractError, match="does not fit a float32"):
-        contract.check_graph(_with_value(g, 7, eps))
-    conv = contract.lookup("et_vk.conv_with_clamp.default")
-    assert conv.arg("output_max").saturates and not contract.lookup("aten.add.Tensor").arg("alpha").saturates
+        opset.check_graph(_with_value(g, 7, eps))
+    conv = opset.lookup("et_vk.conv_with_clamp.default")
+    assert conv.arg("output_max").saturates and not opset.lookup("aten.add.Tensor").arg("alpha").saturates
 
 
 def test_trailing_defaults_may_be_left_out():
     g = tiny_graph()
-    call = contract.check_graph(_with_op(g, 3, args=(5, 6, 8)))[3]  # add without alpha
+    call = opset.check_graph(_with_op(g, 3, args=(5, 6, 8)))[3]  # add without alpha
     assert call["alpha"] == 1 and call.vid("alpha") is None
 
 
 def test_declaring_an_op_twice_is_an_error():
     with pytest.raises(ValueError, match="declared twice"):
-        contract.declare(contract.lookup("aten.relu.default"))
+        opset.declare(opset.lookup("aten.relu.default"))
 
 
 def test_shape_rules_match_torch():

@@ -8,7 +8,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from vkx.format import contract
+from vkx.format import contract, opset
 from vkx.format.contract import Arg, Kind, OpDecl
 from vkx.loader import ops
 from vkx.loader import shaders
@@ -31,10 +31,10 @@ def _same_shape(call: contract.Call) -> None:
 
 
 _T = Kind.TENSOR
-contract.declare(OpDecl("test.relu.default", (Arg("self", _T), Arg("bias", Kind.NUMBER, default=0.0)),
+opset.declare(OpDecl("test.relu.default", (Arg("self", _T), Arg("bias", Kind.NUMBER, default=0.0)),
                         rule=_same_shape))
-contract.declare(OpDecl("test.add.default", (Arg("self", _T), Arg("other", _T)), rule=_same_shape))
-contract.declare(OpDecl("test.relu_split.default", (Arg("self", _T),), rule=_same_shape))
+opset.declare(OpDecl("test.add.default", (Arg("self", _T), Arg("other", _T)), rule=_same_shape))
+opset.declare(OpDecl("test.relu_split.default", (Arg("self", _T),), rule=_same_shape))
 
 
 @ops.builds("test.relu.default")

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from tests.format.plan_mutants import plan_mutants
-from vkx.format import ProgramFile, contract, resolve_constants
+from vkx.format import ProgramFile, contract, opset, resolve_constants
 from vkx.format.errors import FormatError, VkxError
 from vkx.format import vkgraph as g
 from vkx.loader import load_graph
@@ -89,7 +89,7 @@ def _mutate(graph: g.VkGraph, rng: random.Random) -> tuple[str, g.VkGraph]:
         what = f"value {vid} constant_id -> {cid}"
     else:
         i = rng.randrange(len(chain))
-        name = rng.choice([*contract.OPS, "aten.nope.default"])
+        name = rng.choice([*opset.OPS, "aten.nope.default"])
         chain[i] = dataclasses.replace(chain[i], name=name)
         what = f"node {i} -> {name}"
     return what, dataclasses.replace(graph, values=values, chain=chain)
@@ -117,7 +117,7 @@ def test_semantic_mutations_end_in_success_or_a_typed_error(corpus):
         what, mutated = _mutate(graph, rng)
         label = f"case {case} ({name}: {what})"
         try:
-            contract.check_graph(mutated)
+            opset.check_graph(mutated)
             accepted = True
         except contract.ContractError:
             accepted = False

@@ -117,10 +117,10 @@ def test_load_of_no_path_is_typed():
 def test_every_declared_op_has_one_builder():
     """The contract and the loader agree: each declared op (bar test-only ones) has a builder, and a
     second builder for one op is refused."""
-    from vkx.format import contract
+    from vkx.format import opset
     from vkx.loader import ops
     ops._load_all()
-    declared = {n for n in contract.OPS if not n.startswith("test.")}
+    declared = {n for n in opset.OPS if not n.startswith("test.")}
     assert declared <= set(ops.BUILDERS), sorted(declared - set(ops.BUILDERS))
     with pytest.raises(ValueError, match="two builders"):
         ops.builds("aten.relu.default")(lambda b, call: None)

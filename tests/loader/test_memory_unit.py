@@ -151,12 +151,12 @@ def test_oom_cleans_up_then_loads(schedule, upload, budget_mib):
 
 
 def test_missing_shader_is_typed_and_clean():
-    from vkx.format import contract
+    from vkx.format import contract, opset
     from vkx.loader import ops
     from vkx.loader.errors import ShaderError
 
-    if contract.lookup("test.noshader.default") is None:
-        contract.declare(contract.OpDecl("test.noshader.default", (contract.Arg("self", contract.Kind.TENSOR),)))
+    if opset.lookup("test.noshader.default") is None:
+        opset.declare(contract.OpDecl("test.noshader.default", (contract.Arg("self", contract.Kind.TENSOR),)))
 
         @ops.builds("test.noshader.default")
         def _op(b, call):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from vkx.format import contract, dtypes
+from vkx.format import contract, opset, dtypes
 from vkx.format import vkgraph as g
 from vkx.loader import ops, shaders, spirv
 from vkx.loader.errors import BadProgramError, ShaderError, VariantNotBuiltError
@@ -62,14 +62,14 @@ def _declared() -> set[tuple[str, tuple]]:
 
 
 def _elementwise_ops(family: str) -> list[str]:
-    return sorted(n for n, d in contract.OPS.items() if d.family == family)
+    return sorted(n for n, d in opset.OPS.items() if d.family == family)
 
 
 def test_binary_builders_request_only_declared_variants():
     declared, seen = _declared(), set()
     shapes = [((4,), (4,)), ((3,), (3,)), ((2, 3), (3,)), ((4,), (1,))]  # vec4, scalar, strided, scalar tensor
     for name in _elementwise_ops("binary"):
-        alpha = [1] if contract.lookup(name).has("alpha") else []
+        alpha = [1] if opset.lookup(name).has("alpha") else []
         # a dtype reaches binary.comp as a specialization constant: its kind is what picks a variant
         for ta, tb, to in itertools.product((dtypes.FLOAT16, dtypes.INT8, dtypes.BOOL), repeat=3):
             for sa, sb in shapes:

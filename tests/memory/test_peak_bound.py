@@ -1,4 +1,4 @@
-"""The seed's claim on real exported models: lazy/named peaks at W + max(A, S) + a
+"""The lazy load's claim on real exported models: lazy/named peaks at W + max(A, S) + a
 fixed overhead; legacy/eager at 2W or more. Each load runs in a fresh process.
 
 The fixed overhead is what a load costs beyond the tensors: the file pages of

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vkx.format import contract, op_decls
+from vkx.format import op_decls, opset
 from vkx.loader import ops
 
 from .conftest import (EXPORT_DTYPES, FLOAT_DTYPES, Const, Fn, assert_close, assert_close_in, rand, rand_of,
@@ -237,7 +237,7 @@ def test_declaring_an_op_is_enough(monkeypatch):
     from vkx.loader.errors import VariantNotBuiltError
     from vkx.loader.ops import elementwise
     name = "vkx_test.cube_minus_one.default"
-    contract.declare(dataclasses.replace(contract.OPS["aten.relu.default"], name=name, math="x ** 3 - 1"))
+    opset.declare(dataclasses.replace(opset.OPS["aten.relu.default"], name=name, math="x ** 3 - 1"))
     monkeypatch.setitem(elementwise.UNARY_GLSL, "cube_minus_one", "(x * x * x - 1.0)")
     try:
         ops.builds(name)(elementwise.unary_op)
@@ -249,7 +249,7 @@ def test_declaring_an_op_is_enough(monkeypatch):
             x = _unary_input("neg", (3, 7), dtype)
             assert_close_in(run_graph(name, [x], ((3, 7), dtype)), x * x * x - 1, dtype, each=True)
     finally:
-        contract.OPS.pop(name, None)
+        opset.OPS.pop(name, None)
         ops.BUILDERS.pop(name, None)
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vkx.format import contract, op_decls
+from vkx.format import contract, opset, op_decls
 from vkx.loader.ops import elementwise
 
 TORCH = {
@@ -33,7 +33,7 @@ NUMPY = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "sin": 
 
 
 def _elementwise() -> dict[str, contract.OpDecl]:
-    return {name.split(".")[1]: d for name, d in contract.OPS.items() if d.math}
+    return {name.split(".")[1]: d for name, d in opset.OPS.items() if d.math}
 
 
 def _evaluate(definition: str, **values):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from vkx.format import vkgraph as g
-from vkx.format.contract import check_graph
+from vkx.format.opset import check_graph
 from vkx.loader import load_graph
 from vkx.loader.errors import BadProgramError
 
