@@ -1,6 +1,5 @@
 """The package build compiles every shader variant into vkx/shaders/spirv.zip (vkx.loader.spirv), so
 that the installed runtime needs no glslc; the project's metadata is in pyproject.toml."""
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,11 +11,19 @@ from setuptools.command.sdist import sdist
 ARCHIVE = Path("vkx", "shaders", "spirv.zip")
 
 
+_RUN = """import sys
+sys.path.insert(0, sys.argv[1])
+# the package being built, not an editable install of it in the building environment
+sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in type(f).__module__]
+from vkx.loader import spirv
+sys.exit(spirv.main([sys.argv[2], "--if-stale"]))
+"""
+
+
 def build_spirv(package_root: str, out: Path) -> None:
     """Run vkx.loader.spirv from the laid-out package at `package_root` (an sdist's archive is kept
     when it is current; otherwise glslc builds it)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
-    subprocess.run([sys.executable, "-m", "vkx.loader.spirv", str(out), "--if-stale"], env=env, check=True)
+    subprocess.run([sys.executable, "-c", _RUN, package_root, str(out)], check=True)
 
 
 class BuildPyWithSpirv(build_py):

@@ -220,6 +220,47 @@ class Executor:
             vk.vkDestroyQueryPool(d, queries, None)
             dev.check()
 
+    def warm_up(self) -> None:
+        """Have the driver finish compiling every pipeline now, at load: each bound once and
+        dispatched with no workgroups (no work, no memory touched). A CPU device (lavapipe) compiles
+        a pipeline's code at its first dispatch, which would otherwise land in the first call."""
+        first = {}
+        for i, p in enumerate(self.pipelines):
+            first.setdefault(id(p), i)
+        if not first:
+            return
+        dev = self.device
+        cmd = dev.command_buffer()
+        fence = vk.vkCreateFence(dev.device, vk.VkFenceCreateInfo(), None)
+        try:
+            vk.vkBeginCommandBuffer(cmd, vk.VkCommandBufferBeginInfo(
+                flags=vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT))
+            set_ptr = ffi.new("VkDescriptorSet[1]")
+            for i in first.values():
+                x, p = self.dispatches[i], self.pipelines[i]
+                lib.vkCmdBindPipeline(cmd, _BIND, p.handle)
+                set_ptr[0] = self._sets[i]
+                lib.vkCmdBindDescriptorSets(cmd, _BIND, p.layout, 0, 1, set_ptr, 0, ffi.NULL)
+                if x.push:
+                    lib.vkCmdPushConstants(cmd, p.layout, vk.VK_SHADER_STAGE_COMPUTE_BIT, 0, len(x.push),
+                                           ffi.from_buffer(x.push))
+                lib.vkCmdDispatch(cmd, 0, 0, 0)
+            vk.vkEndCommandBuffer(cmd)
+            cmds = ffi.new("VkCommandBuffer[1]", [cmd])
+            submit = ffi.new("VkSubmitInfo*")
+            submit.sType = vk.VK_STRUCTURE_TYPE_SUBMIT_INFO
+            submit.commandBufferCount = 1
+            submit.pCommandBuffers = cmds
+            with dev.submit_lock:
+                r = lib.vkQueueSubmit(dev.queue, 1, submit, fence)
+            if r != vk.VK_SUCCESS:
+                raise DeviceError(f"vkQueueSubmit failed ({r})")
+            dev.wait_fence(fence)
+        finally:
+            vk.vkDestroyFence(dev.device, fence, None)
+            vk.vkFreeCommandBuffers(dev.device, dev.command_pool, 1, [cmd])
+        dev.check()
+
     def run(self) -> None:
         d = self.device
         with d.submit_lock:

@@ -65,29 +65,51 @@ def glslc(source: Path, defines: Defines) -> bytes:
     return proc.stdout
 
 
+def _entry(name: str) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0))  # no time stamps: the same sources, the same bytes
+    info.compress_type = zipfile.ZIP_DEFLATED
+    return info
+
+
+def _reusable(out: Path, digests: Mapping[str, str]) -> dict[str, bytes]:
+    """The SPIR-V in an existing archive `out` of shaders whose sources are unchanged, by entry name."""
+    try:
+        with zipfile.ZipFile(out) as z:
+            old = json.loads(z.read(SOURCES))
+            same = {s for s, d in digests.items() if old.get(s) == d}
+            return {n: z.read(n) for n in z.namelist() if n.split("/")[0] in same}
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return {}
+
+
 def build(root: Path, out: Path, variants: Mapping[str, list[Defines]], jobs: int | None = None) -> dict:
-    """Compile every variant of every shader in `root` into the archive `out` (written atomically)."""
+    """Compile every variant of every shader in `root` into the archive `out` (written atomically;
+    the variants of unchanged shaders are taken from the archive it replaces)."""
     missing = sorted(s for s in variants if not (root / f"{s}.comp").is_file())
     if missing:
         raise ShaderError(f"variants declared for shaders without a source in {root}: {missing}")
+    digests = {s: source_digest(root, s) for s in sorted(variants)}
+    reuse = _reusable(out, digests)
     work = [(shader, dict(d)) for shader, ds in sorted(variants.items()) for d in ds]
+    todo = [w for w in work if entry_name(*w) not in reuse]
     with ThreadPoolExecutor(jobs or os.cpu_count() or 1) as pool:
-        compiled = list(pool.map(lambda w: glslc(root / f"{w[0]}.comp", w[1]), work))
+        compiled = dict(zip(map(lambda w: entry_name(*w), todo),
+                            pool.map(lambda w: glslc(root / f"{w[0]}.comp", w[1]), todo)))
+    code = {name: reuse.get(name) or compiled[name] for name in (entry_name(*w) for w in work)}
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=out.name, suffix=".tmp")
     os.close(fd)
     try:
-        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as z:
-            z.writestr(SOURCES, json.dumps({s: source_digest(root, s) for s in sorted(variants)}, indent=0))
-            for (shader, defines), spirv in zip(work, compiled):
-                info = zipfile.ZipInfo(entry_name(shader, defines), (1980, 1, 1, 0, 0, 0))  # reproducible
-                info.compress_type = zipfile.ZIP_DEFLATED
-                z.writestr(info, spirv)
+        with zipfile.ZipFile(tmp, "w", compresslevel=9) as z:
+            z.writestr(_entry(SOURCES), json.dumps(digests, indent=0))
+            for name in sorted(code):
+                z.writestr(_entry(name), code[name])
         os.replace(tmp, out)
     except BaseException:
         os.unlink(tmp)
         raise
-    return {"variants": len(work), "spirv_bytes": sum(map(len, compiled)), "archive_bytes": out.stat().st_size}
+    return {"variants": len(work), "compiled": len(todo), "spirv_bytes": sum(map(len, code.values())),
+            "archive_bytes": out.stat().st_size}
 
 
 def is_current(out: Path, root: Path, variants: Mapping[str, list[Defines]]) -> bool:
@@ -120,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     except ShaderError as error:
         print(f"vkx: error: {error}", file=sys.stderr)
         return 2
-    print(f"{args.out}: {made['variants']} shader variants, {made['spirv_bytes']:,} bytes of SPIR-V in "
+    print(f"{args.out}: {made['variants']} shader variants ({made['compiled']} compiled), "
+          f"{made['spirv_bytes']:,} bytes of SPIR-V in "
           f"{made['archive_bytes']:,} bytes, {time.perf_counter() - began:.1f} s")
     return 0
 

@@ -347,6 +347,7 @@ def record(built: Built, res: Resources, io_in: list, io_out: list) -> Executor:
     executor = Executor(res.device, built.builder.dispatches, built.pipelines, io_in, io_out)
     res.executors.append(executor)
     executor.record()
+    executor.warm_up()
     return executor
 
 

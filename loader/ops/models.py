@@ -10,10 +10,13 @@ from __future__ import annotations
 import math
 import struct
 
+from typing import Iterable
+
 from vkx.format.contract import Call
+from vkx.format.dtypes import DType
 from vkx.format.op_models import MAX_INDICES
 
-from . import OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines
+from . import DTYPE_CODES, Defines, OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines, variants
 from .elementwise import CLAMP, POW_ANY, POW_GLSL, unary
 from .shape import (MAX_DIMS, broadcast_strides, collapse_dims, contiguous_strides, convert_copy, dispatch_groups,
                     pad_dims, strided_copy)
@@ -140,13 +143,21 @@ def fill(builder: OpBuilder, out: TensorArg, start: float | int, step: float | i
     if out.numel == 0:
         return
     _whole(builder, out)
-    defines = elem_defines("O", "o", out.dtype)
+    defines = _fill_defines(out.dtype)
     int_math = not out.dtype.is_float
-    if int_math:
-        defines["INT_PATH"] = 1
     push = struct.pack("<Iffii", out.numel, float(start), float(step), int(start) if int_math else 0,
                        int(step) if int_math else 0)
     builder.dispatch("fill", [out], push, dispatch_groups(out.numel), defines)
+
+
+def _fill_defines(dtype: DType) -> Defines:
+    return {**elem_defines("O", "o", dtype), **({} if dtype.is_float else {"INT_PATH": 1})}
+
+
+@variants("fill")
+def fill_variants() -> Iterable[Defines]:
+    for dtype in DTYPE_CODES:
+        yield _fill_defines(dtype)
 
 
 @builds("aten.full.default")

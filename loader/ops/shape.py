@@ -9,14 +9,18 @@ The helpers at the top (`dispatch_groups`, `bind_elems`, `fits_binding`, `chunk_
 """
 from __future__ import annotations
 
+import itertools
 import math
 import struct
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from vkx.format.contract import Call
 from vkx.format.op_rules import slice_length
 
-from . import Binding, OpBuilder, SubRange, TensorArg, UnsupportedOpError, builds, elem_defines
+from vkx.format.dtypes import DType
+
+from . import (DTYPE_CODES, Binding, Defines, OpBuilder, SubRange, TensorArg, UnsupportedOpError, builds,
+               elem_defines, variants)
 
 WORKGROUP = 64
 """local_size_x of every shader in this family."""
@@ -204,6 +208,17 @@ def _copy_defines(src: TensorArg, dst: TensorArg) -> dict[str, str]:
     return {"T": _BITS[src.dtype.itemsize]}
 
 
+_CONTIG_VEC4 = {"CONTIG_VEC4": 1}
+"""copy_strided's plain range copy, 16 bytes an invocation."""
+
+
+@variants("copy_strided")
+def copy_strided_variants() -> Iterable[Defines]:
+    yield _CONTIG_VEC4
+    for t in _BITS.values():
+        yield {"T": t}
+
+
 def copy_elems(builder: OpBuilder, src: TensorArg, src_off: int, dst: TensorArg, dst_off: int,
                n: int) -> None:
     """dst[dst_off : dst_off + n] = src[src_off : src_off + n], bit-exact (same dtype).
@@ -228,8 +243,7 @@ def copy_elems(builder: OpBuilder, src: TensorArg, src_off: int, dst: TensorArg,
         do = dst_off + k - d_shift
         if so % per_vec == 0 and do % per_vec == 0 and c % per_vec == 0:
             push = _copy_push(c // per_vec, 1, so // per_vec, do // per_vec, [c], [1], [1])
-            builder.dispatch("copy_strided", [sb, db], push, dispatch_groups(c // per_vec),
-                             {"CONTIG_VEC4": 1})
+            builder.dispatch("copy_strided", [sb, db], push, dispatch_groups(c // per_vec), _CONTIG_VEC4)
         else:
             push = _copy_push(c, 1, so, do, [c], [1], [1])
             builder.dispatch("copy_strided", [sb, db], push, dispatch_groups(c), defines)
@@ -275,13 +289,24 @@ def convert_copy(builder: OpBuilder, src: TensorArg, dst: TensorArg) -> None:
     if src.dtype == dst.dtype:
         copy_elems(builder, src, 0, dst, 0, src.numel)
         return
-    defines = {**elem_defines("S", "src", src.dtype), **elem_defines("D", "dst", dst.dtype)}
-    if not src.dtype.is_float and not dst.dtype.is_float:
-        defines["INT_PATH"] = "1"
+    defines = _cast_defines(src.dtype, dst.dtype)
     for start, count in chunk_elems(builder, src.numel, [src, dst]):
         sb, _ = bind_elems(builder, src, start, count)
         db, _ = bind_elems(builder, dst, start, count)
         builder.dispatch("cast", [sb, db], struct.pack("<I", count), dispatch_groups(count), defines)
+
+
+def _cast_defines(src: DType, dst: DType) -> Defines:
+    defines = {**elem_defines("S", "src", src), **elem_defines("D", "dst", dst)}
+    if not src.is_float and not dst.is_float:
+        defines["INT_PATH"] = "1"
+    return defines
+
+
+@variants("cast")
+def cast_variants() -> Iterable[Defines]:
+    for src, dst in itertools.permutations(DTYPE_CODES, 2):
+        yield _cast_defines(src, dst)
 
 
 # --------------------------------------------------------------------------- ops

@@ -41,6 +41,8 @@ def _requests(name: str, operands: list, out: tuple[tuple[int, ...], dtypes.DTyp
             return add(g.Tensor(a[1].datatype, a[0]))
         if isinstance(a, str):
             return add(g.String(a))
+        if isinstance(a, list):
+            return add(g.IntList(tuple(a)))
         if isinstance(a, bool):
             return add(g.Bool(a))
         return add(g.Int(a) if isinstance(a, int) else g.Double(a))
@@ -88,6 +90,16 @@ def test_unary_builders_request_only_declared_variants():
     for (name, extra), ti, to, shape in itertools.product(calls, DEVICE_TYPES, DEVICE_TYPES, [(4,), (3,)]):
         seen.update(_requests(name, [(shape, ti), *extra], (shape, to)))
     assert seen and seen <= declared, sorted(seen - declared)[:3]
+
+
+def test_copy_cast_fill_builders_request_only_declared_variants():
+    declared, seen = _declared(), set()
+    for ti, to in itertools.product(DEVICE_TYPES, repeat=2):
+        for shape in [(16,), (3,), (2, 3)]:
+            seen.update(_requests("aten._to_copy.default", [(shape, ti)], (shape, to)))
+        seen.update(_requests("aten.permute_copy.default", [((2, 3), ti), [1, 0]], ((3, 2), ti)))
+        seen.update(_requests("aten.full.default", [[3], 2], ((3,), to)))
+    assert {s for s, _ in seen} == {"cast", "copy_strided", "fill"} and seen <= declared, sorted(seen - declared)[:3]
 
 
 def _archive_of(tmp_path: Path) -> shaders.Prebuilt:
