@@ -13,8 +13,10 @@ demo: system-packages $(VENV)/.installed
 	$(VENV)/bin/vkx inspect examples/transformer.pte
 	VKX_VALIDATION=1 $(VENV)/bin/vkx run examples/transformer.pte --trace-memory
 
+# Two workers, one a core (most of a test is single-threaded Python: tracing, export, recording);
+# each module runs on one worker, so its module-scoped exports are built once.
 test: system-packages $(VENV)/.installed
-	VKX_VALIDATION=1 $(PY) -m pytest -q
+	VKX_VALIDATION=1 $(PY) -m pytest -q -n 2 --dist loadscope
 
 # The wheel as users get it: built from this clone, installed without torch, glslc or caches (.ci/wheel_test.py).
 wheel-test: system-packages $(VENV)/.installed
