@@ -13,8 +13,10 @@ demo: system-packages $(VENV)/.installed shaders
 	$(VENV)/bin/vkx inspect examples/transformer.pte
 	VKX_VALIDATION=1 $(VENV)/bin/vkx run examples/transformer.pte --trace-memory
 
+# Two workers, one a core (most of a test is single-threaded Python: tracing, export, recording);
+# each module runs on one worker, so its module-scoped exports are built once.
 test: system-packages $(VENV)/.installed shaders
-	VKX_VALIDATION=1 $(PY) -m pytest -q
+	VKX_VALIDATION=1 $(PY) -m pytest -q -n 2 --dist loadscope
 	$(MAKE) --no-print-directory test-profile
 
 # The device tests that choose kernels (row workgroups, gemm, attention, binding splits) once more
@@ -26,7 +28,7 @@ PROFILE_TESTS := tests/loader/test_limits.py tests/ops/test_reduce.py tests/ops/
 PROFILE_LEFT_OUT := mixed_dtypes or fp32_statistics or sum_dtype_argument or fp16_constants or bool_mask \
 	or masked_row or gqa_dtypes or row_ops_split_small_limit
 test-profile: system-packages $(VENV)/.installed shaders
-	VKX_VALIDATION=1 $(PY) -m pytest -q --device-profile android-baseline-2022 $(PROFILE_TESTS) \
+	VKX_VALIDATION=1 $(PY) -m pytest -q -n 2 --dist loadscope --device-profile android-baseline-2022 $(PROFILE_TESTS) \
 		-k "not ($(PROFILE_LEFT_OUT))"
 
 # The wheel as users get it: built from this clone, installed without torch, glslc or caches (.ci/wheel_test.py).

@@ -186,7 +186,7 @@ def main() -> int:
         vkx = export_venv / "bin" / "vkx"
         steps.run("export venv: vkx export", [vkx, "export", files / "mlp.py", "-o", work / "exported.pte", "-q"],
                   env=env, cwd=work)
-        steps.run("export venv: vkx validate and run the export", [vkx, "run", work / "exported.pte", "--repeat", "1"],
+        steps.run("export venv: vkx run the export", [vkx, "run", work / "exported.pte", "--repeat", "1"],
                   env=env, cwd=work)
     return finish(steps, began)
 

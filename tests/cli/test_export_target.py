@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from vkx.format import ProgramFile
 
 from ..export.et_registry import check_against_registry
 from .conftest import EXAMPLES, one_error_line, vkx
 
 
+@pytest.mark.vulkan
 def test_target_executorch_writes_a_file_the_registry_accepts_and_vkx_runs(tmp_path):
     done = vkx("export", EXAMPLES / "cnn.py", "-o", tmp_path / "cnn.pte", "--target", "executorch", "-q")
     assert done.returncode == 0, done.stderr

@@ -59,6 +59,7 @@ def no_torch(tmp_path_factory) -> dict[str, str]:
     return env
 
 
+@pytest.mark.vulkan
 def test_inspect_validate_run_without_torch(exported, no_torch):
     pte = exported / "mlp.pte"
     inspected = vkx("inspect", pte, "--json", **no_torch)

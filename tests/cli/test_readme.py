@@ -6,7 +6,11 @@ import re
 import shutil
 import subprocess
 
+import pytest
+
 from .conftest import EXAMPLES, ROOT, VKX
+
+pytestmark = pytest.mark.vulkan  # the device is opened in child processes too
 
 # The set-up block installs Debian packages and runs the whole suite: not something a test can run.
 SETUP = ["make demo   # exports examples/transformer.py, inspects it, runs it with --trace-memory",

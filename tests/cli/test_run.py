@@ -16,6 +16,8 @@ from vkx.format.errors import VkxError
 
 from .conftest import VKX, one_error_line, vkx
 
+pytestmark = pytest.mark.vulkan  # the device is opened in child processes too
+
 TABLE = re.compile(r"[┃│━╇]")
 
 

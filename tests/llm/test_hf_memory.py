@@ -11,6 +11,8 @@ import pytest
 
 from tests.llm.families import config, write_folder
 
+pytestmark = pytest.mark.vulkan  # the device is opened in child processes too
+
 MIB = 1 << 20
 FIXED = 64 * MIB  # what the process grows by besides the weights (measured: ~10 MiB to build and run, ~50 to export)
 

@@ -12,6 +12,8 @@ import pytest
 
 from tests.memory.chain_model import write_chain
 
+pytestmark = pytest.mark.vulkan  # the device is opened in child processes too
+
 ROOT = Path(__file__).resolve().parents[2]
 ELEMS = 1 << 20  # 4 MiB per constant
 

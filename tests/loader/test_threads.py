@@ -7,7 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .helpers import relu_add_graph, weights, write_pte
+
+pytestmark = pytest.mark.vulkan  # the device is opened in child processes too
 
 ROOT = Path(__file__).resolve().parents[2]
 N = 4096

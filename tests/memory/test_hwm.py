@@ -3,8 +3,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from .chain_model import write_chain
 from .conftest import run_py
+
+pytestmark = pytest.mark.vulkan  # the device is opened in child processes too
 
 MiB = 1 << 20
 

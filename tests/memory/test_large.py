@@ -8,6 +8,8 @@ import pytest
 
 from .conftest import run_py
 
+pytestmark = pytest.mark.vulkan  # the device is opened in child processes too
+
 LARGE = r"""
 import json, os, sys
 import numpy as np

@@ -8,6 +8,8 @@ import pytest
 from .chain_model import write_chain
 from .conftest import run_py
 
+pytestmark = pytest.mark.vulkan  # the device is opened in child processes too
+
 MiB = 1 << 20
 LAYERS, ELEMS = 8, 2 * MiB  # W = 8 x 8 MiB = 64 MiB
 W = LAYERS * ELEMS * 4

@@ -21,6 +21,8 @@ import vkx
 
 from .conftest import run_py
 
+pytestmark = pytest.mark.vulkan  # the device is opened in child processes too
+
 MiB = 1 << 20
 OVERHEAD_HOST_MEMORY_DEVICE = 24 * MiB
 OVERHEAD_DISCRETE_GPU = 64 * MiB

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+import transformers
 from torch import nn
 
 from .conftest import check_model
 
-transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.vulkan
 
 VOCAB, SEQ = 96, 8

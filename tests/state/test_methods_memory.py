@@ -16,6 +16,8 @@ from tests.memory.test_peak_bound import MiB, OVERHEAD_DISCRETE_GPU, OVERHEAD_HO
 
 from .models import Decoder
 
+pytestmark = pytest.mark.vulkan  # the device is opened in child processes too
+
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
