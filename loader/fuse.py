@@ -10,6 +10,10 @@ Patterns:
 - RMSNorm as transformers writes it, `w * to(x32 * rsqrt(mean(x32^2, -1) + eps))` with
   `x32 = to(x, fp32)` (the casts and the weight optional): one row kernel (shaders/rms_norm.comp),
   fp32 math, one rounding on the store (the unfused chain rounds before the weight too).
+- Rotary embedding as transformers writes it, `x * cos + cat(-x[..., h:], x[..., :h]) * sin`
+  (neg as a multiply by -1 or neg; cos and sin any broadcast tensors): one elementwise kernel
+  (shaders/fused_rotary.comp) in place of two slices, a negation, a two-piece cat, two products
+  and the sum (nine dispatches).
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from typing import Callable, Sequence
 
 from vkx.format import vkgraph as g
 from vkx.loader.ops import OpBuilder, TensorArg
+from vkx.loader.ops.fused import rotate_half
 from vkx.loader.ops.reduce import rms_norm_rows
 
 
@@ -153,6 +158,88 @@ def _rms_norm(c: _Chain, r: int) -> tuple[list[int], list[int], Fused] | None:
     return sorted(ops), inputs, Fused("rms_norm", tuple(chain[i].node_id for i in sorted(ops)), run)
 
 
+def _slice_of(c: _Chain, vid: int, src: int, start: int, length: int) -> int | None:
+    """The op that makes `vid` as src[..., start:start + length] (last dim, step 1), if it is one."""
+    i = c.op_of(vid, "aten.slice_copy.Tensor")
+    if i is None:
+        return None
+    x, dim, first, end, step = c.graph.chain[i].args[:5]
+    t = c.tensor(x)
+    if x != src or t is None or c.scalar(step) != 1.0 or c.scalar(dim) is None:
+        return None
+    if int(c.scalar(dim)) % len(t.dims) != len(t.dims) - 1:
+        return None
+    lo = 0 if isinstance(c.value(first), g.Null) else c.scalar(first)
+    hi = t.dims[-1] if isinstance(c.value(end), g.Null) else c.scalar(end)
+    if lo is None or hi is None:
+        return None
+    lo, hi = int(lo), min(int(hi), t.dims[-1])
+    return i if (lo, hi - lo) == (start, length) else None
+
+
+def _rotary(c: _Chain, a: int, max_binding_bytes: int) -> tuple[list[int], list[int], Fused] | None:
+    """transformers' rotary embedding `x * cos + cat(-x[..., h:], x[..., :h]) * sin` whose add is op `a`."""
+    chain = c.graph.chain
+    left, right, alpha = chain[a].args[:3]
+    if c.scalar(alpha) != 1.0:
+        return None
+    for first, second in ((left, right), (right, left)):
+        found = _rotary_terms(c, a, first, second)
+        if found is not None:
+            ops, x, cos, sin = found
+            break
+    else:
+        return None
+    xt = c.tensor(x)
+    tensors = [xt, c.tensor(cos), c.tensor(sin), c.tensor(chain[a].args[-1])]
+    if any(t is None for t in tensors) or len(xt.dims) > 4 or \
+            any(t.nbytes > max_binding_bytes for t in tensors):
+        return None
+    y = chain[a].args[-1]
+
+    def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
+        rotate_half(builder, arg(x), arg(cos), arg(sin), arg(y))
+
+    ops = sorted(ops + [a])
+    return ops, [x, cos, sin], Fused("rotary", tuple(chain[i].node_id for i in ops), run)
+
+
+def _rotary_terms(c: _Chain, a: int, plain: int, turned: int) -> tuple[list[int], int, int, int] | None:
+    """(ops, x, cos, sin) when `plain` = x * cos and `turned` = rotate_half(x) * sin, each read by op `a` only."""
+    chain = c.graph.chain
+    m1, m2 = c.op_of(plain, *_MUL), c.op_of(turned, *_MUL)
+    if m1 is None or m2 is None or not c.only_reader(plain, a) or not c.only_reader(turned, a):
+        return None
+    for rot, sin in (chain[m2].args[:2], chain[m2].args[1::-1]):
+        cat = c.op_of(rot, "aten.cat.default")
+        if cat is not None and c.tensor(sin) is not None:
+            break
+    else:
+        return None
+    pieces, dim = c.value(chain[cat].args[0]), chain[cat].args[1]
+    if not isinstance(pieces, g.ValueList) or len(pieces.items) != 2 or not c.only_reader(rot, m2):
+        return None
+    neg_out, low = pieces.items
+    neg = c.op_of(neg_out, "aten.neg.default", *_MUL)
+    if neg is None or not c.only_reader(neg_out, cat) or not c.only_reader(low, cat):
+        return None
+    high = chain[neg].args[0]
+    if chain[neg].name in _MUL and c.scalar(chain[neg].args[1]) != -1.0:
+        return None
+    for x, cos in (chain[m1].args[:2], chain[m1].args[1::-1]):
+        xt = c.tensor(x)
+        if xt is None or c.tensor(cos) is None or not xt.dims or xt.dims[-1] % 2:
+            continue
+        h = xt.dims[-1] // 2
+        lo_op, hi_op = _slice_of(c, low, x, 0, h), _slice_of(c, high, x, h, h)
+        if lo_op is None or hi_op is None or not c.only_reader(high, neg) or c.scalar(dim) is None:
+            continue
+        if int(c.scalar(dim)) % len(xt.dims) != len(xt.dims) - 1 or c.tensor(turned).dims != xt.dims:
+            continue
+        return [m1, m2, cat, neg, lo_op, hi_op], x, cos, sin
+    return None
+
+
 def _safe(c: _Chain, ops: Sequence[int], inputs: Sequence[int]) -> bool:
     """Whether no op outside the match, between its first and last op, writes an input's memory."""
     objects = {t.mem_obj_id for t in map(c.tensor, inputs) if t is not None and t.mem_obj_id >= 0}
@@ -167,15 +254,20 @@ def _safe(c: _Chain, ops: Sequence[int], inputs: Sequence[int]) -> bool:
     return True
 
 
-def fuse(graph: g.VkGraph) -> list:
+def fuse(graph: g.VkGraph, max_binding_bytes: int) -> list:
     """The graph's chain with every match replaced by one `Fused` step (at its last op's place)."""
     c = _Chain(graph)
     taken: set[int] = set()
     at: dict[int, Fused] = {}
     for i, op in enumerate(graph.chain):
-        if op.name != "aten.rsqrt.default" or i in taken:
+        if i in taken:
             continue
-        found = _rms_norm(c, i)
+        if op.name == "aten.rsqrt.default":
+            found = _rms_norm(c, i)
+        elif op.name == "aten.add.Tensor":
+            found = _rotary(c, i, max_binding_bytes)
+        else:
+            continue
         if found is None:
             continue
         ops, inputs, step = found

@@ -156,11 +156,12 @@ class GraphBuilder:
         except FormatError as error:
             raise as_load_error(error) from None
         calls = {id(op): (call, fn) for op, call, fn in zip(self.graph.chain, bound, fns)}
-        for step in fuse_chain(self.graph):
+        declared = {vid: t.arg for vid, t in self.tensors.items()}  # each value's own shape, as bound
+        for step in fuse_chain(self.graph, self.max_binding_bytes):
             try:
                 if isinstance(step, Fused):
                     self._node = f"nodes {', '.join(map(str, step.node_ids))} (fused {step.name})"
-                    step.run(self, lambda vid: self.tensors[vid].arg)
+                    step.run(self, declared.__getitem__)
                 else:
                     call, fn = calls[id(step)]
                     self._node = call.node

@@ -31,7 +31,7 @@ class NormThenScale(torch.nn.Module):
 def _run(path, inputs, fused: bool, monkeypatch) -> tuple[torch.Tensor, dict]:
     with monkeypatch.context() as m:
         if not fused:
-            m.setattr(graph_module, "fuse_chain", lambda graph: list(graph.chain))
+            m.setattr(graph_module, "fuse_chain", lambda graph, limit: list(graph.chain))
         with vkx.load(str(path)) as program:
             shaders: dict = {}
             for d in program._executor.dispatches:
@@ -101,3 +101,33 @@ def test_decode_attention_against_three_dispatches_and_torch(dtype, dims, tmp_pa
     assert_close_in(fused, want, dtype, terms=S)
     assert_close_in(unfused, want, dtype, terms=S)
     assert_close_in(fused, unfused, dtype, terms=S)
+
+
+class Rotary(torch.nn.Module):
+    """transformers' apply_rotary_pos_emb on q and k, cos/sin from the positions (as its models build them)."""
+
+    def forward(self, q, k, positions):
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+        inv = 1.0 / (10000 ** (torch.arange(0, q.shape[-1], 2, dtype=torch.float32) / q.shape[-1]))
+        angles = positions[:, :, None].float() * inv
+        emb = torch.cat((angles, angles), dim=-1)
+        return apply_rotary_pos_emb(q, k, emb.cos().to(q.dtype), emb.sin().to(q.dtype))
+
+
+@pytest.mark.parametrize("dtype", EXPORT_DTYPES, ids=lambda d: _NAMES[d])
+@pytest.mark.parametrize("dims", [(4, 2, 1, 64), (3, 1, 5, 32)], ids=lambda d: "x".join(map(str, d)))
+def test_rotary_fused_against_unfused_and_torch(dtype, dims, tmp_path, monkeypatch):
+    hq, hkv, L, D = dims
+    q, k = rand(1, hq, L, D, seed=6), rand(1, hkv, L, D, seed=7)
+    positions = torch.arange(40, 40 + L)[None]
+    path = tmp_path / "m.pte"
+    export_model(Rotary(), (q, k, positions), str(path), dtype=_NAMES[dtype])
+    inputs = [q.to(dtype), k.to(dtype), positions]
+    fused, fused_shaders = _run(path, inputs, True, monkeypatch)
+    unfused, unfused_shaders = _run(path, inputs, False, monkeypatch)
+    assert fused_shaders.get("fused_rotary") == 2 and "fused_rotary" not in unfused_shaders
+    assert "copy_strided" not in fused_shaders or fused_shaders["copy_strided"] < unfused_shaders["copy_strided"]
+    want = Rotary()(*inputs)
+    for got in (fused, unfused):
+        assert_close_in(got, want, dtype, terms=2)
+    assert_close_in(fused, unfused, dtype, terms=2)

@@ -1,0 +1,25 @@
+"""Kernels of fused steps (vkx.loader.fuse) that no single op of the contract has."""
+from __future__ import annotations
+
+import struct
+
+from vkx.loader.ops import OpBuilder, TensorArg, UnsupportedOpError, elem_defines
+from vkx.loader.ops.shape import broadcast_strides, dispatch_groups
+
+_ROTARY_PUSH = struct.Struct("<12I")
+
+
+def rotate_half(builder: OpBuilder, x: TensorArg, cos: TensorArg, sin: TensorArg, out: TensorArg) -> None:
+    """out = x * cos + rotate_half(x) * sin over x's last dim (even), cos and sin broadcast to x
+    (shaders/fused_rotary.comp: one dispatch)."""
+    if len(x.shape) > 4 or x.shape[-1] % 2:
+        raise UnsupportedOpError(f"rotary over x {x.shape}: at most four dims and an even last one")
+    if any(t.nbytes > builder.max_binding_bytes for t in (x, cos, sin, out)):
+        raise UnsupportedOpError(f"rotary over x {x.shape}: a tensor larger than one storage binding")
+    shape = (1,) * (4 - len(x.shape)) + tuple(x.shape)
+    c = broadcast_strides(cos.shape, shape)
+    s = broadcast_strides(sin.shape, shape)
+    defines = {**elem_defines("X", "x", x.dtype), **elem_defines("C", "cs", cos.dtype),
+               **elem_defines("S", "sn", sin.dtype), **elem_defines("Y", "y", out.dtype)}
+    push = _ROTARY_PUSH.pack(x.numel, shape[1], shape[2], shape[3], *c, *s)
+    builder.dispatch("fused_rotary", [x, cos, sin, out], push, dispatch_groups(x.numel), defines)
