@@ -55,9 +55,10 @@ def validate(path: str | os.PathLike, external: Sequence[str | os.PathLike] = ()
             ranges: list[FileRange] = []
             several = methods_of(pf) is not None
             for v in delegates:
-                _check_delegate_calls(pf, v)
                 with _in_delegate(v, len(delegates) > 1):
                     _check_graph(v, pf.path)
+                _check_delegate_calls(pf, v)  # the graph's own rules first: they name the op
+                with _in_delegate(v, len(delegates) > 1):
                     # a byte range several constants of one delegate share is one device tensor,
                     # and so is one that several methods of one file share
                     found = set(_check_constants(pf, v, exts, report))

@@ -1,5 +1,6 @@
 """Weights used in place from the mapped file (VK_EXT_external_memory_host): no device
-memory, no copy; per-weight fallback; typed refusals; the file's lifetime and changes."""
+memory, no copy (upload="import" only: "auto" never maps a file); typed refusals; the file's lifetime and
+changes."""
 from __future__ import annotations
 
 import json
