@@ -163,6 +163,76 @@ def _float_unary(call: Call) -> None:
     same_shape(call)
 
 
+def _repeat(call: Call) -> None:
+    src, repeats = call.tensor("self"), list(call["repeats"])
+    call.require(len(repeats) >= len(src.shape) and all(r >= 0 for r in repeats),
+                 f"repeats {repeats} for {len(src.shape)} dims")
+    padded = [1] * (len(repeats) - len(src.shape)) + list(src.shape)
+    call.expect_shape("the output", call.out.shape, [s * r for s, r in zip(padded, repeats)])
+
+
+def unfold_windows(call: Call) -> int:
+    """How many windows unfold_copy takes along `dimension`."""
+    src = call.tensor("self")
+    dim = dim_index(call, call["dimension"], len(src.shape))
+    length = src.shape[dim] if src.shape else 1
+    size, step = call["size"], call["step"]
+    call.require(step > 0 and 0 <= size <= length, f"size {size} and step {step} for a dim of {length}")
+    return (length - size) // step + 1
+
+
+def _unfold(call: Call) -> None:
+    src = call.tensor("self")
+    want = list(src.shape)
+    if want:
+        want[dim_index(call, call["dimension"], len(want))] = unfold_windows(call)
+    else:
+        unfold_windows(call)
+        want = [1]
+    call.expect_shape("the output", call.out.shape, [*want, call["size"]])
+
+
+def _stats(call: Call) -> None:
+    """amax/amin/var over the dims `dim` lists (none: every dim); argmax/argmin over one dim (None:
+    the flattened tensor), an int32 index out."""
+    src = call.tensor("self")
+    call.require(src.dtype.is_float, f"{src.dtype} input: floats only")
+    rank = len(src.shape)
+    dims = call["dim"]
+    if call.decl.arg("dim").kind is I:
+        reduced = set(range(rank)) if dims is None else {dim_index(call, dims, rank)}
+        call.require(call.out.dtype is dtypes.INT32, f"the output is {call.out.dtype}, an index is int32 on the device")
+        call.require(math.prod(src.shape) > 0, "the index of an extreme of no elements")
+    else:
+        reduced = set(range(rank)) if not dims else {dim_index(call, d, rank) for d in dims}
+        call.require(call.out.dtype.is_float, f"the output is {call.out.dtype}, the op gives floats")
+    if call["keepdim"]:
+        want = [1 if d in reduced else s for d, s in enumerate(src.shape)]
+    else:
+        want = [s for d, s in enumerate(src.shape) if d not in reduced]
+    call.expect_shape("the output", call.out.shape, want)
+
+
+def _pixel_shuffle(call: Call) -> None:
+    src, r = call.tensor("self"), call["upscale_factor"]
+    call.require(len(src.shape) >= 3 and r > 0 and src.shape[-3] % (r * r) == 0,
+                 f"upscale_factor {r} for {list(src.shape)}")
+    *lead, c, h, w = src.shape
+    call.expect_shape("the output", call.out.shape, [*lead, c // (r * r), h * r, w * r])
+
+
+def _hardtanh(call: Call) -> None:
+    _float_unary(call)
+    call.require(call["min_val"] <= call["max_val"], f"min_val {call['min_val']} is above max_val {call['max_val']}")
+
+
+FUNCTIONS: dict[str, str] = {
+    "log10": "log10(x) = ln(x) / ln(10); log10(0) = -inf, log10(x < 0) = NaN",
+    "tan": "tan(x) = sin(x) / cos(x)",
+}
+"""Unary float functions `aten.<name>.default(self)` by their math (the loader's builders say how
+each is computed)."""
+
 UNARY: dict[str, str] = {
     "round": "roundEven(x)",
 }
@@ -207,6 +277,24 @@ declare(OpDecl("aten.constant_pad_nd.default", (Arg("self", T), Arg("pad", L), A
                dtypes=ALL_TYPES, rule=_pad))
 for _name, _expr in UNARY.items():
     declare(OpDecl(f"aten.{_name}.default", (Arg("self", T),), rule=_float_unary, family="unary", glsl=_expr))
+for _name in FUNCTIONS:
+    declare(OpDecl(f"aten.{_name}.default", (Arg("self", T),), rule=_float_unary))
+declare(OpDecl("aten.repeat.default", (Arg("self", T), Arg("repeats", L)), dtypes=ALL_TYPES, rule=_repeat))
+declare(OpDecl("aten.unfold_copy.default", (Arg("self", T), Arg("dimension", I), Arg("size", I), Arg("step", I)),
+               dtypes=ALL_TYPES, rule=_unfold))
+for _name in ("amax", "amin"):  # the largest / smallest element; NaN wins
+    declare(OpDecl(f"aten.{_name}.default", (Arg("self", T), Arg("dim", L, default=()), Arg("keepdim", B, default=False)),
+                   dtypes=ALL_TYPES, rule=_stats))
+for _name in ("argmax", "argmin"):  # the first index of the largest / smallest (NaN counts as both)
+    declare(OpDecl(f"aten.{_name}.default", (Arg("self", T), optional("dim", I, None), Arg("keepdim", B, default=False)),
+                   dtypes=ALL_TYPES, rule=_stats))
+declare(OpDecl("aten.var.correction",  # sum((x - mean)^2) / max(0, N - correction), correction None is 1
+               (Arg("self", T), optional("dim", L, None), optional("correction", N, None), Arg("keepdim", B, default=False)),
+               dtypes=ALL_TYPES, rule=_stats))
+declare(OpDecl("aten.pixel_shuffle.default", (Arg("self", T), Arg("upscale_factor", I)), dtypes=ALL_TYPES,
+               rule=_pixel_shuffle))  # out[.., c, h*r + i, w*r + j] = self[.., c*r*r + i*r + j, h, w]
+declare(OpDecl("aten.hardtanh.default",  # min(max(x, min_val), max_val), NaN stays (relu6: 0, 6)
+               (Arg("self", T), Arg("min_val", N, default=-1.0), Arg("max_val", N, default=1.0)), rule=_hardtanh))
 declare(OpDecl("aten.leaky_relu.default", (Arg("self", T), Arg("negative_slope", N, default=0.01)),
                rule=_float_unary, glsl=LEAKY_RELU))
 declare(OpDecl("aten.hardshrink.default", (Arg("self", T), Arg("lambd", N, default=0.5)), rule=_float_unary,
