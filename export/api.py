@@ -21,7 +21,7 @@ from vkx.export.plan import MemoryPlan, plan_memory
 from vkx.export.quantize import quantize_module
 from vkx.export.target_executorch import for_executorch
 from vkx.export import torchao_import  # noqa: F401  (registers the rules for torchao-quantized weights)
-from vkx.export.trace import convert, convert_inputs, trace
+from vkx.export.trace import convert, convert_inputs, to_eval, trace
 from vkx.format import IOSpec, MethodSpec, WriteReport, write_methods
 from vkx.format.metadata import ProgramMetadata
 
@@ -123,7 +123,7 @@ def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
     if len(methods) > 1 and layout == "legacy":
         raise ExportError("several methods share their weights through named data; the legacy layout cannot")
     stages = _Stages(progress)
-    module.eval()
+    to_eval(module)
     stored = TARGETS[dtype]
     converted, _ = convert(module, (), stored)
     if quantize is not None:
