@@ -31,7 +31,7 @@ from vkx.format import contract
 from vkx.format.contract import Arg, ContractError, Kind
 from vkx.format.liveness import PREPACK  # the name by which the plan knows weights' dedicated memory
 from vkx.format.op_state import COPY, STATE
-from vkx.format.vkgraph import (Bool, Double, Int, IntList, MemoryLayout, Null, OperatorCall, StorageType, String,
+from vkx.format.vkgraph import (Bool, Double, DoubleList, Int, IntList, MemoryLayout, Null, OperatorCall, StorageType, String,
                                 Tensor, Value, ValueList, VkGraph)
 
 _NOT_TENSORS = (torch.dtype, torch.memory_format, torch.layout, torch.device)
@@ -262,6 +262,8 @@ class GraphBuilder:
             return self._add(ValueList(tuple(self.tensor(item) for item in value)))
         if kind is Kind.INTS and isinstance(value, (list, tuple)):
             return self.int_list(value)
+        if kind is Kind.DOUBLES and isinstance(value, (list, tuple)):
+            return self._add(DoubleList(tuple(float(x) for x in value)))
         if kind is Kind.BOOL and isinstance(value, bool):
             return self.bool(value)
         if kind is Kind.INT and isinstance(value, int) and not isinstance(value, bool):

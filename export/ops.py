@@ -333,6 +333,8 @@ ET_RULES: dict[Any, Rule] = {
     **{getattr(A, op).default: same(f"aten.{op}.default", prepare=_stat_dims) for op in ("amax", "amin")},
     **{getattr(A, op).default: same(f"aten.{op}.default", prepare=_stat_dim) for op in ("argmax", "argmin")},
     A.var.correction: same("aten.var.correction", prepare=_stat_dims),
+    A.upsample_nearest2d.vec: same("aten.upsample_nearest2d.vec"),
+    A.upsample_bilinear2d.vec: same("aten.upsample_bilinear2d.vec"),
 }
 """Ops ExecuTorch's Vulkan suite tests that vkx's own exports had no rule for (the `_copy` forms are
 what a program already through ExecuTorch's edge passes holds)."""
@@ -397,6 +399,7 @@ OUTPUT_CLONE = "aten.clone.default"
 KEPT_WHOLE = (
     A.linear.default, A.matmul.default, A.scaled_dot_product_attention.default, A.rms_norm.default,
     A.silu.default, A.max_pool2d.default, A.adaptive_avg_pool2d.default, A.hardswish.default, A.hardsigmoid.default,
+    A.upsample_nearest2d.vec, A.upsample_bilinear2d.vec,
 )
 """Ops that torch.export's default decompositions would break up but the contract keeps."""
 

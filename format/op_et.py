@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from . import dtypes
-from .contract import Arg, Call, OpDecl, Out, declare
+from .contract import Arg, Call, Kind, OpDecl, Out, declare
 from .op_rules import ALL_TYPES, B, I, L, N, T, broadcast, dim_index, optional, pool_shape, same_shape
 
 
@@ -226,6 +226,38 @@ def _hardtanh(call: Call) -> None:
     call.require(call["min_val"] <= call["max_val"], f"min_val {call['min_val']} is above max_val {call['max_val']}")
 
 
+def upsample_scales(call: Call) -> tuple[float, float]:
+    """The source step per output pixel (height, width) of upsample_*2d.vec, as torch computes it:
+    (in - 1) / (out - 1) with align_corners (0 for one output pixel), else 1 / scale_factor when
+    scale_factors are given, else in / out."""
+    x, out = call.tensor("input"), call.out
+    factors, corners = call["scale_factors"], call["align_corners"] if call.decl.has("align_corners") else False
+    steps = []
+    for d in (-2, -1):
+        n_in, n_out = x.shape[d], out.shape[d]
+        if corners:
+            steps.append((n_in - 1) / (n_out - 1) if n_out > 1 else 0.0)
+        elif factors is not None:
+            steps.append(1.0 / factors[d])
+        else:
+            steps.append(n_in / n_out)
+    return steps[0], steps[1]
+
+
+def _upsample(call: Call) -> None:
+    x = call.tensor("input")
+    call.require(len(x.shape) == 4 and x.dtype.is_float, f"input {x.dtype} {list(x.shape)} must be float [N, C, H, W]")
+    size, factors = call["output_size"], call["scale_factors"]
+    call.require((size is None) != (factors is None), "exactly one of output_size and scale_factors")
+    if size is not None:
+        call.require(len(size) == 2 and all(s > 0 for s in size), f"output_size {list(size)}")
+        want = list(size)
+    else:
+        call.require(len(factors) == 2 and all(f > 0 for f in factors), f"scale_factors {list(factors)}")
+        want = [math.floor(n * f) for n, f in zip(x.shape[2:], factors)]
+    call.expect_shape("the output", call.out.shape, [*x.shape[:2], *want])
+
+
 FUNCTIONS: dict[str, str] = {
     "log10": "log10(x) = ln(x) / ln(10); log10(0) = -inf, log10(x < 0) = NaN",
     "tan": "tan(x) = sin(x) / cos(x)",
@@ -295,6 +327,11 @@ declare(OpDecl("aten.pixel_shuffle.default", (Arg("self", T), Arg("upscale_facto
                rule=_pixel_shuffle))  # out[.., c, h*r + i, w*r + j] = self[.., c*r*r + i*r + j, h, w]
 declare(OpDecl("aten.hardtanh.default",  # min(max(x, min_val), max_val), NaN stays (relu6: 0, 6)
                (Arg("self", T), Arg("min_val", N, default=-1.0), Arg("max_val", N, default=1.0)), rule=_hardtanh))
+declare(OpDecl("aten.upsample_nearest2d.vec",  # out[y, x] = in[min(floor(y * step_h), H - 1), same for x]
+               (Arg("input", T), optional("output_size", L), optional("scale_factors", Kind.DOUBLES)), rule=_upsample))
+declare(OpDecl("aten.upsample_bilinear2d.vec",  # the 4 neighbours of source (y + 0.5) * step - 0.5 (corners: y * step)
+               (Arg("input", T), optional("output_size", L), Arg("align_corners", B),
+                optional("scale_factors", Kind.DOUBLES)), rule=_upsample))
 declare(OpDecl("aten.leaky_relu.default", (Arg("self", T), Arg("negative_slope", N, default=0.01)),
                rule=_float_unary, glsl=LEAKY_RELU))
 declare(OpDecl("aten.hardshrink.default", (Arg("self", T), Arg("lambd", N, default=0.5)), rule=_float_unary,

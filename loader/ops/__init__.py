@@ -153,7 +153,7 @@ def builds_family(family: str) -> Callable[[Builder], Builder]:
 
 
 _OP_MODULES = ("elementwise", "reduce", "shape", "matmul", "conv", "attention", "prepack", "quant", "models",
-               "executorch", "state", "layout", "functions")
+               "executorch", "state", "layout", "functions", "sampling")
 
 
 def lookup(name: str) -> Builder:
