@@ -20,7 +20,7 @@ from vkx.export.model_file import check_methods, method_module
 from vkx.export.plan import MemoryPlan, plan_memory
 from vkx.export.quantize import quantize_module
 from vkx.export.target_executorch import for_executorch
-from vkx.export.trace import convert, convert_inputs, trace
+from vkx.export.trace import convert, convert_inputs, to_eval, trace
 from vkx.format import IOSpec, MethodSpec, WriteReport, dtypes, write_methods
 from vkx.format.external import EXTERNAL_SUFFIXES
 from vkx.format.metadata import ProgramMetadata
@@ -122,7 +122,7 @@ def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
     if len(methods) > 1 and layout == "legacy":
         raise ExportError("several methods share their weights through named data; the legacy layout cannot")
     stages = _Stages(progress)
-    module.eval()
+    to_eval(module)
     stored = dtypes.DTYPE_CHOICES[dtype]
     converted, _ = convert(module, (), stored)
     if quantize is not None:

@@ -34,7 +34,7 @@ from vkx.format import contract, opset
 from vkx.format.contract import ContractError
 from vkx.format.liveness import PREPACK  # the name by which the plan knows weights' dedicated memory
 from vkx.format.op_state import COPY, STATE
-from vkx.format.vkgraph import (Bool, Double, Int, IntList, MemoryLayout, Null, OperatorCall, StorageType, String,
+from vkx.format.vkgraph import (Bool, Double, DoubleList, Int, IntList, MemoryLayout, Null, OperatorCall, StorageType, String,
                                 Tensor, Value, ValueList, VkGraph)
 
 @dataclass(frozen=True)
@@ -272,6 +272,9 @@ class Lowering(Operands):
 
     def int_list(self, items: Any) -> int:
         return self._add(IntList(tuple(int(i) for i in items)))
+
+    def double_list(self, items: Any) -> int:
+        return self._add(DoubleList(tuple(float(x) for x in items)))
 
     def new_tensor(self, fake: torch.Tensor) -> int:
         """A new non-constant tensor (memory planned later), in its device dtype (inputs and outputs stage in it)."""

@@ -66,6 +66,8 @@ class Operands:
             return self.value_list([self.tensor(item) for item in value])
         if kind is Kind.INTS and isinstance(value, (list, tuple)):
             return self.int_list(value)
+        if kind is Kind.DOUBLES and isinstance(value, (list, tuple)):
+            return self.double_list(value)
         if kind is Kind.BOOL and isinstance(value, bool):
             return self.bool(value)
         if kind is Kind.INT and isinstance(value, int) and not isinstance(value, bool):
@@ -101,6 +103,7 @@ class Operands:
     string: Callable[[str], int]
     null: Callable[[], int]
     int_list: Callable[[Any], int]
+    double_list: Callable[[Any], int]
     value_list: Callable[[list[int]], int]
     new_tensor: Callable[[torch.Tensor], int]
     """`new_tensor(fake)`: a new non-constant tensor in its device dtype."""

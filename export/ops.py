@@ -15,7 +15,7 @@ import torch
 from torch.fx import Node
 
 from vkx.export.operands import FORWARDED, Operands
-from vkx.format import op_decls, op_models, opset
+from vkx.format import op_decls, op_et, op_models, opset
 
 A = torch.ops.aten
 SLICE = "aten.slice_copy.Tensor"
@@ -239,6 +239,24 @@ def _dim(node: Node, values: Values) -> Values:
     return values
 
 
+def _unfold_dim(node: Node, values: Values) -> Values:
+    values["dimension"] = _positive(values["dimension"], max(len(shape(values["self"])), 1))
+    return values
+
+
+def _stat_dims(node: Node, values: Values) -> Values:
+    """Positive dims, sorted (None and [] both mean every dim)."""
+    rank = len(shape(values["self"]))
+    values["dim"] = sorted(_positive(d, rank) for d in values["dim"] or ())
+    return values
+
+
+def _stat_dim(node: Node, values: Values) -> Values:
+    if values["dim"] is not None:
+        values["dim"] = _positive(values["dim"], max(len(shape(values["self"])), 1))
+    return values
+
+
 def _cumsum_dim(node: Node, values: Values) -> Values:
     values = _dim(node, values)
     values["dtype"] = None  # the output's dtype says it
@@ -294,6 +312,31 @@ MODEL_RULES: dict[Any, Rule] = {
 """Comparisons, masks, selection and casts; each elementwise family is derived from its table."""
 
 
+# ---- the ops of ExecuTorch's Vulkan op suite (vkx.format.op_et) ---------------------------
+
+ET_RULES: dict[Any, Rule] = {
+    A.leaky_relu.default: same("aten.leaky_relu.default"),
+    A.round.default: same("aten.round.default"),
+    A.max_pool2d_with_indices.default: same("aten.max_pool2d_with_indices.default", prepare=_pool_lists),
+    A.constant_pad_nd.default: same("aten.constant_pad_nd.default"),
+    A.view_copy.default: Rule(_view),
+    A.permute_copy.default: same("aten.permute_copy.default", prepare=_permute_dims),
+    A.slice_copy.Tensor: same(SLICE, prepare=_slice_bounds),
+    A.select_copy.int: Rule(_select),
+    A.repeat.default: same("aten.repeat.default"),
+    A.unfold.default: same("aten.unfold_copy.default", prepare=_unfold_dim),
+    A.unfold_copy.default: same("aten.unfold_copy.default", prepare=_unfold_dim),
+    **{getattr(A, op).default: same(f"aten.{op}.default") for op in op_et.FUNCTIONS},
+    **{getattr(A, op).default: same(f"aten.{op}.default", prepare=_stat_dims) for op in ("amax", "amin")},
+    **{getattr(A, op).default: same(f"aten.{op}.default", prepare=_stat_dim) for op in ("argmax", "argmin")},
+    A.var.correction: same("aten.var.correction", prepare=_stat_dims),
+    A.upsample_nearest2d.vec: same("aten.upsample_nearest2d.vec"),
+    A.upsample_bilinear2d.vec: same("aten.upsample_bilinear2d.vec"),
+}
+"""Ops ExecuTorch's Vulkan suite tests that vkx's own exports had no rule for (the `_copy` forms are
+what a program already through ExecuTorch's edge passes holds)."""
+
+
 def _nothing(b: Operands, node: Node) -> None:
     """Forwarded or ignored: the builder resolves uses of this node to its input."""
 
@@ -341,6 +384,7 @@ OP_RULES: dict[Any, Rule] = {
     **{op: Rule(_nothing) for op in FORWARDED},
     A._assert_tensor_metadata.default: Rule(_nothing),
     **MODEL_RULES,
+    **ET_RULES,
 }
 
 OUTPUT_CLONE = "aten.clone.default"
@@ -349,6 +393,7 @@ OUTPUT_CLONE = "aten.clone.default"
 KEPT_WHOLE = (
     A.linear.default, A.matmul.default, A.scaled_dot_product_attention.default, A.rms_norm.default,
     A.silu.default, A.max_pool2d.default, A.adaptive_avg_pool2d.default, A.hardswish.default, A.hardsigmoid.default,
+    A.upsample_nearest2d.vec, A.upsample_bilinear2d.vec,
 )
 """Ops that torch.export's default decompositions would break up but the contract keeps."""
 

@@ -67,9 +67,20 @@ def convert(module: nn.Module, inputs: tuple[torch.Tensor, ...],
         return tree(module), inputs
 
 
+def to_eval(module: torch.nn.Module) -> None:
+    """Put `module` in eval mode; ExportError for a module that has none (a PT2E-quantized
+    GraphModule: torchao's convert_pt2e output refuses eval())."""
+    try:
+        module.eval()
+    except NotImplementedError:
+        raise ExportError(f"{type(module).__name__} is a PT2E-quantized graph (torchao convert_pt2e), which vkx "
+                          "does not export: export the float module with quantize='int8' or 'int4', or lower the "
+                          "PT2E graph with ExecuTorch's VulkanPartitioner and run that .pte on vkx") from None
+
+
 def trace(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...]) -> ExportedProgram:
     """Export `module` (put in eval mode) with static shapes and decompose to contract-sized ops."""
-    module.eval()
+    to_eval(module)
     try:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # torch.export's own deprecations

@@ -32,7 +32,7 @@ class ConstantUses(Operands):
         """What this pass hands out for every value: none."""
         return -1
 
-    constant = int = double = bool = string = null = int_list = value_list = no_value
+    constant = int = double = bool = string = null = int_list = double_list = value_list = no_value
     new_tensor = outputs = value_of = list_item = no_value
 
     def emit(self, name: str, args: list[int]) -> None:

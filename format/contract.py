@@ -43,6 +43,7 @@ class Kind(Enum):
     NUMBER = "Int or Double"
     BOOL = "Bool"
     INTS = "IntList"
+    DOUBLES = "DoubleList"
     STRING = "String"
     SCALAR_OR_TENSOR = "Tensor or number"
 
@@ -269,6 +270,10 @@ def _convert(a: Arg, vid: int, v: g.Value, values: Sequence[g.Value], node: str,
                     raise ContractError(f"{node}: {a.name} must be a list of Ints")
                 out.append(int(iv.value))
             return tuple(out)
+        raise bad()
+    if k is Kind.DOUBLES:
+        if isinstance(v, g.DoubleList):
+            return tuple(float(x) for x in v.items)
         raise bad()
     raise AssertionError(k)
 

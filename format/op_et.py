@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from . import dtypes
-from .contract import Arg, Call, OpDecl, Out
+from .contract import Arg, Call, Kind, OpDecl, Out
 from .op_rules import ALL_TYPES, B, I, L, N, T, broadcast, dim_index, optional, pool_shape, same_shape
 
 DECLS: list[OpDecl] = []
@@ -167,6 +167,108 @@ def _float_unary(call: Call) -> None:
     same_shape(call)
 
 
+def _repeat(call: Call) -> None:
+    src, repeats = call.tensor("self"), list(call["repeats"])
+    call.require(len(repeats) >= len(src.shape) and all(r >= 0 for r in repeats),
+                 f"repeats {repeats} for {len(src.shape)} dims")
+    padded = [1] * (len(repeats) - len(src.shape)) + list(src.shape)
+    call.expect_shape("the output", call.out.shape, [s * r for s, r in zip(padded, repeats)])
+
+
+def unfold_windows(call: Call) -> int:
+    """How many windows unfold_copy takes along `dimension`."""
+    src = call.tensor("self")
+    dim = dim_index(call, call["dimension"], len(src.shape))
+    length = src.shape[dim] if src.shape else 1
+    size, step = call["size"], call["step"]
+    call.require(step > 0 and 0 <= size <= length, f"size {size} and step {step} for a dim of {length}")
+    return (length - size) // step + 1
+
+
+def _unfold(call: Call) -> None:
+    src = call.tensor("self")
+    want = list(src.shape)
+    if want:
+        want[dim_index(call, call["dimension"], len(want))] = unfold_windows(call)
+    else:
+        unfold_windows(call)
+        want = [1]
+    call.expect_shape("the output", call.out.shape, [*want, call["size"]])
+
+
+def _stats(call: Call) -> None:
+    """amax/amin/var over the dims `dim` lists (none: every dim); argmax/argmin over one dim (None:
+    the flattened tensor), an int32 index out."""
+    src = call.tensor("self")
+    call.require(src.dtype.is_float, f"{src.dtype} input: floats only")
+    rank = len(src.shape)
+    dims = call["dim"]
+    if call.decl.arg("dim").kind is I:
+        reduced = set(range(rank)) if dims is None else {dim_index(call, dims, rank)}
+        call.require(call.out.dtype is dtypes.INT32, f"the output is {call.out.dtype}, an index is int32 on the device")
+        call.require(math.prod(src.shape) > 0, "the index of an extreme of no elements")
+    else:
+        reduced = set(range(rank)) if not dims else {dim_index(call, d, rank) for d in dims}
+        call.require(call.out.dtype.is_float, f"the output is {call.out.dtype}, the op gives floats")
+    if call["keepdim"]:
+        want = [1 if d in reduced else s for d, s in enumerate(src.shape)]
+    else:
+        want = [s for d, s in enumerate(src.shape) if d not in reduced]
+    call.expect_shape("the output", call.out.shape, want)
+
+
+def _pixel_shuffle(call: Call) -> None:
+    src, r = call.tensor("self"), call["upscale_factor"]
+    call.require(len(src.shape) >= 3 and r > 0 and src.shape[-3] % (r * r) == 0,
+                 f"upscale_factor {r} for {list(src.shape)}")
+    *lead, c, h, w = src.shape
+    call.expect_shape("the output", call.out.shape, [*lead, c // (r * r), h * r, w * r])
+
+
+def _hardtanh(call: Call) -> None:
+    _float_unary(call)
+    call.require(call["min_val"] <= call["max_val"], f"min_val {call['min_val']} is above max_val {call['max_val']}")
+
+
+def upsample_scales(call: Call) -> tuple[float, float]:
+    """The source step per output pixel (height, width) of upsample_*2d.vec, as torch computes it:
+    (in - 1) / (out - 1) with align_corners (0 for one output pixel), else 1 / scale_factor when
+    scale_factors are given, else in / out."""
+    x, out = call.tensor("input"), call.out
+    factors, corners = call["scale_factors"], call["align_corners"] if call.decl.has("align_corners") else False
+    steps = []
+    for d in (-2, -1):
+        n_in, n_out = x.shape[d], out.shape[d]
+        if corners:
+            steps.append((n_in - 1) / (n_out - 1) if n_out > 1 else 0.0)
+        elif factors is not None:
+            steps.append(1.0 / factors[d])
+        else:
+            steps.append(n_in / n_out)
+    return steps[0], steps[1]
+
+
+def _upsample(call: Call) -> None:
+    x = call.tensor("input")
+    call.require(len(x.shape) == 4 and x.dtype.is_float, f"input {x.dtype} {list(x.shape)} must be float [N, C, H, W]")
+    size, factors = call["output_size"], call["scale_factors"]
+    call.require((size is None) != (factors is None), "exactly one of output_size and scale_factors")
+    if size is not None:
+        call.require(len(size) == 2 and all(s > 0 for s in size), f"output_size {list(size)}")
+        want = list(size)
+    else:
+        call.require(len(factors) == 2 and all(f > 0 for f in factors), f"scale_factors {list(factors)}")
+        want = [math.floor(n * f) for n, f in zip(x.shape[2:], factors)]
+    call.expect_shape("the output", call.out.shape, [*x.shape[:2], *want])
+
+
+FUNCTIONS: dict[str, str] = {
+    "log10": "log10(x) = ln(x) / ln(10); log10(0) = -inf, log10(x < 0) = NaN",
+    "tan": "tan(x) = sin(x) / cos(x)",
+}
+"""Unary float functions `aten.<name>.default(self)` by their math (the loader's builders say how
+each is computed)."""
+
 UNARY: dict[str, str] = {
     "round": "round(x)",
 }
@@ -211,6 +313,29 @@ declare(OpDecl("aten.constant_pad_nd.default", (Arg("self", T), Arg("pad", L), A
                dtypes=ALL_TYPES, rule=_pad))
 for _name, _math in UNARY.items():
     declare(OpDecl(f"aten.{_name}.default", (Arg("self", T),), rule=_float_unary, family="unary", math=_math))
+for _name in FUNCTIONS:
+    declare(OpDecl(f"aten.{_name}.default", (Arg("self", T),), rule=_float_unary))
+declare(OpDecl("aten.repeat.default", (Arg("self", T), Arg("repeats", L)), dtypes=ALL_TYPES, rule=_repeat))
+declare(OpDecl("aten.unfold_copy.default", (Arg("self", T), Arg("dimension", I), Arg("size", I), Arg("step", I)),
+               dtypes=ALL_TYPES, rule=_unfold))
+for _name in ("amax", "amin"):  # the largest / smallest element; NaN wins
+    declare(OpDecl(f"aten.{_name}.default", (Arg("self", T), Arg("dim", L, default=()), Arg("keepdim", B, default=False)),
+                   dtypes=ALL_TYPES, rule=_stats))
+for _name in ("argmax", "argmin"):  # the first index of the largest / smallest (NaN counts as both)
+    declare(OpDecl(f"aten.{_name}.default", (Arg("self", T), optional("dim", I, None), Arg("keepdim", B, default=False)),
+                   dtypes=ALL_TYPES, rule=_stats))
+declare(OpDecl("aten.var.correction",  # sum((x - mean)^2) / max(0, N - correction), correction None is 1
+               (Arg("self", T), optional("dim", L, None), optional("correction", N, None), Arg("keepdim", B, default=False)),
+               dtypes=ALL_TYPES, rule=_stats))
+declare(OpDecl("aten.pixel_shuffle.default", (Arg("self", T), Arg("upscale_factor", I)), dtypes=ALL_TYPES,
+               rule=_pixel_shuffle))  # out[.., c, h*r + i, w*r + j] = self[.., c*r*r + i*r + j, h, w]
+declare(OpDecl("aten.hardtanh.default",  # min(max(x, min_val), max_val), NaN stays (relu6: 0, 6)
+               (Arg("self", T), Arg("min_val", N, default=-1.0), Arg("max_val", N, default=1.0)), rule=_hardtanh))
+declare(OpDecl("aten.upsample_nearest2d.vec",  # out[y, x] = in[min(floor(y * step_h), H - 1), same for x]
+               (Arg("input", T), optional("output_size", L), optional("scale_factors", Kind.DOUBLES)), rule=_upsample))
+declare(OpDecl("aten.upsample_bilinear2d.vec",  # the 4 neighbours of source (y + 0.5) * step - 0.5 (corners: y * step)
+               (Arg("input", T), optional("output_size", L), Arg("align_corners", B),
+                optional("scale_factors", Kind.DOUBLES)), rule=_upsample))
 declare(OpDecl("aten.leaky_relu.default", (Arg("self", T), Arg("negative_slope", N, default=0.01)),
                rule=_float_unary, math=LEAKY_RELU))
 declare(OpDecl("aten.hardshrink.default", (Arg("self", T), Arg("lambd", N, default=0.5)), rule=_float_unary,

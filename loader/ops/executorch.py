@@ -90,6 +90,13 @@ def unary_with_argument(builder: OpBuilder, call: Call) -> None:
     unary(builder, call, op_glsl(call, UNARY_GLSL), float(call[call.decl.args[1].name]))
 
 
+@builds("aten.hardtanh.default")
+def hardtanh(builder: OpBuilder, call: Call) -> None:
+    """min(max(x, min_val), max_val), NaN kept (ExecuTorch's relu6)."""
+    lo, hi = float(call["min_val"]), float(call["max_val"])
+    unary(builder, call, f"mix(min(max(x, T({lo!r})), T({hi!r})), x, isnan(x))")
+
+
 @builds("et_vk.rms_norm.default")
 def et_rms_norm(builder: OpBuilder, call: Call) -> None:
     """Over the last dim, by weight [D] (ExecuTorch's reference: fp32 math, the input's dtype out)."""

@@ -1,4 +1,5 @@
-"""Reductions and normalisations: softmax, log-softmax, layer/RMS/batch norm, sum, mean.
+"""Reductions and normalisations: softmax, log-softmax, layer/RMS/batch norm, sum, mean; amax, amin,
+argmax, argmin and var (shaders/reduce_stats.comp, one invocation per output).
 
 Row-wise ops (softmax, layer norm, RMS norm; attention's softmax too) share
 shaders/rows.glslh: a row of at least ROW_MIN elements is one workgroup's, its
@@ -139,22 +140,24 @@ def batch_norm_no_training(builder: OpBuilder, call: Call) -> None:
         builder.dispatch("batch_norm", [xb, yb, rmean, rvar, w, b], push, dispatch_groups(count), defines)
 
 
-@builds("aten.mean.dim", "aten.sum.dim_IntList")
-def reduce_dims(builder: OpBuilder, call: Call) -> None:
-    """Sum or mean over `dim` (None or empty: every dim); the output's dtype is `dtype`'s."""
-    src, out = call.tensor("self"), call.out
-    shape = tuple(src.shape)
-    ndim = len(shape)
+def _reduced_dims(call: Call, shape: tuple[int, ...]) -> set[int]:
+    """The dims `dim` names (None or empty: every dim)."""
     dims = call["dim"]
-    reduced = set(range(ndim)) if not dims else {normalize_dim(d, ndim) for d in dims}
-    if out.numel == 0:
-        return
+    if isinstance(dims, int):
+        dims = [dims]
+    return set(range(len(shape))) if not dims else {normalize_dim(d, len(shape)) for d in dims}
+
+
+def _walk(builder: OpBuilder, src: TensorArg, out: TensorArg, reduced: set[int]) -> tuple[int, bytes]:
+    """(count, tables): the reduced elements per output, and the ksize/kstride/rsize/rstride
+    tables of reduce_dims.comp and reduce_stats.comp (runs of adjacent kept or reduced dims
+    merged, size-1 dims dropped) after their leading words n_out, nk, nr."""
+    shape = tuple(src.shape)
     strides = contiguous_strides(shape)
-    # Runs of adjacent kept / reduced dims merge; size-1 dims drop out.
     kept: list[list[int]] = []     # [size, stride]
     red: list[list[int]] = []
     last_kind = None
-    for d in range(ndim):
+    for d in range(len(shape)):
         size = shape[d]
         if size == 1:
             continue
@@ -174,11 +177,40 @@ def reduce_dims(builder: OpBuilder, call: Call) -> None:
     for t in (src, out):
         if t.nbytes > builder.max_binding_bytes:
             raise UnsupportedOpError(f"reduction of a tensor {t.shape} larger than one storage binding")
-    push = struct.pack("<4I24I", out.numel, len(kept), len(red), count,
-                       *pad_dims([s for s, _ in kept]), *pad_dims([st for _, st in kept]),
-                       *pad_dims([s for s, _ in red]), *pad_dims([st for _, st in red]))
+    head = struct.pack("<3I", out.numel, len(kept), len(red))
+    tables = struct.pack("<24I", *pad_dims([s for s, _ in kept]), *pad_dims([st for _, st in kept]),
+                         *pad_dims([s for s, _ in red]), *pad_dims([st for _, st in red]))
+    return count, head, tables
+
+
+@builds("aten.mean.dim", "aten.sum.dim_IntList")
+def reduce_dims(builder: OpBuilder, call: Call) -> None:
+    """Sum or mean over `dim` (None or empty: every dim); the output's dtype is `dtype`'s."""
+    src, out = call.tensor("self"), call.out
+    if out.numel == 0:
+        return
+    count, head, tables = _walk(builder, src, out, _reduced_dims(call, tuple(src.shape)))
     defines = _types(("X", "x", src), ("Y", "y", out))
     if call.decl.name == "aten.mean.dim":
         defines["MEAN"] = "1"
     groups, wg = row_dispatch(builder, out.numel, count)
-    builder.dispatch("reduce_dims", [src, out], push, groups, {**defines, **wg})
+    builder.dispatch("reduce_dims", [src, out], head + struct.pack("<I", count) + tables, groups, {**defines, **wg})
+
+
+STATS = {"aten.amax.default": "MAX", "aten.amin.default": "MIN", "aten.argmax.default": "ARGMAX",
+         "aten.argmin.default": "ARGMIN", "aten.var.correction": "VAR"}
+"""The op kind reduce_stats.comp computes for each op."""
+
+
+@builds(*STATS)
+def reduce_stats(builder: OpBuilder, call: Call) -> None:
+    """amax/amin (NaN wins), argmax/argmin (the first extreme's index over the reduced dims; every
+    dim when `dim` is None), var (correction None is 1) over `dim`, one invocation per output."""
+    src, out = call.tensor("self"), call.out
+    if out.numel == 0:
+        return
+    count, head, tables = _walk(builder, src, out, _reduced_dims(call, tuple(src.shape)))
+    correction = call["correction"] if call.decl.has("correction") else None
+    push = head + struct.pack("<If", count, 1.0 if correction is None else float(correction)) + tables
+    defines = {**_types(("X", "x", src), ("Y", "y", out)), STATS[call.decl.name]: "1"}
+    builder.dispatch("reduce_stats", [src, out], push, dispatch_groups(out.numel), defines)

@@ -189,3 +189,17 @@ def test_a_float_scalar_past_float32_is_refused(tmp_path):
 def test_unsupported_dtypes_are_named(tmp_path):
     with pytest.raises(UnsupportedOpsError, match=r"aten.mul.Tensor \(dtype torch.int16 is not supported\)"):
         vkx.export_model(Fn(lambda m, ids: ids * 2), (torch.tensor([1, 2], dtype=torch.int16),), tmp_path / "m.pte")
+
+
+def test_pt2e_quantized_module_is_refused_in_one_line(tmp_path):
+    """torchao's convert_pt2e output refuses eval(): one ExportError, nothing written."""
+    pytest.importorskip("torchao")
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
+    from et_quant_models import build, example
+    module = build("et_pt2e_q8_mlp")
+    out = tmp_path / "q.pte"
+    with pytest.raises(ExportError, match="PT2E-quantized graph") as info:
+        vkx.export_model(module, (example("et_pt2e_q8_mlp"),), str(out))
+    assert "\n" not in str(info.value) and not out.exists()

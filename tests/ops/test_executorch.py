@@ -293,3 +293,20 @@ def test_unary(op, extra, n, dtype):
     want = UNARY[(op, extra)](x)
     got = run_graph(f"aten.{op}.default", [x, *extra], ((n,), dtype))
     assert_close_in(got, want, dtype, each=True)
+
+
+@pytest.mark.parametrize("shape,r", [((2, 4, 3, 5), 2), ((9, 2, 3), 3)])
+@by_dtype
+def test_pixel_shuffle(shape, r, dtype):
+    x = rand_of(shape, 11, dtype)
+    want = F.pixel_shuffle(x.float() if dtype == torch.bool else x, r).to(dtype)
+    _equal(run_graph("aten.pixel_shuffle.default", [x, r], (tuple(want.shape), dtype)), want)
+
+
+@by_float
+def test_hardtanh(dtype):
+    x = rand(4, 9, seed=12, dtype=dtype, scale=2.0)
+    x[0, 0] = float("nan")
+    got = run_graph("aten.hardtanh.default", [x, -0.5, 0.75], ((4, 9), dtype))
+    want = F.hardtanh(x, -0.5, 0.75)
+    assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.nan_to_num(), want.nan_to_num())

@@ -38,6 +38,10 @@ CASES = {
     "where": (lambda m, x: torch.where(x > 0.125, x, x * 0.5), {0.125, 0.5}),
     "int_lt": (lambda m, x: (x * 4).to(torch.int32) < 2.5, {2.5}),
     "int_mul": (lambda m, x: (x * 4).to(torch.int32) * 0.5, {0.5}),
+    "leaky_relu": (lambda m, x: F.leaky_relu(x, 0.125), {0.125}),
+    "constant_pad_nd": (lambda m, x: F.pad(x, (1, 2), value=-0.375), {-0.375}),
+    "var": (lambda m, x: x.var(-1, correction=0.5), {0.5}),
+    "hardtanh": (lambda m, x: F.hardtanh(x, -0.625, 0.875), {-0.625, 0.875}),
 }
 
 
