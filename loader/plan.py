@@ -26,6 +26,7 @@ from vkx.loader.errors import (BadProgramError, FileError, InputError, LoadError
                                UnsupportedOpError, as_load_error)
 from vkx.loader.kernels import Kernel, Refused, bind, op_name, static_value, torch_dtype
 from vkx.loader.program import load_source
+from vkx.loader.report import MemoryReport
 from vkx.loader.runner import Closes, Program
 
 PLAN = 0
@@ -272,7 +273,7 @@ class PlanProgram(Closes):
 
     # -- memory ----------------------------------------------------------------------
     @property
-    def memory(self) -> dict:
+    def memory(self) -> MemoryReport:
         """Each delegate's `Program.memory`, and totals as one sequential load sees them."""
         each = [p.memory for p in self.delegates.values()]
         first = each[0] if each else {}
@@ -281,7 +282,8 @@ class PlanProgram(Closes):
             peak_total = max(peak_total, resident + m["ledger"]["peak_total"])
             resident += m["ledger"]["total"]
         w = self.weight_bytes
-        return {"schedule": first.get("schedule"), "upload": first.get("upload"), "device": first.get("device"),
+        return MemoryReport({"schedule": first.get("schedule"), "upload": first.get("upload"),
+                             "device": first.get("device"),
                 "weight_bytes": w,
                 "copies_per_weight_byte": sum(m["copies_per_weight_byte"] * m["weight_bytes"] for m in each) / w if w else 0.0,
                 "ledger": {"peak": {k: sum(m["ledger"]["peak"].get(k, 0) for m in each)
@@ -289,7 +291,7 @@ class PlanProgram(Closes):
                            "peak_total": peak_total, "total": resident},
                 "phases": [{**ph, "name": f"delegate {di}: {ph['name']}"}
                            for di, m in zip(self.delegates, each) for ph in m["phases"]],
-                "delegates": each}
+                "delegates": each})
 
     # -- lifetime -----------------------------------------------------------------------
     def close(self) -> None:

@@ -16,10 +16,11 @@ is bound to those file pages; no device memory, no copy, and the file stays mapp
 until `Program.close()` (after the device memory is freed). Other weights fall back
 one by one; upload="import" refuses instead (`ImportRefusedError`).
 
-lazy (the seed's order) runs the stages as listed: peak W + max(A, S). eager
+lazy (the seed's order) runs the stages as listed: peak W + A + IO + state. eager
 (the old order, for comparison) allocates every weight and every activation
 first, copies each weight through a full-size staging buffer, and keeps the
-host copies until the end: peak 2W + A + w.
+host copies until the end: peak 2W + A + IO + w + state (format/describe.py
+spells both; docs/memory.md).
 """
 from __future__ import annotations
 
