@@ -22,6 +22,7 @@ import numpy as np
 from vkx.format import dtypes, vkgraph as g
 from vkx.loader.errors import InputError, LoadError
 from vkx.loader.ports import Port, bf16_values, host_array
+from vkx.loader.report import MemoryReport
 
 
 class TensorSpec(tuple):
@@ -275,17 +276,17 @@ class Method(Closes):
 
     # -- memory ----------------------------------------------------------------------
     @property
-    def memory(self) -> dict:
+    def memory(self) -> MemoryReport:
         """The load's memory report: schedule, upload, weight bytes and paths, the ledger, the heap
-        budget (None once closed) and the phases (docs/memory.md)."""
-        return {"schedule": self.schedule, "upload": self.upload,
+        budget (None once closed) and the phases (docs/memory.md); `print()` it for the tables."""
+        return MemoryReport({"schedule": self.schedule, "upload": self.upload,
                 "device": self.device.name,
                 "weight_bytes": self.weight_bytes,
                 "copies_per_weight_byte": self.copies_per_weight_byte,
                 "weight_paths": dict(self.weight_paths),
                 "ledger": self.ledger.snapshot(),
                 "heap_budget": self.device.heap_budget() if not self.closed else None,
-                "phases": self.timeline.as_list()}
+                "phases": self.timeline.as_list()})
 
     # -- lifetime -----------------------------------------------------------------------
     def close(self) -> None:

@@ -27,6 +27,7 @@ from vkx.loader.errors import (BadProgramError, FileError, InputError, LoadError
                                UnsupportedOpError, as_load_error)
 from vkx.loader.kernels import Kernel, Refused, bind, op_name, static_value, torch_dtype
 from vkx.loader.method import Closes, Method
+from vkx.loader.report import MemoryReport
 from vkx.loader.stages import load_source
 
 PLAN = 0
@@ -255,7 +256,7 @@ class PlanMethod(Closes):
 
     # -- memory ----------------------------------------------------------------------
     @property
-    def memory(self) -> dict:
+    def memory(self) -> MemoryReport:
         """Each delegate's `Method.memory`, and totals as one sequential load sees them."""
         each = [p.memory for p in self.delegates.values()]
         first = each[0] if each else {}
@@ -264,7 +265,8 @@ class PlanMethod(Closes):
             peak_total = max(peak_total, resident + m["ledger"]["peak_total"])
             resident += m["ledger"]["total"]
         w = self.weight_bytes
-        return {"schedule": first.get("schedule"), "upload": first.get("upload"), "device": first.get("device"),
+        return MemoryReport({"schedule": first.get("schedule"), "upload": first.get("upload"),
+                             "device": first.get("device"),
                 "weight_bytes": w,
                 "copies_per_weight_byte": sum(m["copies_per_weight_byte"] * m["weight_bytes"] for m in each) / w if w else 0.0,
                 "ledger": {"peak": {k: sum(m["ledger"]["peak"].get(k, 0) for m in each)
@@ -272,7 +274,7 @@ class PlanMethod(Closes):
                            "peak_total": peak_total, "total": resident},
                 "phases": [{**ph, "name": f"delegate {di}: {ph['name']}"}
                            for di, m in zip(self.delegates, each) for ph in m["phases"]],
-                "delegates": each}
+                "delegates": each})
 
     # -- lifetime -----------------------------------------------------------------------
     def close(self) -> None:

@@ -15,16 +15,16 @@ and state"). `Resources`
 owns every Vulkan object the stages create, so a failure at any point releases
 all of it (the ledger goes back to zero).
 
-Weights used in place: with upload="import" (or "auto" on an integrated or CPU
-device) a weight whose file range the device can import (VK_EXT_external_memory_host)
-is bound to those file pages; no device memory, no copy, and the file stays mapped
-until the program closes (after the device memory is freed). Other weights fall back
-one by one; upload="import" refuses instead (`ImportRefusedError`).
+Weights used in place: with upload="import" a weight whose file range the device can import
+(VK_EXT_external_memory_host) is bound to those file pages; no device memory, no copy, and the
+file stays mapped until the program closes (after the device memory is freed); a file changed
+under it is an error at the next call (docs/safety.md). "auto" always copies. Other weights fall
+back one by one; upload="import" refuses instead (`ImportRefusedError`).
 
-lazy runs the stages as listed: peak W + max(A, S). eager
-(the old order, for comparison) allocates every weight and every activation
-first, copies each weight through a full-size staging buffer, and keeps the
-host copies until the end: peak 2W + A + w.
+lazy runs the stages as listed: peak W + A + IO + state. eager (the old order, for comparison)
+allocates every weight and every activation first, copies each weight through a full-size
+staging buffer, and keeps the host copies until the end: peak 2W + A + IO + w + state
+(format/describe.py spells both; docs/memory.md).
 """
 from __future__ import annotations
 

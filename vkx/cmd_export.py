@@ -27,7 +27,7 @@ from vkx.format.errors import VkxError
 if TYPE_CHECKING:
     from vkx.export import ExportReport
 
-SCHEMA = "vkx.export/1"
+SCHEMA = "vkx.export/2"
 
 
 class Layout(str, Enum):
@@ -204,67 +204,75 @@ def export(
     force: bool = typer.Option(False, "--force", help="Replace an --external-data file that the output .pte was "
                                                       "not written with."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print one line instead of the progress display."),
-    json_out: bool = typer.Option(False, "--json", help="Print the report as one JSON object (schema vkx.export/1)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as one JSON object (schema vkx.export/2)."),
     verbose: bool = typer.Option(False, "--verbose", "-v",
                                  help="On failure, show the model code's traceback and torch's own messages."),
 ) -> None:
     """Export MODEL to a Vulkan .pte (ExecuTorch 1.5.1 compatible). MODEL is a Python file whose get_model()
     returns (module, example_inputs), or a Hugging Face causal LM folder (config.json, safetensors weights or
     none for random ones), exported as methods prefill and decode with a KV cache."""
+    started = time.perf_counter()  # the total includes importing torch: the user waits for it too
     folder = _is_folder(model, weights, (max_seq_len, prefill_len))
     output = _check_paths(model, output, external_data, weights, layout, alignment, quantize, group_size, folder,
                           force)
     existing = [str(p) for p in (output, external_data) if p is not None and p.exists()]
-    from vkx.export import export_model, load_model_file, load_weights
-
-    if folder:
-        with _quiet_torch(verbose):  # transformers warns about configs on stderr
-            from vkx.export.hf import check_lengths, checkpoint_files, read_folder
-            max_seq_len, prefill_len = check_lengths(model, max_seq_len, prefill_len)
-            if external_data is not None:
-                checkpoint_files(read_folder(model), external_data)  # its errors before the progress display
     bars = Progress(SpinnerColumn(), TextColumn("{task.description:<13}"), BarColumn(), _Bytes(),
                     TimeElapsedColumn(), console=console, disable=quiet or json_out)
-    started = time.perf_counter()
     try:
         with bars:
-            display = _Display(bars)
-            display.stage("load")
-            options = dict(layout=layout.value, external_data=external_data, dtype=dtype, alignment=alignment,
-                           quantize=quantize.value if quantize else None, group_size=group_size, progress=display)
-            if folder:
-                with _quiet_torch(verbose):
-                    from vkx.export.hf import export_folder
-                    report = export_folder(model, output, max_seq_len=max_seq_len, prefill_len=prefill_len,
-                                           target=target.value, **options)
-            else:
-                module, example_inputs = load_model_file(model)
-                if weights is not None:
-                    load_weights(module, weights)
-                with _quiet_torch(verbose):
-                    report = export_model(module, example_inputs, output, target=target.value, **options)
-            display.done()
+            try:
+                display = _Display(bars)
+                display.stage("import torch")  # seconds of its own: shown, and counted in the total
+                t0 = time.perf_counter()
+                with _quiet_torch(verbose):  # transformers warns about configs on stderr
+                    from vkx.export import export_model, load_model_file, load_weights
+                    if folder:
+                        from vkx.export.hf import check_lengths, checkpoint_files, export_folder, read_folder
+                        max_seq_len, prefill_len = check_lengths(model, max_seq_len, prefill_len)
+                        if external_data is not None:
+                            checkpoint_files(read_folder(model), external_data)
+                import_seconds = time.perf_counter() - t0
+                display.stage("load")
+                options = dict(layout=layout.value, external_data=external_data, dtype=dtype, alignment=alignment,
+                               quantize=quantize.value if quantize else None, group_size=group_size,
+                               progress=display)
+                if folder:
+                    with _quiet_torch(verbose):
+                        report = export_folder(model, output, max_seq_len=max_seq_len, prefill_len=prefill_len,
+                                               target=target.value, **options)
+                else:
+                    module, example_inputs = load_model_file(model)
+                    if weights is not None:
+                        load_weights(module, weights)
+                    with _quiet_torch(verbose):
+                        report = export_model(module, example_inputs, output, target=target.value, **options)
+                display.done()
+            except BaseException:
+                bars.live.transient = True  # a failed export leaves no progress rows: its error line says it
+                raise
     except VkxError as error:
         if verbose:
             _print_user_traceback(error, model)
         fail(str(error))
     seconds = time.perf_counter() - started
     replaced = [p for p in existing if p in (report.path, report.external_path)]  # not a referenced checkpoint
-    print(json.dumps(as_json(report, seconds, replaced)) if json_out else summary(report, seconds, replaced))
+    stage_seconds = {"import": import_seconds, **report.seconds}
+    print(json.dumps(as_json(report, stage_seconds, seconds, replaced)) if json_out
+          else summary(report, seconds, replaced))
 
 
-def as_json(report: ExportReport, seconds: float, replaced: list[str]) -> dict:
-    """The report for scripts (schema vkx.export/1): sizes in bytes, times in seconds."""
+def as_json(report: ExportReport, stage_seconds: dict[str, float], seconds: float, replaced: list[str]) -> dict:
+    """The report for scripts (schema vkx.export/2): sizes in bytes, times in seconds."""
     memory = report.memory
     return {"schema": SCHEMA, "path": report.path, "replaced": replaced,
             "external_path": report.external_path, "file_bytes": report.file_bytes,
             "external_bytes": report.external_bytes, "constant_bytes": report.constant_bytes,
-            "constants": report.constants, "distinct_constants": report.distinct_constants,
+            "constants": report.distinct_constants, "constant_references": report.constants,
             "operators": report.operators, "methods": report.methods,
             "referenced_files": report.referenced_files, "referenced_bytes": report.referenced_bytes,
             "activations": {"bytes": memory.total_nbytes, "objects": len(memory.object_nbytes),
                             "peak_live_bytes": memory.peak_live_nbytes},
-            "stage_seconds": report.seconds, "seconds": seconds}
+            "stage_seconds": stage_seconds, "seconds": seconds}
 
 
 def summary(report: ExportReport, seconds: float, replaced: list[str]) -> str:

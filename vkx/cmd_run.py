@@ -3,27 +3,25 @@ from __future__ import annotations
 
 import json as jsonlib
 import statistics
+import struct
 import time
 from enum import Enum
 from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn
 from rich.table import Table
 from rich.text import Text
 
 from vkx import paths
-from vkx.console import MiB, console, fail, note, safe, size, stderr, user_errors
+from vkx.console import MiB, console, fail, note, plain_lines, safe, size, stderr, user_errors
 
-SCHEMA = "vkx.run/1"
+SCHEMA = "vkx.run/2"
 FILE = typer.Argument(..., metavar="FILE", hidden=True)  # each command's docstring says what it is
 EXTERNAL = typer.Option([], "--external-data", metavar="FILE",
                         help="A .ptd or .safetensors file with named data (repeatable) "
                              "[default: FILE's same-stem .ptd/.safetensors when FILE needs one].")
-# Why a small model shows whole MiB of device memory (loader/memory.py allocates this way).
-BLOCKS = ("device columns count allocated memory: buffers under 4 MiB share blocks of 4 MiB "
-          "(doubling up to 64 MiB), so a small model's weights show as 4.0 MiB")
 
 
 class Schedule(str, Enum):
@@ -36,10 +34,6 @@ class Upload(str, Enum):
     staging = "staging"
     direct = "direct"
     import_ = "import"
-
-
-def _mib(n: int) -> str:
-    return f"{n / MiB:,.1f}"
 
 
 def _random_inputs(specs, seed: int):
@@ -89,26 +83,6 @@ def _read_inputs(path: Path, specs):
     fail(f"{path}: expected tensors {wanted} (or exactly {len(specs)} tensors), found {sorted(tensors)}")
 
 
-def _phase_tables(memory: dict) -> tuple[Table, Table]:
-    """Host and device memory per phase, two tables that each fit 80 columns."""
-    host = Table(title="Host memory by phase (MiB; peak = VmHWM since the previous phase)", title_justify="left",
-                 show_edge=False, header_style="bold")
-    device = Table(title="Device memory by phase (MiB allocated)", title_justify="left",
-                   show_edge=False, header_style="bold")
-    for t in (host, device):
-        t.add_column("phase", no_wrap=True)
-    for c in ("t (s)", "VmRSS", "peak", "RssAnon", "RssFile"):
-        host.add_column(c, justify="right", no_wrap=True)
-    for c in ("weights", "activations", "staging", "io"):
-        device.add_column(c, justify="right", no_wrap=True)
-    for p in memory["phases"]:
-        d = p["device"]
-        host.add_row(safe(p["name"]), f"{p['seconds']:.3f}", _mib(p["rss"]), _mib(p["peak_rss"]),
-                     _mib(p["rss_anon"]), _mib(p["rss_file"]))
-        device.add_row(safe(p["name"]), *(_mib(d.get(k, 0)) for k in ("weights", "activations", "staging", "io")))
-    return host, device
-
-
 class _Bytes(ProgressColumn):
     def render(self, task) -> Text:
         return Text(f"{size(int(task.completed))} / {size(int(task.total or 0))}")
@@ -120,6 +94,41 @@ def _upload_bar(quiet: bool) -> Progress:
                     disable=quiet or not stderr.is_terminal)
 
 
+def _run_bar(quiet: bool) -> Progress:
+    """Runs done of --repeat, on stderr like the upload bar (a 1 GiB model runs 2 s each on lavapipe)."""
+    return Progress(TextColumn("runs"), BarColumn(), MofNCompleteColumn(), console=stderr, transient=True,
+                    disable=quiet or not stderr.is_terminal)
+
+
+def _write_outputs(path: Path, outputs: list, specs: list) -> None:
+    """The outputs as output_0, ... in a safetensors file, each in its dtype as stored (bfloat16 as
+    BF16). Written to a temporary file and renamed: a failed write (a full disk) leaves nothing."""
+    import numpy as np
+
+    from vkx.format import dtypes
+    from vkx.format.atomic import AtomicFile
+    from vkx.format.external import SAFETENSORS_DTYPES
+
+    header, blobs, pos = {}, [], 0
+    for i, (o, spec) in enumerate(zip(outputs, specs)):
+        dtype = dtypes.named(spec.dtype)
+        if dtype is dtypes.BFLOAT16:  # run_numpy gives float32 holding bfloat16 values: their upper halves
+            data = (np.ascontiguousarray(o, np.float32).view(np.uint32) >> 16).astype(np.uint16).tobytes()
+        else:
+            data = np.ascontiguousarray(o).tobytes()
+        header[f"output_{i}"] = {"dtype": SAFETENSORS_DTYPES[dtype.datatype], "shape": list(o.shape),
+                                 "data_offsets": [pos, pos + len(data)]}
+        blobs.append(data)
+        pos += len(data)
+    text = jsonlib.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with AtomicFile(path) as out:
+        out.write(struct.pack("<Q", len(text)) + text)
+        for data in blobs:
+            out.write(data)
+        out.commit()
+
+
 @user_errors
 def run(
     model: Path = FILE,
@@ -128,7 +137,8 @@ def run(
                                           help="Inputs by the model's input names (or input_0, input_1, ...) "
                                                "[default: random inputs of the right shapes]."),
     output: Optional[Path] = typer.Option(None, "--output", metavar="FILE.safetensors",
-                                          help="Write the first run's outputs here (output_0, ...)."),
+                                          help="Write the first run's outputs here (output_0, ...; "
+                                              "each in its dtype as stored)."),
     schedule: Schedule = typer.Option(Schedule.lazy, "--schedule",
                                       help="lazy: the new load order; eager: the old one, for comparison."),
     upload: Upload = typer.Option(Upload.auto, "--upload",
@@ -136,14 +146,17 @@ def run(
                                        "memory; import: the file's own pages as device memory (no copy); "
                                        "auto: direct where device memory is host memory, else staging (never maps a file)."),
     trace_memory: bool = typer.Option(False, "--trace-memory", help="Print host RSS and device bytes per phase."),
+    plot: Optional[Path] = typer.Option(None, "--plot", metavar="FILE.png",
+                                        help="Draw the load's memory timeline (host RSS and device bytes per "
+                                             "phase) into this PNG (needs matplotlib)."),
     repeat: int = typer.Option(10, "--repeat", min=0, metavar="N",
                                help="Run N times (0: load only); the first run is timed on its own."),
-    json: bool = typer.Option(False, "--json", help="One JSON object on stdout (schema vkx.run/1) instead of tables."),
+    json: bool = typer.Option(False, "--json", help="One JSON object on stdout (schema vkx.run/2) instead of tables."),
     seed: int = typer.Option(0, "--seed", metavar="N", help="Seed of the random inputs."),
     device: Optional[str] = typer.Option(None, "--device", metavar="INDEX|NAME",
                                          help="Device index or name substring, as vkx devices lists them "
                                               "[default: VKX_DEVICE, else the first GPU]."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No loading line or upload bar on stderr."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No loading line or progress bars on stderr."),
     profile: Optional[str] = typer.Option(None, "--profile", metavar="NAME",
                                           help="Use a device profile's limits where lower (docs/profiles.md) "
                                                "[default: VKX_DEVICE_PROFILE]."),
@@ -159,10 +172,11 @@ def run(
             raise paths.UsageError("--output needs a run: --repeat 0 only loads")
         paths.output_file(output, "--output", "the outputs file", (".safetensors",),
                           [model, *external, *([inputs] if inputs else [])])
+    if plot is not None:
+        paths.output_file(plot, "--plot", "the plot", (".png",), [model, *external, *([inputs] if inputs else [])])
+        plotting = _pyplot()
     if beside is not None:
         note(f"using external data {beside} (found beside {model})")
-    import numpy as np
-
     from vkx.loader import load
     from vkx.loader.device import Device, default_device
     own = device is not None or profile is not None
@@ -184,26 +198,32 @@ def run(
             if repeat:
                 specs = target.input_specs
                 xs = _read_inputs(inputs, specs) if inputs else _random_inputs(specs, seed)
-                t1 = time.perf_counter()
-                outs = target.run_numpy(*xs)
-                first_s = time.perf_counter() - t1
-                for _ in range(repeat - 1):
+                with _run_bar(quiet) as runs:
+                    task = runs.add_task("runs", total=repeat)
                     t1 = time.perf_counter()
-                    target.run_numpy(*xs)
-                    times.append(time.perf_counter() - t1)
+                    outs = target.run_numpy(*xs)
+                    first_s = time.perf_counter() - t1
+                    runs.advance(task)
+                    for _ in range(repeat - 1):
+                        t1 = time.perf_counter()
+                        target.run_numpy(*xs)
+                        times.append(time.perf_counter() - t1)
+                        runs.advance(task)
             memory = program.memory
+            out_specs = target.output_specs
         if output:
-            from safetensors.numpy import save_file
-            save_file({f"output_{i}": np.ascontiguousarray(o) for i, o in enumerate(outs)}, str(output))
+            _write_outputs(output, outs, out_specs)
+        if plot is not None:
+            _plot(plotting, memory, model, plot)
     finally:
         if own:
             dev.close()
-    report = _report(model, schedule.value, memory, load_s, first_s, times, outs, trace_memory)
+    report = _report(model, schedule.value, memory, load_s, first_s, times, outs, out_specs, trace_memory)
     report["method"] = target.name
     if json:
         print(jsonlib.dumps(report))
         return
-    _print(report, model, memory, trace_memory, output)
+    _print(report, model, memory, trace_memory, output, plot)
 
 
 def _method(program, name: Optional[str]):
@@ -218,9 +238,47 @@ def _method(program, name: Optional[str]):
     return program[methods[0]]
 
 
-def _report(model: Path, schedule: str, memory: dict, load_s: float, first_s: float | None, times: list[float],
-            outs: list, trace_memory: bool) -> dict:
-    """The run for scripts (schema vkx.run/1): bytes exact, times in seconds."""
+def _pyplot():
+    """matplotlib's pyplot, drawing to files only; one line of what to do where it is missing."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise paths.UsageError("--plot needs matplotlib, which is not installed: pip install matplotlib") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _plot(plt, memory, model: Path, path: Path) -> None:
+    """The load's memory timeline: host RSS and its peak, and device bytes by kind, at each phase."""
+    from vkx.loader.report import DEVICE_KINDS
+
+    phases = list(memory.phases.values())
+    t = [p.seconds for p in phases]
+    fig, (host, device) = plt.subplots(1, 2, figsize=(12, 4.5), sharex=True)
+    host.plot(t, [p.rss / MiB for p in phases], marker="o", label="VmRSS")
+    host.plot(t, [p.peak_rss / MiB for p in phases], marker="x", linestyle="--", label="peak since previous phase")
+    host.set_title("host memory")
+    kinds = [k for k in DEVICE_KINDS if any(p.device.get(k, 0) for p in phases)]
+    if kinds:
+        device.stackplot(t, *[[p.device.get(k, 0) / MiB for p in phases] for k in kinds], labels=kinds,
+                         step="post")
+    device.set_title("device memory (allocated)")
+    for ax in (host, device):
+        ax.set_xlabel("seconds since the load started")
+        ax.set_ylabel("MiB")
+        ax.legend(loc="upper left")
+    fig.suptitle(f"{model.name}: {memory['schedule']} schedule, upload {memory['upload']}, on {memory['device']}")
+    fig.tight_layout()
+    try:
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+
+
+def _report(model: Path, schedule: str, memory, load_s: float, first_s: float | None, times: list[float],
+            outs: list, out_specs: list, trace_memory: bool) -> dict:
+    """The run for scripts (schema vkx.run/2): bytes exact, times in seconds, dtypes as stored."""
     phases = memory["phases"]
     base = phases[0]["rss"]
     report = {
@@ -229,8 +287,9 @@ def _report(model: Path, schedule: str, memory: dict, load_s: float, first_s: fl
         "steady_run_seconds": None if not times else {
             "median": statistics.median(times), "mean": statistics.fmean(times), "min": min(times),
             "runs": len(times)},
-        "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype)} for o in outs],
-        "weight_bytes": memory["weight_bytes"], "copies_per_weight_byte": memory["copies_per_weight_byte"],
+        "outputs": [{"shape": list(o.shape), "dtype": spec.dtype} for o, spec in zip(outs, out_specs)],
+        "weight_bytes": memory["weight_bytes"], "weight_paths": memory["weight_paths"],
+        "copies_per_weight_byte": memory["copies_per_weight_byte"],
         "load_peak_rss_over_baseline": max([p["peak_rss"] for p in phases[1:] if p["name"] != "after execute"],
                                            default=base) - base,
         "peak_rss_over_baseline": max([p["peak_rss"] for p in phases[1:]], default=base) - base,
@@ -241,7 +300,8 @@ def _report(model: Path, schedule: str, memory: dict, load_s: float, first_s: fl
     return report
 
 
-def _print(report: dict, model: Path, memory: dict, trace_memory: bool, output: Optional[Path]) -> None:
+def _print(report: dict, model: Path, memory, trace_memory: bool, output: Optional[Path],
+           plot: Optional[Path]) -> None:
     console.print(f"[bold]{safe(model)}[/] on {safe(report['device'])}  schedule={report['schedule']} "
                   f"upload={safe(report['upload'])}")
     timing = f"load {report['load_seconds'] * 1e3:,.1f} ms"
@@ -259,13 +319,12 @@ def _print(report: dict, model: Path, memory: dict, trace_memory: bool, output: 
             t.add_row(str(i), "×".join(map(str, o["shape"])) or "scalar", o["dtype"])
         console.print(t)
     if trace_memory:
-        for table in _phase_tables(memory):
-            console.print(table)
-        console.print(BLOCKS)
+        print(plain_lines(str(memory)), flush=True)  # the tables `print(program.memory)` shows in Python
         peaks = report["device_peak_bytes"]
         console.print(f"peak RSS over baseline: load {size(report['load_peak_rss_over_baseline'])}, "
                       f"with the first run {size(report['peak_rss_over_baseline'])}; "
                       f"weights {size(report['weight_bytes'])} copied {report['copies_per_weight_byte']:.1f}x; "
                       "device peak " + ", ".join(f"{k} {size(v)}" for k, v in peaks.items() if v))
-    if output:
-        console.print(f"wrote {safe(output)}")
+    for path in (output, plot):
+        if path:
+            console.print(f"wrote {safe(path)}")

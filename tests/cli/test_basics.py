@@ -109,7 +109,7 @@ def test_docs_cli_covers_every_command_and_schema():
     text = (ROOT / "docs" / "cli.md").read_text()
     for command in COMMANDS:
         assert f"## vkx {command}" in text, command
-    for schema in ("vkx.export/1", "vkx.describe/1", "vkx.validate/1", "vkx.run/1", "vkx.devices/1"):
+    for schema in ("vkx.export/2", "vkx.describe/2", "vkx.validate/1", "vkx.run/2", "vkx.devices/1"):
         assert schema in text, schema
     assert "## Exit codes" in text
 

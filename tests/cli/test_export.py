@@ -18,7 +18,7 @@ def test_export_says_when_it_replaces_a_file(tmp_path):
                                     f"{tmp_path / 'mlp.ptd'} (332.5 KiB): ")
     third = vkx("export", model, "--json", "--external-data", tmp_path / "mlp.ptd")
     report = json.loads(third.stdout)
-    assert report["schema"] == "vkx.export/1"
+    assert report["schema"] == "vkx.export/2"
     assert report["replaced"] == [str(tmp_path / "mlp.pte"), str(tmp_path / "mlp.ptd")]
     assert not re.search(r"\d (kB|MB|GB)\b", first.stdout + second.stdout)
 

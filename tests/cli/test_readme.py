@@ -21,10 +21,19 @@ def sh_blocks(text: str) -> list[str]:
     return re.findall(r"^```sh\n(.*?)^```$", text, flags=re.S | re.M)
 
 
+def git(*args: str, cwd) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout
+
+
 def test_readme_commands_run_in_order(tmp_path):
     blocks = sh_blocks((ROOT / "README.md").read_text())
     assert blocks[0].splitlines() == SETUP
     shutil.copytree(EXAMPLES, tmp_path / "examples", ignore=shutil.ignore_patterns("*.pte", "*.ptd", "__pycache__"))
+    # a repository of the copy, so that `git status` shows every file the commands write that .gitignore does not cover
+    shutil.copy(ROOT / ".gitignore", tmp_path / ".gitignore")
+    git("init", "-q", cwd=tmp_path)
+    git("add", "-A", cwd=tmp_path)
+    staged = git("status", "--porcelain", "--untracked-files=all", cwd=tmp_path)
     env = {**os.environ, "VKX_VALIDATION": "1", "PATH": f"{VKX.parent}{os.pathsep}{os.environ['PATH']}"}
     ran = 0
     for block in blocks[1:]:
@@ -32,10 +41,12 @@ def test_readme_commands_run_in_order(tmp_path):
             command = line.split("#")[0].strip()
             if not command:
                 continue
-            done = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True,
-                                  timeout=300)
+            # pipefail: a command piped into grep or head must itself exit 0
+            done = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=tmp_path, env=env,
+                                  capture_output=True, text=True, timeout=300)
             assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
             assert "vkx: error" not in done.stderr, f"{command}\n{done.stderr}"
             ran += 1
     assert ran >= 10
-    assert (tmp_path / "examples" / "mlp.ptd").is_file() and (tmp_path / "mlp-legacy.pte").is_file()
+    assert (tmp_path / "examples" / "mlp.ptd").is_file() and (tmp_path / "examples" / "mlp-legacy.pte").is_file()
+    assert git("status", "--porcelain", "--untracked-files=all", cwd=tmp_path) == staged  # all written is ignored

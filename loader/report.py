@@ -1,0 +1,63 @@
+"""`program.memory`: what a load used, per phase, as numbers and as the table `vkx run --trace-memory` prints.
+
+A `MemoryReport` is the JSON form (a dict: docs/memory.md lists its keys) with typed
+attributes on top: `W`, `A`, `peak`, `phases` by name, and `str()` gives the tables.
+"""
+from __future__ import annotations
+
+from vkx.loader.memory import MiB
+from vkx.loader.trace import Phase
+
+DEVICE_KINDS = ("weights", "imported", "state", "activations", "staging", "io")
+"""The device columns, in load order (loader/memory.py's kinds)."""
+FOOTNOTE = ("device memory in MiB as allocated: buffers under 4 MiB share blocks of 4 MiB (doubling up "
+            "to 64 MiB), so a small model's weights show as whole blocks; imported: file pages the device "
+            "uses in place (upload=import), no device memory allocated for them")
+
+
+class MemoryReport(dict):
+    """The load's memory (docs/memory.md): the JSON form as a dict, typed attributes, `str()` the tables."""
+
+    @property
+    def W(self) -> int:
+        """Weight bytes on the device (each stored tensor once; imported ones included)."""
+        return self["weight_bytes"]
+
+    @property
+    def A(self) -> int:
+        """Activation bytes allocated at their peak (shared memory objects, temps)."""
+        return self["ledger"]["peak"].get("activations", 0)
+
+    @property
+    def peak(self) -> int:
+        """The device's peak of allocated bytes, all kinds together (imported pages included)."""
+        return self["ledger"]["peak_total"]
+
+    @property
+    def phases(self) -> dict[str, Phase]:
+        """Each phase of the load by name, in order ("before load" ... "after execute")."""
+        return {p["name"]: Phase(**p) for p in self["phases"]}
+
+    def __str__(self) -> str:
+        phases = list(self.phases.values())
+        host = [["phase", "t (s)", "VmRSS", "peak", "RssAnon", "RssFile"]]
+        host += [[p.name, f"{p.seconds:.3f}", *(_mib(n) for n in (p.rss, p.peak_rss, p.rss_anon, p.rss_file))]
+                 for p in phases]
+        device = [["phase", *DEVICE_KINDS]] + [[p.name, *(_mib(p.device.get(k, 0)) for k in DEVICE_KINDS)]
+                                               for p in phases]
+        return "\n".join([f"{self['device']}: schedule={self['schedule']} upload={self['upload']}",
+                          "Host memory by phase (MiB; peak = VmHWM since the previous phase)", _table(host),
+                          "Device memory by phase (MiB allocated)", _table(device), FOOTNOTE,
+                          f"W {self.W:,} B (copied {self['copies_per_weight_byte']:.1f}x per byte), "
+                          f"A {self.A:,} B, device peak {self.peak:,} B"])
+
+
+def _mib(n: int) -> str:
+    return f"{n / MiB:,.1f}"
+
+
+def _table(rows: list[list[str]]) -> str:
+    """Plain columns: the first left-aligned, the numbers right-aligned."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
+                               enumerate(zip(row, widths))).rstrip() for row in rows)
