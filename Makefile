@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 SYSTEM_PACKAGES := libvulkan1 mesa-vulkan-drivers glslc vulkan-validationlayers
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: demo test test-profile wheel-test schemas shaders system-packages clean
+.PHONY: demo test test-profile wheel-test variants schemas shaders system-packages clean
 
 demo: system-packages $(VENV)/.installed shaders
 	$(VENV)/bin/vkx export examples/transformer.py -o examples/transformer.pte
@@ -43,8 +43,15 @@ schemas: $(VENV)/.installed
 # (the wheel's build does the same: setup.py). Rebuilt when a shader or a builder changes.
 shaders: system-packages $(VENV)/.installed shaders/spirv.zip
 
-shaders/spirv.zip: $(wildcard shaders/*.comp shaders/*.glslh loader/ops/*.py) $(VENV)/.installed
+shaders/spirv.zip: $(wildcard shaders/*.comp shaders/*.glslh shaders/variants.json loader/ops/*.py) $(VENV)/.installed
 	$(PY) -m vkx.loader.spirv $@ --if-stale
+
+# The variants of shaders whose builders declare none: the whole suite run once with every request
+# logged (unbuilt ones compiled from the sources), added to shaders/variants.json, the archive rebuilt.
+variants: system-packages $(VENV)/.installed shaders
+	rm -f .variants.log
+	VKX_RECORD_VARIANTS=$(CURDIR)/.variants.log VKX_VALIDATION=1 $(PY) -m pytest -q -n 2 --dist loadscope
+	$(PY) -m vkx.loader.spirv shaders/spirv.zip --merge-requests .variants.log
 
 # Debian packages: the Vulkan loader, lavapipe (the CPU device), glslc, validation layers.
 system-packages:

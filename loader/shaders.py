@@ -120,8 +120,16 @@ def compile_spirv(name: str, defines: Mapping[str, Union[str, int]] | None = Non
     for root in development_dirs():
         if (root / f"{name}.comp").is_file():
             return _compiled(root, name, defines)
+    log = os.environ.get("VKX_RECORD_VARIANTS")
+    if log:
+        spirv.note_request(Path(log), name, defines)
     if _prebuilt.holds(name):
-        return _prebuilt.get(name, defines)
+        try:
+            return _prebuilt.get(name, defines)
+        except VariantNotBuiltError:
+            if not log or not (packaged_dir() / f"{name}.comp").is_file():
+                raise
+            return _compiled(packaged_dir(), name, defines)  # `make variants` records it for the archive
     root = packaged_dir()
     if not (root / f"{name}.comp").is_file():
         raise ShaderError(f"shader {name!r} not found (no shaders/{name}.comp)")

@@ -23,8 +23,27 @@ DEVICE_TYPES = sorted((d for d in dtypes.ALL if d.on_device), key=str)
 
 def test_archive_holds_every_declared_variant_of_the_current_sources():
     archive = shaders.packaged_dir() / spirv.ARCHIVE
-    assert spirv.is_current(archive, shaders.packaged_dir(), ops.all_variants()), \
+    assert spirv.is_current(archive, shaders.packaged_dir(), spirv.every_variant(shaders.packaged_dir())), \
         f"{archive} is missing or stale: run `make shaders`"
+
+
+def test_every_shader_is_prebuilt():
+    """The installed runtime never compiles: each shader has declared or recorded variants."""
+    root = shaders.packaged_dir()
+    missing = sorted(p.stem for p in root.glob("*.comp") if p.stem not in spirv.every_variant(root))
+    assert not missing, f"shaders with no prebuilt variant (declare them, or `make variants`): {missing}"
+
+
+def test_recorded_requests_merge_into_the_table(tmp_path):
+    (tmp_path / "mine.comp").write_text("#version 450\nvoid main() {}\n")
+    log = tmp_path / "requests.jsonl"
+    spirv.note_request(log, "mine", {"B": 2, "A": "x(i)=y"})
+    spirv.note_request(log, "mine", {"A": "x(i)=y", "B": 2})
+    spirv.note_request(log, "unary", {"X": 1})  # declared by its builder: not recorded
+    spirv.note_request(log, "gone", {})  # no source here: not recorded
+    assert spirv.merge_requests(log, tmp_path) == 1
+    assert spirv.recorded_variants(tmp_path) == {"mine": [{"A": "x(i)=y", "B": "2"}]}
+    assert spirv.merge_requests(log, tmp_path) == 0
 
 
 def _requests(name: str, operands: list, out: tuple[tuple[int, ...], dtypes.DType]) -> list[tuple[str, tuple]]:
