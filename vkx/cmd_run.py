@@ -107,7 +107,6 @@ def _write_outputs(path: Path, outputs: list, specs: list) -> None:
 
     from vkx.format import dtypes
     from vkx.format.atomic import AtomicFile
-    from vkx.format.external import SAFETENSORS_DTYPES
 
     header, blobs, pos = {}, [], 0
     for i, (o, spec) in enumerate(zip(outputs, specs)):
@@ -116,7 +115,7 @@ def _write_outputs(path: Path, outputs: list, specs: list) -> None:
             data = (np.ascontiguousarray(o, np.float32).view(np.uint32) >> 16).astype(np.uint16).tobytes()
         else:
             data = np.ascontiguousarray(o).tobytes()
-        header[f"output_{i}"] = {"dtype": SAFETENSORS_DTYPES[dtype.datatype], "shape": list(o.shape),
+        header[f"output_{i}"] = {"dtype": dtype.safetensors, "shape": list(o.shape),
                                  "data_offsets": [pos, pos + len(data)]}
         blobs.append(data)
         pos += len(data)

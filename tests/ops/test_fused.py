@@ -34,7 +34,7 @@ def _run(path, inputs, fused: bool, monkeypatch) -> tuple[torch.Tensor, dict]:
             m.setattr(graph_module, "fuse_chain", lambda graph, limit: list(graph.chain))
         with vkx.load(str(path)) as program:
             shaders: dict = {}
-            for d in program._executor.dispatches:
+            for d in program.only._executor.dispatches:
                 shaders[d.shader] = shaders.get(d.shader, 0) + 1
             return program(*inputs) if isinstance(inputs, list) else program(inputs), shaders
 
@@ -67,7 +67,7 @@ def test_rms_norm_stays_unfused_when_an_intermediate_is_read_elsewhere(tmp_path)
     x = rand(4, 32, seed=2)
     export_model(Leaky(), (x,), str(tmp_path / "m.pte"))
     with vkx.load(str(tmp_path / "m.pte")) as program:
-        assert "rms_norm" not in {d.shader for d in program._executor.dispatches}
+        assert "rms_norm" not in {d.shader for d in program.only._executor.dispatches}
         y, r = program(x)
     want_y, want_r = Leaky()(x)
     assert_close_in(y, want_y, torch.float32, terms=32)
