@@ -174,6 +174,8 @@ class PlanProgram(Closes):
     def __init__(self, plan: ExecutionPlan, kernels: dict[tuple[int, int], Kernel], constants: dict[int, Any],
                  delegates: dict[int, Program], on_close):
         self.plan = plan
+        self.name = plan.name
+        """The method's name (`vkx run` reports it)."""
         self.delegates = delegates
         """delegate index -> its loaded Program."""
         self._kernels, self._constants, self._on_close = kernels, constants, on_close
