@@ -150,8 +150,8 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
         opened.append(pf)
         if pf.vulkan is None:
             found = ", ".join(d.id for plan in pf.program.execution_plan for d in plan.delegates)
-            raise BadProgramError(f"{os.fspath(path)}: no VulkanBackend delegate (found {found or 'no delegate'}): "
-                                  "vkx runs programs that vkx export wrote for Vulkan")
+            raise BadProgramError(f"{os.fspath(path)}: no VulkanBackend delegate (found {found or 'no delegate: every op was left on the CPU'}): "
+                                  "vkx runs programs with a Vulkan delegate")
         if not external_data:
             external_data = recorded_external(path, pf.metadata)
         missing = [] if external_data else missing_keys(pf)
