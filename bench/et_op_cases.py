@@ -30,7 +30,8 @@ def main() -> None:
             outcome, detail = judge(path, case, dtype)
             table[case.op][path][outcome] += 1
             if outcome in (REFUSED, WRONG):
-                notes.append(f"| {run_id} | {path} | {outcome} | {detail.replace('|', '/')} |")
+                detail = detail.replace(f"{ROOT}/", "").replace("|", "/")
+                notes.append(f"| {run_id} | {path} | {outcome} | {detail} |")
             print(f"{run_id:40} {path:4} {outcome} {detail}", flush=True)
     totals = {p: sum((row[p] for row in table.values()), Counter()) for p in PATHS}
     lines = [

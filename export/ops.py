@@ -330,6 +330,7 @@ ET_RULES: dict[Any, Rule] = {
     **{getattr(A, op).default: same(f"aten.{op}.default", prepare=_stat_dims) for op in ("amax", "amin")},
     **{getattr(A, op).default: same(f"aten.{op}.default", prepare=_stat_dim) for op in ("argmax", "argmin")},
     A.var.correction: same("aten.var.correction", prepare=_stat_dims),
+    A.index_select.default: same("aten.index_select.default", prepare=_dim),
     A.upsample_nearest2d.vec: same("aten.upsample_nearest2d.vec"),
     A.upsample_bilinear2d.vec: same("aten.upsample_bilinear2d.vec"),
 }

@@ -262,6 +262,15 @@ def _upsample(call: Call) -> None:
     call.expect_shape("the output", call.out.shape, [*x.shape[:2], *want])
 
 
+def _index_select(call: Call) -> None:
+    src, index = call.tensor("self"), call.tensor("index")
+    call.require(len(index.shape) <= 1 and not index.dtype.is_float and index.dtype is not dtypes.BOOL,
+                 f"index {index.dtype} {list(index.shape)} must be a 1-D integer tensor")
+    want = list(src.shape) or [1]
+    want[dim_index(call, call["dim"], len(src.shape))] = math.prod(index.shape)
+    call.expect_shape("the output", call.out.shape, want if src.shape else [])
+
+
 FUNCTIONS: dict[str, str] = {
     "log10": "log10(x) = ln(x) / ln(10); log10(0) = -inf, log10(x < 0) = NaN",
     "tan": "tan(x) = sin(x) / cos(x)",
@@ -336,6 +345,8 @@ declare(OpDecl("aten.upsample_nearest2d.vec",  # out[y, x] = in[min(floor(y * st
 declare(OpDecl("aten.upsample_bilinear2d.vec",  # the 4 neighbours of source (y + 0.5) * step - 0.5 (corners: y * step)
                (Arg("input", T), optional("output_size", L), Arg("align_corners", B),
                 optional("scale_factors", Kind.DOUBLES)), rule=_upsample))
+declare(OpDecl("aten.index_select.default", (Arg("self", T), Arg("dim", I), Arg("index", T)), dtypes=ALL_TYPES,
+               rule=_index_select))  # out[.., j, ..] = self[.., index[j], ..] along dim
 declare(OpDecl("aten.leaky_relu.default", (Arg("self", T), Arg("negative_slope", N, default=0.01)),
                rule=_float_unary, math=LEAKY_RELU))
 declare(OpDecl("aten.hardshrink.default", (Arg("self", T), Arg("lambd", N, default=0.5)), rule=_float_unary,

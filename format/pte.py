@@ -54,7 +54,8 @@ class ProgramFile(InputFile):
         self.program = p = decode_program(self._program_reader)
         sbo = 0 if h is None else h.segment_base_offset
         segs = p.segments or ()
-        if segs and sbo == 0:
+        if sbo == 0 and any(s.size for s in segs):  # empty segments need no base: ExecuTorch lists an
+            # empty constant segment in a program with no delegate and no constant data
             raise InvalidValueError("segments", f"{len(segs)} segments but segment_base_offset is 0", path)
         self.segments = []
         for i, s in enumerate(segs):

@@ -166,8 +166,9 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
         opened.append(pf)
         if pf.vulkan is None:
             found = ", ".join(d.id for plan in pf.program.execution_plan for d in plan.delegates)
-            raise BadProgramError(f"{os.fspath(path)}: no VulkanBackend delegate (found {found or 'no delegate'}): "
-                                  "vkx runs programs that vkx export wrote for Vulkan")
+            raise BadProgramError(f"{os.fspath(path)}: no VulkanBackend delegate (found "
+                                  f"{found or 'no delegate: every op was left on the CPU'}): "
+                                  "vkx runs programs with a Vulkan delegate")
         external_data, beside = find_external(pf, external_data)
         if beside is not None:
             warnings.warn(f"using external data {beside} (found beside {os.fspath(path)})", stacklevel=2)

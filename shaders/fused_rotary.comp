@@ -1,9 +1,11 @@
 #version 450
-// Rotary embedding as transformers writes it (rotate_half), one invocation per element:
+// Rotary embedding as transformers writes it (rotate_half), one invocation per pair (i, i + h):
 //   y = x * cos + rotate_half(x) * sin,  rotate_half(x)[i] = -x[i + h] for i < h, x[i - h] after,
-// over the last dim of D = 2h elements; cos and sin broadcast to x's shape. x's shape is four
-// dims (d0..d3, d3 = D); element (i0, i1, i2, i3) of cos is cos[i0*c0 + i1*c1 + i2*c2 + i3*c3],
-// of sin likewise with s0..s3. fp32 math, one rounding on the store.
+// over the last dim of D = 2h elements; cos and sin broadcast to x's shape. An invocation reads
+// both elements of its pair before it writes them, so y may be x's own memory (a plan may give it).
+// x's shape is four dims (d0..d3, d3 = D); element (i0, i1, i2, i3) of cos is
+// cos[i0*c0 + i1*c1 + i2*c2 + i3*c3], of sin likewise with s0..s3. p.n counts pairs.
+// fp32 math, one rounding on the store.
 // Bindings: 0 = x, 1 = cos, 2 = sin, 3 = y. Defines: elem_defines for X, C, S, Y.
 layout(local_size_x = 64) in;
 #include "dtype.glslh"
@@ -20,19 +22,21 @@ layout(push_constant) uniform Push {
 } p;
 
 void main() {
-    const uint idx = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * 64u + gl_LocalInvocationID.x;
-    if (idx >= p.n) {
+    const uint pair = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * 64u + gl_LocalInvocationID.x;
+    if (pair >= p.n) {
         return;
     }
-    const uint i3 = idx % p.d3;
-    uint rest = idx / p.d3;
+    const uint h = p.d3 / 2u;
+    const uint i3 = pair % h;
+    uint rest = pair / h;
     const uint i2 = rest % p.d2;
     rest /= p.d2;
     const uint i1 = rest % p.d1;
     const uint i0 = rest / p.d1;
-    const uint h = p.d3 / 2u;
-    const float rotated = i3 < h ? -LOAD_X(idx + h) : LOAD_X(idx - h);
-    const float c = LOAD_C(i0 * p.c0 + i1 * p.c1 + i2 * p.c2 + i3 * p.c3);
-    const float s = LOAD_S(i0 * p.s0 + i1 * p.s1 + i2 * p.s2 + i3 * p.s3);
-    STORE_Y(idx, LOAD_X(idx) * c + rotated * s);
+    const uint lo = (pair / h) * p.d3 + i3;
+    const uint c = i0 * p.c0 + i1 * p.c1 + i2 * p.c2 + i3 * p.c3;
+    const uint s = i0 * p.s0 + i1 * p.s1 + i2 * p.s2 + i3 * p.s3;
+    const float a = LOAD_X(lo), b = LOAD_X(lo + h);
+    STORE_Y(lo, a * LOAD_C(c) - b * LOAD_S(s));
+    STORE_Y(lo + h, b * LOAD_C(c + h * p.c3) + a * LOAD_S(s + h * p.s3));
 }

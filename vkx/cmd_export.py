@@ -248,7 +248,10 @@ def export(
                         report = export_model(module, example_inputs, output, target=target.value, **options)
                 display.done()
             except BaseException:
-                bars.live.transient = True  # a failed export leaves no progress rows: its error line says it
+                # a failed export leaves no progress rows, its error line says it all: erased from a
+                # terminal, and never written to a pipe or file (rich writes a final render, or a newline)
+                bars.live.transient = True
+                console.quiet = not console.is_terminal
                 raise
     except VkxError as error:
         if verbose:

@@ -16,7 +16,7 @@ from vkx.format.op_et import pad_widths, split_sizes
 from . import OpBuilder, TensorArg, builds, elem_defines
 from .attention import attention
 from .conv import pool2d
-from .elementwise import UNARY_GLSL, op_glsl, unary
+from .elementwise import CLAMP, UNARY_GLSL, op_glsl, unary
 from .models import fill
 from .reduce import rms_norm_rows
 from .shape import contiguous_strides, convert_copy, dispatch_groups, normalize_dim, strided_copy, view_or_copy
@@ -93,8 +93,7 @@ def unary_with_argument(builder: OpBuilder, call: Call) -> None:
 @builds("aten.hardtanh.default")
 def hardtanh(builder: OpBuilder, call: Call) -> None:
     """min(max(x, min_val), max_val), NaN kept (ExecuTorch's relu6)."""
-    lo, hi = float(call["min_val"]), float(call["max_val"])
-    unary(builder, call, f"mix(min(max(x, T({lo!r})), T({hi!r})), x, isnan(x))")
+    unary(builder, call, CLAMP, float(call["min_val"]), float(call["max_val"]))
 
 
 @builds("et_vk.rms_norm.default")

@@ -11,7 +11,7 @@ _ROTARY_PUSH = struct.Struct("<12I")
 
 def rotate_half(builder: OpBuilder, x: TensorArg, cos: TensorArg, sin: TensorArg, out: TensorArg) -> None:
     """out = x * cos + rotate_half(x) * sin over x's last dim (even), cos and sin broadcast to x
-    (shaders/fused_rotary.comp: one dispatch)."""
+    (shaders/fused_rotary.comp: one dispatch; out may be x's memory)."""
     if len(x.shape) > 4 or x.shape[-1] % 2:
         raise UnsupportedOpError(f"rotary over x {x.shape}: at most four dims and an even last one")
     if any(t.nbytes > builder.max_binding_bytes for t in (x, cos, sin, out)):
@@ -21,5 +21,6 @@ def rotate_half(builder: OpBuilder, x: TensorArg, cos: TensorArg, sin: TensorArg
     s = broadcast_strides(sin.shape, shape)
     defines = {**elem_defines("X", "x", x.dtype), **elem_defines("C", "cs", cos.dtype),
                **elem_defines("S", "sn", sin.dtype), **elem_defines("Y", "y", out.dtype)}
-    push = _ROTARY_PUSH.pack(x.numel, shape[1], shape[2], shape[3], *c, *s)
-    builder.dispatch("fused_rotary", [x, cos, sin, out], push, dispatch_groups(x.numel), defines)
+    pairs = x.numel // 2
+    push = _ROTARY_PUSH.pack(pairs, shape[1], shape[2], shape[3], *c, *s)
+    builder.dispatch("fused_rotary", [x, cos, sin, out], push, dispatch_groups(pairs), defines)

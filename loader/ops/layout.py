@@ -1,12 +1,14 @@
 """Builders of the ops that rearrange elements without computing (vkx.format.op_et): repeat,
-unfold_copy and pixel_shuffle, each one strided copy (shape.py's copy_strided.comp) whose source strides say where
-each output element comes from (0 to repeat, overlapping windows for unfold)."""
+unfold_copy and pixel_shuffle, each one strided copy (shape.py's copy_strided.comp) whose source
+strides say where each output element comes from (0 to repeat, overlapping windows for unfold);
+index_select, its index spread to the output's shape, then torch.gather's shader."""
 from __future__ import annotations
 
 from vkx.format.contract import Call
 from vkx.format.op_et import unfold_windows
 
 from . import OpBuilder, builds
+from .models import gather_along
 from .shape import contiguous_strides, normalize_dim, strided_copy
 
 
@@ -46,3 +48,16 @@ def pixel_shuffle(builder: OpBuilder, call: Call) -> None:
     sizes = [*lead, c, h, r, w, r]
     src_strides = [*lead_strides, r * r * plane, w, r * plane, 1, plane]
     strided_copy(builder, src, call.out, sizes, src_strides)
+
+
+@builds("aten.index_select.default")
+def index_select(builder: OpBuilder, call: Call) -> None:
+    """out[.., j, ..] = self[.., index[j], ..] along `dim`."""
+    src, index, out = call.tensor("self"), call.tensor("index"), call.out
+    shape = tuple(out.shape) or (1,)
+    dim = normalize_dim(call["dim"], len(shape))
+    spread = builder.temp(shape, index.dtype)
+    strides = [0] * len(shape)
+    strides[dim] = 1 if index.shape else 0
+    strided_copy(builder, index, spread, shape, strides)
+    gather_along(builder, src, dim, spread, out)

@@ -76,14 +76,18 @@ def where(builder: OpBuilder, call: Call) -> None:
 
 @builds("aten.gather.default")
 def gather(builder: OpBuilder, call: Call) -> None:
-    src, index, out = call.tensor("self"), call.tensor("index"), call.out
+    gather_along(builder, call.tensor("self"), call["dim"], call.tensor("index"), call.out)
+
+
+def gather_along(builder: OpBuilder, src: TensorArg, dim: int, index: TensorArg, out: TensorArg) -> None:
+    """torch.gather: out[.., i, ..] = src[.., index[.., i, ..], ..] along `dim`, index shaped like out."""
     if out.numel == 0:
         return
     _whole(builder, src, index, out)
     rank = max(len(src.shape), 1)
     if rank > MAX_DIMS:
         raise UnsupportedOpError(f"gather over {rank} dims (max {MAX_DIMS})")
-    dim = call["dim"] % rank
+    dim = dim % rank
     shape, index_shape = tuple(src.shape) or (1,), tuple(index.shape) or (1,)
     defines = {**elem_defines("S", "s", src.dtype), **elem_defines("I", "idx", index.dtype),
                **elem_defines("O", "o", out.dtype)}

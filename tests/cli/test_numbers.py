@@ -131,6 +131,7 @@ def test_a_failed_export_leaves_no_progress_rows(tmp_path):
     drawn = shown[:shown.index("vkx: error: ")]
     tail = drawn[drawn.rindex("\x1b[?25h"):]  # after the display stopped: only erasing, no text
     assert "\x1b[2K" in tail and re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\s", "", tail) == "", repr(tail)
+    assert "get_model() raised ValueError: boom" in one_error_line(vkx("export", tmp_path / "bad.py"))  # piped
 
 
 def test_export_seconds_include_importing_torch(exported):

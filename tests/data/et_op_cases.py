@@ -9,7 +9,7 @@ An input is `In(shape, kind)`: "float" (normal), "pos" (0.5 to 2.5: sqrt, log, d
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -54,7 +54,6 @@ class Case:
     dtypes: tuple[str, ...] = (FP32, FP16)
     terms: int = 1
     """How many rounded terms an output element sums (the fp16 tolerance grows with it)."""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def module(self, dtype: str) -> nn.Module:
         torch.manual_seed(len(self.name))

@@ -37,7 +37,7 @@ def main(names: list[str]) -> None:
             ep = torch.export.export(case.module(dtype), case.example(dtype))
             program = to_edge_transform_and_lower(ep, partitioner=[VulkanPartitioner({})]).to_executorch()
         except Exception as error:  # ExecuTorch's own refusal: recorded, the case is skipped on that path
-            refused[run_id] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+            refused[run_id] = f"{type(error).__name__}: {' '.join(str(error).split())[:200]}"
             print(run_id, "refused:", refused[run_id], flush=True)
             continue
         refused.pop(run_id, None)

@@ -38,7 +38,7 @@ def test_json_prints_the_report(tmp_path):
     assert report["path"] == str(tmp_path / "mlp.pte") and report["operators"] == 5
     assert report["file_bytes"] == (tmp_path / "mlp.pte").stat().st_size
     assert report["activations"]["bytes"] >= report["activations"]["peak_live_bytes"] > 0
-    assert set(report["stage_seconds"]) == {"torch.export", "lower", "plan", "write"}
+    assert set(report["stage_seconds"]) == {"import", "torch.export", "lower", "plan", "write"}
 
 
 def test_default_output_is_beside_the_model_and_progress_shows_stages(tmp_path):

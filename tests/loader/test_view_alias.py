@@ -77,3 +77,25 @@ def test_vkx_plan_gives_a_view_its_source_memory():
     assert not [node for node, _, _ in ops if "view_copy" in node]
     with torch.no_grad():
         torch.testing.assert_close(got, module(*inputs), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dims,aliased", [((0, 2, 1, 3), True), ((0, 1, 3, 2), False)],
+                         ids=["size-1-dims-move", "elements-move"])
+def test_permute_that_keeps_the_element_order_is_a_view(dims, aliased):
+    """[1, 1, 4, 6] -> [1, 4, 1, 6] moves no element: planned into its source's object
+    (vkx.format.liveness.is_view) and aliased; swapping the last two dims is a copy."""
+    from vkx.format import liveness
+
+    out_shape = [[1, 1, 4, 6][d] for d in dims]
+    # the exporter's plan: a view in its source's object, a copy in one of its own
+    values = [tensor([1, 1, 4, 6]), tensor([1, 1, 4, 6], mem=0), g.IntList(dims),
+              tensor(out_shape, mem=0 if aliased else 2), tensor(out_shape, mem=1)]
+    chain = [g.OperatorCall(0, "aten.relu.default", (0, 1)),
+             g.OperatorCall(1, "aten.permute_copy.default", (1, 2, 3)),
+             g.OperatorCall(2, "aten.neg.default", (3, 4))]
+    graph = g.VkGraph(chain=chain, values=values, input_ids=[0], output_ids=[4], constants=[])
+    assert (3 in liveness.view_sources(graph)) == aliased
+    a = np.random.default_rng(2).standard_normal((1, 1, 4, 6)).astype(np.float32)
+    with load_graph(graph) as p:
+        assert p.dispatch_count == (2 if aliased else 3)
+        np.testing.assert_array_equal(np.asarray(p(a)), -np.maximum(a, 0).transpose(dims))

@@ -24,7 +24,7 @@ PATHS = ("vkx", "et")
 PASS, REFUSED, WRONG, ABSENT = "pass", "refused", "wrong", "not made"
 """A run's outcomes; ABSENT: ExecuTorch itself refused to export the case (et_op_cases/refused.txt)."""
 
-__all__ = ["CASES", "Case", "runs", "judge", "PATHS", "PASS", "REFUSED", "WRONG", "ABSENT"]
+__all__ = ["CASES", "Case", "runs", "judge", "judge_together", "PATHS", "PASS", "REFUSED", "WRONG", "ABSENT"]
 
 
 def _outputs(result) -> list[torch.Tensor]:
@@ -61,6 +61,47 @@ def _run(path: str, case: Case, dtype: str, inputs: tuple[torch.Tensor, ...]):
             return program(*inputs)
         finally:
             program.close()
+
+
+class _Together(torch.nn.Module):
+    """Several cases' modules as one: the inputs of each in turn, all their outputs in one tuple."""
+
+    def __init__(self, cases: list[Case], dtype: str):
+        super().__init__()
+        self.parts = torch.nn.ModuleList(c.module(dtype) for c in cases)
+        self.arity = [len(c.inputs) for c in cases]
+
+    def forward(self, *inputs):
+        outs, at = [], 0
+        for part, n in zip(self.parts, self.arity):
+            outs += _outputs(part(*inputs[at:at + n]))
+            at += n
+        return tuple(outs)
+
+
+def judge_together(cases: list[Case], dtype: str) -> dict[str, str]:
+    """Run `cases` through vkx's exporter as one program (one export, one load); each case's
+    mismatch with torch by name (an empty dict: all pass). A refusal raises."""
+    inputs = [case.example(dtype) for case in cases]
+    with torch.no_grad():
+        wants = [_outputs(case.module(dtype)(*x)) for case, x in zip(cases, inputs)]
+    flat = tuple(t for x in inputs for t in x)
+    with tempfile.TemporaryDirectory(prefix="vkx-etcases-") as tmp:
+        pte = Path(tmp) / "m.pte"
+        vkx.export_model(_Together(cases, dtype), flat, str(pte))
+        program = vkx.load(str(pte))
+        try:
+            got = list(program(*flat))
+        finally:
+            program.close()
+    wrong = {}
+    for case, want in zip(cases, wants):
+        mine, got = got[:len(want)], got[len(want):]
+        for i, (g, w) in enumerate(zip(mine, want)):
+            why = _mismatch(g, w, DTYPES[dtype], case.terms)
+            if why is not None:
+                wrong[case.name] = f"output {i}: {why}"
+    return wrong
 
 
 def judge(path: str, case: Case, dtype: str) -> tuple[str, str]:

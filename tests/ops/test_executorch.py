@@ -310,3 +310,12 @@ def test_hardtanh(dtype):
     got = run_graph("aten.hardtanh.default", [x, -0.5, 0.75], ((4, 9), dtype))
     want = F.hardtanh(x, -0.5, 0.75)
     assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.nan_to_num(), want.nan_to_num())
+
+
+@pytest.mark.parametrize("shape,dim,index", [((4, 9, 3), 1, [3, 1, 5, 5, 8]), ((4, 9, 3), -3, [2]), ((7,), 0, [6, 0])])
+@by_dtype
+def test_index_select(shape, dim, index, dtype):
+    x = rand_of(shape, 13, dtype)
+    idx = torch.tensor(index, dtype=torch.int32)
+    want = x.index_select(dim, idx)
+    _equal(run_graph("aten.index_select.default", [x, dim, idx], (tuple(want.shape), dtype)), want)
