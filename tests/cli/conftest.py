@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import pty
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,28 @@ def vkx(*args, cwd: Path | None = None, timeout: int = 300, **env: str) -> subpr
     environment = {**os.environ, "VKX_VALIDATION": "1", **env}
     return subprocess.run([str(VKX), *map(str, args)], capture_output=True, text=True, timeout=timeout,
                           cwd=cwd, env=environment)
+
+
+def on_a_terminal(*args: str, stdout_too: bool = False, timeout: int = 300) -> tuple[str, int]:
+    """What `vkx args` writes to a pseudo-terminal on stderr (and stdout with `stdout_too`; else
+    stdout is a pipe), and its exit code."""
+    leader, follower = pty.openpty()
+    env = {**os.environ, "VKX_VALIDATION": "1", "COLUMNS": "100"}
+    proc = subprocess.Popen([str(VKX), *args], stdout=follower if stdout_too else subprocess.PIPE,
+                            stderr=follower, env=env)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the other side is closed
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    proc.communicate(timeout=timeout)
+    os.close(leader)
+    return b"".join(chunks).decode(errors="replace"), proc.returncode
 
 
 def one_error_line(done: subprocess.CompletedProcess) -> str:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import re
 import resource
 import subprocess
@@ -14,7 +13,7 @@ import pytest
 import vkx as api
 from vkx.format.describe import EAGER_PEAK, LAZY_PEAK
 
-from .conftest import EXAMPLES, ROOT, VKX, one_error_line, vkx
+from .conftest import EXAMPLES, ROOT, VKX, on_a_terminal, one_error_line, vkx
 
 
 @pytest.fixture(scope="module")
@@ -97,35 +96,14 @@ def test_piped_names_and_lines_are_never_cut(exported):
         assert re.search(rf"│ {re.escape(name)} +│ FLOAT32", done.stdout), name
 
 
-def _terminal(*args: str, stdout_too: bool = False) -> str:
-    """What `vkx args` writes to a pseudo-terminal on stderr (and stdout with `stdout_too`)."""
-    leader, follower = pty.openpty()
-    env = {**os.environ, "VKX_VALIDATION": "1", "COLUMNS": "100"}
-    proc = subprocess.Popen([str(VKX), *args], stdout=follower if stdout_too else subprocess.PIPE,
-                            stderr=follower, env=env)
-    os.close(follower)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # EIO: the other side is closed
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    proc.communicate(timeout=300)
-    os.close(leader)
-    return b"".join(chunks).decode(errors="replace")
-
-
 def test_repeats_show_progress(exported):
-    shown = _terminal("run", str(exported / "mlp.pte"), "--repeat", "30")
+    shown = on_a_terminal("run", str(exported / "mlp.pte"), "--repeat", "30")[0]
     assert "runs" in shown and "30/30" in shown
 
 
 def test_a_failed_export_leaves_no_progress_rows(tmp_path):
     (tmp_path / "bad.py").write_text("def get_model():\n    raise ValueError('boom')\n")
-    shown = _terminal("export", str(tmp_path / "bad.py"), stdout_too=True)
+    shown = on_a_terminal("export", str(tmp_path / "bad.py"), stdout_too=True)[0]
     assert "import torch" in shown  # the wait for torch is announced
     assert "vkx: error: " in shown and "get_model() raised ValueError: boom" in shown
     drawn = shown[:shown.index("vkx: error: ")]

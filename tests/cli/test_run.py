@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
-import pty
 import re
 import shutil
 import subprocess
@@ -14,7 +12,7 @@ import pytest
 import vkx as api
 from vkx.format.errors import VkxError
 
-from .conftest import VKX, one_error_line, vkx
+from .conftest import VKX, on_a_terminal, one_error_line, vkx
 
 pytestmark = pytest.mark.vulkan  # the device is opened in child processes too
 
@@ -54,24 +52,10 @@ def test_trace_memory_tables_fit_80_columns_in_binary_units(exported):
 
 
 def _on_a_terminal(*args: str) -> str:
-    """stderr of `vkx args` written to a pseudo-terminal (stdout to a pipe)."""
-    leader, follower = pty.openpty()
-    env = {**os.environ, "VKX_VALIDATION": "1", "COLUMNS": "100"}
-    proc = subprocess.Popen([str(VKX), *args], stdout=subprocess.PIPE, stderr=follower, env=env)
-    os.close(follower)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # EIO: the other side is closed
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    proc.communicate(timeout=120)
-    os.close(leader)
-    assert proc.returncode == 0
-    return b"".join(chunks).decode(errors="replace")
+    """stderr of a successful `vkx args` written to a pseudo-terminal (stdout to a pipe)."""
+    shown, code = on_a_terminal(*args, timeout=120)
+    assert code == 0
+    return shown
 
 
 def test_loading_line_and_upload_bar_on_a_terminal_only(exported):
