@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 import warnings
 
 import pytest
@@ -12,7 +11,7 @@ import pytest
 import vkx as api
 from vkx.format.errors import VkxError
 
-from .conftest import VKX, on_a_terminal, one_error_line, vkx
+from .conftest import on_a_terminal, one_error_line, vkx
 
 pytestmark = pytest.mark.vulkan  # the device is opened in child processes too
 
