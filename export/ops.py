@@ -326,7 +326,7 @@ ET_RULES: dict[Any, Rule] = {
     A.repeat.default: same("aten.repeat.default"),
     A.unfold.default: same("aten.unfold_copy.default", prepare=_unfold_dim),
     A.unfold_copy.default: same("aten.unfold_copy.default", prepare=_unfold_dim),
-    **{getattr(A, op).default: same(f"aten.{op}.default") for op in op_et.FUNCTIONS},
+    **{getattr(A, op).default: same(f"aten.{op}.default") for op in op_et.UNARY},
     **{getattr(A, op).default: same(f"aten.{op}.default", prepare=_stat_dims) for op in ("amax", "amin")},
     **{getattr(A, op).default: same(f"aten.{op}.default", prepare=_stat_dim) for op in ("argmax", "argmin")},
     A.var.correction: same("aten.var.correction", prepare=_stat_dims),

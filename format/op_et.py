@@ -271,18 +271,13 @@ def _index_select(call: Call) -> None:
     call.expect_shape("the output", call.out.shape, want if src.shape else [])
 
 
-FUNCTIONS: dict[str, str] = {
-    "log10": "log10(x) = ln(x) / ln(10); log10(0) = -inf, log10(x < 0) = NaN",
-    "tan": "tan(x) = sin(x) / cos(x)",
-}
-"""Unary float functions `aten.<name>.default(self)` by their math (the loader's builders say how
-each is computed)."""
-
 UNARY: dict[str, str] = {
     "round": "round(x)",
+    "log10": "log10(x)",
+    "tan": "tan(x)",
 }
 """The registry's unary ops beyond op_decls.UNARY, as op_decls.UNARY defines them (round: half to
-even, as torch)."""
+even, as torch; log10(0) is -inf and log10 of a negative number NaN, as in torch)."""
 
 LEAKY_RELU = "where(x >= 0, x, x * negative_slope)"
 HARDSHRINK = "where(abs(x) > lambd, x, 0)"
@@ -322,8 +317,6 @@ declare(OpDecl("aten.constant_pad_nd.default", (Arg("self", T), Arg("pad", L), A
                dtypes=ALL_TYPES, rule=_pad))
 for _name, _math in UNARY.items():
     declare(OpDecl(f"aten.{_name}.default", (Arg("self", T),), rule=_float_unary, family="unary", math=_math))
-for _name in FUNCTIONS:
-    declare(OpDecl(f"aten.{_name}.default", (Arg("self", T),), rule=_float_unary))
 declare(OpDecl("aten.repeat.default", (Arg("self", T), Arg("repeats", L)), dtypes=ALL_TYPES, rule=_repeat))
 declare(OpDecl("aten.unfold_copy.default", (Arg("self", T), Arg("dimension", I), Arg("size", I), Arg("step", I)),
                dtypes=ALL_TYPES, rule=_unfold))

@@ -238,7 +238,7 @@ def all_variants() -> dict[str, list[dict[str, Union[str, int]]]]:
 
 
 _OP_MODULES = ("elementwise", "reduce", "shape", "matmul", "conv", "attention", "prepack", "quant", "models",
-               "executorch", "state", "layout", "functions", "sampling")
+               "executorch", "state", "layout", "sampling")
 
 
 def lookup(name: str) -> Builder:

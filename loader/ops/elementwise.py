@@ -48,6 +48,8 @@ UNARY_GLSL: dict[str, str] = {
     "hardswish": "(x * clamp(x + 3.0, 0.0, 6.0) / 6.0)",
     "hardsigmoid": "mix(clamp(x + 3.0, 0.0, 6.0) / 6.0, x, isnan(x))",
     "round": "roundEven(x)",
+    "log10": "(log_(x) * 0.43429448190325176)",
+    "tan": "(sin_(x) / cos_(x))",
     "logical_not": "T(EQ(x, T(0.0)))",
     "leaky_relu": "mix(x * p.a, x, GE(x, T(0.0)))",
     "hardshrink": "mix(x, T(0.0), GE(T(p.a), abs(x)))",

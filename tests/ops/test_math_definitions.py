@@ -16,7 +16,7 @@ TORCH = {
     "relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh, "silu": F.silu, "neg": torch.neg,
     "abs": torch.abs, "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt,
     "sin": torch.sin, "cos": torch.cos, "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid,
-    "round": torch.round, "logical_not": torch.logical_not,
+    "round": torch.round, "log10": torch.log10, "tan": torch.tan, "logical_not": torch.logical_not,
     "leaky_relu": lambda x: F.leaky_relu(x, 0.2), "hardshrink": lambda x: F.hardshrink(x, 1.25),
     "add": lambda x, y: torch.add(x, y, alpha=3), "sub": lambda x, y: torch.sub(x, y, alpha=3),
     "mul": torch.mul, "div": torch.div,
@@ -28,7 +28,7 @@ TORCH = {
 ARGUMENTS = {"alpha": 3, "negative_slope": 0.2, "lambd": 1.25}
 """The numbers the definitions read, as the torch functions above take them."""
 NUMPY = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "sin": np.sin, "cos": np.cos,
-         "abs": np.abs, "maximum": np.maximum, "minimum": np.minimum, "where": np.where, "round": np.round,
+         "abs": np.abs, "log10": np.log10, "tan": np.tan, "maximum": np.maximum, "minimum": np.minimum, "where": np.where, "round": np.round,
          "erf": np.vectorize(math.erf), "pi": math.pi}
 
 
