@@ -236,8 +236,12 @@ class Executor:
             vk.vkBeginCommandBuffer(cmd, vk.VkCommandBufferBeginInfo(
                 flags=vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT))
             set_ptr = ffi.new("VkDescriptorSet[1]")
-            for i in first.values():
+            rw = vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT
+            between = _barrier(rw, rw)  # the sets name real buffers: synchronization validation
+            for k, i in enumerate(first.values()):  # checks even a dispatch of no workgroups
                 x, p = self.dispatches[i], self.pipelines[i]
+                if k:
+                    lib.vkCmdPipelineBarrier(cmd, _COMPUTE, _COMPUTE, 0, 1, between, 0, ffi.NULL, 0, ffi.NULL)
                 lib.vkCmdBindPipeline(cmd, _BIND, p.handle)
                 set_ptr[0] = self._sets[i]
                 lib.vkCmdBindDescriptorSets(cmd, _BIND, p.layout, 0, 1, set_ptr, 0, ffi.NULL)
