@@ -46,12 +46,13 @@ shaders: system-packages $(VENV)/.installed shaders/spirv.zip
 shaders/spirv.zip: $(wildcard shaders/*.comp shaders/*.glslh shaders/variants.json loader/ops/*.py) $(VENV)/.installed
 	$(PY) -m vkx.loader.spirv $@ --if-stale
 
-# The variants of shaders whose builders declare none: the whole suite run once with every request
+# The variants of shaders whose builders declare none: the whole suite (and the profile pass) run once with every request
 # logged (unbuilt ones compiled from the sources), added to shaders/variants.json, the archive rebuilt
 # (a failing test does not stop it: what it requested is logged all the same).
 variants: system-packages $(VENV)/.installed shaders
 	rm -f .variants.log
 	-VKX_RECORD_VARIANTS=$(CURDIR)/.variants.log VKX_VALIDATION=1 $(PY) -m pytest -q -n 2 --dist loadscope
+	-VKX_RECORD_VARIANTS=$(CURDIR)/.variants.log $(MAKE) --no-print-directory test-profile
 	$(PY) -m vkx.loader.spirv shaders/spirv.zip --merge-requests .variants.log
 
 # Debian packages: the Vulkan loader, lavapipe (the CPU device), glslc, validation layers.
