@@ -1,0 +1,68 @@
+"""An LLM folder exported in each 16-bit and quantized dtype runs on the device with the prebuilt
+shaders only (prefill through the tiled GEMM, decode through the matvecs), against torch: in fp32
+for the 16-bit dtypes, computing with the same quantized weights for int8/int4.
+
+The width (256) and prefill length (16) are the smallest that choose the kernels a real model's
+prefill and decode use; the fp32 families of test_vkx.py are narrower and choose others.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import vkx
+from tests.llm.families import config, write_folder
+from vkx.export import hf
+from vkx.export.quantize import quantize_module
+from vkx.loader.generate import ProgramDecoder
+
+pytestmark = pytest.mark.vulkan
+
+PREFILL, MAX_SEQ, PROMPT = 16, 64, 11
+# Largest logit error against torch, in units of the logits' standard deviation (about 1): the
+# 16-bit dtypes' rounding over two layers; fp32 arithmetic for the quantized ones (torch computes
+# with the same quantized weights). Far below what a wrong kernel gives (errors of order 1).
+TOLERANCE = {"bf16": 0.08, "fp16": 0.02, "int8": 2e-3, "int4": 2e-3}
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    path = tmp_path_factory.mktemp("llama256")
+    write_folder(path, "llama", cfg=config("llama", hidden_size=256, intermediate_size=512, vocab_size=512))
+    return path
+
+
+def expected(folder, dtype: str):
+    """torch's fp32 logits (with `dtype`'s quantized weights for int8/int4): the prefill's last
+    prompt position, then three decode steps."""
+    lm = hf.CausalLM(hf.build_model(hf.read_folder(folder), torch.float32), MAX_SEQ)
+    if dtype.startswith("int"):
+        lm = quantize_module(lm, dtype)
+    ids = torch.zeros(1, PREFILL, dtype=torch.long)
+    ids[0, :PROMPT] = torch.arange(3, 3 + PROMPT) * 37 % 512
+    with torch.no_grad():
+        steps = [lm(ids, torch.arange(PREFILL))[0, PROMPT - 1]]
+        token = int(steps[-1].argmax())
+        for position in range(PROMPT, PROMPT + 3):
+            steps.append(lm(torch.tensor([[token]]), torch.tensor([position]))[0, 0])
+            token = int(steps[-1].argmax())
+    return ids.numpy(), [s.numpy() for s in steps]
+
+
+@pytest.mark.parametrize("dtype", TOLERANCE)
+def test_each_export_dtype_runs_prefill_and_decode(tmp_path, folder, dtype):
+    pte = tmp_path / f"{dtype}.pte"
+    options = {"quantize": dtype} if dtype.startswith("int") else {"dtype": dtype}
+    hf.export_folder(folder, pte, max_seq_len=MAX_SEQ, prefill_len=PREFILL, **options)
+    ids, reference = expected(folder, dtype)
+    with vkx.load(pte) as program:
+        decoder = ProgramDecoder(program)
+        steps = [decoder.prefill(ids, np.arange(PREFILL))[0, PROMPT - 1]]
+        for position in range(PROMPT, PROMPT + 3):
+            token = int(np.argmax(reference[position - PROMPT]))  # torch's token: the same inputs
+            steps.append(decoder.decode(np.array([[token]]), np.array([position]))[0, 0])
+    scale = float(np.std(reference[0]))
+    for step, (ours, theirs) in enumerate(zip(steps, reference)):
+        err = float(np.abs(np.asarray(ours, np.float32) - theirs).max())
+        assert err < TOLERANCE[dtype] * scale, (dtype, step, err, scale)
