@@ -133,7 +133,7 @@ def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
     keys = KeyCache()
     references = references or {}
     keys.start(t for t in converted.state_dict().values() if identity(t) not in references)
-    names, taken = state_names(converted), Names()
+    names, taken = state_names(converted), Names(ref.key for ref in references.values())
     specs, memories, sources, programs = [], [], 0, {}
     try:
         for name, (fn, inputs) in methods.items():

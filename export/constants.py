@@ -121,11 +121,13 @@ Digest = tuple  # (sha256, dtype, shape): what one stored tensor is
 
 class Names:
     """The named-data names of one file's constants, over all its methods: each distinct tensor
-    (Digest) gets names no other tensor has, the first one its key."""
+    (Digest) gets names no other tensor has, the first one its key. `checkpoint_keys` are taken
+    by a referenced checkpoint: a tensor stored here under one of them (a cast copy of a
+    checkpoint tensor) is numbered, so that a key never names two tensors."""
 
-    def __init__(self) -> None:
+    def __init__(self, checkpoint_keys: Iterable[str] = ()) -> None:
         self.groups: dict[Digest, list[str]] = {}
-        self._owner: dict[str, Digest] = {}
+        self._owner: dict[str, Digest] = {key: ("checkpoint",) for key in checkpoint_keys}
 
     def add(self, digest: Digest, names: Sequence[str]) -> None:
         group = self.groups.setdefault(digest, [])

@@ -12,6 +12,7 @@ values into per-layer cache buffers at `cache_position` (`index_copy_`), exporte
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 import json
 import mmap
@@ -291,7 +292,11 @@ class CausalLM(torch.nn.Module):
         kv_heads = getattr(config, "num_key_value_heads", None) or heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
         dtype = next(model.parameters()).dtype
-        self.model = model
+        # The model's children are this module's own, so its tensors keep the checkpoint's names
+        # (model.layers.0..., lm_head.weight) whether the file stores them or references them.
+        for name, child in model.named_children():
+            self.add_module(name, child)
+        object.__setattr__(self, "_causal_lm", model)  # not registered: `_model` rebuilds it
         self.max_seq_len = max_seq_len
         layers = [_PositionedLayer(max_seq_len) for _ in range(config.num_hidden_layers)]
         for i, layer in enumerate(layers):
@@ -314,9 +319,16 @@ class CausalLM(torch.nn.Module):
             layer.bind(getattr(self, f"key_cache_{i}"), getattr(self, f"value_cache_{i}"), cache_position)
         visible = self._slots[None, :] <= cache_position[:, None]
         with _grouped_sdpa():
-            return self.model(input_ids=input_ids, position_ids=cache_position[None, :],
+            return self._model()(input_ids=input_ids, position_ids=cache_position[None, :],
                               attention_mask=visible[None, None], use_cache=True,
                               **{self._cache_argument: self._cache}).logits
+
+    def _model(self) -> torch.nn.Module:
+        """The wrapped model over this module's own children: a converted or quantized copy of this
+        module (export's module-tree copies) replaces those, never the unregistered original."""
+        model = copy.copy(self._causal_lm)
+        model._modules = {name: self._modules[name] for name in model._modules}
+        return model
 
     def reset(self) -> None:
         """Zero the cache (a new sequence)."""

@@ -89,7 +89,7 @@ def test_inspect_says_where_each_tensor_is(exported):
     used = {name: t["file"] for t in d["tensors"] if t["users"] for name in t["names"]}
     assert {name: used[name] for name in stored} == {
         name: str(path) for path in folder.glob("*.safetensors") for name in checkpoint_tensors_of(path)}
-    assert {n for n, f in used.items() if f == "pte"} == {"_slots", "model.model.rotary_emb.inv_freq"}
+    assert {n for n, f in used.items() if f == "pte"} == {"_slots", "model.rotary_emb.inv_freq"}
     files = {f["file"]: (f["tensors"], f["bytes"]) for f in d["files"]}
     assert sum(b for f, (_, b) in files.items() if f != "pte") == sum(b for _, _, b in stored.values())
     assert all(e["recorded"] for e in d["external"])
@@ -98,6 +98,24 @@ def test_inspect_says_where_each_tensor_is(exported):
                                                              for p in folder.glob("*.safetensors"))
     human = run_vkx("inspect", root / "lm.pte")
     assert "Weights by file" in human.stdout and "(recorded by the program)" in human.stdout
+
+
+def test_weights_inside_the_file_keep_the_checkpoint_names(exported, tmp_path):
+    """One naming scheme: the folder exported with its weights stored in the .pte names every
+    tensor as the by-reference export (and the checkpoint) does, and the piped listing shows them whole."""
+    root, folder, _, _ = exported
+    done = run_vkx("export", folder, "-o", tmp_path / "inside.pte", *LENGTHS)
+    assert done.returncode == 0, done.stderr
+    names = {}
+    for pte in (root / "lm.pte", tmp_path / "inside.pte"):
+        described = json.loads(run_vkx("inspect", pte, "--json").stdout)
+        names[pte.name] = {n for t in described["tensors"] if t["users"] for n in t["names"]}
+    # the same names, and the tied head's second name (the checkpoint stores the tensor once)
+    assert names["lm.pte"] >= set(checkpoint_tensors(folder))
+    assert names["lm.pte"] <= names["inside.pte"] and names["inside.pte"] - names["lm.pte"] <= {"lm_head.weight"}
+    listed = run_vkx("inspect", tmp_path / "inside.pte", "--tensors").stdout.splitlines()
+    projections = [k for k in checkpoint_tensors(folder) if k.endswith("q_proj.weight")]
+    assert projections and all(any(k in line for line in listed) for k in projections)
 
 
 def checkpoint_tensors_of(path: Path) -> list[str]:
@@ -178,7 +196,8 @@ def test_a_cast_export_writes_only_the_cast_tensors(tmp_path):
     cast = sum(stored[k][2] // 2 for k in stored if k not in half)
     assert cast < report["constant_bytes"] < cast + 1024
     d = json.loads(run_vkx("inspect", tmp_path / "lm.pte", "--json").stdout)
-    in_pte = {name.removeprefix("model.") for t in d["tensors"] if t["file"] == "pte" for name in t["names"]}
+    # the cast copies are numbered: their checkpoint keys name the checkpoint's own tensors
+    in_pte = {name.removesuffix(".1") for t in d["tensors"] if t["file"] == "pte" for name in t["names"]}
     assert {k for k in stored if k not in half} <= in_pte and not in_pte & half
     assert {n for t in d["tensors"] if t["file"] != "pte" and t["users"] for n in t["names"]} == half
     assert run_vkx("validate", tmp_path / "lm.pte").returncode == 0
