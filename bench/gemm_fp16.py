@@ -2,8 +2,8 @@
 device has VK_NV_cooperative_matrix) and torch's fp16 product on CUDA, per Llama-3.2-1B prefill shape.
 
 Each shape is one hand-built VkGraph of fp16 Linear nodes reading the same x[M, K] and W[N, K]:
-node 0 takes the tiled kernel (its default tiling), node 1 the coop kernel's default tiling, node 2
-its other workgroup shape (no split); Program.profile gives each node's GPU time (a split-K node's
+node 0 takes the tiled kernel (its default tiling), node 1 the coop kernel's default tiling, the
+next ones each of its workgroup shapes (no split); Program.profile gives each node's GPU time (a split-K node's
 includes its reduce). Every output is checked against an fp64 product (max error relative to the
 output's peak). torch's F.linear in fp16 is timed with CUDA events in the same run; `vs torch` is
 torch's time / the kernel's.
@@ -102,9 +102,9 @@ def main() -> None:
     for name, N, K in QUICK if args.quick else LLAMA_1B:
         M = args.rows
         default = gemm_coop.choose_coop_tiling(M, N, K, 1, device.compute_units)
-        other = next(t for t in gemm_coop.TILINGS if (t.bm, t.bn) != (default.bm, default.bn))
-        plan = ["tiled", "coop", other] if coop else ["tiled"]
-        labels = ["tiled", f"coop {default.bm}x{default.bn} split {default.split}", f"coop {other.bm}x{other.bn}"]
+        plan = ["tiled", "coop", *gemm_coop.TILINGS] if coop else ["tiled"]
+        labels = ["tiled", f"coop default: {default.bm}x{default.bn} of {default.sg_m * default.sg_n} split "
+                  f"{default.split}", *(f"coop {t.bm}x{t.bn} of {t.sg_m * t.sg_n}" for t in gemm_coop.TILINGS)]
         graph, blobs, x, w = linear_graph(M, N, K, len(plan))
         with kernels_in_order(plan):
             program = load_graph(graph, blobs, device=device)

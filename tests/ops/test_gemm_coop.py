@@ -29,7 +29,8 @@ if default_device().fp16_cooperative_matrix:
     KERNELS += [("coop", CoopTiling(t.sg_m, t.sg_n, t.fm, t.fn, split)) for t in TILINGS for split in (1, 3)]
 
 
-@pytest.fixture(params=KERNELS, ids=lambda k: k[0] if k[1] is None else f"coop-{k[1].bm}x{k[1].bn}-split{k[1].split}")
+@pytest.fixture(params=KERNELS, ids=lambda k: k[0] if k[1] is None else
+                f"coop-{k[1].bm}x{k[1].bn}-{k[1].sg_m * k[1].sg_n}sg-split{k[1].split}")
 def kernel(request, monkeypatch):
     """Each fp16 product of the test takes this kernel (and tiling); returns the shaders one product dispatches."""
     name, tiling = request.param
