@@ -45,12 +45,15 @@ class TorchDecoder:
     def __init__(self, lm: hf.CausalLM, device: str):
         self.lm, self.device = lm.to(device), device
 
-    def prefill(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
+    def _logits(self, input_ids: np.ndarray, cache_position: np.ndarray) -> torch.Tensor:
         with torch.no_grad():
-            logits = self.lm(torch.from_numpy(input_ids).to(self.device), torch.from_numpy(cache_position).to(self.device))
-        return logits.float().cpu().numpy()
+            return self.lm(torch.from_numpy(input_ids).to(self.device), torch.from_numpy(cache_position).to(self.device))
 
-    decode = prefill
+    def prefill(self, input_ids: np.ndarray, cache_position: np.ndarray, row: int) -> np.ndarray:
+        return self._logits(input_ids, cache_position)[0, row].float().cpu().numpy()
+
+    def decode(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
+        return self._logits(input_ids, cache_position).float().cpu().numpy()
 
     def reset(self) -> None:
         self.lm.reset()
