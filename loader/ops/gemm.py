@@ -26,7 +26,7 @@ from typing import Optional, Sequence
 
 from vkx.format import dtypes
 from vkx.loader.ops import Binding, OpBuilder, TensorArg, UnsupportedOpError, elem_defines
-from vkx.loader.ops.gemm_coop import coop_layout, record_coop
+from vkx.loader.ops.gemm_coop import coop_layout, fits, record_coop
 from vkx.loader.ops.gemm_tiled import record_tiled
 from vkx.loader.ops.shape import MAX_GROUPS, bind_elems, fits_binding
 
@@ -221,9 +221,9 @@ def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
 def use_coop(builder: OpBuilder, a: Operand, aoff: int, b: Operand, boff: int, c: Operand,
              bias: Optional[Operand], M: int, N: int, K: int, nb1: int, nb2: int) -> Optional[str]:
     """The B layout define when a tiled product takes shaders/matmul_coop.comp (the device has fp16
-    cooperative matrices and the operands suit it: vkx.loader.ops.gemm_coop.coop_layout), else None.
-    `aoff` / `boff`: A's and B's offsets in their bindings."""
-    if not builder.fp16_cooperative_matrix:
+    cooperative matrices and the shared memory of its tiles, and the operands suit it:
+    vkx.loader.ops.gemm_coop.coop_layout), else None. `aoff` / `boff`: A's and B's offsets in their bindings."""
+    if not builder.fp16_cooperative_matrix or not fits(builder.shared_memory_bytes):
         return None
     a_vec = a.sj == 1 and K % 8 == 0 and _vec_ok(aoff, [(a.si, M), (a.sb1, nb1), (a.sb2, nb2)], 8)
     b_vec_k = b.si == 1 and K % 8 == 0 and _vec_ok(boff, [(b.sj, N), (b.sb1, nb1), (b.sb2, nb2)], 8)

@@ -50,6 +50,12 @@ class CoopTiling:
         return 16 * self.sg_n * self.fn
 
     @property
+    def shared_bytes(self) -> int:
+        """Shared memory of one workgroup: two stages of A's BM x BK and B's BK x BN fp16 slices, rows
+        padded by one 16-byte chunk (a k-contiguous B's layout, the larger)."""
+        return 2 * 16 * (BK // 8 + 1) * (self.bm + self.bn)
+
+    @property
     def defines(self) -> dict[str, int]:
         return {"SG_M": self.sg_m, "SG_N": self.sg_n, "FM": self.fm, "FN": self.fn}
 
@@ -60,16 +66,23 @@ On the H200 (bench/gemm_fp16.py, M = 512) they were the best of these and of 128
 subgroups (2 x 4 fragments each) and 128 x 64 of 4."""
 
 
-def choose_coop_tiling(M: int, N: int, K: int, batches: int, units: int) -> CoopTiling:
-    """The tiling of an M x N (x K) product over `batches` on a device of `units` compute units."""
+def choose_coop_tiling(M: int, N: int, K: int, batches: int, units: int, shared_bytes: int) -> CoopTiling:
+    """The tiling of an M x N (x K) product over `batches` on a device of `units` compute units and
+    `shared_bytes` of shared memory per workgroup (at least the small tiling's: `fits`)."""
     units = max(1, units)
     big, small = TILINGS
-    t = big if -(-M // big.bm) * -(-N // big.bn) * batches >= units else small
+    fill = -(-M // big.bm) * -(-N // big.bn) * batches >= units
+    t = big if fill and big.shared_bytes <= shared_bytes else small
     n = -(-M // t.bm) * -(-N // t.bn) * batches
     split = 1
     if n < units:
         split = max(1, min(SPLIT_TO * units // n, K // MIN_SPLIT_K, MAX_SPLIT))
     return CoopTiling(t.sg_m, t.sg_n, t.fm, t.fn, split)
+
+
+def fits(shared_bytes: int) -> bool:
+    """Whether a workgroup of `shared_bytes` of shared memory can run the smallest tiling."""
+    return min(t.shared_bytes for t in TILINGS) <= shared_bytes
 
 
 def coop_layout(a_dtype: dtypes.DType, b_dtype: dtypes.DType, c_dtype: dtypes.DType,
@@ -99,7 +112,7 @@ def record_coop(builder: OpBuilder, bindings: Sequence[Binding], layout: str, M:
                 bias: Optional[tuple[int, int, int, dtypes.DType]], alpha: float, beta: float) -> None:
     """Record C = alpha * A @ B (+ beta * bias) through shaders/matmul_coop.comp (`layout`: from
     `coop_layout`); the other arguments as vkx.loader.ops.gemm_tiled.record_tiled's."""
-    t = choose_coop_tiling(M, N, K, nb1 * nb2, builder.compute_units)
+    t = choose_coop_tiling(M, N, K, nb1 * nb2, builder.compute_units, builder.shared_memory_bytes)
     record_passes(builder, "matmul_coop", bindings, _defines(t, layout, c_dtype, bias is not None),
                   (t.bm, t.bn, BK, t.split), M, N, K, nb1, nb2, ab, out, c_dtype, bias, alpha, beta)
 

@@ -106,13 +106,14 @@ def test_nan_and_inf_propagate(kernel):
     assert_close_in(got[finite], want[finite], F16, terms=24)
 
 
-def _linear_shaders(dtype: g.DataType, m: int, k: int, n: int, coop: bool, units: int = 1) -> list[str]:
+def _linear_shaders(dtype: g.DataType, m: int, k: int, n: int, coop: bool, units: int = 1,
+                    shared: int = 49152) -> list[str]:
     """The shaders of one linear's dispatches, built without a device for a device with (`coop`) or
     without fp16 cooperative matrices."""
     values = [g.Tensor(dtype, (m, k)), g.Tensor(dtype, (n, k), constant_id=0), g.Null(), g.Tensor(dtype, (m, n))]
     graph = g.VkGraph(chain=[g.OperatorCall(0, "aten.linear.default", (0, 1, 2, 3))], values=values,
                       input_ids=[0], output_ids=[3], constants=[g.ConstantRef(g.NAMED_OFFSET, 2 * n * k, "w")])
-    built = GraphBuilder(graph, 1 << 30, 16, compute_units=units, shared_memory_bytes=49152,
+    built = GraphBuilder(graph, 1 << 30, 16, compute_units=units, shared_memory_bytes=shared,
                          fp16_cooperative_matrix=coop).build()
     return [d.shader for d in built.dispatches]
 
@@ -128,17 +129,20 @@ def test_which_products_take_the_coop_kernel():
     assert _linear_shaders(f16, 512, 2044, 2048, coop=True) == ["matmul_tiled"]
     assert _linear_shaders(f16, 16, 2048, 2048, coop=True) == ["matmul"]  # too few rows for a tiled kernel
     assert _linear_shaders(f16, 32, 2048, 512, coop=True, units=132) == ["matmul_coop", "matmul_reduce"]
+    assert _linear_shaders(f16, 512, 2048, 2048, coop=True, shared=16384) == ["matmul_tiled"]  # no tiling fits
 
 
 def test_default_coop_tiling():
     """128 x 128 tiles where they fill the device, else 64 x 64; split-K while tiles are fewer than
     units and K is long enough (the tiled kernel's rule)."""
     big, small = TILINGS
-    assert choose_coop_tiling(512, 8192, 2048, 1, 132) == big  # 256 tiles
-    assert choose_coop_tiling(512, 2048, 2048, 1, 132) == small  # 64 big tiles: 256 small ones
-    assert choose_coop_tiling(512, 512, 2048, 1, 132) == CoopTiling(2, 2, 2, 2, 2)  # 64 small tiles, K / 1024
-    assert choose_coop_tiling(512, 512, 8192, 1, 132) == CoopTiling(2, 2, 2, 2, 4)
-    assert choose_coop_tiling(512, 512, 640, 32, 132) == big  # batches fill it
+    assert choose_coop_tiling(512, 8192, 2048, 1, 132, 49152) == big  # 256 tiles
+    assert choose_coop_tiling(512, 2048, 2048, 1, 132, 49152) == small  # 64 big tiles: 256 small ones
+    assert choose_coop_tiling(512, 512, 2048, 1, 132, 49152) == CoopTiling(2, 2, 2, 2, 2)  # 64 small tiles, K / 1024
+    assert choose_coop_tiling(512, 512, 8192, 1, 132, 49152) == CoopTiling(2, 2, 2, 2, 4)
+    assert choose_coop_tiling(512, 512, 640, 32, 132, 49152) == big  # batches fill it
+    assert choose_coop_tiling(512, 8192, 2048, 1, 132, 32768) == small  # big's 40 KiB do not fit
+    assert (big.shared_bytes, small.shared_bytes) == (40960, 20480)
 
 
 def test_profiles_keep_the_tiled_kernel():
