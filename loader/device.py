@@ -78,7 +78,8 @@ class MatrixShape:
     d: int
 
 
-FLOAT16, FLOAT32 = vk.VK_COMPONENT_TYPE_FLOAT16_KHR, vk.VK_COMPONENT_TYPE_FLOAT32_KHR  # the binding's _NV names are None
+# VkComponentTypeNV's values by their KHR names: the binding's _NV names are None
+FLOAT16, FLOAT32 = vk.VK_COMPONENT_TYPE_FLOAT16_KHR, vk.VK_COMPONENT_TYPE_FLOAT32_KHR
 FP16_PRODUCT = MatrixShape(16, 16, 16, FLOAT16, FLOAT16, FLOAT32, FLOAT32)
 """The product shaders/matmul_coop.comp is made of: fp16 operands, fp32 accumulators."""
 COOPERATIVE_SUBGROUP = 32
