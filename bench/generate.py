@@ -10,9 +10,10 @@ Three measurements of the same greedy generation:
                  whole call minus one forward of the prompt).
 Torch runs on CUDA where it is available, else on the CPU. Then vkx's decode call itself: its
 dispatches and barriers per token (and per decoder layer), its GPU time per token as a call runs
-(timestamps), and the per-shader table of one serialised, timestamped decode call.
+(timestamps), and the per-shader table of one serialised, timestamped decode call; then the same
+for one prefill call (a whole chunk of --prefill-len tokens).
 
-    .venv/bin/python bench/generate.py [DIR] [--size small|1b] [--dtype fp32|bf16] [--prompt-len 32]
+    .venv/bin/python bench/generate.py [DIR] [--size small|1b] [--dtype fp32|bf16|fp16] [--prompt-len 32]
                                        [--new-tokens 64] [--max-seq-len 256] [--prefill-len 32]
                                        [--quantize int4|int8]
 """
@@ -44,12 +45,15 @@ class TorchDecoder:
     def __init__(self, lm: hf.CausalLM, device: str):
         self.lm, self.device = lm.to(device), device
 
-    def prefill(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
+    def _logits(self, input_ids: np.ndarray, cache_position: np.ndarray) -> torch.Tensor:
         with torch.no_grad():
-            logits = self.lm(torch.from_numpy(input_ids).to(self.device), torch.from_numpy(cache_position).to(self.device))
-        return logits.float().cpu().numpy()
+            return self.lm(torch.from_numpy(input_ids).to(self.device), torch.from_numpy(cache_position).to(self.device))
 
-    decode = prefill
+    def prefill(self, input_ids: np.ndarray, cache_position: np.ndarray, row: int) -> np.ndarray:
+        return self._logits(input_ids, cache_position)[0, row].float().cpu().numpy()
+
+    def decode(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
+        return self._logits(input_ids, cache_position).float().cpu().numpy()
 
     def reset(self) -> None:
         self.lm.reset()
@@ -91,7 +95,10 @@ def main() -> None:
             ours = list(generate(decoder, prompt, args.new_tokens, decoder.shape, timings=timings))
             rows.append(("vkx", timings))
             step = (np.array([[ours[-1]]], np.int64), np.array([len(prompt) + len(ours) - 1], np.int64))
-            call = decode_report(program["decode"], step)
+            call = call_report(program["decode"], step)
+            chunk = (np.array([prompt[:args.prefill_len] + [0] * (args.prefill_len - len(prompt))], np.int64),
+                     np.arange(args.prefill_len, dtype=np.int64))
+            prefill_call = call_report(program["prefill"], chunk)
         progress(began, "vkx generated")
         shape = LMShape(args.prefill_len, args.max_seq_len, model.config.vocab_size)
         wrapper = TorchDecoder(hf.CausalLM(model, args.max_seq_len), device)
@@ -125,29 +132,32 @@ def main() -> None:
           f"decode {rows[0][1].decode_tokens_per_s / base.decode_tokens_per_s:.2f}x")
     layers = hf.load_config(hf.read_folder(folder)).get_text_config().num_hidden_layers if args.folder else \
         llama_load.SIZES[args.size]["num_hidden_layers"]
-    print_decode_report(call, layers)
+    print_call_report("decode", call, layers, 1)
+    print_call_report("prefill", prefill_call, layers, args.prefill_len)
 
 
-def decode_report(decode, inputs) -> dict:
-    """One decode call's dispatches, barriers, GPU time as a call runs, and per-shader GPU time."""
-    report = {"dispatches": decode.dispatch_count, "barriers": decode.barrier_count, "gpu_s": None, "shaders": {}}
-    if not decode.has_timestamps:
+def call_report(method, inputs) -> dict:
+    """One call's dispatches, barriers, GPU time as a call runs, and per-shader GPU time."""
+    report = {"dispatches": method.dispatch_count, "barriers": method.barrier_count, "gpu_s": None, "shaders": {}}
+    if not method.has_timestamps:
         return report
-    report["gpu_s"] = decode.gpu_seconds(*inputs, runs=10)
-    for _, shader, seconds in decode.profile(*inputs, runs=5):
+    report["gpu_s"] = method.gpu_seconds(*inputs, runs=10)
+    for _, shader, seconds in method.profile(*inputs, runs=5):
         count, total = report["shaders"].get(shader, (0, 0.0))
         report["shaders"][shader] = (count + 1, total + seconds)
     return report
 
 
-def print_decode_report(report: dict, layers: int) -> None:
-    print(f"vkx decode call: {report['dispatches']} dispatches ({report['dispatches'] / layers:.1f} per decoder "
+def print_call_report(name: str, report: dict, layers: int, tokens: int) -> None:
+    """The report of one call of `tokens` tokens."""
+    print(f"vkx {name} call: {report['dispatches']} dispatches ({report['dispatches'] / layers:.1f} per decoder "
           f"layer of {layers}), {report['barriers']} barriers", end="")
     if report["gpu_s"] is None:
         print("; the device has no timestamps")
         return
     serial = sum(t for _, t in report["shaders"].values())
-    print(f"; GPU {report['gpu_s'] * 1e3:.3f} ms per token as a call runs, {serial * 1e3:.3f} ms serialised")
+    print(f"; GPU {report['gpu_s'] * 1e3:.3f} ms a call as it runs ({tokens / report['gpu_s']:,.0f} tokens/s), "
+          f"{serial * 1e3:.3f} ms serialised")
     print(f"  {'shader':<22} {'dispatches':>10} {'GPU ms':>9} {'share':>6} {'us each':>8}")
     for shader, (count, total) in sorted(report["shaders"].items(), key=lambda kv: -kv[1][1]):
         print(f"  {shader:<22} {count:10d} {total * 1e3:9.3f} {total / serial:6.1%} {total / count * 1e6:8.1f}")

@@ -9,6 +9,11 @@ in force. `VKX_VALIDATION=1` enables VK_LAYER_KHRONOS_validation with a debug-ut
 messenger; every warning or error it reports is collected and raised as a
 `ValidationError` at the next sync point (`check()`, fence waits, close).
 
+`VK_NV_cooperative_matrix` (with the Vulkan memory model its shaders declare) is enabled wherever
+the device has it: `cooperative_matrix_shapes` lists the products it offers a subgroup, and
+`fp16_cooperative_matrix` says whether the one vkx's fp16 GEMM (shaders/matmul_coop.comp) needs is
+in force.
+
 `VK_EXT_external_memory_host` is enabled wherever the device has it:
 `import_alignment` is its `minImportedHostPointerAlignment` (None without the
 extension) and `host_pointer_types(address)` the memory types a host pointer
@@ -33,6 +38,7 @@ API_VERSION = vk.VK_MAKE_VERSION(1, 2, 0)
 VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
 EXTERNAL_MEMORY_HOST = "VK_EXT_external_memory_host"
 INTEGER_DOT_PRODUCT = "VK_KHR_shader_integer_dot_product"
+COOPERATIVE_MATRIX = "VK_NV_cooperative_matrix"
 HOST_ALLOCATION = vk.VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT
 
 _TYPE_RANK = {
@@ -57,6 +63,27 @@ def _debug_callback(severity, types, data, user):  # noqa: ARG001
 
 def validation_requested() -> bool:
     return os.environ.get("VKX_VALIDATION", "") not in ("", "0")
+
+
+@dataclass(frozen=True)
+class MatrixShape:
+    """One product a subgroup does with VK_NV_cooperative_matrix: D[M, N] = A[M, K] B[K, N] + C, by
+    component type (VkComponentTypeNV's numbers, which VK_KHR_cooperative_matrix keeps)."""
+    m: int
+    n: int
+    k: int
+    a: int
+    b: int
+    c: int
+    d: int
+
+
+# VkComponentTypeNV's values by their KHR names: the binding's _NV names are None
+FLOAT16, FLOAT32 = vk.VK_COMPONENT_TYPE_FLOAT16_KHR, vk.VK_COMPONENT_TYPE_FLOAT32_KHR
+FP16_PRODUCT = MatrixShape(16, 16, 16, FLOAT16, FLOAT16, FLOAT32, FLOAT32)
+"""The product shaders/matmul_coop.comp is made of: fp16 operands, fp32 accumulators."""
+COOPERATIVE_SUBGROUP = 32
+"""The subgroup size shaders/matmul_coop.comp is written for (its workgroups are whole subgroups of 32)."""
 
 
 @dataclass(frozen=True)
@@ -189,6 +216,11 @@ class Device:
         exts = {e.extensionName for e in vk.vkEnumerateDeviceExtensionProperties(self.physical, None)}
         self.has_memory_budget = "VK_EXT_memory_budget" in exts
         self._has_dot_product = INTEGER_DOT_PRODUCT in exts
+        self._has_cooperative_matrix = COOPERATIVE_MATRIX in exts
+        self.cooperative_matrix_shapes: tuple[MatrixShape, ...] = ()
+        """The subgroup-scope products VK_NV_cooperative_matrix offers in compute shaders (none without it)."""
+        if self._has_cooperative_matrix:
+            self.cooperative_matrix_shapes = self._matrix_shapes()
         self.import_alignment: int | None = None
         if EXTERNAL_MEMORY_HOST in exts:
             host = vk.VkPhysicalDeviceExternalMemoryHostPropertiesEXT()
@@ -206,12 +238,37 @@ class Device:
         self.timestamp_bits = int(families[self.queue_family].timestampValidBits)
         """Valid bits of the queue's timestamps; 0: it has none."""
 
+    def _matrix_shapes(self) -> tuple[MatrixShape, ...]:
+        """vkGetPhysicalDeviceCooperativeMatrixPropertiesNV's subgroup-scope products, where the
+        compute stage has them. Called through its own pointer: the binding's wrapper leaves the
+        sType of the array it passes 0."""
+        stages = vk.VkPhysicalDeviceCooperativeMatrixPropertiesNV()
+        vk.vkGetPhysicalDeviceProperties2(self.physical, vk.VkPhysicalDeviceProperties2(pNext=stages))
+        if not stages.cooperativeMatrixSupportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT:
+            return ()
+        name = b"vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"
+        query = ffi.cast("PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV",
+                         lib.vkGetInstanceProcAddr(self.instance, name))
+        count = ffi.new("uint32_t *")
+        if query(self.physical, count, ffi.NULL) != vk.VK_SUCCESS:
+            return ()
+        props = ffi.new("VkCooperativeMatrixPropertiesNV[]", count[0])
+        for i in range(count[0]):
+            props[i].sType = vk.VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV
+        if query(self.physical, count, props) != vk.VK_SUCCESS:
+            return ()
+        return tuple(MatrixShape(p.MSize, p.NSize, p.KSize, p.AType, p.BType, p.CType, p.DType)
+                     for p in props[0:count[0]] if p.scope == vk.VK_SCOPE_SUBGROUP_KHR)
+
     def _create_device(self, in_force: Limits | None) -> None:
         f16 = vk.VkPhysicalDevice16BitStorageFeatures()
         f8 = vk.VkPhysicalDevice8BitStorageFeatures(pNext=f16)
         fi = vk.VkPhysicalDeviceShaderFloat16Int8Features(pNext=f8)
         dot = vk.VkPhysicalDeviceShaderIntegerDotProductFeatures(pNext=fi)
-        feats = vk.VkPhysicalDeviceFeatures2(pNext=dot if self._has_dot_product else fi)
+        chain = dot if self._has_dot_product else fi
+        coop = vk.VkPhysicalDeviceCooperativeMatrixFeaturesNV(pNext=chain)
+        model = vk.VkPhysicalDeviceVulkanMemoryModelFeatures(pNext=coop)
+        feats = vk.VkPhysicalDeviceFeatures2(pNext=model if self._has_cooperative_matrix else chain)
         vk.vkGetPhysicalDeviceFeatures2(self.physical, feats)
         reported = {
             "storageBuffer16BitAccess": f16.storageBuffer16BitAccess,
@@ -222,6 +279,8 @@ class Device:
             "shaderInt64": feats.features.shaderInt64,
             "shaderIntegerDotProduct": self._has_dot_product and dot.shaderIntegerDotProduct,
             "subgroupOperations": self._subgroups,
+            "cooperativeMatrix": self._has_cooperative_matrix and coop.cooperativeMatrix,
+            "vulkanMemoryModel": self._has_cooperative_matrix and model.vulkanMemoryModel,
         }
         self.device_limits = Limits(**self._reported, features=frozenset(k for k in FEATURES if reported[k]))
         """The limits and features the device reports."""
@@ -244,12 +303,23 @@ class Device:
         edot = vk.VkPhysicalDeviceShaderIntegerDotProductFeatures(pNext=ei, shaderIntegerDotProduct=True)
         base = vk.VkPhysicalDeviceFeatures(shaderInt16="shaderInt16" in on, shaderInt64="shaderInt64" in on)
         dot_on = "shaderIntegerDotProduct" in on
-        enabled = vk.VkPhysicalDeviceFeatures2(pNext=edot if dot_on else ei, features=base)
+        coop_on = {"cooperativeMatrix", "vulkanMemoryModel"} <= on
+        chain = edot if dot_on else ei
+        ecoop = vk.VkPhysicalDeviceCooperativeMatrixFeaturesNV(pNext=chain, cooperativeMatrix=True)
+        emodel = vk.VkPhysicalDeviceVulkanMemoryModelFeatures(pNext=ecoop, vulkanMemoryModel=True)
+        enabled = vk.VkPhysicalDeviceFeatures2(pNext=emodel if coop_on else chain, features=base)
         exts = ["VK_EXT_memory_budget"] if self.has_memory_budget else []
         if self.import_alignment is not None:
             exts.append(EXTERNAL_MEMORY_HOST)
         if dot_on:
             exts.append(INTEGER_DOT_PRODUCT)
+        if coop_on:
+            exts.append(COOPERATIVE_MATRIX)
+        self.fp16_cooperative_matrix = (
+            coop_on and {"shaderFloat16", "storageBuffer16BitAccess", "subgroupOperations"} <= on
+            and self.limits.subgroup_size == COOPERATIVE_SUBGROUP and FP16_PRODUCT in self.cooperative_matrix_shapes)
+        """Whether shaders/matmul_coop.comp may run: the features it needs in force, subgroups of 32,
+        and fp16 16 x 16 x 16 products into fp32 listed."""
         qci = vk.VkDeviceQueueCreateInfo(queueFamilyIndex=self.queue_family, pQueuePriorities=[1.0])
         dci = vk.VkDeviceCreateInfo(pNext=enabled, pQueueCreateInfos=[qci], ppEnabledExtensionNames=exts)
         self.device = vk.vkCreateDevice(self.physical, dci, None)
@@ -303,6 +373,8 @@ class Device:
             "heaps": self.heap_sizes, "features": self.features, "validation": self.validation,
             "profile": self.profile, "limits": self.limits.describe(),
             "minImportedHostPointerAlignment": self.import_alignment,
+            "cooperativeMatrixShapes": [[s.m, s.n, s.k, s.a, s.b, s.c, s.d] for s in self.cooperative_matrix_shapes],
+            "fp16CooperativeMatrix": self.fp16_cooperative_matrix,
         }
 
     # -- sync points -------------------------------------------------------

@@ -5,7 +5,8 @@ The methods take `(input_ids [1, n], cache_position [n])` and return logits `[1,
 chunks of its fixed length: a prompt shorter than a chunk is padded (the padded slots are
 written but never seen: a query at position p sees slots 0..p, and decode overwrites slot p
 before any query reaches it); a longer one is cut in chunks, the last one ending at the
-prompt's end and overlapping the one before (rewriting those slots with the same values).
+prompt's end and overlapping the one before (rewriting those slots with the same values). Of a chunk's logits only
+the row of the last token is read back: a 512-token chunk's [1, 512, 128256] logits are 263 MB as fp32.
 Sampling is numpy; greedy unless a temperature is given.
 """
 from __future__ import annotations
@@ -20,9 +21,11 @@ from vkx.loader.errors import InputError
 
 
 class Decoder(Protocol):
-    """What generation calls: both methods on numpy int64 arrays, returning float logits."""
+    """What generation calls: both methods on numpy int64 arrays, returning float logits (prefill
+    only those of position `row` of its chunk, [vocab]: the one a prompt's last token is at; the
+    others are never read back)."""
 
-    def prefill(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray: ...
+    def prefill(self, input_ids: np.ndarray, cache_position: np.ndarray, row: int) -> np.ndarray: ...
 
     def decode(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray: ...
 
@@ -163,8 +166,8 @@ def _prefill(decoder: Decoder, input_ids: list[int], chunk: int) -> np.ndarray:
         ids = np.zeros((1, chunk), np.int64)
         piece = input_ids[start:start + chunk]
         ids[0, :len(piece)] = piece
-        logits = np.asarray(decoder.prefill(ids, np.arange(start, start + chunk, dtype=np.int64)))
-    return logits.reshape(chunk, -1)[len(piece) - 1]
+        logits = np.asarray(decoder.prefill(ids, np.arange(start, start + chunk, dtype=np.int64), len(piece) - 1))
+    return logits.reshape(-1)
 
 
 class ProgramDecoder:
@@ -185,8 +188,8 @@ class ProgramDecoder:
         self.eos_token_ids: tuple[int, ...] = program.eos_token_ids
         """What the program records as the model's EOS ids (generation stops at one)."""
 
-    def prefill(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
-        return self.program["prefill"].run_numpy(input_ids, cache_position)[0]
+    def prefill(self, input_ids: np.ndarray, cache_position: np.ndarray, row: int) -> np.ndarray:
+        return self.program["prefill"].run_numpy_at((0, row), input_ids, cache_position)[0]
 
     def decode(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
         return self.program["decode"].run_numpy(input_ids, cache_position)[0]

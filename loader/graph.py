@@ -82,8 +82,10 @@ class GraphBuilder:
     def __init__(self, graph: g.VkGraph, max_binding_bytes: int, offset_alignment: int,
                  push_bytes: int = 128, max_groups: tuple = (65535, 65535, 65535),
                  compute_units: int = 1, shared_memory_bytes: int = 16384, is_cpu: bool = False,
-                 max_invocations: int = 1024, features: frozenset = frozenset(ops.STORAGE_FEATURES.values())):
+                 max_invocations: int = 1024, features: frozenset = frozenset(ops.STORAGE_FEATURES.values()),
+                 fp16_cooperative_matrix: bool = False):
         self.graph = graph
+        self.fp16_cooperative_matrix = fp16_cooperative_matrix
         self.max_invocations = max_invocations
         self.features = features
         self.compute_units = compute_units

@@ -16,9 +16,11 @@ from dataclasses import dataclass, fields, replace
 from vkx.loader.errors import LimitError
 
 FEATURES = ("storageBuffer16BitAccess", "storageBuffer8BitAccess", "shaderFloat16", "shaderInt8",
-            "shaderInt16", "shaderInt64", "shaderIntegerDotProduct", "subgroupOperations")
+            "shaderInt16", "shaderInt64", "shaderIntegerDotProduct", "subgroupOperations",
+            "cooperativeMatrix", "vulkanMemoryModel")
 """The device features vkx's kernels may need (Vulkan's names; `subgroupOperations`: the basic
-subgroup operations in the compute stage, VkPhysicalDeviceSubgroupProperties)."""
+subgroup operations in the compute stage, VkPhysicalDeviceSubgroupProperties; `cooperativeMatrix`:
+VK_NV_cooperative_matrix's, whose shaders glslang writes in the Vulkan memory model)."""
 
 
 @dataclass(frozen=True)
@@ -109,11 +111,12 @@ _CAPABILITY_FEATURES = {
     4433: "storageBuffer16BitAccess", 4448: "storageBuffer8BitAccess",
     **{c: "subgroupOperations" for c in range(61, 69)},
     **{c: "shaderIntegerDotProduct" for c in range(6016, 6020)},
+    5357: "cooperativeMatrix", 5345: "vulkanMemoryModel",
 }
 """SPIR-V capabilities (their enumerants) and the device feature each needs."""
 _UNSUPPORTED_CAPABILITIES = {10: "shaderFloat64", 4434: "uniformAndStorageBuffer16BitAccess",
                              4449: "uniformAndStorageBuffer8BitAccess", 5116: "shaderBFloat16Type",
-                             6022: "cooperativeMatrix"}
+                             6022: "cooperativeMatrix (VK_KHR_cooperative_matrix)"}
 """Capabilities needing a feature vkx never enables."""
 
 _WORKGROUP = 4  # StorageClass Workgroup

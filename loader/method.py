@@ -167,8 +167,8 @@ class Method(Closes):
             raise InputError(f"{label}: shape {a.shape}, expected {p.shape}")
         raise InputError(f"{label}: dtype {'bfloat16' if bits else a.dtype.name}, expected {p.dtype}")
 
-    def _execute(self, given: list, torch_out: bool) -> list[np.ndarray]:
-        """Write the inputs, replay the command buffer, and read the outputs (fresh arrays)."""
+    def _execute(self, given: list, torch_out: bool, index=None) -> list[np.ndarray]:
+        """Write the inputs, replay the command buffer, and read the outputs (fresh arrays; at `index` only)."""
         with self._lock:
             if self.closed:
                 raise LoadError("program is closed")
@@ -179,12 +179,17 @@ class Method(Closes):
             if not self._executed:
                 self._executed = True
                 self.timeline.mark("after execute")
-            return [p.read(torch_out) for p in self._out]
+            return [p.read(torch_out, index) for p in self._out]
 
     def run_numpy(self, *arrays, **named) -> list[np.ndarray]:
         """Run on numpy arrays (or anything numpy takes), by position or input name; returns
         one array per output (bfloat16 ones as float32)."""
         return self._execute(self._inputs(self._arguments(arrays, named))[0], torch_out=False)
+
+    def run_numpy_at(self, index, *arrays, **named) -> list[np.ndarray]:
+        """`run_numpy`, each output read only at `index` (a numpy index into it: (0, 5) is row 5 of
+        [1, n, vocab] logits); the rest is neither copied out nor converted."""
+        return self._execute(self._inputs(self._arguments(arrays, named))[0], torch_out=False, index=index)
 
     def __call__(self, *inputs, **named):
         """Run on numpy arrays or torch tensors, by position or input name; returns one output,

@@ -173,7 +173,8 @@ def build(graph: g.VkGraph, device: Device, options: Options, source, base: int 
     builder = GraphBuilder(graph, limit, device.min_storage_buffer_offset_alignment,
                            cache.push_bytes, device.max_compute_work_group_count,
                            device.compute_units, device.max_shared_memory, device.is_cpu,
-                           device.limits.max_compute_work_group_invocations, device.limits.features).build()
+                           device.limits.max_compute_work_group_invocations, device.limits.features,
+                           device.fp16_cooperative_matrix).build()
     every = cache.get_all([(x.shader, dict(x.defines), len(x.bindings), x.spec)
                            for x in [*builder.dispatches, *builder.prepack_dispatches]])
     pipelines, prepack = every[:len(builder.dispatches)], every[len(builder.dispatches):]

@@ -57,6 +57,17 @@ def pytest_configure(config):
     device.Device.__init__ = no_device
 
 
+def pytest_report_header(config):
+    """The device the suite runs on, and its fp16 GEMM kernels (tests/ops/test_gemm_coop.py runs
+    its coop cases only where the device has cooperative matrices)."""
+    if _no_device is not None:
+        return None
+    from vkx.loader.device import default_device
+    device = default_device()
+    kernels = "tiled and coop" if device.fp16_cooperative_matrix else "tiled (no fp16 cooperative matrices)"
+    return f"vkx device: {device.name}{f' under {device.profile}' if device.profile else ''}; fp16 GEMM: {kernels}"
+
+
 def _take_validation_messages() -> list[str]:
     device = sys.modules.get("vkx.loader.device")  # only tests that loaded the loader can have any
     if device is None:

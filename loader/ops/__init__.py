@@ -160,6 +160,8 @@ class OpBuilder(Protocol):
     """The device features in force (vkx.loader.limits.FEATURES), for `read_defines`."""
     is_cpu: bool
     """Whether the device is a CPU (lavapipe): kernels tuned for GPUs may choose otherwise there."""
+    fp16_cooperative_matrix: bool
+    """Whether fp16 products may take shaders/matmul_coop.comp (vkx.loader.device.Device.fp16_cooperative_matrix)."""
 
     def temp(self, shape: Sequence[int], dtype: DType = dtypes.FLOAT32) -> TensorArg:
         """Scratch tensor, allocated with the activations, alive for the whole graph."""

@@ -1,10 +1,12 @@
 """The matrix-product kernels behind `gemm()`, the one entry point (vkx.loader.ops.matmul's ops and
 attention call it).
 
-Three shaders: `shaders/matmul_tiled.comp` for products of at least TILED_MIN rows
+Four shaders: `shaders/matmul_tiled.comp` for products of at least TILED_MIN rows
 and columns (vkx.loader.ops.gemm_tiled: register-blocked tiles of C per workgroup, A's
 and B's slices staged through shared memory with coalesced loads whichever way B is laid
-out, split-K with a reduce pass when there are too few tiles for the device),
+out, split-K with a reduce pass when there are too few tiles for the device), or for fp16
+ones `shaders/matmul_coop.comp` on the tensor cores where the device has them
+(vkx.loader.ops.gemm_coop: the same tiles and split-K, products of 16 x 16 fragments),
 `shaders/matmul.comp` for the rest, a strided batched matmul with a 4x4 register
 tile per invocation, and `shaders/matvec.comp` for one row of activations against
 a k-contiguous B (the LLM decode case: x[1, K] @ W[N, K]^T), which splits K over a
@@ -24,6 +26,7 @@ from typing import Optional, Sequence
 
 from vkx.format import dtypes
 from vkx.loader.ops import Binding, OpBuilder, TensorArg, UnsupportedOpError, elem_defines
+from vkx.loader.ops.gemm_coop import coop_layout, fits, record_coop
 from vkx.loader.ops.gemm_tiled import record_tiled
 from vkx.loader.ops.shape import MAX_GROUPS, bind_elems, fits_binding
 
@@ -179,6 +182,13 @@ def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
     elif b.sj == 1 and N % 4 == 0 and _vec_ok(boff, [(b.si, K), (b.sb1, nb1), (b.sb2, nb2)]):
         defines.update(B_VEC_N=1, **load4("B", "b4", b.tensor.dtype))
     if M >= TILED_MIN and N >= TILED_MIN and builder.max_invocations >= TILED_INVOCATIONS:
+        layout = use_coop(builder, a, aoff, b, boff, c, bias, M, N, K, nb1, nb2)
+        if layout is not None:
+            record_coop(builder, bindings, layout, M, N, K, nb1, nb2,
+                        (aoff, a.si, a.sj, a.sb1, a.sb2, boff, b.si, b.sj, b.sb1, b.sb2),
+                        (coff, c.si, c.sb1, c.sb2), c.tensor.dtype,
+                        None if bias is None else (biasoff, sbm, sbn, bias.tensor.dtype), alpha, beta)
+            return
         record_tiled(builder, bindings, defines, M, N, K, nb1, nb2,
                      (aoff, a.si, a.sj, a.sb1, a.sb2, boff, b.si, b.sj, b.sb1, b.sb2),
                      (coff, c.si, c.sb1, c.sb2), c.tensor.dtype,
@@ -206,6 +216,20 @@ def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
                       biasoff, sbm, sbn,
                       float(alpha), float(beta))
     builder.dispatch(shader, bindings, push, groups, defines)
+
+
+def use_coop(builder: OpBuilder, a: Operand, aoff: int, b: Operand, boff: int, c: Operand,
+             bias: Optional[Operand], M: int, N: int, K: int, nb1: int, nb2: int) -> Optional[str]:
+    """The B layout define when a tiled product takes shaders/matmul_coop.comp (the device has fp16
+    cooperative matrices and the shared memory of its tiles, and the operands suit it:
+    vkx.loader.ops.gemm_coop.coop_layout), else None. `aoff` / `boff`: A's and B's offsets in their bindings."""
+    if not builder.fp16_cooperative_matrix or not fits(builder.shared_memory_bytes):
+        return None
+    a_vec = a.sj == 1 and K % 8 == 0 and _vec_ok(aoff, [(a.si, M), (a.sb1, nb1), (a.sb2, nb2)], 8)
+    b_vec_k = b.si == 1 and K % 8 == 0 and _vec_ok(boff, [(b.sj, N), (b.sb1, nb1), (b.sb2, nb2)], 8)
+    b_vec_n = b.sj == 1 and N % 8 == 0 and _vec_ok(boff, [(b.si, K), (b.sb1, nb1), (b.sb2, nb2)], 8)
+    return coop_layout(a.tensor.dtype, b.tensor.dtype, c.tensor.dtype, None if bias is None else bias.tensor.dtype,
+                       a_vec, b_vec_k, b_vec_n)
 
 
 TILED_MIN = 32

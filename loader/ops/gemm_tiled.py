@@ -105,30 +105,41 @@ def record_tiled(builder: OpBuilder, bindings: Sequence[Binding], defines: dict,
     if t.shared_bytes > builder.shared_memory_bytes:
         raise UnsupportedOpError(f"matmul tiling {t} needs {t.shared_bytes} bytes of shared memory, "
                                  f"over the device's {builder.shared_memory_bytes}")
+    record_passes(builder, "matmul_tiled", bindings, {**defines, "RT": t.rt, "CT": t.ct, "BK": t.bk},
+                  (t.bm, t.bn, t.bk, t.split), M, N, K, nb1, nb2, ab, out, c_dtype, bias, alpha, beta)
+
+
+def record_passes(builder: OpBuilder, shader: str, bindings: Sequence[Binding], defines: dict,
+                  tile: tuple[int, int, int, int], M: int, N: int, K: int, nb1: int, nb2: int,
+                  ab: tuple[int, ...], out: tuple[int, int, int, int], c_dtype: dtypes.DType,
+                  bias: Optional[tuple[int, int, int, dtypes.DType]], alpha: float, beta: float) -> None:
+    """Record a tiled product `shader` (matmul_tiled.comp's bindings and push constants) of tiles
+    `tile` = (BM, BN, BK, splits wanted): one pass, or split-K's partial tiles into the scratch
+    and shaders/matmul_reduce.comp's sum; the other arguments as `record_tiled`'s."""
+    bm, bn, bk, want = tile
+    nb = nb1 * nb2
     part = nb * M * N  # elements of one split's partial product
     split = 1  # K == 0 has nothing to split; the reduce's grid has a row of groups per row of C
     if K > 0 and M <= MAX_GROUPS:
-        split = max(1, min(t.split, builder.max_binding_bytes // (4 * part), MAX_GROUPS // nb))
+        split = max(1, min(want, builder.max_binding_bytes // (4 * part), MAX_GROUPS // nb))
     kchunk = K
     if split > 1:
-        kchunk = -(-(-(-K // split)) // t.bk) * t.bk  # a multiple of BK, so vector loads stay whole
+        kchunk = -(-(-(-K // split)) // bk) * bk  # a multiple of BK, so vector loads stay whole
         split = -(-K // kchunk)  # no empty split
-    groups = (-(-N // t.bn), -(-M // t.bm), nb * split)
+    groups = (-(-N // bn), -(-M // bm), nb * split)
     if groups[0] > MAX_GROUPS or groups[1] > MAX_GROUPS:
         raise UnsupportedOpError(f"matmul output {M}x{N} is too large for one dispatch grid")
-    defines = {**defines, "RT": t.rt, "CT": t.ct, "BK": t.bk}
     if split == 1:
         biasoff, sbm, sbn = bias[:3] if bias is not None else (0, 0, 0)
         push = _PUSH.pack(M, N, K, nb2, *ab, *out, biasoff, sbm, sbn, 1, K, 0, float(alpha), float(beta))
-        builder.dispatch("matmul_tiled", bindings, push, groups, defines)
+        builder.dispatch(shader, bindings, push, groups, defines)
         return
     # Pass 1: partial products into the scratch, contiguous [split, nb1, nb2, M, N], alpha 1, no bias.
     scratch = builder.scratch(split * part)
-    for key in [k for k in defines if "BIAS" in k]:
-        del defines[key]
+    defines = {k: v for k, v in defines.items() if "BIAS" not in k}
     defines.update(elem_defines("C", "c", dtypes.FLOAT32))
     push = _PUSH.pack(M, N, K, nb2, *ab, 0, N, nb2 * M * N, M * N, 0, 0, 0, split, kchunk, part, 1.0, 0.0)
-    builder.dispatch("matmul_tiled", [bindings[0], bindings[1], scratch], push, groups, defines)
+    builder.dispatch(shader, [bindings[0], bindings[1], scratch], push, groups, defines)
     # Pass 2: C = alpha * (sum of the partials) + beta * bias.
     reduce_defines = elem_defines("C", "c", c_dtype)
     biasoff, sbm, sbn = 0, 0, 0

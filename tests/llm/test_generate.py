@@ -18,11 +18,12 @@ class TorchDecoder:
     def __init__(self, lm: hf.CausalLM):
         self.lm = lm
 
-    def prefill(self, input_ids, cache_position):
+    def decode(self, input_ids, cache_position):
         with torch.no_grad():
             return self.lm(torch.from_numpy(input_ids), torch.from_numpy(cache_position)).numpy()
 
-    decode = prefill
+    def prefill(self, input_ids, cache_position, row):
+        return self.decode(input_ids, cache_position)[0, row]
 
     def reset(self):
         self.lm.reset()

@@ -43,7 +43,7 @@ def test_greedy_tokens_and_logits_match_transformers(tmp_path, family):
         decoder.reset()
         ids = np.zeros((1, PREFILL), np.int64)
         ids[0, :5] = prompt[0].numpy()
-        steps = [decoder.prefill(ids, np.arange(PREFILL))[0, 4]]
+        steps = [decoder.prefill(ids, np.arange(PREFILL), 4)]
         for position, token in enumerate(expected[:-1], start=5):
             steps.append(decoder.decode(np.array([[token]]), np.array([position]))[0, 0])
     scale = float(ref.logits[0].std())

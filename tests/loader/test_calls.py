@@ -43,6 +43,19 @@ def test_an_output_is_the_callers_to_write(program):
     np.testing.assert_allclose(p(x), expect(x, w), rtol=1e-6)
 
 
+def test_an_output_read_at_an_index(program):
+    """run_numpy_at: only the elements at the index come back (a copy), equal to the whole output's."""
+    p, w = program
+    x = np.linspace(-3, 3, N, dtype=np.float32)
+    whole, = p.run_numpy(x)
+    part, = p.run_numpy_at(slice(10, 20), x)
+    np.testing.assert_array_equal(part, whole[10:20])
+    one, = p.run_numpy_at(7, x)
+    assert one.shape == () and one == whole[7]
+    part[:] = 0
+    np.testing.assert_array_equal(p.run_numpy_at(slice(10, 20), x)[0], whole[10:20])
+
+
 def test_torch_outputs_are_their_own_tensors(program):
     p, w = program
     a = p(torch.full((N,), 1.0))

@@ -46,9 +46,11 @@ def test_recorded_requests_merge_into_the_table(tmp_path):
     assert spirv.merge_requests(log, tmp_path) == 0
 
 
-def _requests(name: str, operands: list, out: tuple[tuple[int, ...], dtypes.DType]) -> list[tuple[str, tuple]]:
+def _requests(name: str, operands: list, out: tuple[tuple[int, ...], dtypes.DType],
+              **device) -> list[tuple[str, tuple]]:
     """(shader, defines) of every dispatch the builder of `name` records for `operands` (a
-    (shape, dtype) tensor or a number each), built without a device; [] when the contract refuses."""
+    (shape, dtype) tensor or a number each), built without a device (GraphBuilder's `device`
+    arguments); [] when the contract refuses."""
     values: list = []
 
     def add(v) -> int:
@@ -58,6 +60,8 @@ def _requests(name: str, operands: list, out: tuple[tuple[int, ...], dtypes.DTyp
     def arg(a) -> int:
         if isinstance(a, tuple):
             return add(g.Tensor(a[1].datatype, a[0]))
+        if a is None:
+            return add(g.Null())
         if isinstance(a, str):
             return add(g.String(a))
         if isinstance(a, list):
@@ -71,7 +75,7 @@ def _requests(name: str, operands: list, out: tuple[tuple[int, ...], dtypes.DTyp
     graph = g.VkGraph(chain=[g.OperatorCall(0, name, (*ids, out_id))], values=values,
                       input_ids=[i for i, a in zip(ids, operands) if isinstance(a, tuple)], output_ids=[out_id])
     try:
-        built = GraphBuilder(graph, 1 << 30, 16).build()
+        built = GraphBuilder(graph, 1 << 30, 16, **device).build()
     except (BadProgramError, ops.UnsupportedOpError):
         return []
     return [(d.shader, d.defines) for d in built.dispatches]
@@ -119,6 +123,30 @@ def test_copy_cast_fill_builders_request_only_declared_variants():
         seen.update(_requests("aten.permute_copy.default", [((2, 3), ti), [1, 0]], ((3, 2), ti)))
         seen.update(_requests("aten.full.default", [[3], 2], ((3,), to)))
     assert {s for s, _ in seen} == {"cast", "copy_strided", "fill"} and seen <= declared, sorted(seen - declared)[:3]
+
+
+def test_coop_gemm_builders_request_only_declared_variants():
+    """fp16 products on a device with cooperative matrices: both tilings, split-K, both B layouts,
+    a bias, fp32 attention scores; split-K's reduce after them is a recorded shader."""
+    root = shaders.packaged_dir()
+    declared = {(s, tuple(sorted((str(k), str(v)) for k, v in d.items())))
+                for s, ds in spirv.every_variant(root).items() for d in ds}
+    seen = set()
+    f16 = dtypes.FLOAT16
+    for units in (1, 132):
+        device = dict(compute_units=units, shared_memory_bytes=49152, fp16_cooperative_matrix=True)
+        for m, k, n in [(512, 2048, 8192), (512, 2048, 2048), (64, 2048, 512)]:
+            seen.update(_requests("aten.linear.default", [((m, k), f16), ((n, k), f16), ((n,), f16)], ((m, n), f16),
+                                  **device))
+            seen.update(_requests("aten.linear.default", [((m, k), f16), ((n, k), f16), None], ((m, n), f16),
+                                  **device))
+            seen.update(_requests("aten.mm.default", [((m, k), f16), ((k, n), f16)], ((m, n), f16), **device))
+        q, kv = ((1, 32, 512, 64), f16), ((1, 32, 640, 64), f16)
+        seen.update(_requests("aten.scaled_dot_product_attention.default",
+                              [q, kv, kv, None, 0.0, True, None, False], q, **device))
+    seen = {(s, d) for s, d in seen if s in ("matmul_coop", "matmul_reduce")}
+    assert {s for s, _ in seen} == {"matmul_coop", "matmul_reduce"}
+    assert seen <= declared, sorted(seen - declared)[:3]
 
 
 def _archive_of(tmp_path: Path) -> shaders.Prebuilt:

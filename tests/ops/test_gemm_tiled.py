@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from vkx.format import vkgraph as g
-from vkx.loader.ops import gemm_tiled
+from vkx.loader.ops import gemm, gemm_tiled
 from vkx.loader.ops.gemm_tiled import Tiling, choose_tiling
 
 from .conftest import FLOAT_DTYPES, Const, assert_close_in, rand, run_graph
@@ -34,8 +34,12 @@ def shaders(monkeypatch):
 
 @pytest.fixture
 def force(monkeypatch):
-    """force(tiling): every tiled product takes `tiling` instead of the default."""
-    return lambda t: monkeypatch.setattr(gemm_tiled, "choose_tiling", lambda *args: t)
+    """force(tiling): every tiled product takes shaders/matmul_tiled.comp (fp16 ones too, on a
+    device with cooperative matrices) with `tiling` instead of the default."""
+    def forced(t: Tiling) -> None:
+        monkeypatch.setattr(gemm, "use_coop", lambda *args: None)
+        monkeypatch.setattr(gemm_tiled, "choose_tiling", lambda *args: t)
+    return forced
 
 
 def _passes(t: Tiling) -> list[str]:

@@ -284,8 +284,11 @@ def test_empty_k(dtype):
 
 @pytest.fixture
 def tiled_dispatches(monkeypatch):
-    """The defines of every matmul_tiled dispatch recorded while the test runs."""
+    """The defines of every matmul_tiled dispatch recorded while the test runs (fp16 products take
+    it too, on a device with cooperative matrices: tests/ops/test_gemm_coop.py tests those)."""
     from vkx.loader.graph import GraphBuilder
+    from vkx.loader.ops import gemm
+    monkeypatch.setattr(gemm, "use_coop", lambda *args: None)
     seen = []
     dispatch = GraphBuilder.dispatch
 
