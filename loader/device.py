@@ -160,9 +160,7 @@ class Device:
         p = props[index]
         self.name = p.deviceName
         self.device_type = p.deviceType
-        self.api_version = p.apiVersion
         lim = p.limits
-        self.non_coherent_atom_size = int(lim.nonCoherentAtomSize)
         self.timestamp_period = float(lim.timestampPeriod)
         """Nanoseconds per timestamp tick (profiling, loader/record.py)."""
         m3 = vk.VkPhysicalDeviceMaintenance3Properties()
