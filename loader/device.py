@@ -59,27 +59,21 @@ def validation_requested() -> bool:
     return os.environ.get("VKX_VALIDATION", "") not in ("", "0")
 
 
+def _has(bit: int) -> property:
+    """A property: whether a memory type's flags have `bit`."""
+    return property(lambda self: bool(self.flags & bit))
+
+
 @dataclass(frozen=True)
 class MemoryType:
     index: int
     flags: int
     heap: int
 
-    @property
-    def device_local(self) -> bool:
-        return bool(self.flags & vk.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)
-
-    @property
-    def host_visible(self) -> bool:
-        return bool(self.flags & vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)
-
-    @property
-    def host_coherent(self) -> bool:
-        return bool(self.flags & vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT)
-
-    @property
-    def host_cached(self) -> bool:
-        return bool(self.flags & vk.VK_MEMORY_PROPERTY_HOST_CACHED_BIT)
+    device_local = _has(vk.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)
+    host_visible = _has(vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)
+    host_coherent = _has(vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT)
+    host_cached = _has(vk.VK_MEMORY_PROPERTY_HOST_CACHED_BIT)
 
 
 class Device:
