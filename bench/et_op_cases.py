@@ -1,7 +1,7 @@
 """Run ExecuTorch 1.5.1's Vulkan op cases (tests/data/et_op_cases.py) both ways on vkx and write the
 table of outcomes per op to docs/executorch-ops.md.
 
-    VKX_VALIDATION=1 .venv/bin/python bench/et_op_cases.py
+    VKX_VALIDATION=1 .venv/bin/python -m bench.et_op_cases
 
 Path "vkx": the one-op module through vkx.export_model; path "et": ExecuTorch's own Vulkan export of
 it (tests/data/et_op_cases/, tests/data/make_et_op_cases.py). Each run is judged against torch eager
@@ -9,14 +9,12 @@ it (tests/data/et_op_cases/, tests/data/make_et_op_cases.py). Each run is judged
 """
 from __future__ import annotations
 
-import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from tests.ops.et_op_run import ABSENT, PASS, PATHS, REFUSED, WRONG, judge, runs
 
-from tests.ops.et_op_run import ABSENT, PASS, PATHS, REFUSED, WRONG, judge, runs  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 DOC = ROOT / "docs" / "executorch-ops.md"
 OUTCOMES = (PASS, REFUSED, WRONG, ABSENT)

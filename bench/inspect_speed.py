@@ -34,7 +34,7 @@ def parse_size(s: str) -> int:
 def make(path: Path, total: int, n: int) -> None:
     each = total // n // 4 * 4
     zeros = memoryview(bytes(each))
-    act = dict(storage_type=vk.StorageType.TEXTURE_3D, memory_layout=vk.MemoryLayout.WIDTH_PACKED)
+    act = dict(storage_type=vk.StorageType.TEXTURE_3D, memory_layout=vk.MemoryLayout.TENSOR_WIDTH_PACKED)
     values: list[vk.Value] = [vk.Tensor(vk.DataType.FLOAT32, (1, 256), mem_obj_id=0, **act)]
     chain = []
     for i in range(n):

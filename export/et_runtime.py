@@ -11,9 +11,9 @@ from vkx.format.liveness import PREPACK
 from vkx.format.vkgraph import MemoryLayout, StorageType, Tensor
 
 Repr = tuple[StorageType, MemoryLayout]
-BUFFER = (StorageType.BUFFER, MemoryLayout.WIDTH_PACKED)
-CHANNELS = (StorageType.TEXTURE_3D, MemoryLayout.CHANNELS_PACKED)
-PACKED_BY_WHCN = (MemoryLayout.WIDTH_PACKED, MemoryLayout.HEIGHT_PACKED, MemoryLayout.CHANNELS_PACKED)
+BUFFER = (StorageType.BUFFER, MemoryLayout.TENSOR_WIDTH_PACKED)
+CHANNELS = (StorageType.TEXTURE_3D, MemoryLayout.TENSOR_CHANNELS_PACKED)
+PACKED_BY_WHCN = (MemoryLayout.TENSOR_WIDTH_PACKED, MemoryLayout.TENSOR_HEIGHT_PACKED, MemoryLayout.TENSOR_CHANNELS_PACKED)
 TEXTURE_LIMITS = (16384, 16384, 2048)
 """The 3-D image extents (x, y, z) the runtime's partitioner assumes a device has."""
 CLONE = "aten.clone.default"

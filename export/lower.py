@@ -280,7 +280,7 @@ class Lowering(Operands):
         """A new non-constant tensor (memory planned later), in its device dtype (inputs and outputs stage in it)."""
         datatype = on_device(fake.dtype).datatype
         return self._add(Tensor(datatype, tuple(int(d) for d in fake.shape),
-                                storage_type=StorageType.BUFFER, memory_layout=MemoryLayout.WIDTH_PACKED,
+                                storage_type=StorageType.BUFFER, memory_layout=MemoryLayout.TENSOR_WIDTH_PACKED,
                                 staging_datatype=datatype))
 
     def outputs(self, node: Node) -> int:

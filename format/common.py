@@ -1,38 +1,10 @@
-"""Small shared value types: scalar types, file ranges, alignment."""
+"""Small shared value types: scalar types (ExecuTorch's `ScalarType`, the schema's enum), file ranges, alignment."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import IntEnum
 
-
-class ScalarType(IntEnum):
-    """ExecuTorch tensor element type (`scalar_type.fbs` wire values; kept equal to the generated class by a test)."""
-    BYTE = 0
-    CHAR = 1
-    SHORT = 2
-    INT = 3
-    LONG = 4
-    HALF = 5
-    FLOAT = 6
-    DOUBLE = 7
-    BOOL = 11
-    QINT8 = 12
-    QUINT8 = 13
-    QINT32 = 14
-    BFLOAT16 = 15
-    QUINT4X2 = 16
-    QUINT2X4 = 17
-    BITS16 = 22
-    FLOAT8E5M2 = 23
-    FLOAT8E4M3FN = 24
-    FLOAT8E5M2FNUZ = 25
-    FLOAT8E4M3FNUZ = 26
-    UINT16 = 27
-    UINT32 = 28
-    UINT64 = 29
-
-
+from .generated.enums import ScalarType
 
 SCALAR_TYPE_VALUES = frozenset(int(s) for s in ScalarType)
 

@@ -211,7 +211,7 @@ def _delegate(v: VulkanDelegate, where: dict[str, FileRange], path: str,
     return {
         "plan": v.plan_index, "index": v.delegate_index,
         "blob": {"offset": v.blob.offset, "size": v.blob.size},
-        "vh00": {"header_length": v.header.length, "flatbuffer_offset": v.header.flatbuffer_offset,
+        "vh00": {"header_length": v.header.header_length, "flatbuffer_offset": v.header.flatbuffer_offset,
                  "flatbuffer_size": v.header.flatbuffer_size, "bytes_offset": v.header.bytes_offset,
                  "bytes_size": v.header.bytes_size},
         "legacy_section": {"offset": v.legacy_section.offset, "size": v.legacy_section.size},

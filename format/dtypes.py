@@ -9,40 +9,18 @@ that no value changes (docs/format.md, "Data types"). The types with no VkGraph 
 value (int16, the unsigned ones past uint8, qint32, bits16) occur only in ExecuTorch
 plans and checkpoints.
 
-bfloat16 is a vkx extension of the VkGraph `VkDataType` enum (wire value 8); its
+`DataType` is the VkGraph wire value (the schema's `VkDataType`, docs/format.md). bfloat16 is a vkx
+extension of that enum (wire value 8); its
 bytes are the upper half of a float32, so a device stores it as 16-bit words and
 shaders widen it with a shift. numpy has no bfloat16: its bytes are held as uint16.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import IntEnum
 
 from .common import ScalarType
 from .errors import InvalidValueError
-
-
-class DataType(IntEnum):
-    """`VkDataType` on the wire (docs/format.md)."""
-    BOOL = 0
-    UINT8 = 1
-    INT8 = 2
-    INT32 = 3
-    FLOAT16 = 4
-    FLOAT32 = 5
-    FLOAT64 = 6
-    INT64 = 7
-    BFLOAT16 = 8
-    UNSET = 127
-
-    @property
-    def dtype(self) -> "DType":
-        """The `DType` of this wire value (InvalidValueError for UNSET)."""
-        return of(self)
-
-    @property
-    def itemsize(self) -> int:
-        return of(self).itemsize
+from .generated.enums import VkDataType as DataType
 
 
 @dataclass(frozen=True)

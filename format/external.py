@@ -12,7 +12,7 @@ from .common import FileRange
 from .errors import (BadMagicError, DuplicateKeyError, FormatError, InvalidValueError, MismatchError,
                      MissingKeyError, OutOfBoundsError, TruncatedError)
 from .flatbuf import Reader
-from .headers import FlatTensorHeader
+from .headers import FLAT_TENSOR, FlatTensorHeader, read_flat_tensor
 from .infile import InputFile
 from .metadata import recorded_external
 from .pte import VULKAN_BACKEND, ProgramFile, VulkanDelegate
@@ -36,7 +36,7 @@ class ExternalData(InputFile):
 
     def _load(self) -> None:
         """A .ptd or a .safetensors file, chosen by content."""
-        buf = self.read(0, min(self.size, FlatTensorHeader.OFFSET + FlatTensorHeader.LENGTH))
+        buf = self.read(0, min(self.size, FLAT_TENSOR.end))
         self.named_data, self.dtypes, self.header = {}, {}, None
         if self.size >= 8 and bytes(buf[4:8]) == b"FT01":
             self.kind = "ptd"
@@ -64,7 +64,7 @@ class ExternalData(InputFile):
     def _load_ptd(self, buf: bytearray) -> None:
         """`buf`: the file's first bytes, up to the end of the header."""
         path = self.path
-        self.header = h = FlatTensorHeader.unpack(buf, self.size, path)
+        self.header = h = read_flat_tensor(buf, self.size, path)
         fb_end = h.flatbuffer_offset + h.flatbuffer_size
         root = Reader(self.read(0, fb_end), 0, fb_end, path).root(b"FT01", "flat_tensor")
         version = root.scalar(0, "I", "version")

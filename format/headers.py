@@ -1,147 +1,120 @@
 """The three binary headers of vkx's files, each declared once and used both ways (docs/format.md):
 the `.pte` extended header, the `.ptd` flat-tensor header and the Vulkan delegate blob's header.
 
-Each is a frozen dataclass of its fields with its magic, its struct layout, the length its
-length field holds, the padded length it takes in the file, `pack()` (the padded bytes) and
-`unpack()` (the fields, checked, or the typed error that names the field).
+A header is data (`Header`): where it starts, its fields in wire order with their struct codes
+(the magic, then the length field, then the rest), the length it declares and the padded length it
+takes. `pack(**fields)` gives its padded bytes; `unpack` its fields (a named tuple), checked, or the
+typed error that names the field. The `read_*` functions add each header's own checks of what its
+fields point at.
 """
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
-from typing import ClassVar
+from collections import namedtuple
+from typing import Any
 
 from .errors import BadMagicError, InvalidValueError, OutOfBoundsError, TruncatedError
 
 
-class _Header:
-    """What the three headers share: their bytes are their fields in LAYOUT order, padded to PADDED."""
-    LAYOUT: ClassVar[str]
-    PADDED: ClassVar[int]
+class Header:
+    """One binary header, declared by its fields: `layout` is `name:code` (a struct code) for each field
+    in wire order, or a bare pad code; the first named field is the magic, the second the length."""
 
-    def wire(self) -> tuple:
-        """The values LAYOUT packs, in its order."""
-        raise NotImplementedError
+    def __init__(self, name: str, magic: bytes, start: int, layout: str, length: int, padded: int,
+                 minimum: int | None = None):
+        tokens = [t.split(":") for t in layout.split()]
+        codes = [t[-1] for t in tokens]
+        names = [t[0] for t in tokens if len(t) == 2]
+        self.magic = magic
+        self.start = start
+        """Where the header begins in its file or blob (after a FlatBuffer's root offset and identifier)."""
+        self.struct = struct.Struct("<" + "".join(codes))
+        self._magic_at = start + struct.calcsize("<" + "".join(codes[:[len(t) for t in tokens].index(2)]))
+        self.fields = namedtuple(name, names[1:])
+        """The header's fields after the magic (the length first): what `unpack` returns."""
+        self.length = length
+        """What the length field holds in a header vkx writes."""
+        self.minimum = length if minimum is None else minimum
+        """The least length field a reader takes."""
+        self.padded = padded
+        """Bytes the header takes in a file vkx writes."""
+        self.end = start + self.struct.size
+        """Where the header ends: the bytes a reader needs."""
 
-    def pack(self) -> bytes:
-        return struct.pack(self.LAYOUT, *self.wire()).ljust(self.PADDED, b"\0")
+    def pack(self, **fields: int) -> Any:
+        """The header's padded bytes (its length field, unless given, is `length`)."""
+        values = self.fields(**{self.fields._fields[0]: self.length, **fields})
+        return self.struct.pack(self.magic, *values).ljust(self.padded, b"\0")
 
+    def has_magic(self, buf) -> bool:
+        return bytes(buf[self._magic_at:self._magic_at + len(self.magic)]) == self.magic
 
-@dataclass(frozen=True)
-class ExtendedHeader(_Header):
-    """The `eh00` header of a .pte, after the FlatBuffer's root offset and identifier (file offset 8)."""
-    program_size: int
-    segment_base_offset: int
-    segment_data_size: int
-    length: int = 32
-    """The header's length field: ExecuTorch 1.5.1 writes 32; 24 (no segment_data_size) is read too."""
-
-    MAGIC: ClassVar[bytes] = b"eh00"
-    OFFSET: ClassVar[int] = 8
-    LAYOUT: ClassVar[str] = "<4sIQQQ"
-    LENGTH: ClassVar[int] = 32
-    PADDED: ClassVar[int] = 32
-    """Bytes the header takes in the file: LENGTH aligned to the Program's largest force_align (16)."""
-
-    def wire(self) -> tuple:
-        return self.MAGIC, self.length, self.program_size, self.segment_base_offset, self.segment_data_size
-
-    @classmethod
-    def unpack(cls, buf, path: str) -> ExtendedHeader | None:
-        """The header from a file's first bytes (`buf`, at least 40 where the file has them), or
-        None when the file has none (a plain FlatBuffer)."""
-        size = len(buf)
-        if size < cls.OFFSET:
-            raise TruncatedError("header", f"{size} bytes is too short for a program", path)
-        if size < cls.OFFSET + 4 or bytes(buf[cls.OFFSET:cls.OFFSET + 4]) != cls.MAGIC:
-            return None
-        if size < cls.OFFSET + cls.LENGTH:
-            raise TruncatedError("header", "extended header cut short", path)
-        _, length, program_size, sbo, sds = struct.unpack_from(cls.LAYOUT, buf, cls.OFFSET)
-        if length < 24:
-            raise InvalidValueError("header.length", f"{length} < 24", path)
-        return cls(program_size, sbo, sds if length >= 32 else 0, length)
-
-
-@dataclass(frozen=True)
-class FlatTensorHeader(_Header):
-    """The `FH01` header of a .ptd, after the FlatBuffer's root offset and identifier (file offset 8)."""
-    flatbuffer_offset: int
-    flatbuffer_size: int
-    segment_base_offset: int
-    segment_data_size: int
-    length: int = 40
-
-    MAGIC: ClassVar[bytes] = b"FH01"
-    OFFSET: ClassVar[int] = 8
-    LAYOUT: ClassVar[str] = "<4sIQQQQ"
-    LENGTH: ClassVar[int] = 40
-    PADDED: ClassVar[int] = 48
-    """Bytes the header takes in the file: LENGTH aligned to 16."""
-
-    def wire(self) -> tuple:
-        return (self.MAGIC, self.length, self.flatbuffer_offset, self.flatbuffer_size, self.segment_base_offset,
-                self.segment_data_size)
-
-    @classmethod
-    def unpack(cls, buf, file_size: int, path: str) -> FlatTensorHeader:
-        """The header from a .ptd's first bytes (`buf`, at least 48 where the file has them), its
-        flatbuffer and segment data checked to lie inside the file's `file_size` bytes."""
-        if file_size >= cls.OFFSET + 4 and bytes(buf[cls.OFFSET:cls.OFFSET + 4]) != cls.MAGIC:
-            raise BadMagicError("header", f"header magic {bytes(buf[cls.OFFSET:cls.OFFSET + 4])!r}, "
-                                          f"expected {cls.MAGIC!r}", path)
-        if file_size < cls.OFFSET + cls.LENGTH:
-            raise TruncatedError("header", "flat tensor header cut short", path)
-        _, length, fbo, fbs, sbo, sds = struct.unpack_from(cls.LAYOUT, buf, cls.OFFSET)
-        h = cls(fbo, fbs, sbo, sds, length)
-        if length < cls.LENGTH:
-            raise InvalidValueError("header.length", f"{length} < {cls.LENGTH}", path)
-        if fbo + fbs > file_size:
-            raise TruncatedError("header.flatbuffer_size", f"flatbuffer [0, {fbo + fbs}) runs past the end of the "
-                                                           f"file ({file_size} bytes)", path)
-        if sbo + sds > file_size:
-            raise TruncatedError("header.segment_data_size", f"segment data [{sbo}, +{sds}) runs past the end of the "
-                                                             f"file ({file_size} bytes)", path)
+    def unpack(self, buf, size: int, where: str, path: str) -> Any:
+        """The fields from `buf`, the first bytes (at least `end` where it has them) of a file or blob of
+        `size` bytes: BadMagicError for another magic, TruncatedError when it is shorter than the header,
+        InvalidValueError for a length field under `minimum`."""
+        if size >= self._magic_at + len(self.magic) and not self.has_magic(buf):
+            found = bytes(buf[self._magic_at:self._magic_at + len(self.magic)])
+            raise BadMagicError(where, f"header magic {found!r}, expected {self.magic!r}", path)
+        if size < self.end:
+            raise TruncatedError(where, f"{size} bytes is shorter than the {self.magic.decode()} header", path)
+        _, *values = self.struct.unpack_from(buf, self.start)
+        h = self.fields(*values)
+        if h[0] < self.minimum:
+            raise InvalidValueError(f"{where}.{h._fields[0]}", f"{h[0]} < {self.minimum}", path)
         return h
 
 
-@dataclass(frozen=True)
-class DelegateHeader(_Header):
-    """The `VH00` header at the start of a Vulkan delegate blob: where its VkGraph FlatBuffer and its
-    constant bytes are, as offsets from the blob's start."""
-    flatbuffer_offset: int
-    flatbuffer_size: int
-    bytes_offset: int
-    bytes_size: int
-    length: int = 30
+EXTENDED = Header("ExtendedHeader", b"eh00", 8, "magic:4s length:I program_size:Q segment_base_offset:Q "
+                  "segment_data_size:Q", length=32, padded=32, minimum=24)
+"""The `eh00` header of a .pte, after the FlatBuffer's root offset and identifier. ExecuTorch 1.5.1 writes
+length 32; 24 (no segment_data_size) is read too. Padded to the Program's largest force_align (16)."""
+FLAT_TENSOR = Header("FlatTensorHeader", b"FH01", 8, "magic:4s length:I flatbuffer_offset:Q flatbuffer_size:Q "
+                     "segment_base_offset:Q segment_data_size:Q", length=40, padded=48)
+"""The `FH01` header of a .ptd, after the FlatBuffer's root offset and identifier; padded to 16."""
+DELEGATE = Header("DelegateHeader", b"VH00", 0, "4x magic:4s header_length:H flatbuffer_offset:I "
+                  "flatbuffer_size:I bytes_offset:I bytes_size:Q", length=30, padded=32)
+"""The `VH00` header at the start of a Vulkan delegate blob: where its VkGraph FlatBuffer and its constant
+bytes are, as offsets from the blob's start. ExecuTorch's reader needs exactly length 30; vkx pads it to 32
+so that the FlatBuffer starts 16-aligned."""
+ExtendedHeader, FlatTensorHeader, DelegateHeader = EXTENDED.fields, FLAT_TENSOR.fields, DELEGATE.fields
+"""The fields each header unpacks to (named tuples)."""
 
-    MAGIC: ClassVar[bytes] = b"VH00"
-    LAYOUT: ClassVar[str] = "<4s4sHIIIQ"
-    """4 bytes before the magic, then the magic and the fields."""
-    LENGTH: ClassVar[int] = 30
-    """ExecuTorch's reader needs exactly this length."""
-    PADDED: ClassVar[int] = 32
-    """Bytes the header takes in a blob vkx writes: the VkGraph FlatBuffer starts 16-aligned."""
 
-    def wire(self) -> tuple:
-        return bytes(4), self.MAGIC, self.length, self.flatbuffer_offset, self.flatbuffer_size, self.bytes_offset, \
-            self.bytes_size
+def read_extended(buf, size: int, path: str) -> ExtendedHeader | None:
+    """The eh00 header from a .pte's first bytes (`buf`, EXTENDED.end where the file has them), or None
+    when the file has none (a plain FlatBuffer)."""
+    if size < EXTENDED.start:
+        raise TruncatedError("header", f"{size} bytes is too short for a program", path)
+    if not EXTENDED.has_magic(buf):
+        return None
+    h = EXTENDED.unpack(buf, size, "header", path)
+    return h if h.length >= 32 else h._replace(segment_data_size=0)
 
-    @classmethod
-    def unpack(cls, buf, blob_size: int, where: str, path: str) -> DelegateHeader:
-        """The header from a blob's first bytes (`buf`, at least 30 where the blob has them), its
-        FlatBuffer and bytes checked to lie inside the blob's `blob_size` bytes."""
-        if blob_size < cls.LENGTH:
-            raise TruncatedError(where, f"delegate blob of {blob_size} bytes is shorter than the VH00 header", path)
-        _, magic, length, fbo, fbs, bo, bs = struct.unpack_from(cls.LAYOUT, buf, 0)
-        if magic != cls.MAGIC:
-            raise BadMagicError(where, f"blob magic {magic!r}, expected {cls.MAGIC!r}", path)
-        if length < cls.LENGTH:
-            raise InvalidValueError(f"{where}.header_length", f"{length} < {cls.LENGTH}", path)
-        if fbo < length or fbs == 0 or fbo + fbs > blob_size:
-            raise OutOfBoundsError(f"{where}.flatbuffer", f"[{fbo}, +{fbs}) not inside the blob ({blob_size} bytes) "
-                                                          "after the header", path)
-        if bo < fbo + fbs or bo + bs > blob_size:
-            raise OutOfBoundsError(f"{where}.bytes", f"[{bo}, +{bs}) not inside the blob ({blob_size} bytes) after "
-                                                     "the flatbuffer", path)
-        return cls(fbo, fbs, bo, bs, length)
+
+def read_flat_tensor(buf, size: int, path: str) -> FlatTensorHeader:
+    """The FH01 header from a .ptd's first bytes (`buf`, FLAT_TENSOR.end where the file has them), its
+    flatbuffer and segment data checked to lie inside the file's `size` bytes."""
+    h = FLAT_TENSOR.unpack(buf, size, "header", path)
+    if h.flatbuffer_offset + h.flatbuffer_size > size:
+        raise TruncatedError("header.flatbuffer_size", f"flatbuffer [0, {h.flatbuffer_offset + h.flatbuffer_size}) "
+                                                       f"runs past the end of the file ({size} bytes)", path)
+    if h.segment_base_offset + h.segment_data_size > size:
+        raise TruncatedError("header.segment_data_size", f"segment data [{h.segment_base_offset}, "
+                                                         f"+{h.segment_data_size}) runs past the end of the file "
+                                                         f"({size} bytes)", path)
+    return h
+
+
+def read_delegate(buf, size: int, where: str, path: str) -> DelegateHeader:
+    """The VH00 header from a blob's first bytes (`buf`, DELEGATE.end where the blob has them), its
+    FlatBuffer and bytes checked to lie inside the blob's `size` bytes, after the header."""
+    h = DELEGATE.unpack(buf, size, where, path)
+    fbo, fbs, bo, bs = h.flatbuffer_offset, h.flatbuffer_size, h.bytes_offset, h.bytes_size
+    if fbo < h.header_length or fbs == 0 or fbo + fbs > size:
+        raise OutOfBoundsError(f"{where}.flatbuffer", f"[{fbo}, +{fbs}) not inside the blob ({size} bytes) "
+                                                      "after the header", path)
+    if bo < fbo + fbs or bo + bs > size:
+        raise OutOfBoundsError(f"{where}.bytes", f"[{bo}, +{bs}) not inside the blob ({size} bytes) after "
+                                                 "the flatbuffer", path)
+    return h

@@ -9,11 +9,12 @@ from . import dtypes
 from .common import SCALAR_TYPE_VALUES, ScalarType
 from .errors import InvalidValueError
 from .flatbuf import Reader, Table
+from .generated.enums import DataLocation, InstructionArguments, KernelTypes
 
-EVALUE_KINDS = ("Null", "Int", "Bool", "Double", "Tensor", "String", "IntList",
-                "DoubleList", "BoolList", "TensorList", "OptionalTensorList")
-INSTRUCTION_KINDS = ("KernelCall", "DelegateCall", "MoveCall", "JumpFalseCall", "FreeCall")
-INLINE, SEGMENT = 0, 1
+EVALUE_KINDS = tuple(k.name for k in KernelTypes if k != KernelTypes.NONE)
+"""The kinds of EValue, in tag order from 1."""
+INSTRUCTION_KINDS = tuple(k.name for k in InstructionArguments if k != InstructionArguments.NONE)
+INLINE, SEGMENT = DataLocation.INLINE, DataLocation.SEGMENT
 PLAN_REQUIRED = {"name": 0, "container_meta_type": 1, "values": 2, "inputs": 3, "outputs": 4, "chains": 5,
                  "delegates": 7, "non_const_buffer_sizes": 8}
 

@@ -8,7 +8,7 @@ from . import vkgraph as vk
 from .common import FileRange
 from .errors import BadMagicError, DuplicateKeyError, InvalidValueError, OutOfBoundsError, TruncatedError
 from .flatbuf import Reader
-from .headers import DelegateHeader, ExtendedHeader
+from .headers import DELEGATE, EXTENDED, DelegateHeader, ExtendedHeader, read_delegate, read_extended
 from .infile import InputFile
 from .metadata import ProgramMetadata, read_metadata
 from .program import INLINE, PROGRAM_IDENTIFIER, DecodedProgram, TensorMeta, decode_program
@@ -40,7 +40,7 @@ class ProgramFile(InputFile):
 
     def _load(self) -> None:
         path = self.path
-        self.header = h = ExtendedHeader.unpack(self.read(0, min(self.size, ExtendedHeader.OFFSET + ExtendedHeader.LENGTH)), path)
+        self.header = h = read_extended(self.read(0, min(self.size, EXTENDED.end)), self.size, path)
         program_size = self.size if h is None else h.program_size
         if program_size > self.size or program_size < 8:
             raise TruncatedError("header.program_size", f"{program_size} but the file has {self.size} bytes: "
@@ -125,8 +125,7 @@ class ProgramFile(InputFile):
         blob = self.delegate_blob(pi, di)
         where = f"execution_plan[{pi}].delegates[{di}].processed"
         with self.metadata_reads():
-            h = DelegateHeader.unpack(self.read(blob.offset, min(blob.size, DelegateHeader.LENGTH)), blob.size, where,
-                                      self.path)
+            h = read_delegate(self.read(blob.offset, min(blob.size, DELEGATE.end)), blob.size, where, self.path)
             graph = decode_vkgraph(Reader(self.read(blob.offset + h.flatbuffer_offset, h.flatbuffer_size), 0,
                                           h.flatbuffer_size, self.path))
         section = h.bytes_size if h.bytes_size else blob.size - h.bytes_offset

@@ -10,7 +10,7 @@ from . import contract, opset, vkgraph as vk
 from .common import FileRange
 from .errors import FormatError, InvalidValueError, OutOfBoundsError, OverlapError, TruncatedError
 from .external import ExternalData, constant_tensors, named_external, resolve_constants
-from .headers import DelegateHeader
+from .headers import DELEGATE
 from .memplan import check_memory_plan
 from .metadata import recorded_external
 from .methods import methods as methods_of, states as graph_states
@@ -191,8 +191,8 @@ def _check_plans(pf: ProgramFile, report: ValidationReport) -> None:
 
 
 def _check_graph(v: VulkanDelegate, path: str) -> None:
-    if v.header.length != DelegateHeader.LENGTH:
-        _fail(InvalidValueError, "vkgraph header_length", f"{v.header.length}, ExecuTorch's reader needs exactly {DelegateHeader.LENGTH}", path)
+    if v.header.header_length != DELEGATE.length:
+        _fail(InvalidValueError, "vkgraph header_length", f"{v.header.header_length}, ExecuTorch's reader needs exactly {DELEGATE.length}", path)
     g = v.graph
     n, nc = len(g.values), len(g.constants)
     for i, op in enumerate(g.chain):

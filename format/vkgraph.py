@@ -7,33 +7,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from enum import IntEnum
 from typing import Union
 
 from .dtypes import DataType, DType, of as dtype_of
+from .generated.enums import GraphTypes, VkMemoryLayout as MemoryLayout, VkStorageType as StorageType
 
 NAMED_OFFSET = 2**64 - 1
 """`ConstantRef.offset` sentinel: the bytes live in named data under `named_key`."""
-
-
-class StorageType(IntEnum):
-    BUFFER = 0
-    TEXTURE_3D = 1
-    TEXTURE_2D = 2
-    DEFAULT = 255
-
-
-class MemoryLayout(IntEnum):
-    WIDTH_PACKED = 0
-    HEIGHT_PACKED = 1
-    CHANNELS_PACKED = 2
-    PACKED_INT8_4W4C = 3
-    PACKED_INT8_4H4W = 4
-    PACKED_INT8_4W = 5
-    PACKED_INT8_4C = 6
-    PACKED_INT8_4C1W = 8
-    PACKED_INT8_CONV2D = 9
-    DEFAULT = 255
 
 
 @dataclass(frozen=True)
@@ -95,8 +75,8 @@ class Tensor:
     """Index into `VkGraph.constants`; negative for a non-constant tensor."""
     mem_obj_id: int = -1
     """Shared memory object this tensor lives in; negative for dedicated memory."""
-    storage_type: StorageType = StorageType.DEFAULT
-    memory_layout: MemoryLayout = MemoryLayout.DEFAULT
+    storage_type: StorageType = StorageType.DEFAULT_STORAGE
+    memory_layout: MemoryLayout = MemoryLayout.DEFAULT_LAYOUT
     staging_datatype: DataType = DataType.UNSET
 
     @property
@@ -115,11 +95,8 @@ class Tensor:
 
 Value = Union[Null, Int, Double, Bool, IntList, DoubleList, BoolList, ValueList, String, SymInt, Tensor]
 
-# Wire tags of the GraphTypes union, in schema order (0 is NONE).
-VALUE_TAGS: dict[type, int] = {
-    Null: 1, Int: 2, Double: 3, Bool: 4, Tensor: 5, IntList: 6, DoubleList: 7,
-    BoolList: 8, ValueList: 9, String: 10, SymInt: 11,
-}
+VALUE_TAGS: dict[type, int] = {cls: GraphTypes["VkTensor" if cls is Tensor else cls.__name__] for cls in Value.__args__}
+"""Each value class's tag in the wire's GraphTypes union (the schema names the tensor VkTensor)."""
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from .common import ScalarType, align, lcm, segment_alignment
 from .encode import PlanSpec, encode_flat_tensor, encode_program, encode_vkgraph, insert_header, plan_io
 from .errors import DuplicateKeyError, InvalidValueError, MissingKeyError
 from .external import ALIASES_METADATA, ExternalData, check_entry, constant_tensors
-from .headers import DelegateHeader, ExtendedHeader, FlatTensorHeader
+from .headers import DELEGATE, EXTENDED, FLAT_TENSOR
 from .metadata import ProgramMetadata, relative_to
 from .names import encode_io_names
 
@@ -180,9 +180,10 @@ def _io_specs(inputs: Sequence[IOSpec], outputs: Sequence[IOSpec]) -> list[tuple
 def _blob_head(graph: vk.VkGraph, section_size: int) -> bytes:
     """VH00 header + VkGraph flatbuffer, padded to 16 (the constant section follows)."""
     fb = encode_vkgraph(graph)
-    start = DelegateHeader.PADDED
-    header = DelegateHeader(start, len(fb), start + align(len(fb), 16), section_size)
-    return header.pack() + fb.ljust(align(len(fb), 16), b"\0")
+    start = DELEGATE.padded
+    header = DELEGATE.pack(flatbuffer_offset=start, flatbuffer_size=len(fb), bytes_offset=start + align(len(fb), 16),
+                           bytes_size=section_size)
+    return header + fb.ljust(align(len(fb), 16), b"\0")
 
 
 @dataclass(frozen=True)
@@ -264,14 +265,15 @@ def write_methods(path: str | os.PathLike, methods: Sequence[MethodSpec], *,
                               specs))
     fb = encode_program(plans, [(s.offset, s.size) for s in segments],
                         _entries(in_pte, first_named) if in_pte else None)
-    program_size = ExtendedHeader.PADDED + len(fb)
+    program_size = EXTENDED.padded + len(fb)
     sbo = align(program_size, max([128] + aligns))
-    header = ExtendedHeader(program_size, sbo, segments[-1].offset + segments[-1].size)
+    header = EXTENDED.pack(program_size=program_size, segment_base_offset=sbo,
+                           segment_data_size=segments[-1].offset + segments[-1].size)
 
     ext_target = None if external_data is None else Path(external_data)
     ext_bytes = 0
     with AtomicFile(path, on_bytes) as out:
-        out.write(insert_header(fb, header.pack()))
+        out.write(insert_header(fb, header))
         out.pad_to(sbo)
         for s, blob in zip(segments[1:first_named], blobs):
             out.pad_to(sbo + s.offset)
@@ -307,10 +309,11 @@ def _write_ptd(out: AtomicFile, named: Sequence[ConstantPayload], alignment: int
     aligns = [segment_alignment(p.nbytes, alignment) for p in named]
     offsets = _place([(p.nbytes, a) for p, a in zip(named, aligns)])
     fb = encode_flat_tensor([(o, p.nbytes) for o, p in zip(offsets, named)], _entries(named, 0))
-    start = FlatTensorHeader.PADDED
+    start = FLAT_TENSOR.padded
     sbo = align(start + len(fb), max([128] + aligns))
-    header = FlatTensorHeader(start, len(fb), sbo, offsets[-1] + named[-1].nbytes if named else 0)
-    out.write(insert_header(fb, header.pack()))
+    header = FLAT_TENSOR.pack(flatbuffer_offset=start, flatbuffer_size=len(fb), segment_base_offset=sbo,
+                              segment_data_size=offsets[-1] + named[-1].nbytes if named else 0)
+    out.write(insert_header(fb, header))
     out.pad_to(sbo)  # the segment data starts here even when there is none (ExecuTorch checks the size)
     for o, p in zip(offsets, named):
         out.pad_to(sbo + o)

@@ -65,6 +65,11 @@ def validation_requested() -> bool:
     return os.environ.get("VKX_VALIDATION", "") not in ("", "0")
 
 
+def _has(bit: int) -> property:
+    """A property: whether a memory type's flags have `bit`."""
+    return property(lambda self: bool(self.flags & bit))
+
+
 @dataclass(frozen=True)
 class MatrixShape:
     """One product a subgroup does with VK_NV_cooperative_matrix: D[M, N] = A[M, K] B[K, N] + C, by
@@ -92,21 +97,10 @@ class MemoryType:
     flags: int
     heap: int
 
-    @property
-    def device_local(self) -> bool:
-        return bool(self.flags & vk.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)
-
-    @property
-    def host_visible(self) -> bool:
-        return bool(self.flags & vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)
-
-    @property
-    def host_coherent(self) -> bool:
-        return bool(self.flags & vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT)
-
-    @property
-    def host_cached(self) -> bool:
-        return bool(self.flags & vk.VK_MEMORY_PROPERTY_HOST_CACHED_BIT)
+    device_local = _has(vk.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)
+    host_visible = _has(vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)
+    host_coherent = _has(vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT)
+    host_cached = _has(vk.VK_MEMORY_PROPERTY_HOST_CACHED_BIT)
 
 
 class Device:
@@ -187,9 +181,7 @@ class Device:
         p = props[index]
         self.name = p.deviceName
         self.device_type = p.deviceType
-        self.api_version = p.apiVersion
         lim = p.limits
-        self.non_coherent_atom_size = int(lim.nonCoherentAtomSize)
         self.timestamp_period = float(lim.timestampPeriod)
         """Nanoseconds per timestamp tick (profiling, loader/record.py)."""
         m3 = vk.VkPhysicalDeviceMaintenance3Properties()

@@ -8,8 +8,8 @@ allocated), then runs them; each `dispatch()` is checked and appended to
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
-from typing import Mapping, Sequence, Union
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Mapping, Sequence, Union
 
 from vkx.format import contract, dtypes, liveness, opset, vkgraph as g
 from vkx.format.dtypes import DType
@@ -18,6 +18,9 @@ from vkx.format.memplan import check_memory_plan
 from vkx.loader import ops
 from vkx.loader.errors import BadProgramError, LimitError, UnsupportedOpError, as_load_error
 from vkx.loader.fuse import Fused, fuse as fuse_chain
+
+if TYPE_CHECKING:
+    from vkx.loader.memory import Buffer  # memory imports vulkan; building a graph does not
 
 
 def device_dtype(vid: int, datatype: g.DataType) -> DType:
@@ -32,24 +35,20 @@ def device_dtype(vid: int, datatype: g.DataType) -> DType:
     return dtype
 
 
+@dataclass(eq=False, slots=True)
 class RTensor:
-    """A runtime tensor: shape and dtype now, a Buffer once memory is given.
-
-    `staging` is the dtype a graph input/output has on the host side (the
-    file's `staging_datatype`, else the tensor's own dtype).
-    """
-    __slots__ = ("arg", "staging", "constant_id", "mem_obj_id", "buffer", "is_temp", "state")
-
-    def __init__(self, arg: ops.TensorArg, staging: DType, constant_id: int = -1,
-                 mem_obj_id: int = -1, is_temp: bool = False):
-        self.arg = arg
-        self.staging = staging
-        self.constant_id = constant_id
-        self.mem_obj_id = mem_obj_id
-        self.buffer = None
-        self.is_temp = is_temp
-        self.state: str | None = None
-        """The name of the persistent state this tensor is (None: not state)."""
+    """A runtime tensor: shape and dtype now, a Buffer once memory is given (one object per tensor:
+    compared and hashed by identity)."""
+    arg: ops.TensorArg
+    staging: DType
+    """The dtype a graph input/output has on the host side (the file's `staging_datatype`, else the
+    tensor's own dtype)."""
+    constant_id: int = -1
+    mem_obj_id: int = -1
+    is_temp: bool = False
+    buffer: Buffer | None = field(default=None, init=False)
+    state: str | None = field(default=None, init=False)
+    """The name of the persistent state this tensor is (None: not state)."""
 
     @property
     def vid(self) -> int:

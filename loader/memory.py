@@ -69,14 +69,13 @@ class Ledger:
 
 class Allocation:
     """One VkDeviceMemory."""
-    __slots__ = ("memory", "size", "mtype", "kind", "users", "cursor", "_mapped", "_ptr")
+    __slots__ = ("memory", "size", "mtype", "kind", "users", "cursor", "_mapped")
 
     def __init__(self, memory, size: int, mtype: MemoryType, kind: str):
         self.memory, self.size, self.mtype, self.kind = memory, size, mtype, kind
         self.users = 0
         self.cursor = 0
         self._mapped = None
-        self._ptr = None
 
 
 class Buffer:

@@ -72,7 +72,6 @@ class Executor:
         self.pool = None
         self.cmd = None
         self.fence = None
-        self.runs = 0
         self.barriers = 0
         """Compute->compute barriers between the dispatches of the recording a call replays."""
 
@@ -277,7 +276,6 @@ class Executor:
         lib.vkResetFences(d.device, 1, self._fences)
         if r != vk.VK_SUCCESS:
             raise DeviceError(f"waiting for the GPU failed ({r})")
-        self.runs += 1
         d.check()
 
     def _spin(self) -> int:

@@ -164,11 +164,10 @@ def _compiled(root: Path, name: str, defines: spirv.Defines) -> bytes:
 
 
 class Pipeline:
-    __slots__ = ("handle", "layout", "set_layout", "nbindings", "name")
+    __slots__ = ("handle", "layout", "set_layout", "name")
 
-    def __init__(self, handle, layout, set_layout, nbindings, name):
-        self.handle, self.layout, self.set_layout = handle, layout, set_layout
-        self.nbindings, self.name = nbindings, name
+    def __init__(self, handle, layout, set_layout, name):
+        self.handle, self.layout, self.set_layout, self.name = handle, layout, set_layout, name
 
 
 Request = tuple[str, Mapping[str, Union[str, int]], int, Sequence[int]]
@@ -253,7 +252,7 @@ class Pipelines:
             cached = pipeline_cache.pipeline_key(code, nbindings, self.push_bytes, spec)
             if cached not in self._kept:
                 self._compiled.add(cached)
-            p = self._pipelines[key] = Pipeline(handle, layout, dsl, nbindings, name)
+            p = self._pipelines[key] = Pipeline(handle, layout, dsl, name)
             return p
 
     def _cache_data(self) -> bytes:

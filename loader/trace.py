@@ -59,7 +59,6 @@ class Timeline:
 
     def __init__(self, ledger=None, trace: bool = False):
         self.ledger = ledger
-        self.trace = trace
         self.t0 = time.perf_counter()
         self.phases: list[Phase] = []
         self.peak_resets = trace and reset_peak()

@@ -9,7 +9,6 @@ import time
 import traceback
 import warnings
 from contextlib import contextmanager, redirect_stderr
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Optional
 
@@ -30,23 +29,11 @@ if TYPE_CHECKING:
 SCHEMA = "vkx.export/2"
 
 
-class Layout(str, Enum):
-    named = "named"
-    legacy = "legacy"
-
-
-Dtype = Enum("Dtype", {name: name for name in DTYPE_CHOICES}, type=str)
+Layout = paths.choices("Layout", ("named", "legacy"))
+Dtype = paths.choices("Dtype", DTYPE_CHOICES)
 """`--dtype`: the library's choices (vkx.format.dtypes.DTYPE_CHOICES)."""
-
-
-class Target(str, Enum):
-    vkx = "vkx"
-    executorch = "executorch"
-
-
-class Quantize(str, Enum):
-    int8 = "int8"
-    int4 = "int4"
+Target = paths.choices("Target", ("vkx", "executorch"))
+Quantize = paths.choices("Quantize", ("int8", "int4"))
 
 
 GROUP_SIZES = (32, 64, 128, 256)

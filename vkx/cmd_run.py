@@ -5,7 +5,6 @@ import json as jsonlib
 import statistics
 import struct
 import time
-from enum import Enum
 from pathlib import Path
 from typing import List, Optional
 
@@ -24,16 +23,8 @@ EXTERNAL = typer.Option([], "--external-data", metavar="FILE",
                              "[default: FILE's same-stem .ptd/.safetensors when FILE needs one].")
 
 
-class Schedule(str, Enum):
-    lazy = "lazy"
-    eager = "eager"
-
-
-class Upload(str, Enum):
-    auto = "auto"
-    staging = "staging"
-    direct = "direct"
-    import_ = "import"
+Schedule = paths.choices("Schedule", ("lazy", "eager"))
+Upload = paths.choices("Upload", ("auto", "staging", "direct", "import"))
 
 
 def _random_inputs(specs, seed: int):

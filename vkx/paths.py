@@ -6,6 +6,7 @@ The messages name the kind of file given when it is the wrong kind.
 from __future__ import annotations
 
 import os
+from enum import Enum
 from pathlib import Path
 from typing import Iterable
 
@@ -17,6 +18,11 @@ CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors")
 
 class UsageError(VkxError):
     """A command was given a path or option value it cannot use."""
+
+
+def choices(name: str, values: Iterable[str]) -> type[Enum]:
+    """An option's choices as typer takes them: a str Enum whose members are named as their values."""
+    return Enum(name, {value: value for value in values}, type=str)  # type: ignore[return-value]
 
 
 def _exists(path: Path, what: str) -> None:

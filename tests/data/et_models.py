@@ -25,13 +25,8 @@ class CNN(torch.nn.Module):
         return self.fc(y.reshape(1, -1))
 
 
-class CumsumMLP(torch.nn.Module):
-    """Two Vulkan delegates around a CPU aten::cumsum.out."""
-
-    def __init__(self):
-        super().__init__()
-        self.fc1 = torch.nn.Linear(8, 16)
-        self.fc2 = torch.nn.Linear(16, 4)
+class CumsumMLP(MLP):
+    """The MLP with a cumsum between its layers: two Vulkan delegates around a CPU aten::cumsum.out."""
 
     def forward(self, x):
         return self.fc2(torch.cumsum(torch.relu(self.fc1(x)), 1))

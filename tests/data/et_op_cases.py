@@ -28,7 +28,8 @@ class In:
 
 
 class Fn(nn.Module):
-    """A module around `fn(self, *inputs)`; keyword tensors become its parameters or buffers."""
+    """A module around `fn(self, *inputs)`; keyword tensors become its parameters or buffers (a floating
+    one a constant): `Fn(lambda m, x: x * m.w, w=torch.randn(3))` exports `x * w` (tests/ops use it too)."""
 
     def __init__(self, fn: Callable, **tensors: torch.Tensor):
         super().__init__()

@@ -14,9 +14,8 @@ import tempfile
 from pathlib import Path
 
 import torch
-from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
-from executorch.exir import to_edge_transform_and_lower
 
+from et_lower import vulkan_program
 from et_models import CNN, MLP
 
 HERE = Path(__file__).resolve().parent
@@ -25,8 +24,7 @@ HERE = Path(__file__).resolve().parent
 def export(model: torch.nn.Module, example: tuple, name: str, external_bytes: int | None = None) -> None:
     model = model.eval()
     options = {} if external_bytes is None else {"external_constants_max_data_bytes": external_bytes}
-    ep = torch.export.export(model, example)
-    et = to_edge_transform_and_lower(ep, partitioner=[VulkanPartitioner(options)]).to_executorch()
+    et = vulkan_program(model, example, options)
     (HERE / f"{name}.pte").write_bytes(et.buffer)
     if external_bytes is not None:
         with tempfile.TemporaryDirectory() as d:

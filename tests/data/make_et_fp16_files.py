@@ -11,17 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
-from executorch.exir import to_edge_transform_and_lower
 
+from et_lower import vulkan_program
 from et_models import CNN, MLP
 
 HERE = Path(__file__).resolve().parent
 
 
 def export(model: torch.nn.Module, example: tuple, name: str, options: dict) -> None:
-    ep = torch.export.export(model.eval(), example)
-    et = to_edge_transform_and_lower(ep, partitioner=[VulkanPartitioner(options)]).to_executorch()
+    et = vulkan_program(model.eval(), example, options)
     (HERE / f"{name}.pte").write_bytes(et.buffer)
 
 

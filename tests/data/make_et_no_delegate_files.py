@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
-from executorch.exir import to_edge_transform_and_lower
+
+from et_lower import vulkan_program
 
 HERE = Path(__file__).resolve().parent
 
@@ -30,8 +30,7 @@ class RemainderThenAffine(torch.nn.Module):
 
 def main() -> None:
     for name, model in (("et_no_delegate", Remainder()), ("et_cpu_between", RemainderThenAffine())):
-        ep = torch.export.export(model, (torch.randn(3, 5),))
-        program = to_edge_transform_and_lower(ep, partitioner=[VulkanPartitioner({})]).to_executorch()
+        program = vulkan_program(model, (torch.randn(3, 5),))
         (HERE / f"{name}.pte").write_bytes(program.buffer)
 
 

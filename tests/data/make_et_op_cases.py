@@ -15,9 +15,8 @@ from pathlib import Path
 
 import torch
 from executorch.backends.vulkan import patterns
-from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
-from executorch.exir import to_edge_transform_and_lower
 
+from et_lower import vulkan_program
 from et_op_cases import runs
 
 OUT = Path(__file__).resolve().parent / "et_op_cases"
@@ -34,8 +33,7 @@ def main(names: list[str]) -> None:
         if names and case.name not in names:
             continue
         try:
-            ep = torch.export.export(case.module(dtype), case.example(dtype))
-            program = to_edge_transform_and_lower(ep, partitioner=[VulkanPartitioner({})]).to_executorch()
+            program = vulkan_program(case.module(dtype), case.example(dtype))
         except Exception as error:  # ExecuTorch's own refusal: recorded, the case is skipped on that path
             refused[run_id] = f"{type(error).__name__}: {' '.join(str(error).split())[:200]}"
             print(run_id, "refused:", refused[run_id], flush=True)

@@ -12,9 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
-from executorch.exir import to_edge_transform_and_lower
 
+from et_lower import vulkan_program
 from et_models import CumsumMLP, IndexPutMLP, MiniConvNeXt, TopkSortCNN
 
 HERE = Path(__file__).resolve().parent
@@ -31,8 +30,7 @@ def main() -> None:
     for name, (model_class, shape) in FILES.items():
         torch.manual_seed(0)
         model = model_class().eval()
-        ep = torch.export.export(model, (torch.randn(shape),))
-        et = to_edge_transform_and_lower(ep, partitioner=[VulkanPartitioner()]).to_executorch()
+        et = vulkan_program(model, (torch.randn(shape),))
         plan = et.executorch_program.execution_plan[0]
         print(name, len(plan.delegates), "delegates, CPU ops:", [f"{o.name}.{o.overload}" for o in plan.operators])
         (HERE / f"{name}.pte").write_bytes(et.buffer)

@@ -14,10 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
-from executorch.exir import to_edge_transform_and_lower
 from torchao.utils import unwrap_tensor_subclass
 
+from et_lower import vulkan_program
 from et_quant_models import FILES, build, example
 
 HERE = Path(__file__).resolve().parent
@@ -28,8 +27,7 @@ def main() -> None:
         model = build(name)
         if not name.startswith("et_pt2e"):
             model = unwrap_tensor_subclass(model)
-        program = torch.export.export(model, (example(name),))
-        et = to_edge_transform_and_lower(program, partitioner=[VulkanPartitioner()]).to_executorch()
+        et = vulkan_program(model, (example(name),))
         (HERE / f"{name}.pte").write_bytes(et.buffer)
 
 

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import executorch.backends.vulkan.custom_ops_lib  # noqa: F401  (torch.ops.et_vk.sdpa)
 import torch
-from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
-from executorch.exir import to_edge_transform_and_lower
 
+from et_lower import vulkan_program
 import et_vocab_models as m
 
 HERE = Path(__file__).resolve().parent
@@ -34,8 +33,7 @@ def main() -> None:
     for stem, (make, shape) in BLOCKS.items():
         torch.manual_seed(0)
         model = make().eval()
-        ep = torch.export.export(model, (torch.randn(shape),))
-        et = to_edge_transform_and_lower(ep, partitioner=[VulkanPartitioner()]).to_executorch()
+        et = vulkan_program(model, (torch.randn(shape),))
         (HERE / f"et_vocab_{stem}.pte").write_bytes(et.buffer)
 
 

@@ -46,7 +46,7 @@ def check_graph(graph: VkGraph) -> None:
         for item in outs:
             tensor = graph.values[item]
             assert isinstance(tensor, Tensor) and tensor.constant_id < 0
-            assert (tensor.storage_type, tensor.memory_layout) == (StorageType.BUFFER, MemoryLayout.WIDTH_PACKED)
+            assert (tensor.storage_type, tensor.memory_layout) == (StorageType.BUFFER, MemoryLayout.TENSOR_WIDTH_PACKED)
             defined.add(item)
     for value_id in graph.input_ids + graph.output_ids:
         assert isinstance(graph.values[value_id], Tensor) and graph.values[value_id].constant_id < 0

@@ -29,7 +29,7 @@ def tiny_constants() -> list[bytes]:
 
 
 def tiny_graph() -> vk.VkGraph:
-    act = dict(storage_type=vk.StorageType.TEXTURE_3D, memory_layout=vk.MemoryLayout.WIDTH_PACKED, staging_datatype=F32)
+    act = dict(storage_type=vk.StorageType.TEXTURE_3D, memory_layout=vk.MemoryLayout.TENSOR_WIDTH_PACKED, staging_datatype=F32)
     return vk.VkGraph(
         values=[
             vk.Tensor(F32, (3, 4), constant_id=0, staging_datatype=F32),      # 0 weight
@@ -39,7 +39,7 @@ def tiny_graph() -> vk.VkGraph:
             vk.Tensor(F32, (1, 3), mem_obj_id=1, **act),                      # 4 linear out
             vk.Tensor(F32, (1, 3), mem_obj_id=0, **act),                      # 5 relu out
             vk.Tensor(F32, (3,), storage_type=vk.StorageType.TEXTURE_3D,
-                      memory_layout=vk.MemoryLayout.WIDTH_PACKED),             # 6 packed shift
+                      memory_layout=vk.MemoryLayout.TENSOR_WIDTH_PACKED),             # 6 packed shift
             vk.Int(1),                                                         # 7 alpha
             vk.Tensor(F32, (1, 3), mem_obj_id=1, **act),                      # 8 y
         ],

@@ -42,7 +42,7 @@ def test_the_golden_program_satisfies_the_contract():
 
 def _act(dims):
     return vk.Tensor(F32, dims, mem_obj_id=1, storage_type=vk.StorageType.BUFFER,
-                     memory_layout=vk.MemoryLayout.WIDTH_PACKED, staging_datatype=F32)
+                     memory_layout=vk.MemoryLayout.TENSOR_WIDTH_PACKED, staging_datatype=F32)
 
 
 MUTATIONS = {

@@ -20,7 +20,7 @@ def relu_add_graph(n=1000, wdtype=g.DataType.FLOAT32, shared=True):
     ]
     chain = [g.OperatorCall(0, "test.relu.default", (0, 2)),
              g.OperatorCall(1, "test.add.default", (2, 1, 3))]
-    consts = [g.ConstantRef(g.NAMED_OFFSET, n * wdtype.itemsize, "w")]
+    consts = [g.ConstantRef(g.NAMED_OFFSET, values[1].nbytes, "w")]
     return g.VkGraph(chain=chain, values=values, input_ids=[0], output_ids=[3], constants=consts)
 
 

@@ -16,14 +16,15 @@ VOCAB, SEQ = 96, 8
 
 
 class Output(nn.Module):
-    """The model's one tensor output (`logits` or `last_hidden_state`) for input ids."""
+    """The model's one tensor output (`logits` or `last_hidden_state`), its tensor inputs passed by keyword
+    (`inputs`: input ids, or ids and a padding mask, or audio features)."""
 
-    def __init__(self, model: nn.Module, field: str):
+    def __init__(self, model: nn.Module, field: str, inputs: tuple[str, ...] = ("input_ids",)):
         super().__init__()
-        self.model, self.field = model, field
+        self.model, self.field, self.inputs = model, field, inputs
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return getattr(self.model(input_ids=ids), self.field)
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
+        return getattr(self.model(**dict(zip(self.inputs, tensors))), self.field)
 
 
 def _ids(seed: int = 0) -> torch.Tensor:
@@ -70,17 +71,6 @@ def test_gpt2():
     check_model(Output(transformers.GPT2LMHeadModel(config), "logits"), (_ids(),))
 
 
-class Masked(nn.Module):
-    """An encoder called with input ids and a padding mask (1 = token, 0 = padding)."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return self.model(input_ids=ids, attention_mask=mask).last_hidden_state
-
-
 def _bert(attn: str) -> nn.Module:
     config = transformers.BertConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
                                      intermediate_size=128, max_position_embeddings=64, attn_implementation=attn)
@@ -94,11 +84,12 @@ def test_bert():
 
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 def test_bert_padding_mask(attn):
-    """The padding mask is a model input: its expansion to an additive mask runs on the device."""
+    """The padding mask (1 = token, 0 = padding) is a model input: its expansion to an additive mask runs on
+    the device."""
     mask = torch.ones(2, SEQ, dtype=torch.int64)
     mask[1, 5:] = 0
     ids = torch.cat([_ids(0), _ids(1)])
-    check_model(Masked(_bert(attn)), (ids, mask))
+    check_model(Output(_bert(attn), "last_hidden_state", ("input_ids", "attention_mask")), (ids, mask))
 
 
 def test_t5_encoder():
@@ -110,15 +101,6 @@ def test_t5_encoder():
     check_model(Output(transformers.T5EncoderModel(config), "last_hidden_state"), (_ids(),))
 
 
-class Features(nn.Module):
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        return self.model(input_features=features).last_hidden_state
-
-
 def test_whisper_encoder():
     """Two Conv1d layers with GELU over log-mel features, sinusoidal positions, pre-norm blocks."""
     config = transformers.WhisperConfig(num_mel_bins=16, d_model=64, encoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4,
@@ -126,4 +108,4 @@ def test_whisper_encoder():
     torch.manual_seed(0)
     encoder = transformers.WhisperModel(config).get_encoder()
     features = torch.randn(1, 16, 32, generator=torch.Generator().manual_seed(0))
-    check_model(Features(encoder), (features,))
+    check_model(Output(encoder, "last_hidden_state", ("input_features",)), (features,))

@@ -33,6 +33,7 @@ import pytest
 import torch
 
 from tests.conftest import record_error
+from tests.data.et_op_cases import Fn  # the ExecuTorch op cases' module around a function, for every op test
 
 __all__ = ["Const", "Values", "Fn", "run_graph", "run_vkx", "assert_close", "assert_norm_close", "max_error",
            "rand", "rand_of", "FLOAT_DTYPES", "EXPORT_DTYPES", "assert_close_in", "tolerance"]
@@ -175,25 +176,6 @@ def run_vkx(module: torch.nn.Module, inputs: Sequence[torch.Tensor], dtype: str 
             if close is not None:
                 close()
     return out
-
-
-class Fn(torch.nn.Module):
-    """A tiny module around `fn(self, *inputs)`; keyword tensors become parameters (constants).
-
-    `Fn(lambda m, x: x * m.w, w=torch.randn(3))` exports `x * w` with `w` a constant.
-    """
-
-    def __init__(self, fn, **tensors: torch.Tensor):
-        super().__init__()
-        self._fn = fn
-        for name, t in tensors.items():
-            if t.is_floating_point():
-                self.register_parameter(name, torch.nn.Parameter(t, requires_grad=False))
-            else:
-                self.register_buffer(name, t)
-
-    def forward(self, *inputs):
-        return self._fn(self, *inputs)
 
 
 # --------------------------------------------------------------------------- hand-built graphs

@@ -3,7 +3,6 @@ against torch eager: through vkx's exporter ("vkx") or from ExecuTorch's own exp
 tests/data/et_op_cases/). Shared by tests/ops/test_et_op_cases.py and bench/et_op_cases.py."""
 from __future__ import annotations
 
-import sys
 import tempfile
 from pathlib import Path
 
@@ -13,11 +12,11 @@ import vkx
 from vkx.format.errors import VkxError
 from vkx.loader.errors import ShaderError, ValidationError
 
+from tests.data.et_op_cases import CASES, DTYPES, Case, runs
+
 from .conftest import max_error, tolerance
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-sys.path.insert(0, str(DATA))
-from et_op_cases import CASES, DTYPES, Case, runs  # noqa: E402
 
 ET_FILES = DATA / "et_op_cases"
 PATHS = ("vkx", "et")

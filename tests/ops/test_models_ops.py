@@ -3,6 +3,8 @@ ops, minimum/maximum, logical_not, pow with a scalar exponent, clamp, casts, exp
 index and cumsum (hand-built one-op graphs), and their export rules."""
 from __future__ import annotations
 
+from typing import Callable
+
 import pytest
 import torch
 
@@ -24,6 +26,13 @@ def _ints(shape, seed, dtype):
     return (x.abs() if dtype in (torch.uint8, torch.bool) else x).to(dtype)
 
 
+def _check_specials(name: str, fn: Callable[..., torch.Tensor], dtype: torch.dtype = torch.float32) -> None:
+    """`name` (a bool result) on the special values against themselves reversed: NaN, infinities and
+    signed zeros meet each other and ordinary numbers."""
+    x = torch.tensor(SPECIALS, dtype=dtype)
+    assert_close(run_graph(name, [x, x.flip(0)], ((len(SPECIALS),), torch.bool)), fn(x, x.flip(0)))
+
+
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
 @pytest.mark.parametrize("op", list(op_models.COMPARE))
 def test_compare(op, dtype):
@@ -43,8 +52,7 @@ def test_compare_ints_with_a_fraction_and_nan(op):
     fn = getattr(torch, op)
     a = torch.arange(-3, 4, dtype=torch.int32)
     assert_close(run_graph(f"aten.{op}.Tensor", [a, 0.5], ((7,), torch.bool)), fn(a, 0.5))
-    x = torch.tensor(SPECIALS)
-    assert_close(run_graph(f"aten.{op}.Tensor", [x, x.flip(0)], ((20,), torch.bool)), fn(x, x.flip(0)))
+    _check_specials(f"aten.{op}.Tensor", fn)
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
@@ -56,8 +64,7 @@ def test_logical_any_dtype(op, dtype):
     assert a.any() and not a.all()  # both truth values occur
     assert_close(run_graph(f"aten.{op}.default", [a, b], ((4, 6), torch.bool)), fn(a, b))
     if dtype.is_floating_point:
-        x = torch.tensor(SPECIALS, dtype=dtype)
-        assert_close(run_graph(f"aten.{op}.default", [x, x.flip(0)], ((20,), torch.bool)), fn(x, x.flip(0)))
+        _check_specials(f"aten.{op}.default", fn, dtype)
 
 
 @pytest.mark.parametrize("dtype", INT_DTYPES, ids=str)

@@ -3,17 +3,14 @@ with no Vulkan delegate at all the file is read (not called malformed) and refus
 in one line; with a delegate after the CPU op it runs, CPU op and delegate, as torch computes it."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-os.environ.setdefault("VKX_VALIDATION", "1")
+import pytest
+import torch
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-import vkx  # noqa: E402
-from vkx.format import ProgramFile  # noqa: E402
-from vkx.loader.errors import LoadError  # noqa: E402
+import vkx
+from vkx.format import ProgramFile
+from vkx.loader.errors import LoadError
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

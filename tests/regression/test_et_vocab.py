@@ -6,22 +6,18 @@ et_vk.sdpa as the same math in matmuls).
 """
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
-os.environ.setdefault("VKX_VALIDATION", "1")
+import pytest
+import torch
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import vkx
+from .oracle import oracle
+from vkx.format.pte import ProgramFile
 
-import vkx  # noqa: E402
-from .oracle import oracle  # noqa: E402
-from vkx.format.pte import ProgramFile  # noqa: E402
+from tests.data import et_vocab_models as m
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-sys.path.insert(0, str(DATA))
-import et_vocab_models as m  # noqa: E402
 
 pytestmark = pytest.mark.vulkan
 

@@ -6,21 +6,17 @@ rebuilt here as the oracle.
 """
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
-os.environ.setdefault("VKX_VALIDATION", "1")
+import pytest
+import torch
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import vkx
+from .oracle import oracle
 
-import vkx  # noqa: E402
-from .oracle import oracle  # noqa: E402
+from tests.data.et_models import CNN, MLP
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-sys.path.insert(0, str(DATA))
-from et_models import CNN, MLP  # noqa: E402
 
 CASES = {  # file -> (model class, input shape, external data)
     "et_mlp.pte": (MLP, (1, 8), None),

@@ -2,20 +2,16 @@
 kept in fp16 on the device."""
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
-os.environ.setdefault("VKX_VALIDATION", "1")
+import pytest
+import torch
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import vkx
 
-import vkx  # noqa: E402
+from tests.data.et_models import CNN, MLP
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-sys.path.insert(0, str(DATA))
-from et_models import CNN, MLP  # noqa: E402
 
 pytestmark = pytest.mark.vulkan
 

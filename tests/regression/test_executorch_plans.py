@@ -12,26 +12,23 @@ import subprocess
 import sys
 from pathlib import Path
 
-os.environ.setdefault("VKX_VALIDATION", "1")
+import pytest
+import torch
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import vkx
+from .oracle import oracle
+from vkx.format import describe, validate
+from vkx.format.common import ScalarType
+from vkx.format.program import EValue, ExecutionPlan, Chain, Instruction, TensorMeta
+from vkx.loader.errors import BadProgramError, LoadError, TorchMissingError, UnsupportedOpError
+from vkx.loader.kernels import Refused, bind
+from vkx.loader.plan import PlanMethod, _bind_kernels, _check_dtypes, _check_instructions
+from vkx.loader.method import Method
 
-import vkx  # noqa: E402
-from .oracle import oracle  # noqa: E402
-from vkx.format import describe, validate  # noqa: E402
-from vkx.format.common import ScalarType  # noqa: E402
-from vkx.format.program import EValue, ExecutionPlan, Chain, Instruction, TensorMeta  # noqa: E402
-from vkx.loader.errors import BadProgramError, LoadError, TorchMissingError, UnsupportedOpError  # noqa: E402
-from vkx.loader.kernels import Refused, bind  # noqa: E402
-from vkx.loader.plan import PlanMethod, _bind_kernels, _check_dtypes, _check_instructions  # noqa: E402
-from vkx.loader.method import Method  # noqa: E402
-
-from tests.format.test_fmt_cli import run as run_cli  # noqa: E402
+from tests.data.et_models import CumsumMLP, IndexPutMLP, MiniConvNeXt, TopkSortCNN
+from tests.format.test_fmt_cli import run as run_cli
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-sys.path.insert(0, str(DATA))
-from et_models import CumsumMLP, IndexPutMLP, MiniConvNeXt, TopkSortCNN  # noqa: E402
 
 CASES = {  # file -> (model class, input shape, delegates, CPU ops in plan order)
     "et_cumsum.pte": (CumsumMLP, (2, 8), 2, ["aten::cumsum.out"]),

@@ -8,18 +8,14 @@ lazy: the new one). All eight outputs must be bit-identical, and match torch.
 """
 from __future__ import annotations
 
-import os
+from pathlib import Path
 
-os.environ.setdefault("VKX_VALIDATION", "1")
+import pytest
+import torch
+from torch import nn
 
-from pathlib import Path  # noqa: E402
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
-
-import vkx  # noqa: E402
-from vkx.export.model_file import load_model_file  # noqa: E402
+import vkx
+from vkx.export.model_file import load_model_file
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 LAYOUTS = {  # name -> (layout, external data suffix)

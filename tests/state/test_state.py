@@ -13,6 +13,8 @@ from vkx.export.errors import ExportError
 from vkx.format import ProgramFile, describe, validate
 from vkx.loader.errors import InputError
 
+from tests.data.et_models import MLP
+
 from .models import EXAMPLES, Accumulator, RingBuffer, RunningSum, decode_inputs, decoder, prefill_inputs
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -181,9 +183,6 @@ def test_cli_exports_inspects_and_runs_the_example(tmp_path):
 
 def test_executorch_two_method_file_runs():
     """tests/data/make_et_methods_file.py: ExecuTorch 1.5.1's own file of two methods sharing weights."""
-    import sys
-    sys.path.insert(0, str(DATA))
-    from et_models import MLP
     torch.manual_seed(0)
     model = MLP().eval()
     path = DATA / "et_mlp_methods.pte"
