@@ -321,6 +321,7 @@ ET_RULES: dict[Any, Rule] = {
     A.constant_pad_nd.default: same("aten.constant_pad_nd.default"),
     A.view_copy.default: Rule(_view),
     A.permute_copy.default: same("aten.permute_copy.default", prepare=_permute_dims),
+    A.flip.default: same("aten.flip.default", prepare=_permute_dims),
     A.slice_copy.Tensor: same(SLICE, prepare=_slice_bounds),
     A.select_copy.int: Rule(_select),
     A.repeat.default: same("aten.repeat.default"),
@@ -333,6 +334,7 @@ ET_RULES: dict[Any, Rule] = {
     A.index_select.default: same("aten.index_select.default", prepare=_dim),
     A.upsample_nearest2d.vec: same("aten.upsample_nearest2d.vec"),
     A.upsample_bilinear2d.vec: same("aten.upsample_bilinear2d.vec"),
+    A._weight_int8pack_mm.default: same("aten._weight_int8pack_mm.default", tref=("mat2", "scales")),
 }
 """Ops ExecuTorch's Vulkan suite tests that vkx's own exports had no rule for (the `_copy` forms are
 what a program already through ExecuTorch's edge passes holds)."""

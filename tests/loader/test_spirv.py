@@ -46,9 +46,10 @@ def test_recorded_requests_merge_into_the_table(tmp_path):
     assert spirv.merge_requests(log, tmp_path) == 0
 
 
-def _requests(name: str, operands: list, out: tuple[tuple[int, ...], dtypes.DType]) -> list[tuple[str, tuple]]:
+def _requests(name: str, operands: list, out) -> list[tuple[str, tuple]]:
     """(shader, defines) of every dispatch the builder of `name` records for `operands` (a
-    (shape, dtype) tensor or a number each), built without a device; [] when the contract refuses."""
+    (shape, dtype) tensor or a number each) and `out` (one, or a list of several), built without a
+    device; [] when the contract refuses."""
     values: list = []
 
     def add(v) -> int:
@@ -64,12 +65,15 @@ def _requests(name: str, operands: list, out: tuple[tuple[int, ...], dtypes.DTyp
             return add(g.IntList(tuple(a)))
         if isinstance(a, bool):
             return add(g.Bool(a))
+        if a is None:
+            return add(g.Null())
         return add(g.Int(a) if isinstance(a, int) else g.Double(a))
 
     ids = [arg(a) for a in operands]
-    out_id = arg(out)
+    out_ids = [arg(o) for o in out] if isinstance(out, list) else [arg(out)]
+    out_id = add(g.ValueList(tuple(out_ids))) if isinstance(out, list) else out_ids[0]
     graph = g.VkGraph(chain=[g.OperatorCall(0, name, (*ids, out_id))], values=values,
-                      input_ids=[i for i, a in zip(ids, operands) if isinstance(a, tuple)], output_ids=[out_id])
+                      input_ids=[i for i, a in zip(ids, operands) if isinstance(a, tuple)], output_ids=out_ids)
     try:
         built = GraphBuilder(graph, 1 << 30, 16).build()
     except (BadProgramError, ops.UnsupportedOpError):
@@ -119,6 +123,17 @@ def test_copy_cast_fill_builders_request_only_declared_variants():
         seen.update(_requests("aten.permute_copy.default", [((2, 3), ti), [1, 0]], ((3, 2), ti)))
         seen.update(_requests("aten.full.default", [[3], 2], ((3,), to)))
     assert {s for s, _ in seen} == {"cast", "copy_strided", "fill"} and seen <= declared, sorted(seen - declared)[:3]
+
+
+def test_flip_and_activation_quant_builders_request_only_declared_variants():
+    declared, seen = _declared(), set()
+    for t in DEVICE_TYPES:
+        seen.update(_requests("aten.flip.default", [((2, 3), t), [0, 1]], ((2, 3), t)))
+    for x, z in itertools.product((dtypes.FLOAT32, dtypes.FLOAT16, dtypes.BFLOAT16), (dtypes.INT8, dtypes.INT32)):
+        seen.update(_requests("torchao.choose_qparams_affine.default", [((3, 32), x), "ASYMMETRIC", [1, 32], None, -128, 127],
+                              [((3,), x), ((3,), z)]))
+    mine = {(s, d) for s, d in seen if s in ("flip", "act_quant")}
+    assert {s for s, _ in mine} == {"flip", "act_quant"} and mine <= declared, sorted(mine - declared)[:3]
 
 
 def _archive_of(tmp_path: Path) -> shaders.Prebuilt:

@@ -17,8 +17,6 @@ REFUSED_BY_VKX: dict[str, str] = {
     "group_norm": "native_group_norm",
     "group_norm_3": "native_group_norm",
     "grid_sampler_2d": "grid_sampler_2d",
-    "flip": "flip",
-    "weight_int8pack_mm": "_weight_int8pack_mm",
 }
 """Case name -> a word of the reason vkx's exporter gives (in every dtype)."""
 
@@ -27,7 +25,6 @@ REFUSED_FROM_ET: dict[str, str] = {
     "group_norm": "native_group_norm",
     "group_norm_3": "native_group_norm",
     "grid_sampler_2d": "grid_sampler_2d",
-    "flip": "flip",
     **{name: "no VulkanBackend delegate" for name in ("mean", "argmax_dim0", "argmin_dim0", "var", "var_biased")},
 }
 """Case name -> a word of the reason vkx gives for ExecuTorch's file of it (ExecuTorch leaves mean, var and
