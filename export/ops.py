@@ -360,6 +360,7 @@ OP_RULES: dict[Any, Rule] = {
     A._softmax.default: same("aten._softmax.default", prepare=_softmax_dim),
     A._log_softmax.default: same("aten._log_softmax.default", prepare=_softmax_dim),
     A.native_layer_norm.default: same("aten.native_layer_norm.default", tref={"weight", "bias"}),
+    A.native_group_norm.default: same("aten.native_group_norm.default", tref={"weight", "bias"}),
     A.rms_norm.default: same("aten.rms_norm.default", tref={"weight"}),
     A._native_batch_norm_legit_no_training.default: same(
         "aten._native_batch_norm_legit_no_training.default",

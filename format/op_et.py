@@ -286,6 +286,22 @@ def _flip(call: Call) -> None:
     same_shape(call)
 
 
+def _group_norm(call: Call) -> None:
+    """input [N, C, *] in `group` groups of C / group channels; weight, bias [C]; mean, rstd [N, group]."""
+    x, (out, mean, rstd) = call.tensor("input"), call.outputs
+    n, c, hw, groups = call["N"], call["C"], call["HxW"], call["group"]
+    call.require(x.dtype.is_float and len(x.shape) >= 2 and (n, c) == tuple(x.shape[:2])
+                 and hw == math.prod(x.shape[2:]), f"N {n}, C {c}, HxW {hw} for input {x.dtype} {list(x.shape)}")
+    call.require(groups > 0 and c % groups == 0, f"{groups} groups of {c} channels")
+    for name in ("weight", "bias"):
+        if call[name] is not None:
+            call.expect_shape(name, call[name].shape, (c,))
+    call.require(math.isfinite(call["eps"]) and call["eps"] >= 0, f"eps {call['eps']!r}")
+    call.expect_shape("the output", out.shape, x.shape)
+    call.expect_shape("mean", mean.shape, (n, groups))
+    call.expect_shape("rstd", rstd.shape, (n, groups))
+
+
 UNARY: dict[str, str] = {
     "round": "round(x)",
     "log10": "log10(x)",
@@ -371,3 +387,6 @@ declare(OpDecl("et_vk.sdpa.default",
                rule=_sdpa))
 declare(OpDecl("aten.flip.default", (Arg("self", T), Arg("dims", L)), dtypes=ALL_TYPES,
                rule=_flip))  # out[.., i, ..] = self[.., size - 1 - i, ..] along each of dims
+declare(OpDecl("aten.native_group_norm.default",  # each (sample, group) normalised, then weight * y + bias per channel
+               (Arg("input", T), optional("weight", T), optional("bias", T), Arg("N", I), Arg("C", I), Arg("HxW", I),
+                Arg("group", I), Arg("eps", N)), out=Out(("out", "mean", "rstd")), rule=_group_norm))

@@ -14,16 +14,12 @@ pytestmark = pytest.mark.vulkan
 
 REFUSED_BY_VKX: dict[str, str] = {
     "conv_transpose2d": "convolution",
-    "group_norm": "native_group_norm",
-    "group_norm_3": "native_group_norm",
     "grid_sampler_2d": "grid_sampler_2d",
 }
 """Case name -> a word of the reason vkx's exporter gives (in every dtype)."""
 
 REFUSED_FROM_ET: dict[str, str] = {
     "conv_transpose2d": "transposed convolution",
-    "group_norm": "native_group_norm",
-    "group_norm_3": "native_group_norm",
     "grid_sampler_2d": "grid_sampler_2d",
     **{name: "no VulkanBackend delegate" for name in ("mean", "argmax_dim0", "argmin_dim0", "var", "var_biased")},
 }
