@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import vkx
 from vkx.format import ProgramFile, validate
@@ -86,3 +87,16 @@ def test_generation_needs_the_one_token_form():
 def test_sequence_length_past_the_bound_is_refused():
     with pytest.raises(vkx.VkxError, match="takes 1 to 31"):
         vkx.load(DATA / "et_llama_4w.pte", sequence_length=32)
+
+
+def test_phi3_grouped_heads_rotary_matches_torch():
+    """ExecuTorch's partitioner on a transformers Phi-3 (tests/data/make_et_phi3_file.py): its rotary
+    embedding as et_vk.apply_rotary_emb_hf on heads-first xq [1, 4, 16, 32], xk [1, 2, 16, 32]."""
+    graphs = [d.graph for d in ProgramFile.open(DATA / "et_phi3.pte").vulkan_delegates]
+    rotary = [op for g in graphs for op in g.chain if op.name == "et_vk.apply_rotary_emb_hf.default"]
+    shapes = [[list(g.values[a].dims) for a in op.args[:3]] for g in graphs for op in g.chain if op in rotary]
+    assert shapes == [[[1, 4, 16, 32], [1, 2, 16, 32], [1, 16, 32]]]
+    want = np.load(DATA / "et_phi3.npz")
+    with vkx.load(DATA / "et_phi3.pte") as program:
+        got = program(torch.from_numpy(want["input_ids"]))  # a plan with CPU ops between delegates: torch tensors
+    assert_norm_close(got[0] if isinstance(got, (list, tuple)) else got, want["logits"], rtol=RTOL)
