@@ -140,8 +140,8 @@ def _pool_lists(node: Node, values: Values) -> Values:
 
 def _conv_1d_2d(node: Node) -> str | None:
     values = schema_values(node)
-    if values["transposed"] or len(shape(values["input"])) not in (3, 4):
-        return "only non-transposed 1-D and 2-D convolution is supported"
+    if len(shape(values["input"])) not in (3, 4):
+        return "only 1-D and 2-D convolution is supported"
     return None
 
 

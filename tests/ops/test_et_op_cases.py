@@ -13,13 +13,11 @@ from .et_op_run import ABSENT, CASES, DTYPES, PASS, REFUSED, judge, judge_togeth
 pytestmark = pytest.mark.vulkan
 
 REFUSED_BY_VKX: dict[str, str] = {
-    "conv_transpose2d": "convolution",
     "grid_sampler_2d": "grid_sampler_2d",
 }
 """Case name -> a word of the reason vkx's exporter gives (in every dtype)."""
 
 REFUSED_FROM_ET: dict[str, str] = {
-    "conv_transpose2d": "transposed convolution",
     "grid_sampler_2d": "grid_sampler_2d",
     **{name: "no VulkanBackend delegate" for name in ("mean", "argmax_dim0", "argmin_dim0", "var", "var_biased")},
 }
