@@ -334,6 +334,7 @@ ET_RULES: dict[Any, Rule] = {
     A.index_select.default: same("aten.index_select.default", prepare=_dim),
     A.upsample_nearest2d.vec: same("aten.upsample_nearest2d.vec"),
     A.upsample_bilinear2d.vec: same("aten.upsample_bilinear2d.vec"),
+    A.grid_sampler_2d.default: same("aten.grid_sampler_2d.default"),
     A._weight_int8pack_mm.default: same("aten._weight_int8pack_mm.default", tref=("mat2", "scales")),
 }
 """Ops ExecuTorch's Vulkan suite tests that vkx's own exports had no rule for (the `_copy` forms are

@@ -302,6 +302,22 @@ def _group_norm(call: Call) -> None:
     call.expect_shape("rstd", rstd.shape, (n, groups))
 
 
+GRID_MODES = {0: "bilinear", 1: "nearest"}
+GRID_PADDINGS = {0: "zeros", 1: "border"}
+"""grid_sampler_2d's interpolation_mode and padding_mode values vkx runs (torch's numbering)."""
+
+
+def _grid_sampler(call: Call) -> None:
+    x, grid = call.tensor("input"), call.tensor("grid")
+    call.require(len(x.shape) == 4 and x.dtype.is_float, f"input {x.dtype} {list(x.shape)} must be float [N, C, H, W]")
+    call.require(grid.dtype.is_float and len(grid.shape) == 4 and grid.shape[0] == x.shape[0] and grid.shape[3] == 2,
+                 f"grid {grid.dtype} {list(grid.shape)} for input {list(x.shape)} must be [N, Ho, Wo, 2]")
+    call.require(call["interpolation_mode"] in GRID_MODES and call["padding_mode"] in GRID_PADDINGS,
+                 f"interpolation_mode {call['interpolation_mode']}, padding_mode {call['padding_mode']}: vkx runs "
+                 "bilinear and nearest (0, 1) with zeros and border padding (0, 1)")
+    call.expect_shape("the output", call.out.shape, (x.shape[0], x.shape[1], grid.shape[1], grid.shape[2]))
+
+
 UNARY: dict[str, str] = {
     "round": "round(x)",
     "log10": "log10(x)",
@@ -390,3 +406,6 @@ declare(OpDecl("aten.flip.default", (Arg("self", T), Arg("dims", L)), dtypes=ALL
 declare(OpDecl("aten.native_group_norm.default",  # each (sample, group) normalised, then weight * y + bias per channel
                (Arg("input", T), optional("weight", T), optional("bias", T), Arg("N", I), Arg("C", I), Arg("HxW", I),
                 Arg("group", I), Arg("eps", N)), out=Out(("out", "mean", "rstd")), rule=_group_norm))
+declare(OpDecl("aten.grid_sampler_2d.default",  # torch's grid_sample at the grid's points
+               (Arg("input", T), Arg("grid", T), Arg("interpolation_mode", I), Arg("padding_mode", I),
+                Arg("align_corners", B)), rule=_grid_sampler))

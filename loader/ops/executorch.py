@@ -165,3 +165,19 @@ def flip(builder: OpBuilder, call: Call) -> None:
     push = struct.pack(f"<3I{MAX_DIMS}I", src.numel, len(sizes), mask, *sizes, *[1] * (MAX_DIMS - len(sizes)))
     builder.dispatch("flip", [src, out], push, dispatch_groups(src.numel), any_dtype_defines(),
                      (dtype_code(src.dtype), dtype_code(out.dtype)))
+
+
+@variants("grid_sampler")
+def grid_sampler_variants() -> Iterable[Defines]:
+    yield any_dtype_defines()
+
+
+@builds("aten.grid_sampler_2d.default")
+def grid_sampler_2d(builder: OpBuilder, call: Call) -> None:
+    """grid_sampler.comp, an invocation per output element; mode, padding and corners are push constants."""
+    x, grid, out = call.tensor("input"), call.tensor("grid"), call.out
+    _, c, h, w = x.shape
+    push = struct.pack("<6i3I", out.numel, c, h, w, out.shape[2], out.shape[3], call["interpolation_mode"],
+                       call["padding_mode"], int(call["align_corners"]))
+    builder.dispatch("grid_sampler", [x, grid, out], push, dispatch_groups(out.numel), any_dtype_defines(),
+                     (dtype_code(x.dtype), dtype_code(grid.dtype), dtype_code(out.dtype)))
