@@ -14,8 +14,8 @@ that hold a position become device work on a positions tensor `input_pos[0] + ar
   at the positions (`vkx.index_copy`), and `scaled_dot_product_attention` of the heads-first q and cache
   (grouped heads as they are) under the mask `positions[:, None] >= arange(cache length)`.
 
-The methods ExecuTorch's recipe adds beside `forward` (no inputs, one constant output: `get_max_seq_len`,
-`get_vocab_size`, `get_eos_ids`, ...) are read by `llm_info`.
+The methods ExecuTorch's recipe adds beside `forward` (no inputs, one constant output: `use_kv_cache`,
+`get_max_context_len`, `get_eos_ids`, ...) are read by `llm_info`.
 """
 from __future__ import annotations
 
@@ -46,7 +46,6 @@ class Position:
 class LLMInfo:
     """What ExecuTorch's LLM recipe records in its constant methods."""
     max_context_len: int
-    vocab_size: int
     eos_token_ids: tuple[int, ...]
 
 
@@ -60,7 +59,7 @@ def llm_info(program: DecodedProgram) -> LLMInfo | None:
         return None
     eos = consts.get("get_eos_ids", consts.get("get_eos_id", ()))
     eos = tuple(int(e) for e in (eos if isinstance(eos, (tuple, list)) else (eos,)))
-    return LLMInfo(int(consts["get_max_context_len"]), int(consts.get("get_vocab_size", 0)), eos)
+    return LLMInfo(int(consts["get_max_context_len"]), eos)
 
 
 def sequence_bound(graph: g.VkGraph) -> int | None:

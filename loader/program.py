@@ -122,7 +122,8 @@ class Program(Closes):
     def generate(self, input_ids, max_new_tokens: int = 32, *, temperature: float = 0.0, top_k: int | None = None,
                  top_p: float | None = None, seed: int | None = None, timings=None):
         """Yield the token ids that follow `input_ids`, for a causal LM program (methods prefill and
-        decode, what `vkx export DIR` writes): greedy unless a temperature is given, up to
+        decode, what `vkx export DIR` writes; or ExecuTorch's LLM recipe program loaded with
+        `sequence_length=1`, vkx.loader.et_generate): greedy unless a temperature is given, up to
         `max_new_tokens` or an EOS token of the model (yielded, then the end). The cache starts
         empty; `timings` (a `vkx.loader.generate.Timings`) receives the measurements."""
         decoder = decoder_for(self)
