@@ -44,22 +44,21 @@ class Position:
 
 @dataclass(frozen=True)
 class LLMInfo:
-    """What ExecuTorch's LLM recipe records in its constant methods."""
+    """What ExecuTorch's LLM recipe records in its constant methods (`get_eos_ids`: one output per id)."""
     max_context_len: int
     eos_token_ids: tuple[int, ...]
 
 
 def llm_info(program: DecodedProgram) -> LLMInfo | None:
     """The recipe's metadata methods, when the program has them (`use_kv_cache` true)."""
-    consts = {}
+    consts = {}  # each constant method's outputs (get_eos_ids has one Int output per id)
     for plan in program.execution_plan:
-        if not plan.inputs and len(plan.outputs) == 1 and not plan.delegates:
-            consts[plan.name] = plan.values[plan.outputs[0]].value
-    if consts.get("use_kv_cache") is not True or "get_max_context_len" not in consts:
+        if not plan.inputs and plan.outputs and not plan.delegates:
+            consts[plan.name] = tuple(plan.values[i].value for i in plan.outputs)
+    if consts.get("use_kv_cache") != (True,) or len(consts.get("get_max_context_len", ())) != 1:
         return None
-    eos = consts.get("get_eos_ids", consts.get("get_eos_id", ()))
-    eos = tuple(int(e) for e in (eos if isinstance(eos, (tuple, list)) else (eos,)))
-    return LLMInfo(int(consts["get_max_context_len"]), eos)
+    eos = tuple(int(e) for e in consts.get("get_eos_ids", ()) if isinstance(e, int))
+    return LLMInfo(int(consts["get_max_context_len"][0]), eos)
 
 
 def sequence_bound(graph: g.VkGraph) -> int | None:

@@ -8,6 +8,7 @@ scale and zero point (the same integers), so the bound is the same.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from pathlib import Path
@@ -18,6 +19,8 @@ import torch
 
 import vkx
 from vkx.format import ProgramFile, validate
+from vkx.format.et_llm import LLMInfo, llm_info
+from vkx.format.program import EValue
 from tests.cli.conftest import vkx as run_vkx
 from tests.ops.conftest import assert_norm_close
 
@@ -76,6 +79,15 @@ def test_generate_drives_the_recipe_file(name):
     report = json.loads(run_vkx("generate", DATA / f"{name}.pte", "--prompt-ids", ",".join(map(str, prompt)),
                                 "--max-new-tokens", len(greedy), "--json").stdout)
     assert report["tokens"] == greedy and report["stop"] == "max_new_tokens"
+
+
+def test_metadata_methods_give_the_cache_length_and_eos_ids():
+    """export_llama --metadata '{"get_eos_ids": [7, 9]}' adds a method of one Int output per id."""
+    program = ProgramFile.open(DATA / "et_llama_4w.pte").program
+    assert llm_info(program) == LLMInfo(32, ())
+    base = next(p for p in program.execution_plan if p.name == "get_max_context_len")
+    eos = dataclasses.replace(base, name="get_eos_ids", values=(EValue("Int", 7), EValue("Int", 9)), outputs=(0, 1))
+    assert llm_info(dataclasses.replace(program, execution_plan=(*program.execution_plan, eos))) == LLMInfo(32, (7, 9))
 
 
 def test_generation_needs_the_one_token_form():
