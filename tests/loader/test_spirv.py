@@ -125,15 +125,28 @@ def test_copy_cast_fill_builders_request_only_declared_variants():
     assert {s for s, _ in seen} == {"cast", "copy_strided", "fill"} and seen <= declared, sorted(seen - declared)[:3]
 
 
-def test_flip_and_activation_quant_builders_request_only_declared_variants():
+def test_et_case_builders_request_only_declared_variants():
+    """flip, 8da4w's activation quantization, group norm, transposed convolution, grid sampling."""
     declared, seen = _declared(), set()
+    floats = (dtypes.FLOAT32, dtypes.FLOAT16, dtypes.BFLOAT16)
     for t in DEVICE_TYPES:
         seen.update(_requests("aten.flip.default", [((2, 3), t), [0, 1]], ((2, 3), t)))
-    for x, z in itertools.product((dtypes.FLOAT32, dtypes.FLOAT16, dtypes.BFLOAT16), (dtypes.INT8, dtypes.INT32)):
+    for x, z in itertools.product(floats, (dtypes.INT8, dtypes.INT32)):
         seen.update(_requests("torchao.choose_qparams_affine.default", [((3, 32), x), "ASYMMETRIC", [1, 32], None, -128, 127],
                               [((3,), x), ((3,), z)]))
-    mine = {(s, d) for s, d in seen if s in ("flip", "act_quant")}
-    assert {s for s, _ in mine} == {"flip", "act_quant"} and mine <= declared, sorted(mine - declared)[:3]
+    for t, (c, hw), affine in itertools.product(floats, [(4, 4), (4, 16), (8, 512)], (False, True)):
+        params = [((c,), t), ((c,), t)] if affine else [None, None]
+        seen.update(_requests("aten.native_group_norm.default", [((2, c, hw), t), *params, 2, c, hw, 2, 1e-5],
+                              [((2, c, hw), t), ((2, 2), t), ((2, 2), t)]))
+    for t, bias in itertools.product(floats, (False, True)):
+        seen.update(_requests("aten.convolution.default", [((1, 4, 3, 3), t), ((4, 2, 2, 2), t),
+                                                           ((2,), t) if bias else None, [2], [0], [1], True, [0], 1],
+                              ((1, 2, 6, 6), t)))
+        seen.update(_requests("aten.grid_sampler_2d.default", [((1, 2, 4, 4), t), ((1, 3, 3, 2), t), int(bias), 1, bias],
+                              ((1, 2, 3, 3), t)))
+    shaders_ = {"flip", "act_quant", "group_norm", "conv_transpose2d", "grid_sampler"}
+    mine = {(s, d) for s, d in seen if s in shaders_}
+    assert {s for s, _ in mine} == shaders_ and mine <= declared, sorted(mine - declared)[:3]
 
 
 def _archive_of(tmp_path: Path) -> shaders.Prebuilt:
