@@ -55,7 +55,8 @@ def main() -> None:
         lines.append(f"| `{op}` | {sum(vk.values())} | {vk[PASS]} / {vk[REFUSED]} / {vk[WRONG]} | "
                      f"{et[PASS]} / {et[REFUSED]} / {et[WRONG]} / {et[ABSENT]} |")
     lines += ["", "Runs that do not pass:", "", "| run | path | outcome | why |", "|---|---|---|---|", *notes, ""]
-    DOC.write_text("\n".join(lines))
+    _, heading, sections = DOC.read_text().partition("\n## ")  # the sections written by hand after the table stay
+    DOC.write_text("\n".join(lines) + heading + sections)
     print({p: dict(totals[p]) for p in PATHS})
 
 

@@ -140,8 +140,8 @@ def _pool_lists(node: Node, values: Values) -> Values:
 
 def _conv_1d_2d(node: Node) -> str | None:
     values = schema_values(node)
-    if values["transposed"] or len(shape(values["input"])) not in (3, 4):
-        return "only non-transposed 1-D and 2-D convolution is supported"
+    if len(shape(values["input"])) not in (3, 4):
+        return "only 1-D and 2-D convolution is supported"
     return None
 
 
@@ -321,6 +321,7 @@ ET_RULES: dict[Any, Rule] = {
     A.constant_pad_nd.default: same("aten.constant_pad_nd.default"),
     A.view_copy.default: Rule(_view),
     A.permute_copy.default: same("aten.permute_copy.default", prepare=_permute_dims),
+    A.flip.default: same("aten.flip.default", prepare=_permute_dims),
     A.slice_copy.Tensor: same(SLICE, prepare=_slice_bounds),
     A.select_copy.int: Rule(_select),
     A.repeat.default: same("aten.repeat.default"),
@@ -333,6 +334,8 @@ ET_RULES: dict[Any, Rule] = {
     A.index_select.default: same("aten.index_select.default", prepare=_dim),
     A.upsample_nearest2d.vec: same("aten.upsample_nearest2d.vec"),
     A.upsample_bilinear2d.vec: same("aten.upsample_bilinear2d.vec"),
+    A.grid_sampler_2d.default: same("aten.grid_sampler_2d.default"),
+    A._weight_int8pack_mm.default: same("aten._weight_int8pack_mm.default", tref=("mat2", "scales")),
 }
 """Ops ExecuTorch's Vulkan suite tests that vkx's own exports had no rule for (the `_copy` forms are
 what a program already through ExecuTorch's edge passes holds)."""
@@ -358,6 +361,7 @@ OP_RULES: dict[Any, Rule] = {
     A._softmax.default: same("aten._softmax.default", prepare=_softmax_dim),
     A._log_softmax.default: same("aten._log_softmax.default", prepare=_softmax_dim),
     A.native_layer_norm.default: same("aten.native_layer_norm.default", tref={"weight", "bias"}),
+    A.native_group_norm.default: same("aten.native_group_norm.default", tref={"weight", "bias"}),
     A.rms_norm.default: same("aten.rms_norm.default", tref={"weight"}),
     A._native_batch_norm_legit_no_training.default: same(
         "aten._native_batch_norm_legit_no_training.default",

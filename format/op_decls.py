@@ -135,7 +135,9 @@ def _convolution(call: Call) -> None:
     spatial = len(w.shape) - 2
     call.require(spatial in (1, 2) and len(x.shape) == spatial + 2,
                  f"input {list(x.shape)} and weight {list(w.shape)}: 1-D or 2-D convolution")
-    call.require(not call["transposed"], "transposed convolution")
+    if call["transposed"]:
+        _transposed_convolution(call, x, w, spatial)
+        return
     groups = call["groups"]
     call.require(groups >= 1 and x.shape[1] % groups == 0 and w.shape[0] % groups == 0,
                  f"groups {groups} does not divide the channels")
@@ -149,6 +151,25 @@ def _convolution(call: Call) -> None:
              for d in range(spatial)]
     call.require(all(s > 0 for s in sizes), "the kernel is larger than the padded input")
     call.expect_shape("the output", call.out.shape, (x.shape[0], w.shape[0], *sizes))
+
+
+def _transposed_convolution(call: Call, x, w, spatial: int) -> None:
+    """weight [Cin, Cout / groups, *K]; each output size (in - 1) * stride - 2 * padding
+    + dilation * (k - 1) + output_padding + 1, output_padding below stride or dilation."""
+    groups = call["groups"]
+    call.require(groups >= 1 and x.shape[1] % groups == 0 and w.shape[0] == x.shape[1],
+                 f"weight {list(w.shape)} with groups {groups} does not take {x.shape[1]} input channels")
+    if call["bias"] is not None:
+        call.expect_shape("bias", call["bias"].shape, (w.shape[1] * groups,))
+    stride, dilation = int_pairs(call, "stride", spatial), int_pairs(call, "dilation", spatial)
+    padding = int_pairs(call, "padding", spatial, positive=False)
+    extra = int_pairs(call, "output_padding", spatial, positive=False)
+    call.require(all(e < max(s, d) for e, s, d in zip(extra, stride, dilation)),
+                 f"padding {list(padding)}, output_padding {list(extra)} for stride {list(stride)}")
+    sizes = [(x.shape[2 + d] - 1) * stride[d] - 2 * padding[d] + dilation[d] * (w.shape[2 + d] - 1) + extra[d] + 1
+             for d in range(spatial)]
+    call.require(all(s > 0 for s in sizes), f"an output of {sizes}")
+    call.expect_shape("the output", call.out.shape, (x.shape[0], w.shape[1] * groups, *sizes))
 
 
 def _pool(call: Call) -> None:

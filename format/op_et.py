@@ -121,22 +121,30 @@ def _rms_norm(call: Call) -> None:
 def _rotary(call: Call, interleaved: bool) -> None:
     """xq [B, S, Hq, D], xk [B, S, Hk, D]; freqs_cos/sin [T, R], one row per position (rows start_pos
     on): R = D / 2 for pairs (2i, 2i + 1) (`interleaved`), else HF's rotate_half over the first R of D
-    (R even). The outputs are shaped like xq and xk."""
+    (R even). Or, HF's heads-first layout (what the partitioner matches in a transformers model):
+    xq [B, Hq, S, D], xk [B, Hk, S, D] and freqs [1, S, R] (start_pos 0), row s for position s.
+    The outputs are shaped like xq and xk."""
     xq, xk = call.tensor("xq"), call.tensor("xk")
     for name, x in (("xq", xq), ("xk", xk)):
-        call.require(len(x.shape) == 4 and x.dtype.is_float, f"{name} {x.dtype} {list(x.shape)} must be [B, S, H, D]")
-    call.require(xq.shape[:2] == xk.shape[:2] and xq.shape[3] == xk.shape[3],
-                 f"xq {list(xq.shape)} and xk {list(xk.shape)} disagree")
+        call.require(len(x.shape) == 4 and x.dtype.is_float, f"{name} {x.dtype} {list(x.shape)} must be 4-D")
     cos, sin = call.tensor("freqs_cos"), call.tensor("freqs_sin")
-    call.require(len(cos.shape) == 2 and cos.shape == sin.shape and cos.dtype.is_float and sin.dtype.is_float,
-                 f"freqs_cos {list(cos.shape)} and freqs_sin {list(sin.shape)} must be one 2-D shape")
-    rows, cols = cos.shape
+    call.require(len(cos.shape) in (2, 3) and cos.shape == sin.shape and cos.dtype.is_float and sin.dtype.is_float,
+                 f"freqs_cos {list(cos.shape)} and freqs_sin {list(sin.shape)} must be one 2-D or 3-D shape")
+    start = call["start_pos"] if call.decl.has("start_pos") else 0
+    heads_first = len(cos.shape) == 3
+    seq = 2 if heads_first else 1
+    call.require(xq.shape[0] == xk.shape[0] and xq.shape[seq] == xk.shape[seq] and xq.shape[3] == xk.shape[3],
+                 f"xq {list(xq.shape)} and xk {list(xk.shape)} disagree")
+    cols = cos.shape[-1]
     d = xq.shape[3]
     fits = d % 2 == 0 and cols == d // 2 if interleaved else cols % 2 == 0 and 0 < cols <= d
     call.require(fits, f"freqs of {cols} columns for head_dim {d}")
-    start = call["start_pos"] if call.decl.has("start_pos") else 0
-    call.require(0 <= start and start + xq.shape[1] <= rows,
-                 f"positions {start}..{start + xq.shape[1]} outside the {rows}-row tables")
+    if heads_first:
+        call.require(not interleaved and start == 0 and cos.shape[:2] == (1, xq.shape[2]),
+                     f"freqs {list(cos.shape)} for heads-first xq {list(xq.shape)} must be [1, S, R] at start_pos 0")
+    else:
+        call.require(0 <= start and start + xq.shape[1] <= cos.shape[0],
+                     f"positions {start}..{start + xq.shape[1]} outside the {cos.shape[0]}-row tables")
     call.expect_shape("output xq_out", call.outputs[0].shape, xq.shape)
     call.expect_shape("output xk_out", call.outputs[1].shape, xk.shape)
 
@@ -271,6 +279,45 @@ def _index_select(call: Call) -> None:
     call.expect_shape("the output", call.out.shape, want if src.shape else [])
 
 
+def _flip(call: Call) -> None:
+    src = call.tensor("self")
+    dims = [dim_index(call, d, len(src.shape)) for d in call["dims"]]
+    call.require(len(set(dims)) == len(dims), f"dims {list(call['dims'])} name a dim twice")
+    same_shape(call)
+
+
+def _group_norm(call: Call) -> None:
+    """input [N, C, *] in `group` groups of C / group channels; weight, bias [C]; mean, rstd [N, group]."""
+    x, (out, mean, rstd) = call.tensor("input"), call.outputs
+    n, c, hw, groups = call["N"], call["C"], call["HxW"], call["group"]
+    call.require(x.dtype.is_float and len(x.shape) >= 2 and (n, c) == tuple(x.shape[:2])
+                 and hw == math.prod(x.shape[2:]), f"N {n}, C {c}, HxW {hw} for input {x.dtype} {list(x.shape)}")
+    call.require(groups > 0 and c % groups == 0, f"{groups} groups of {c} channels")
+    for name in ("weight", "bias"):
+        if call[name] is not None:
+            call.expect_shape(name, call[name].shape, (c,))
+    call.require(math.isfinite(call["eps"]) and call["eps"] >= 0, f"eps {call['eps']!r}")
+    call.expect_shape("the output", out.shape, x.shape)
+    call.expect_shape("mean", mean.shape, (n, groups))
+    call.expect_shape("rstd", rstd.shape, (n, groups))
+
+
+GRID_MODES = {0: "bilinear", 1: "nearest"}
+GRID_PADDINGS = {0: "zeros", 1: "border"}
+"""grid_sampler_2d's interpolation_mode and padding_mode values vkx runs (torch's numbering)."""
+
+
+def _grid_sampler(call: Call) -> None:
+    x, grid = call.tensor("input"), call.tensor("grid")
+    call.require(len(x.shape) == 4 and x.dtype.is_float, f"input {x.dtype} {list(x.shape)} must be float [N, C, H, W]")
+    call.require(grid.dtype.is_float and len(grid.shape) == 4 and grid.shape[0] == x.shape[0] and grid.shape[3] == 2,
+                 f"grid {grid.dtype} {list(grid.shape)} for input {list(x.shape)} must be [N, Ho, Wo, 2]")
+    call.require(call["interpolation_mode"] in GRID_MODES and call["padding_mode"] in GRID_PADDINGS,
+                 f"interpolation_mode {call['interpolation_mode']}, padding_mode {call['padding_mode']}: vkx runs "
+                 "bilinear and nearest (0, 1) with zeros and border padding (0, 1)")
+    call.expect_shape("the output", call.out.shape, (x.shape[0], x.shape[1], grid.shape[1], grid.shape[2]))
+
+
 UNARY: dict[str, str] = {
     "round": "round(x)",
     "log10": "log10(x)",
@@ -354,3 +401,11 @@ declare(OpDecl("et_vk.apply_rotary_emb.default",
 declare(OpDecl("et_vk.sdpa.default",
                (Arg("q", T), Arg("k", T), Arg("v", T), optional("attn_mask", T, None), optional("scale", N, None)),
                rule=_sdpa))
+declare(OpDecl("aten.flip.default", (Arg("self", T), Arg("dims", L)), dtypes=ALL_TYPES,
+               rule=_flip))  # out[.., i, ..] = self[.., size - 1 - i, ..] along each of dims
+declare(OpDecl("aten.native_group_norm.default",  # each (sample, group) normalised, then weight * y + bias per channel
+               (Arg("input", T), optional("weight", T), optional("bias", T), Arg("N", I), Arg("C", I), Arg("HxW", I),
+                Arg("group", I), Arg("eps", N)), out=Out(("out", "mean", "rstd")), rule=_group_norm))
+declare(OpDecl("aten.grid_sampler_2d.default",  # torch's grid_sample at the grid's points
+               (Arg("input", T), Arg("grid", T), Arg("interpolation_mode", I), Arg("padding_mode", I),
+                Arg("align_corners", B)), rule=_grid_sampler))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from . import dtypes
-from .contract import Arg, Call, OpDecl, Rule, TensorLike
-from .op_rules import ALL_TYPES, B, I, L, N, T, optional, same_shape
+from .contract import Arg, Call, OpDecl, Out, Rule, TensorLike
+from .op_rules import ALL_TYPES, B, I, L, N, S, T, optional, same_shape
 
 DECLS: list[OpDecl] = []
 """This module's declarations, in order (`vkx.format.opset` assembles the table)."""
@@ -175,3 +175,52 @@ declare(OpDecl("aten._weight_int8pack_mm.default", (Arg("self", T), Arg("mat2", 
                dtypes=ALL_TYPES, rule=_per_channel(8, "mat2")))
 declare(OpDecl("et_vk.linear_qcs4w.default", (Arg("self", T), Arg("weight", T), Arg("scales", T)),
                dtypes=ALL_TYPES, rule=_per_channel(4, "weight")))
+
+
+# --------------------------------------------------------------------------- dynamically quantized activations
+# ExecuTorch's 8da4w linears (its LLM recipe's `-qmode 8da4w`): each row of activations gets an int8 scale
+# and zero point from torchao.choose_qparams_affine, and et_vk.linear_dq8ca_q4gsw multiplies the row as
+# quantized with them, (clamp(round(x * (1 / scale)) + zp, -128, 127) - zp) * scale, by the 4-bit weight
+# of linear_q4gsw. docs/format.md, "Quantized weights".
+
+ACT_QMIN, ACT_QMAX = -128, 127
+"""The int8 range the recipe quantizes activations to."""
+
+
+def _choose_qparams(call: Call) -> None:
+    """Per block of `block_size` (1 in every dim but the last, which it covers): ASYMMETRIC int8
+    scale = (max(x, 0) - min(x, 0)) / 255 (at least eps), zero_point = -128 - round(min(x, 0) / scale)."""
+    x, (scale, zero) = call.tensor("input"), call.outputs
+    block = list(call["block_size"])
+    call.require(call["mapping_type"] == "ASYMMETRIC", f"mapping_type {call['mapping_type']!r}: vkx runs ASYMMETRIC")
+    call.require(x.dtype.is_float and len(x.shape) >= 1 and block == [1] * (len(x.shape) - 1) + [x.shape[-1]],
+                 f"block_size {block} for input {x.dtype} {list(x.shape)}: vkx takes whole last-dim rows")
+    call.require((call["quant_min"], call["quant_max"]) == (ACT_QMIN, ACT_QMAX),
+                 f"range [{call['quant_min']}, {call['quant_max']}]: vkx runs int8's [-128, 127]")
+    call.require(scale.dtype.is_float and zero.dtype in (dtypes.INT8, dtypes.INT32),
+                 f"scale of {scale.dtype}, zero_point of {zero.dtype}")
+    rows = tuple(x.shape[:-1]) + ((1,) if call["keepdim"] else ())
+    call.expect_shape("scale", scale.shape, rows)
+    call.expect_shape("zero_point", zero.shape, rows)
+
+
+def _linear_dq8ca_q4gsw(call: Call) -> None:
+    _linear_q4gsw(call)
+    x, s, z = call.tensor("self"), call.tensor("input_scales"), call.tensor("input_zp")
+    rows = math.prod(x.shape[:-1])
+    call.require(s.dtype.is_float and math.prod(s.shape) == rows, f"input_scales {s.dtype} {list(s.shape)} for "
+                                                                   f"{rows} rows")
+    call.require(z.dtype in (dtypes.INT8, dtypes.INT32) and math.prod(z.shape) == rows,
+                 f"input_zp {z.dtype} {list(z.shape)} for {rows} rows")
+
+
+declare(OpDecl("torchao.choose_qparams_affine.default",
+               (Arg("input", T), Arg("mapping_type", S), Arg("block_size", L), optional("target_dtype", I, None),
+                optional("quant_min", I, None), optional("quant_max", I, None), optional("eps", N, None),
+                optional("scale_dtype", I, None), optional("zero_point_dtype", I, None),
+                Arg("keepdim", B, default=False)),
+               out=Out(("scale", "zero_point")), dtypes=ALL_TYPES, rule=_choose_qparams))
+declare(OpDecl("et_vk.linear_dq8ca_q4gsw.default",
+               (Arg("self", T), Arg("input_scales", T), Arg("input_zp", T), Arg("weights", T), Arg("weight_sums", T),
+                Arg("weight_scales", T), Arg("group_size", I), optional("bias", T, None)),
+               dtypes=ALL_TYPES, rule=_linear_dq8ca_q4gsw))

@@ -9,6 +9,7 @@ from typing import Iterator, NoReturn, Sequence
 from . import contract, opset, vkgraph as vk
 from .common import FileRange
 from .errors import FormatError, InvalidValueError, OutOfBoundsError, OverlapError, TruncatedError
+from .et_llm import static_graph
 from .external import ExternalData, constant_tensors, named_external, resolve_constants
 from .headers import DELEGATE
 from .memplan import check_memory_plan
@@ -222,6 +223,10 @@ def _check_graph(v: VulkanDelegate, path: str) -> None:
                 _fail(InvalidValueError, f"vkgraph.{name}[{i}]", f"value id {vid} is {what}, not a tensor", path)
             if val.constant_id >= 0:
                 _fail(InvalidValueError, f"vkgraph.{name}[{i}]", f"value id {vid} is a constant tensor", path)
+    try:
+        g = static_graph(g)  # a dynamic sequence length is checked as the loader builds it (vkx.format.et_llm)
+    except contract.ContractError as error:
+        _fail(InvalidValueError, "vkgraph.chain", str(error), path)
     _check_contract(g, path)
     check_memory_plan(g, path)
 

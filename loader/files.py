@@ -28,6 +28,8 @@ from typing import Callable, Sequence
 
 from vkx.format import ExternalData, FileRange, FormatError, ProgramFile, resolve_constants
 from vkx.format.common import align
+from vkx.format.contract import ContractError
+from vkx.format.et_llm import llm_info, static_graph
 from vkx.format.external import find_external, missing_keys
 from vkx.format.methods import is_method, methods as methods_of
 from vkx.format.names import io_names
@@ -135,7 +137,7 @@ class FileConstants:
 
 def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None, upload: str = "auto",
          progress: Callable[[int, int], None] | None = None, trace_memory: bool = False,
-         **options) -> Program:
+         sequence_length: int | None = None, **options) -> Program:
     """Load the .pte at `path` and return its `Program`: called as its one method, or, for a
     file of several plans (each one Vulkan delegate call), by method: `program.decode(...)`,
     docs/format.md, "Methods". A plan that is more than one delegate call is a `PlanMethod`
@@ -147,6 +149,8 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
     (default) or "eager" (the old order, for comparison). `upload`: "auto" (by the device's
     memory types: docs/architecture.md, "Upload paths"), "staging", "direct" or "import".
     `progress(done_bytes, total_bytes)` is called after each weight's upload.
+    `sequence_length`: the tokens a program with a dynamic sequence length (ExecuTorch's LLM
+    recipe, vkx.format.et_llm) is built for (None: its bound); other programs ignore it.
     `trace_memory`: reset the process's VmHWM at each phase so that
     `Program.memory["phases"]` has the RSS peak of each (only then is the
     process-wide counter touched).
@@ -178,7 +182,10 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
                                    "named key(s) not in the file, none beside it): pass external_data=FILE", pf.path)
         for p in external_data:
             opened.append(ExternalData.open(p))
-        graph = pf.vulkan.graph
+        try:
+            graph = static_graph(pf.vulkan.graph, sequence_length)
+        except ContractError as error:
+            raise BadProgramError(f"{os.fspath(path)}: {error}") from None
         names = io_names(pf.vulkan.compile_specs, len(graph.input_ids), len(graph.output_ids),
                          "execution_plan[0].delegates[0]", pf.path)
         source = FileConstants(pf, opened[1:])
@@ -206,7 +213,8 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
     methods = load_methods({name: graph}, source, [0], schedule, device, upload, timeline=timeline,
                            progress=progress, **options)
     methods[name].name_io(*names)
-    return Program(methods, pf.metadata.eos_token_ids)
+    llm = llm_info(pf.program)
+    return Program(methods, llm.eos_token_ids if llm else pf.metadata.eos_token_ids, llm)
 
 
 def _load_methods(pf: ProgramFile, delegates: list[VulkanDelegate], externals: list[ExternalData],

@@ -9,8 +9,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from vkx.format.et_llm import LLMInfo
 from vkx.loader.errors import InputError
-from vkx.loader.generate import ProgramDecoder, Sampling, generate
+from vkx.loader.et_generate import decoder_for
+from vkx.loader.generate import Sampling, generate
 from vkx.loader.method import Closes, Method
 from vkx.loader.plan import PlanMethod
 
@@ -24,10 +26,13 @@ class Program(Closes):
     time. A plan-driven method (`PlanMethod`) owns its delegates' loads.
     """
 
-    def __init__(self, methods: dict[str, Method | PlanMethod], eos_token_ids: tuple[int, ...] = ()):
+    def __init__(self, methods: dict[str, Method | PlanMethod], eos_token_ids: tuple[int, ...] = (),
+                 llm: LLMInfo | None = None):
         self._methods = methods
         self.eos_token_ids = eos_token_ids
         """The token ids that end a generated sequence, as the file records them (a causal LM's)."""
+        self.llm = llm
+        """What ExecuTorch's LLM recipe recorded in the file (None: not one of its programs)."""
         first = next(iter(methods.values()))
         self._first = first
         self._shared = isinstance(first, Method)
@@ -117,10 +122,11 @@ class Program(Closes):
     def generate(self, input_ids, max_new_tokens: int = 32, *, temperature: float = 0.0, top_k: int | None = None,
                  top_p: float | None = None, seed: int | None = None, timings=None):
         """Yield the token ids that follow `input_ids`, for a causal LM program (methods prefill and
-        decode, what `vkx export DIR` writes): greedy unless a temperature is given, up to
+        decode, what `vkx export DIR` writes; or ExecuTorch's LLM recipe program loaded with
+        `sequence_length=1`, vkx.loader.et_generate): greedy unless a temperature is given, up to
         `max_new_tokens` or an EOS token of the model (yielded, then the end). The cache starts
         empty; `timings` (a `vkx.loader.generate.Timings`) receives the measurements."""
-        decoder = ProgramDecoder(self)
+        decoder = decoder_for(self)
         return generate(decoder, input_ids, max_new_tokens, decoder.shape,
                         sampling=Sampling(temperature, top_k, top_p, seed), timings=timings,
                         stop=decoder.eos_token_ids)

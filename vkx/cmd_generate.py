@@ -92,7 +92,8 @@ def generate(
 
     from vkx.loader import load
     from vkx.loader.device import Device, default_device
-    from vkx.loader.generate import ProgramDecoder, Sampling, Timings, generate as generated
+    from vkx.loader.et_generate import decoder_for
+    from vkx.loader.generate import Sampling, Timings, generate as generated
 
     sampling = Sampling(temperature, top_k, top_p, seed)
     sampling.check()
@@ -102,8 +103,8 @@ def generate(
     dev = Device(device, profile=profile) if own else default_device()
     timings = Timings()
     try:
-        with load(model, [str(p) for p in external], device=dev) as program:
-            decoder = ProgramDecoder(program)  # refuses a program that is not a causal LM
+        with load(model, [str(p) for p in external], device=dev, sequence_length=1) as program:
+            decoder = decoder_for(program)  # refuses a program that is not a causal LM
             stream = _Stream(text_tokenizer) if text_tokenizer is not None and not json else None
             tokens = []
             for token in generated(decoder, ids, max_new_tokens, decoder.shape, sampling=sampling, timings=timings,
@@ -114,7 +115,7 @@ def generate(
                 elif not json:
                     print(token, end=" ", flush=True)
             device_peak = program.memory["ledger"]["peak_total"]
-            decode = program["decode"]
+            decode = program["decode"] if program.llm is None else program.only
             gpu_ms = None
             if decode.has_timestamps and len(tokens) > 1:  # a decode call on the last token, timed
                 gpu_ms = 1e3 * decode.gpu_seconds(np.array([[tokens[-1]]], np.int64),

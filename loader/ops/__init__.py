@@ -240,7 +240,7 @@ def all_variants() -> dict[str, list[dict[str, Union[str, int]]]]:
 
 
 _OP_MODULES = ("elementwise", "reduce", "shape", "matmul", "conv", "attention", "prepack", "quant", "models",
-               "executorch", "state", "layout", "sampling")
+               "executorch", "state", "layout", "sampling", "act_quant")
 
 
 def lookup(name: str) -> Builder:

@@ -2,7 +2,8 @@
 
 aten.convolution.default runs `shaders/conv2d.comp`, a direct convolution where
 each invocation computes up to 4 output channels of one group x 4 output columns
-(register tile). 1-D convolutions run as 2-D ones with H = 1. Pools run
+(register tile); a transposed one runs `shaders/conv_transpose2d.comp`, an invocation per output
+element gathering the inputs that scatter onto it. 1-D convolutions run as 2-D ones with H = 1. Pools run
 `shaders/pool2d.comp`, one invocation per output element; the output size comes
 from the output tensor (so ceil_mode needs no recomputation here). Every tensor
 may have any float dtype (input, weight and bias need not agree); sums are fp32,
@@ -12,10 +13,11 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from vkx.format.contract import FLT_MAX, Call
-from vkx.loader.ops import OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines
+from vkx.loader.ops import (Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines, builds, dtype_code,
+                            elem_defines, variants)
 from vkx.loader.ops.shape import MAX_GROUPS, bind_elems, dispatch_groups
 
 _CONV_PUSH = struct.Struct("<24i2f")
@@ -37,7 +39,38 @@ def _pair(values: Sequence[int], nd: int) -> tuple[int, ...]:
 
 @builds("aten.convolution.default")
 def convolution(builder: OpBuilder, call: Call) -> None:
-    _convolution(builder, call, None)
+    if call["transposed"]:
+        _transposed(builder, call)
+    else:
+        _convolution(builder, call, None)
+
+
+def _transposed_defines(bias: bool) -> Defines:
+    return {**any_dtype_defines(), **({"HAS_BIAS": 1} if bias else {})}
+
+
+@variants("conv_transpose2d")
+def conv_transpose2d_variants() -> Iterable[Defines]:
+    yield _transposed_defines(False)
+    yield _transposed_defines(True)
+
+
+def _transposed(builder: OpBuilder, call: Call) -> None:
+    """conv_transpose2d.comp, an invocation per output element; 1-D as 2-D with H = 1."""
+    x, w, out, bias = call.tensor("input"), call.tensor("weight"), call.out, call["bias"]
+    nd = len(w.shape) - 2
+    stride, padding, dilation = (_pair(call[n], nd) for n in ("stride", "padding", "dilation"))
+    if nd == 1:
+        stride, padding, dilation = (1, *stride), (0, *padding), (1, *dilation)
+    h, wd = (1, x.shape[2]) if nd == 1 else x.shape[2:]
+    oh, ow = (1, out.shape[2]) if nd == 1 else out.shape[2:]
+    kh, kw = (1, w.shape[2]) if nd == 1 else w.shape[2:]
+    groups = call["groups"]
+    push = struct.pack("<I16i", out.numel, x.shape[1], h, wd, out.shape[1], oh, ow, kh, kw, stride[0], stride[1],
+                       padding[0], padding[1], dilation[0], dilation[1], x.shape[1] // groups, w.shape[1])
+    bound = [x, w, out, bias or x]
+    builder.dispatch("conv_transpose2d", bound, push, dispatch_groups(out.numel), _transposed_defines(bias is not None),
+                     tuple(dtype_code(t.dtype) for t in bound))
 
 
 @builds("et_vk.conv_with_clamp.default")

@@ -9,17 +9,19 @@ have their own shaders (rotary.comp, fill.comp). Math is fp32, stored in each ou
 from __future__ import annotations
 
 import struct
+from typing import Iterable
 
 from vkx.format.contract import Call
 from vkx.format.op_et import pad_widths, split_sizes
 
-from . import OpBuilder, TensorArg, builds, elem_defines
+from . import Defines, OpBuilder, UnsupportedOpError, TensorArg, any_dtype_defines, builds, dtype_code, elem_defines, variants
 from .attention import attention
 from .conv import pool2d
 from .elementwise import CLAMP, UNARY_GLSL, op_glsl, unary
 from .models import fill
 from .reduce import rms_norm_rows
-from .shape import contiguous_strides, convert_copy, dispatch_groups, normalize_dim, strided_copy, view_or_copy
+from .shape import MAX_DIMS, contiguous_strides, convert_copy, dispatch_groups, normalize_dim, strided_copy, \
+    view_or_copy
 
 
 @builds("aten.unsqueeze_copy.default", "aten.squeeze_copy.dims", "aten.alias_copy.default",
@@ -117,12 +119,15 @@ def _rotary(builder: OpBuilder, call: Call, start: int, interleaved: bool) -> No
     """xq and xk, each turned by the same tables at rows start.. in one dispatch (rotary.comp)."""
     cos, sin = call.tensor("freqs_cos"), call.tensor("freqs_sin")
     for x, out in zip((call.tensor("xq"), call.tensor("xk")), call.outputs):
-        _, s, h, d = x.shape
+        if len(cos.shape) == 3:  # heads-first [B, H, S, D], freqs [1, S, R]: the row is the index in dim 2
+            s, h, d = x.shape[2], 1, x.shape[3]
+        else:
+            _, s, h, d = x.shape
         defines = {**elem_defines("X", "x", x.dtype), **elem_defines("C", "c", cos.dtype),
                    **elem_defines("N", "n", sin.dtype), **elem_defines("O", "o", out.dtype)}
         if interleaved:
             defines["INTERLEAVED"] = "1"
-        push = struct.pack("<6I", x.numel, s, h, d, cos.shape[1], start)
+        push = struct.pack("<6I", x.numel, s, h, d, cos.shape[-1], start)
         builder.dispatch("rotary", [x, cos, sin, out], push, dispatch_groups(x.numel), defines)
 
 
@@ -131,3 +136,48 @@ def et_sdpa(builder: OpBuilder, call: Call) -> None:
     """softmax(scale * q @ k^T + attn_mask) @ v: no causal mask, no grouped heads (the reference's matmuls)."""
     attention(builder, call.node, call.tensor("q"), call.tensor("k"), call.tensor("v"), call.out,
               call["attn_mask"], call["scale"], False, False)
+
+
+@variants("flip")
+def flip_variants() -> Iterable[Defines]:
+    yield any_dtype_defines()
+
+
+@builds("aten.flip.default")
+def flip(builder: OpBuilder, call: Call) -> None:
+    """One dispatch of flip.comp over the dims collapsed: neighbours both reversed, or both not, are one dim."""
+    src, out = call.tensor("self"), call.out
+    flipped = {normalize_dim(d, len(src.shape)) for d in call["dims"]}
+    sizes: list[int] = []
+    reversed_: list[bool] = []
+    for d, size in enumerate(src.shape):
+        if size == 1:
+            continue
+        if sizes and reversed_[-1] == (d in flipped):
+            sizes[-1] *= size
+        else:
+            sizes.append(size)
+            reversed_.append(d in flipped)
+    if len(sizes) > MAX_DIMS:
+        raise UnsupportedOpError(f"flip over {len(sizes)} dims that do not merge (at most {MAX_DIMS})")
+    sizes, reversed_ = sizes or [1], reversed_ or [False]
+    mask = sum(1 << d for d, r in enumerate(reversed_) if r)
+    push = struct.pack(f"<3I{MAX_DIMS}I", src.numel, len(sizes), mask, *sizes, *[1] * (MAX_DIMS - len(sizes)))
+    builder.dispatch("flip", [src, out], push, dispatch_groups(src.numel), any_dtype_defines(),
+                     (dtype_code(src.dtype), dtype_code(out.dtype)))
+
+
+@variants("grid_sampler")
+def grid_sampler_variants() -> Iterable[Defines]:
+    yield any_dtype_defines()
+
+
+@builds("aten.grid_sampler_2d.default")
+def grid_sampler_2d(builder: OpBuilder, call: Call) -> None:
+    """grid_sampler.comp, an invocation per output element; mode, padding and corners are push constants."""
+    x, grid, out = call.tensor("input"), call.tensor("grid"), call.out
+    _, c, h, w = x.shape
+    push = struct.pack("<6i3I", out.numel, c, h, w, out.shape[2], out.shape[3], call["interpolation_mode"],
+                       call["padding_mode"], int(call["align_corners"]))
+    builder.dispatch("grid_sampler", [x, grid, out], push, dispatch_groups(out.numel), any_dtype_defines(),
+                     (dtype_code(x.dtype), dtype_code(grid.dtype), dtype_code(out.dtype)))

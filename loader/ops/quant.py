@@ -101,9 +101,14 @@ def embedding_q(builder: OpBuilder, call: Call) -> None:
 
 @builds("et_vk.linear_q4gsw.default")
 def linear_q4gsw(builder: OpBuilder, call: Call) -> None:
-    """vkx's 4-bit packing; the scales are transposed, [groups, N padded to 4]."""
+    q4gsw(builder, call.tensor("self"), call)
+
+
+def q4gsw(builder: OpBuilder, x: TensorArg, call: Call) -> None:
+    """`x` times the weight of a linear_q4gsw-shaped call (also linear_dq8ca_q4gsw's): vkx's 4-bit packing,
+    the scales transposed, [groups, N padded to 4]."""
     s = call.tensor("weight_scales")
-    _linear(builder, call.tensor("self"), call.tensor("weights"), s, call["bias"], call.out, 4, call["group_size"],
+    _linear(builder, x, call.tensor("weights"), s, call["bias"], call.out, 4, call["group_size"],
             SCALE_STRIDE=f"{s.shape[1]}u")
 
 

@@ -12,12 +12,15 @@ the math is fp32.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import struct
+from typing import Iterable
 
 from vkx.format.contract import Call
 
-from . import OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines
+from . import (Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines, builds, dtype_code, elem_defines,
+               variants)
 from .shape import (MAX_DIMS, bind_elems, chunk_elems, contiguous_strides, dispatch_groups,
                     normalize_dim, pad_dims, row_chunks, rows_binding)
 
@@ -93,6 +96,35 @@ def native_layer_norm(builder: OpBuilder, call: Call) -> None:
         push = struct.pack("<IIfI", rc, n, call["eps"], r0 - shift)
         groups, wg = row_dispatch(builder, rc, n)
         builder.dispatch("layer_norm", binds, push, groups, {**defines, **wg})
+
+
+@variants("group_norm")
+def group_norm_variants() -> Iterable[Defines]:
+    for wg in (None, *ROW_WGS):
+        for weight, bias in itertools.product((False, True), repeat=2):
+            yield _group_norm_defines({} if wg is None else {"ROW_WG": wg}, weight, bias)
+
+
+def _group_norm_defines(wg: dict[str, int], weight: bool, bias: bool) -> Defines:
+    return {**any_dtype_defines(), **wg, **({"HAS_W": 1} if weight else {}), **({"HAS_B": 1} if bias else {})}
+
+
+@builds("aten.native_group_norm.default")
+def native_group_norm(builder: OpBuilder, call: Call) -> None:
+    """One row a (sample, group): group_norm.comp, whole tensors in one dispatch."""
+    src, weight, bias = call.tensor("input"), call["weight"], call["bias"]
+    out, mean, rstd = call.outputs
+    groups = call["group"]
+    rows = call["N"] * groups
+    n = src.numel // rows if rows else 0
+    if n == 0:
+        return
+    groups_wg, wg = row_dispatch(builder, rows, n)
+    push = struct.pack("<IIfIII", rows, n, call["eps"], call["HxW"], groups, call["C"] // groups)
+    bound = [src, out, weight or src, bias or src, mean, rstd]
+    builder.dispatch("group_norm", bound, push, groups_wg,
+                     _group_norm_defines(wg, weight is not None, bias is not None),
+                     tuple(dtype_code(t.dtype) for t in bound))
 
 
 @builds("aten.rms_norm.default")

@@ -23,7 +23,7 @@ import torch
 class Model(torch.nn.Module):
     def forward(self, x):
         y = torch.relu(x)
-        return torch.flip(y, dims=[0])
+        return torch.cumprod(y, dim=0)
 def get_model():
     return Model(), (torch.randn(3),)
 """
@@ -36,7 +36,7 @@ MODEL_FILES = {
     "not_a_module": ("import torch\ndef get_model():\n    return 'm', (torch.randn(2),)\n", "its first item is a str"),
     "bad_inputs": ("import torch\ndef get_model():\n    return torch.nn.ReLU(), (3,)\n", "not a tuple of tensors"),
     "syntax": ("def get_model(:\n", "importing it failed: SyntaxError"),
-    "unsupported": (UNSUPPORTED, "aten.flip.default (not supported) at unsupported.py:6: return torch.flip(y, dims=[0])"),
+    "unsupported": (UNSUPPORTED, "aten.cumprod.default (not supported) at unsupported.py:6: return torch.cumprod(y, dim=0)"),
 }
 
 
@@ -62,8 +62,8 @@ def test_bad_model_files(case, tmp_path):
 
 class ThreeUnsupported(torch.nn.Module):
     def forward(self, x):
-        wide = x.flip(0).sort().values
-        return wide.flip(0).median()
+        wide = x.cumprod(0).sort().values
+        return wide.cumprod(0).median()
 
 
 def test_unsupported_ops_are_listed_one_line_each_before_writing(tmp_path):
@@ -71,11 +71,11 @@ def test_unsupported_ops_are_listed_one_line_each_before_writing(tmp_path):
     with pytest.raises(UnsupportedOpsError) as caught:
         vkx.export_model(ThreeUnsupported(), (randn(3),), tmp_path / "m.pte")
     first = inspect.getsourcelines(ThreeUnsupported.forward)[1] + 1
-    here = f"test_export_errors.py:{first}: wide = x.flip(0).sort().values"
-    there = f"test_export_errors.py:{first + 1}: return wide.flip(0).median()"
+    here = f"test_export_errors.py:{first}: wide = x.cumprod(0).sort().values"
+    there = f"test_export_errors.py:{first + 1}: return wide.cumprod(0).median()"
     assert str(caught.value).splitlines() == [
         "the model uses 3 op(s) vkx cannot lower:",
-        f"  aten.flip.default (not supported) at {here}; {there}",
+        f"  aten.cumprod.default (not supported) at {here}; {there}",
         f"  aten.sort.default (not supported) at {here}",
         f"  aten.median.default (not supported) at {there}"]
     assert caught.value.problems == [line.strip() for line in str(caught.value).splitlines()[1:]]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from vkx.format import contract, opset, dtypes
+from vkx.format import opset, dtypes
 from vkx.format import vkgraph as g
 from vkx.loader import ops, shaders, spirv
 from vkx.loader.errors import BadProgramError, ShaderError, VariantNotBuiltError
@@ -46,11 +46,10 @@ def test_recorded_requests_merge_into_the_table(tmp_path):
     assert spirv.merge_requests(log, tmp_path) == 0
 
 
-def _requests(name: str, operands: list, out: tuple[tuple[int, ...], dtypes.DType],
-              **device) -> list[tuple[str, tuple]]:
+def _requests(name: str, operands: list, out, **device) -> list[tuple[str, tuple]]:
     """(shader, defines) of every dispatch the builder of `name` records for `operands` (a
-    (shape, dtype) tensor or a number each), built without a device (GraphBuilder's `device`
-    arguments); [] when the contract refuses."""
+    (shape, dtype) tensor or a number each) and `out` (one, or a list of several), built without a
+    device (GraphBuilder's `device` arguments); [] when the contract refuses."""
     values: list = []
 
     def add(v) -> int:
@@ -68,12 +67,15 @@ def _requests(name: str, operands: list, out: tuple[tuple[int, ...], dtypes.DTyp
             return add(g.IntList(tuple(a)))
         if isinstance(a, bool):
             return add(g.Bool(a))
+        if a is None:
+            return add(g.Null())
         return add(g.Int(a) if isinstance(a, int) else g.Double(a))
 
     ids = [arg(a) for a in operands]
-    out_id = arg(out)
+    out_ids = [arg(o) for o in out] if isinstance(out, list) else [arg(out)]
+    out_id = add(g.ValueList(tuple(out_ids))) if isinstance(out, list) else out_ids[0]
     graph = g.VkGraph(chain=[g.OperatorCall(0, name, (*ids, out_id))], values=values,
-                      input_ids=[i for i, a in zip(ids, operands) if isinstance(a, tuple)], output_ids=[out_id])
+                      input_ids=[i for i, a in zip(ids, operands) if isinstance(a, tuple)], output_ids=out_ids)
     try:
         built = GraphBuilder(graph, 1 << 30, 16, **device).build()
     except (BadProgramError, ops.UnsupportedOpError):
@@ -147,6 +149,30 @@ def test_coop_gemm_builders_request_only_declared_variants():
     seen = {(s, d) for s, d in seen if s in ("matmul_coop", "matmul_reduce")}
     assert {s for s, _ in seen} == {"matmul_coop", "matmul_reduce"}
     assert seen <= declared, sorted(seen - declared)[:3]
+
+
+def test_et_case_builders_request_only_declared_variants():
+    """flip, 8da4w's activation quantization, group norm, transposed convolution, grid sampling."""
+    declared, seen = _declared(), set()
+    floats = (dtypes.FLOAT32, dtypes.FLOAT16, dtypes.BFLOAT16)
+    for t in DEVICE_TYPES:
+        seen.update(_requests("aten.flip.default", [((2, 3), t), [0, 1]], ((2, 3), t)))
+    for x, z in itertools.product(floats, (dtypes.INT8, dtypes.INT32)):
+        seen.update(_requests("torchao.choose_qparams_affine.default", [((3, 32), x), "ASYMMETRIC", [1, 32], None, -128, 127],
+                              [((3,), x), ((3,), z)]))
+    for t, (c, hw), affine in itertools.product(floats, [(4, 4), (4, 16), (8, 512)], (False, True)):
+        params = [((c,), t), ((c,), t)] if affine else [None, None]
+        seen.update(_requests("aten.native_group_norm.default", [((2, c, hw), t), *params, 2, c, hw, 2, 1e-5],
+                              [((2, c, hw), t), ((2, 2), t), ((2, 2), t)]))
+    for t, bias in itertools.product(floats, (False, True)):
+        seen.update(_requests("aten.convolution.default", [((1, 4, 3, 3), t), ((4, 2, 2, 2), t),
+                                                           ((2,), t) if bias else None, [2], [0], [1], True, [0], 1],
+                              ((1, 2, 6, 6), t)))
+        seen.update(_requests("aten.grid_sampler_2d.default", [((1, 2, 4, 4), t), ((1, 3, 3, 2), t), int(bias), 1, bias],
+                              ((1, 2, 3, 3), t)))
+    shaders_ = {"flip", "act_quant", "group_norm", "conv_transpose2d", "grid_sampler"}
+    mine = {(s, d) for s, d in seen if s in shaders_}
+    assert {s for s, _ in mine} == shaders_ and mine <= declared, sorted(mine - declared)[:3]
 
 
 def _archive_of(tmp_path: Path) -> shaders.Prebuilt:

@@ -59,13 +59,17 @@ def test_conv_graph_hand_built():
     assert_norm_close(got, want)
 
 
-def test_conv_transposed_is_refused():
-    # The op contract excludes transposed convolutions: the call fails its rule.
+def test_conv_transposed_runs_and_a_wrong_output_size_is_refused():
+    # ExecuTorch files call it so (hand-built here); the rule gives the output size
     from vkx.loader.errors import BadProgramError
-    x, w = rand(1, 4, 5, 5, seed=1), rand(4, 2, 3, 3, seed=2)
-    with pytest.raises(BadProgramError, match="transposed"):
+    x, w, b = rand(1, 4, 5, 5, seed=1), rand(4, 2, 3, 3, seed=2), rand(4, seed=3)
+    want = F.conv_transpose2d(x, w, b, 2, 1, 1, 2, 1)  # stride 2, padding 1, output_padding 1, groups 2
+    got = run_graph("aten.convolution.default",
+                    [x, Const(w), Const(b), [2, 2], [1, 1], [1, 1], True, [1, 1], 2], tuple(want.shape))
+    assert_norm_close(got, want)
+    with pytest.raises(BadProgramError, match="the op gives"):
         run_graph("aten.convolution.default",
-                  [x, Const(w), None, [1, 1], [0, 0], [1, 1], True, [0, 0], 1], (1, 2, 7, 7))
+                  [x, Const(w), None, [1, 1], [0, 0], [1, 1], True, [0, 0], 1], (1, 2, 6, 6))
 
 
 MAXPOOLS = [

@@ -1,8 +1,9 @@
 """ExecuTorch 1.5.1's Vulkan op cases (tests/data/et_op_cases.py), each run on vkx through vkx's own
 exporter and from ExecuTorch's own export, against torch eager (tests/ops/et_op_run.py). Every
-outcome is pinned: a case passes unless it is listed below as refused (with a word of vkx's
-one-line reason) or as one ExecuTorch itself does not export; no case may give a wrong answer.
-The cases vkx's exporter takes run as one program per dtype (one export: the suite stays quick).
+outcome is pinned: every case passes through vkx's exporter (all of a dtype's cases as one program:
+one export keeps the suite quick); ExecuTorch's file of a case passes unless it is listed below as
+refused (with a word of vkx's one-line reason) or as one ExecuTorch itself does not export; no case
+may give a wrong answer.
 docs/executorch-ops.md is the table (bench/et_op_cases.py)."""
 from __future__ import annotations
 
@@ -12,22 +13,7 @@ from .et_op_run import ABSENT, CASES, DTYPES, PASS, REFUSED, judge, judge_togeth
 
 pytestmark = pytest.mark.vulkan
 
-REFUSED_BY_VKX: dict[str, str] = {
-    "conv_transpose2d": "convolution",
-    "group_norm": "native_group_norm",
-    "group_norm_3": "native_group_norm",
-    "grid_sampler_2d": "grid_sampler_2d",
-    "flip": "flip",
-    "weight_int8pack_mm": "_weight_int8pack_mm",
-}
-"""Case name -> a word of the reason vkx's exporter gives (in every dtype)."""
-
 REFUSED_FROM_ET: dict[str, str] = {
-    "conv_transpose2d": "transposed convolution",
-    "group_norm": "native_group_norm",
-    "group_norm_3": "native_group_norm",
-    "grid_sampler_2d": "grid_sampler_2d",
-    "flip": "flip",
     **{name: "no VulkanBackend delegate" for name in ("mean", "argmax_dim0", "argmin_dim0", "var", "var_biased")},
 }
 """Case name -> a word of the reason vkx gives for ExecuTorch's file of it (ExecuTorch leaves mean, var and
@@ -39,15 +25,8 @@ NOT_MADE_BY_ET = {"weight_int8pack_mm"}
 
 @pytest.mark.parametrize("dtype", sorted(DTYPES))
 def test_vkx_exports_the_cases_right(dtype):
-    cases = [c for c in CASES if dtype in c.dtypes and c.name not in REFUSED_BY_VKX]
+    cases = [c for c in CASES if dtype in c.dtypes]
     assert judge_together(cases, dtype) == {}
-
-
-@pytest.mark.parametrize("name", sorted(REFUSED_BY_VKX))
-def test_vkx_refuses_in_one_line(name):
-    case = next(c for c in CASES if c.name == name)
-    outcome, detail = judge("vkx", case, case.dtypes[0])
-    assert outcome == REFUSED and REFUSED_BY_VKX[name] in detail, f"{outcome} {detail} (pinned as refused)"
 
 
 @pytest.mark.parametrize("run_id", sorted(runs()))
