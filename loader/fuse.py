@@ -14,15 +14,20 @@ Patterns:
   (neg as a multiply by -1 or neg; cos and sin any broadcast tensors): one elementwise kernel
   (shaders/fused_rotary.comp) in place of two slices, a negation, a two-piece cat, two products
   and the sum (nine dispatches).
+- A residual add after a weight product of one row of activations, `linear(x, W) + r` (no bias;
+  `vkx.linear_q` too): the add in the product's epilogue (r read as its bias), one dispatch for two
+  (a decoder layer's o_proj and down_proj).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from vkx.format import vkgraph as g
 from vkx.loader.ops import OpBuilder, TensorArg
-from vkx.loader.ops.fused import rotate_half
+from vkx.loader.ops.fused import linear_add, rotate_half
+from vkx.loader.ops.quant import linear_q_row
 from vkx.loader.ops.reduce import rms_norm_rows
 
 
@@ -240,6 +245,49 @@ def _rotary_terms(c: _Chain, a: int, plain: int, turned: int) -> tuple[list[int]
     return None
 
 
+_PRODUCTS = ("aten.linear.default", "vkx.linear_q.default")
+
+
+def _residual_add(c: _Chain, a: int) -> tuple[list[int], list[int], Fused] | None:
+    """`linear(x, W) + r` whose add is op `a`: one row of activations, no bias, r of the sum's shape,
+    the product read by the add only, and the sum not in x's memory (the fused step reads x while
+    it writes the sum)."""
+    chain = c.graph.chain
+    left, right, alpha, z = chain[a].args[:4]
+    if c.scalar(alpha) != 1.0 or left == right:
+        return None
+    for y, r in ((left, right), (right, left)):
+        p = c.op_of(y, *_PRODUCTS)
+        if p is not None and c.only_reader(y, a):
+            break
+    else:
+        return None
+    op = chain[p]
+    linear_q = op.name == "vkx.linear_q.default"
+    x, w = op.args[0], op.args[1]
+    bias = op.args[3] if linear_q else op.args[2]
+    xt, wt, rt, yt, zt = c.tensor(x), c.tensor(w), c.tensor(r), c.tensor(y), c.tensor(z)
+    if any(t is None for t in (xt, wt, rt, yt, zt)) or not isinstance(c.value(bias), g.Null) or not xt.dims:
+        return None
+    if tuple(rt.dims) != tuple(zt.dims) or tuple(yt.dims) != tuple(zt.dims) or r == x:
+        return None
+    if math.prod(xt.dims) != xt.dims[-1] or (0 <= zt.mem_obj_id == xt.mem_obj_id):
+        return None
+    inputs = [x, w, r]
+    if linear_q:
+        s, bits, group = op.args[2], c.scalar(op.args[4]), c.scalar(op.args[5])
+        inputs.insert(2, s)
+
+        def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
+            linear_q_row(builder, arg(x), arg(w), arg(s), arg(r), arg(z), int(bits), int(group))
+    else:
+        def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
+            linear_add(builder, arg(x), arg(w), arg(r), arg(z))
+
+    ops = sorted([p, a])
+    return ops, inputs, Fused("linear_add", tuple(chain[i].node_id for i in ops), run)
+
+
 def _safe(c: _Chain, ops: Sequence[int], inputs: Sequence[int]) -> bool:
     """Whether no op outside the match, between its first and last op, writes an input's memory."""
     objects = {t.mem_obj_id for t in map(c.tensor, inputs) if t is not None and t.mem_obj_id >= 0}
@@ -265,7 +313,7 @@ def fuse(graph: g.VkGraph, max_binding_bytes: int) -> list:
         if op.name == "aten.rsqrt.default":
             found = _rms_norm(c, i)
         elif op.name == "aten.add.Tensor":
-            found = _rotary(c, i, max_binding_bytes)
+            found = _rotary(c, i, max_binding_bytes) or _residual_add(c, i)
         else:
             continue
         if found is None:

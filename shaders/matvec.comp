@@ -6,15 +6,15 @@
 // + n*sBn + k]; C[b, n] is c[coff + b1*sCb1 + b2*sCb2 + n]; batch z = b1*nb2 + b2.
 // Workgroup (x, 0, z) owns ROWS output columns: its WG invocations walk K in chunks of
 // eight elements (invocation i reads chunks i, i + WG, ...: neighbours read neighbouring
-// bytes, 16 at a time), then add their partial sums in shared memory. The weight
-// streams once; A is read once per ROWS columns.
+// bytes, 16 at a time), the ROWS columns' loads of a chunk issued together, then add their
+// partial sums (partials.glslh: subgroup adds, or a shared-memory tree). The weight streams
+// once; A is read once per ROWS columns. WG and ROWS are specialization constants 0 and 1.
 // Bindings: 0 = A, 1 = B, 2 = C, 3 = BIAS (only with HAS_BIAS).
 // Defines: elem_defines for A, B, C, BIAS; A_V / B_V (the array element type) and
 // LOAD8_A(i, lo, hi) / LOAD8_B(i, lo, hi) (elements i..i+7 into two vec4s: two vec4 loads
 // for fp32, one uvec4 of four 16-bit pairs for fp16/bf16, or eight scalar loads);
-// K_TAIL when K % 8 != 0 (then both arrays hold scalars); ROWS and WG (WG a multiple of
-// ROWS), HAS_BIAS.
-layout(local_size_x = WG) in;
+// K_TAIL when K % 8 != 0 (then both arrays hold scalars); HAS_BIAS; SUBGROUP.
+#include "partials.glslh"
 #include "dtype.glslh"
 #include "pairs.glslh"
 
@@ -33,12 +33,6 @@ layout(push_constant) uniform Push {
     int biasoff, sbn;
     float alpha, beta;
 } p;
-
-// Partial sums: part[r][i] is invocation i's sum for column n0 + r (padded against bank conflicts).
-shared float part[ROWS][WG + 1];
-// The sums of SEGS consecutive invocations' partials: seg[r][j] over invocations j*ROWS..j*ROWS+ROWS-1.
-#define SEGS (WG / ROWS)
-shared float seg[ROWS][SEGS];
 
 void main() {
     const int lid = int(gl_LocalInvocationID.x);
@@ -74,29 +68,14 @@ void main() {
     }
 #endif
 
-    // Reduce across the workgroup in two steps, every invocation busy in the first: invocation
-    // i adds ROWS partials of column i % ROWS, then ROWS invocations add SEGS sums each.
     for (int r = 0; r < ROWS; ++r) {
-        part[r][lid] = acc[r];
+        put_partial(r, acc[r]);
     }
     barrier();
-    {
-        const int r = lid % ROWS;
-        const int j = lid / ROWS;
-        float sum = 0.0;
-        for (int i = 0; i < ROWS; ++i) {
-            sum += part[r][j * ROWS + i];
-        }
-        seg[r][j] = sum;
-    }
-    barrier();
+    fold_partials();
     if (lid < ROWS && n0 + lid < p.N) {
         const int n = n0 + lid;
-        float sum = 0.0;
-        for (int j = 0; j < SEGS; ++j) {
-            sum += seg[lid][j];
-        }
-        float v = p.alpha * sum;
+        float v = p.alpha * row_total(lid);
 #ifdef HAS_BIAS
         v += p.beta * LOAD_BIAS(p.biasoff + n * p.sbn);
 #endif
