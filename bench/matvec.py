@@ -8,7 +8,7 @@ weight is read from a cache), once per workgroup shape (rows per workgroup x inv
 `vkx.loader.ops.gemm.MATVEC_SHAPES` set for the device's class). The time of one product is the
 median GPU time of its dispatches (timestamps, `Program.profile`); GB/s counts the weight bytes
 read (int4/int8: packed weights and scales). The baseline is a device copy of the same bytes in
-the same run (`clone` of L fp32 tensors of those bytes, read + written: shaders/copy_strided.comp), so "/ copy" is the
+the same run (L fp32 tensors of those bytes each read and written once: `copy_graph`), so "/ copy" is the
 product's read bandwidth over the copy's bandwidth. Per dtype, the last lines rank the shapes by
 the time of one decode token of the 1B model (its 16 layers' q, k, v, o, gate, up, down and the
 lm_head): the defaults in MATVEC_SHAPES come from these.
@@ -85,7 +85,8 @@ def product_graph(kind: str, ws: list[list[torch.Tensor]], act: torch.dtype) -> 
 
 
 def copy_graph(nbytes: int, count: int) -> tuple[g.VkGraph, list[bytes]]:
-    """`count` clones of distinct fp32 constants of `nbytes` each (a device copy of the same bytes)."""
+    """`count` copies of distinct fp32 constants of `nbytes` each: relu, which unary.comp streams in
+    16-byte loads and stores (a clone takes copy_strided.comp, an element at a time)."""
     numel = nbytes // 4
     values: list = [g.Tensor(_datatype(torch.float32), (1,))]
     chain, refs, blobs, outs = [], [], [], []
@@ -93,9 +94,9 @@ def copy_graph(nbytes: int, count: int) -> tuple[g.VkGraph, list[bytes]]:
     for i in range(count):
         blobs.append(zeros)
         refs.append(g.ConstantRef(g.NAMED_OFFSET, len(zeros), f"c{i}"))
-        values += [g.Tensor(_datatype(torch.float32), (numel,), constant_id=i), g.Null(),
+        values += [g.Tensor(_datatype(torch.float32), (numel,), constant_id=i),
                    g.Tensor(_datatype(torch.float32), (numel,))]
-        chain.append(g.OperatorCall(i, "aten.clone.default", (len(values) - 3, len(values) - 2, len(values) - 1)))
+        chain.append(g.OperatorCall(i, "aten.relu.default", (len(values) - 2, len(values) - 1)))
         outs.append(len(values) - 1)
     return g.VkGraph(chain=chain, values=values, input_ids=[0], output_ids=outs, constants=refs), blobs
 
@@ -148,7 +149,7 @@ def main() -> None:
             count = max(1, min(64, math.ceil(args.min_mb * 1e6 / nbytes)))
             ws = one + weights(kind, n, k, count - 1, seed=1000 + si) if count > 1 else one
             x = torch.randn(1, k).to(act)
-            copy_t = median_op_seconds(*copy_graph(nbytes, count), torch.zeros(1), args.runs, "copy_strided")
+            copy_t = median_op_seconds(*copy_graph(nbytes, count), torch.zeros(1), args.runs, "unary")
             copy_gbs = 2 * nbytes / copy_t / 1e9
             graph, blobs = product_graph(kind, ws, act)
             saved = dict(gemm.MATVEC_SHAPES)

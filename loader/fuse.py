@@ -17,6 +17,9 @@ Patterns:
 - A residual add after a weight product of one row of activations, `linear(x, W) + r` (no bias;
   `vkx.linear_q` too): the add in the product's epilogue (r read as its bias), one dispatch for two
   (a decoder layer's o_proj and down_proj).
+- SwiGLU of one row of activations, `silu(linear(x, Wg)) * linear(x, Wu)` (no biases, the weights of
+  one shape and dtype): the gate and up products read in one workgroup and `silu(gate) * up` stored
+  (shaders/matvec.comp's GLU), one dispatch for four.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from typing import Callable, Sequence
 
 from vkx.format import vkgraph as g
 from vkx.loader.ops import OpBuilder, TensorArg
-from vkx.loader.ops.fused import linear_add, rotate_half
+from vkx.loader.ops.fused import linear_add, rotate_half, swiglu_row
 from vkx.loader.ops.quant import linear_q_row
 from vkx.loader.ops.reduce import rms_norm_rows
 
@@ -288,6 +291,47 @@ def _residual_add(c: _Chain, a: int) -> tuple[list[int], list[int], Fused] | Non
     return ops, inputs, Fused("linear_add", tuple(chain[i].node_id for i in ops), run)
 
 
+def _one_row_linear(c: _Chain, vid: int, reader: int) -> tuple[int, int, int] | None:
+    """(op index, x, W) when `vid` is made by a bias-free `linear(x, W)` of one row of activations and
+    read by op `reader` only."""
+    p = c.op_of(vid, "aten.linear.default")
+    if p is None or not c.only_reader(vid, reader):
+        return None
+    x, w, bias = c.graph.chain[p].args[:3]
+    xt = c.tensor(x)
+    if xt is None or not xt.dims or math.prod(xt.dims) != xt.dims[-1] or not isinstance(c.value(bias), g.Null):
+        return None
+    return p, x, w
+
+
+def _swiglu(c: _Chain, m: int, max_binding_bytes: int) -> tuple[list[int], list[int], Fused] | None:
+    """`silu(linear(x, Wg)) * linear(x, Wu)` whose multiply is op `m`."""
+    chain = c.graph.chain
+    left, right, z = chain[m].args[:3]
+    for s, u in ((left, right), (right, left)):
+        act = c.op_of(s, "aten.silu.default")
+        if act is not None and c.only_reader(s, m):
+            break
+    else:
+        return None
+    gate, up = _one_row_linear(c, chain[act].args[0], act), _one_row_linear(c, u, m)
+    if gate is None or up is None or gate[1] != up[1]:
+        return None
+    x, wg, wu = gate[1], gate[2], up[2]
+    xt, wgt, wut, zt = c.tensor(x), c.tensor(wg), c.tensor(wu), c.tensor(z)
+    if any(t is None for t in (wgt, wut, zt)) or tuple(wgt.dims) != tuple(wut.dims) or wgt.datatype != wut.datatype:
+        return None
+    if xt.dims[-1] % 8 or math.prod(zt.dims) != wgt.dims[0] or (0 <= zt.mem_obj_id == xt.mem_obj_id) \
+            or any(t.nbytes > max_binding_bytes for t in (xt, wgt, wut, zt)):
+        return None
+
+    def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
+        swiglu_row(builder, arg(x), arg(wg), arg(wu), arg(z))
+
+    ops = sorted([gate[0], act, up[0], m])
+    return ops, [x, wg, wu], Fused("swiglu", tuple(chain[i].node_id for i in ops), run)
+
+
 def _safe(c: _Chain, ops: Sequence[int], inputs: Sequence[int]) -> bool:
     """Whether no op outside the match, between its first and last op, writes an input's memory."""
     objects = {t.mem_obj_id for t in map(c.tensor, inputs) if t is not None and t.mem_obj_id >= 0}
@@ -314,6 +358,8 @@ def fuse(graph: g.VkGraph, max_binding_bytes: int) -> list:
             found = _rms_norm(c, i)
         elif op.name == "aten.add.Tensor":
             found = _rotary(c, i, max_binding_bytes) or _residual_add(c, i)
+        elif op.name == "aten.mul.Tensor":
+            found = _swiglu(c, i, max_binding_bytes)
         else:
             continue
         if found is None:

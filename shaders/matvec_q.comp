@@ -13,7 +13,7 @@
 // costs one multiply-add per chunk and the scale one multiply. A field becomes a float without a
 // conversion instruction (`field`: a mask, an OR and a subtraction), then its multiply-add: four
 // instructions a weight. fp32 sums, then partials.glslh's workgroup sum.
-// WG and ROWS are specialization constants 0 and 1.
+// WG is specialization constant 0, ROWS a define.
 // Bindings: 0 = x, 1 = weight rows [row0, row0 + rows) as uvec4, 2 = scales, 3 = out,
 // 4 = bias (HAS_BIAS). Defines: elem_defines for X, S, O, B; X_V and LOAD4_X(i) (elements
 // i..i+3 of x as a vec4, i a multiple of 4); BITS, HIGH_FIRST, SCALE_STRIDE (scales [groups,

@@ -65,7 +65,7 @@ def _matvec(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: 
         push = struct.pack("<6I", chunks, x.shape[-1] // group, group * bits // 128, r0, rc, stride)
         bindings = [x, rows_binding(w, r0, rc, stored), s, out] + ([bias] if bias is not None else [])
         builder.dispatch("matvec_q", bindings, push, (-(-rc // shape.rows), 1, 1), defines,
-                         (shape.invocations, shape.rows))
+                         (shape.invocations,))
 
 
 def linear_q_row(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: TensorArg | None,

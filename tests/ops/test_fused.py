@@ -185,3 +185,37 @@ def test_residual_add_of_several_rows_stays_unfused(tmp_path):
         assert "binary" in {d.shader for d in program.only._executor.dispatches}
         got = program(x, r)
     assert_close_in(got, module(x, r), torch.float32, terms=64)
+
+
+class GatedMLP(torch.nn.Module):
+    """A Llama MLP and its residual add: down(silu(gate(x)) * up(x)) + x."""
+
+    def __init__(self, width: int, hidden: int):
+        super().__init__()
+        self.gate = torch.nn.Linear(width, hidden, bias=False)
+        self.up = torch.nn.Linear(width, hidden, bias=False)
+        self.down = torch.nn.Linear(hidden, width, bias=False)
+
+    def forward(self, x):
+        return x + self.down(torch.nn.functional.silu(self.gate(x)) * self.up(x))
+
+
+@pytest.mark.parametrize("dtype", EXPORT_DTYPES, ids=lambda d: _NAMES[d])
+@pytest.mark.parametrize("shape", [(1, 1, 64), (1, 3, 64)], ids=["row", "rows"])
+def test_swiglu_and_residual_fused_against_unfused_and_torch(dtype, shape, tmp_path, monkeypatch):
+    module = GatedMLP(shape[-1], 200).eval()
+    x = rand(*shape, seed=5) * 2
+    path = tmp_path / "m.pte"
+    export_model(module, (x,), str(path), dtype=_NAMES[dtype])
+    xd = x.to(dtype)
+    fused, fused_shaders = _run(path, xd, True, monkeypatch)
+    unfused, unfused_shaders = _run(path, xd, False, monkeypatch)
+    if shape[1] == 1:  # gate, up, silu, mul, down, add: 6 dispatches become the GLU and the down product
+        assert fused_shaders == {"matvec": 2} and sum(unfused_shaders.values()) == 6
+    else:  # several rows: nothing to fuse
+        assert fused_shaders == unfused_shaders
+    with torch.no_grad():
+        want = module.to(dtype)(xd)
+    assert_close_in(fused, want, dtype, terms=200)
+    assert_close_in(unfused, want, dtype, terms=200)
+    assert_close_in(fused, unfused, dtype, terms=200)
