@@ -251,10 +251,33 @@ def _rotary_terms(c: _Chain, a: int, plain: int, turned: int) -> tuple[list[int]
 _PRODUCTS = ("aten.linear.default", "vkx.linear_q.default")
 
 
+def _shares_memory(c: _Chain, x: int, z: int) -> bool:
+    """Whether the plan put `z` in the memory object of `x`."""
+    xt, zt = c.tensor(x), c.tensor(z)
+    return xt is not None and zt is not None and 0 <= zt.mem_obj_id == xt.mem_obj_id
+
+
+def _may_own(c: _Chain, x: int, z: int) -> bool:
+    """Whether a fused product's output `z` can be written where `_output` puts it: a plan may give
+    it its activations' memory (x's last reader was the product), which the fused step reads while
+    it writes; then `z` gets a tensor of its own, which a graph output cannot."""
+    return not (_shares_memory(c, x, z) and z in c.outputs)
+
+
+def _output(c: _Chain, builder: OpBuilder, arg: Callable[[int], TensorArg], x: int, z: int) -> TensorArg:
+    """The tensor a fused product of `x` writes `z` into: `z`'s own, or, where the plan put `z` in
+    x's memory, a new tensor that `z` becomes (allocated with the activations; one row, small)."""
+    out = arg(z)
+    if not _shares_memory(c, x, z):
+        return out
+    own = builder.temp(out.shape, out.dtype)
+    builder.alias(z, own.vid)
+    return own
+
+
 def _residual_add(c: _Chain, a: int) -> tuple[list[int], list[int], Fused] | None:
     """`linear(x, W) + r` whose add is op `a`: one row of activations, no bias, r of the sum's shape,
-    the product read by the add only, and the sum not in x's memory (the fused step reads x while
-    it writes the sum)."""
+    the product read by the add only."""
     chain = c.graph.chain
     left, right, alpha, z = chain[a].args[:4]
     if c.scalar(alpha) != 1.0 or left == right:
@@ -274,7 +297,7 @@ def _residual_add(c: _Chain, a: int) -> tuple[list[int], list[int], Fused] | Non
         return None
     if tuple(rt.dims) != tuple(zt.dims) or tuple(yt.dims) != tuple(zt.dims) or r == x:
         return None
-    if math.prod(xt.dims) != xt.dims[-1] or (0 <= zt.mem_obj_id == xt.mem_obj_id):
+    if math.prod(xt.dims) != xt.dims[-1] or not _may_own(c, x, z):
         return None
     inputs = [x, w, r]
     if linear_q:
@@ -282,10 +305,11 @@ def _residual_add(c: _Chain, a: int) -> tuple[list[int], list[int], Fused] | Non
         inputs.insert(2, s)
 
         def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
-            linear_q_row(builder, arg(x), arg(w), arg(s), arg(r), arg(z), int(bits), int(group))
+            linear_q_row(builder, arg(x), arg(w), arg(s), arg(r), _output(c, builder, arg, x, z), int(bits),
+                         int(group))
     else:
         def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
-            linear_add(builder, arg(x), arg(w), arg(r), arg(z))
+            linear_add(builder, arg(x), arg(w), arg(r), _output(c, builder, arg, x, z))
 
     ops = sorted([p, a])
     return ops, inputs, Fused("linear_add", tuple(chain[i].node_id for i in ops), run)
@@ -321,12 +345,12 @@ def _swiglu(c: _Chain, m: int, max_binding_bytes: int) -> tuple[list[int], list[
     xt, wgt, wut, zt = c.tensor(x), c.tensor(wg), c.tensor(wu), c.tensor(z)
     if any(t is None for t in (wgt, wut, zt)) or tuple(wgt.dims) != tuple(wut.dims) or wgt.datatype != wut.datatype:
         return None
-    if xt.dims[-1] % 8 or math.prod(zt.dims) != wgt.dims[0] or (0 <= zt.mem_obj_id == xt.mem_obj_id) \
+    if xt.dims[-1] % 8 or math.prod(zt.dims) != wgt.dims[0] or not _may_own(c, x, z) \
             or any(t.nbytes > max_binding_bytes for t in (xt, wgt, wut, zt)):
         return None
 
     def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
-        swiglu_row(builder, arg(x), arg(wg), arg(wu), arg(z))
+        swiglu_row(builder, arg(x), arg(wg), arg(wu), _output(c, builder, arg, x, z))
 
     ops = sorted([gate[0], act, up[0], m])
     return ops, [x, wg, wu], Fused("swiglu", tuple(chain[i].node_id for i in ops), run)
