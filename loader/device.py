@@ -198,8 +198,9 @@ class Device:
             max_per_stage_descriptor_storage_buffers=int(lim.maxPerStageDescriptorStorageBuffers),
             max_bound_descriptor_sets=int(lim.maxBoundDescriptorSets),
             subgroup_size=int(sub.subgroupSize))
+        wanted = vk.VK_SUBGROUP_FEATURE_BASIC_BIT | vk.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT
         self._subgroups = bool(sub.supportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT
-                               and sub.supportedOperations & vk.VK_SUBGROUP_FEATURE_BASIC_BIT)
+                               and sub.supportedOperations & wanted == wanted)
         self.max_memory_allocation_size = int(m3.maxMemoryAllocationSize) or (1 << 31)
         mp = vk.vkGetPhysicalDeviceMemoryProperties(self.physical)
         self.memory_types = [MemoryType(i, int(mp.memoryTypes[i].propertyFlags), int(mp.memoryTypes[i].heapIndex))

@@ -14,15 +14,23 @@ Patterns:
   (neg as a multiply by -1 or neg; cos and sin any broadcast tensors): one elementwise kernel
   (shaders/fused_rotary.comp) in place of two slices, a negation, a two-piece cat, two products
   and the sum (nine dispatches).
+- A residual add after a weight product of one row of activations, `linear(x, W) + r` (no bias;
+  `vkx.linear_q` too): the add in the product's epilogue (r read as its bias), one dispatch for two
+  (a decoder layer's o_proj and down_proj).
+- SwiGLU of one row of activations, `silu(linear(x, Wg)) * linear(x, Wu)` (no biases, the weights of
+  one shape and dtype): the gate and up products read in one workgroup and `silu(gate) * up` stored
+  (shaders/matvec.comp's GLU), one dispatch for four.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from vkx.format import vkgraph as g
 from vkx.loader.ops import OpBuilder, TensorArg
-from vkx.loader.ops.fused import rotate_half
+from vkx.loader.ops.fused import linear_add, rotate_half, swiglu_row
+from vkx.loader.ops.quant import linear_q_row
 from vkx.loader.ops.reduce import rms_norm_rows
 
 
@@ -240,6 +248,114 @@ def _rotary_terms(c: _Chain, a: int, plain: int, turned: int) -> tuple[list[int]
     return None
 
 
+_PRODUCTS = ("aten.linear.default", "vkx.linear_q.default")
+
+
+def _shares_memory(c: _Chain, x: int, z: int) -> bool:
+    """Whether the plan put `z` in the memory object of `x`."""
+    xt, zt = c.tensor(x), c.tensor(z)
+    return xt is not None and zt is not None and 0 <= zt.mem_obj_id == xt.mem_obj_id
+
+
+def _may_own(c: _Chain, x: int, z: int) -> bool:
+    """Whether a fused product's output `z` can be written where `_output` puts it: a plan may give
+    it its activations' memory (x's last reader was the product), which the fused step reads while
+    it writes; then `z` gets a tensor of its own, which a graph output cannot."""
+    return not (_shares_memory(c, x, z) and z in c.outputs)
+
+
+def _output(c: _Chain, builder: OpBuilder, arg: Callable[[int], TensorArg], x: int, z: int) -> TensorArg:
+    """The tensor a fused product of `x` writes `z` into: `z`'s own, or, where the plan put `z` in
+    x's memory, a new tensor that `z` becomes (allocated with the activations; one row, small)."""
+    out = arg(z)
+    if not _shares_memory(c, x, z):
+        return out
+    own = builder.temp(out.shape, out.dtype)
+    builder.alias(z, own.vid)
+    return own
+
+
+def _residual_add(c: _Chain, a: int) -> tuple[list[int], list[int], Fused] | None:
+    """`linear(x, W) + r` whose add is op `a`: one row of activations, no bias, r of the sum's shape,
+    the product read by the add only."""
+    chain = c.graph.chain
+    left, right, alpha, z = chain[a].args[:4]
+    if c.scalar(alpha) != 1.0 or left == right:
+        return None
+    for y, r in ((left, right), (right, left)):
+        p = c.op_of(y, *_PRODUCTS)
+        if p is not None and c.only_reader(y, a):
+            break
+    else:
+        return None
+    op = chain[p]
+    linear_q = op.name == "vkx.linear_q.default"
+    x, w = op.args[0], op.args[1]
+    bias = op.args[3] if linear_q else op.args[2]
+    xt, wt, rt, yt, zt = c.tensor(x), c.tensor(w), c.tensor(r), c.tensor(y), c.tensor(z)
+    if any(t is None for t in (xt, wt, rt, yt, zt)) or not isinstance(c.value(bias), g.Null) or not xt.dims:
+        return None
+    if tuple(rt.dims) != tuple(zt.dims) or tuple(yt.dims) != tuple(zt.dims) or r == x:
+        return None
+    if math.prod(xt.dims) != xt.dims[-1] or not _may_own(c, x, z):
+        return None
+    inputs = [x, w, r]
+    if linear_q:
+        s, bits, group = op.args[2], c.scalar(op.args[4]), c.scalar(op.args[5])
+        inputs.insert(2, s)
+
+        def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
+            linear_q_row(builder, arg(x), arg(w), arg(s), arg(r), _output(c, builder, arg, x, z), int(bits),
+                         int(group))
+    else:
+        def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
+            linear_add(builder, arg(x), arg(w), arg(r), _output(c, builder, arg, x, z))
+
+    ops = sorted([p, a])
+    return ops, inputs, Fused("linear_add", tuple(chain[i].node_id for i in ops), run)
+
+
+def _one_row_linear(c: _Chain, vid: int, reader: int) -> tuple[int, int, int] | None:
+    """(op index, x, W) when `vid` is made by a bias-free `linear(x, W)` of one row of activations and
+    read by op `reader` only."""
+    p = c.op_of(vid, "aten.linear.default")
+    if p is None or not c.only_reader(vid, reader):
+        return None
+    x, w, bias = c.graph.chain[p].args[:3]
+    xt = c.tensor(x)
+    if xt is None or not xt.dims or math.prod(xt.dims) != xt.dims[-1] or not isinstance(c.value(bias), g.Null):
+        return None
+    return p, x, w
+
+
+def _swiglu(c: _Chain, m: int, max_binding_bytes: int) -> tuple[list[int], list[int], Fused] | None:
+    """`silu(linear(x, Wg)) * linear(x, Wu)` whose multiply is op `m`."""
+    chain = c.graph.chain
+    left, right, z = chain[m].args[:3]
+    for s, u in ((left, right), (right, left)):
+        act = c.op_of(s, "aten.silu.default")
+        if act is not None and c.only_reader(s, m):
+            break
+    else:
+        return None
+    gate, up = _one_row_linear(c, chain[act].args[0], act), _one_row_linear(c, u, m)
+    if gate is None or up is None or gate[1] != up[1]:
+        return None
+    x, wg, wu = gate[1], gate[2], up[2]
+    xt, wgt, wut, zt = c.tensor(x), c.tensor(wg), c.tensor(wu), c.tensor(z)
+    if any(t is None for t in (wgt, wut, zt)) or tuple(wgt.dims) != tuple(wut.dims) or wgt.datatype != wut.datatype:
+        return None
+    if xt.dims[-1] % 8 or math.prod(zt.dims) != wgt.dims[0] or not _may_own(c, x, z) \
+            or any(t.nbytes > max_binding_bytes for t in (xt, wgt, wut, zt)):
+        return None
+
+    def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
+        swiglu_row(builder, arg(x), arg(wg), arg(wu), _output(c, builder, arg, x, z))
+
+    ops = sorted([gate[0], act, up[0], m])
+    return ops, [x, wg, wu], Fused("swiglu", tuple(chain[i].node_id for i in ops), run)
+
+
 def _safe(c: _Chain, ops: Sequence[int], inputs: Sequence[int]) -> bool:
     """Whether no op outside the match, between its first and last op, writes an input's memory."""
     objects = {t.mem_obj_id for t in map(c.tensor, inputs) if t is not None and t.mem_obj_id >= 0}
@@ -265,7 +381,9 @@ def fuse(graph: g.VkGraph, max_binding_bytes: int) -> list:
         if op.name == "aten.rsqrt.default":
             found = _rms_norm(c, i)
         elif op.name == "aten.add.Tensor":
-            found = _rotary(c, i, max_binding_bytes)
+            found = _rotary(c, i, max_binding_bytes) or _residual_add(c, i)
+        elif op.name == "aten.mul.Tensor":
+            found = _swiglu(c, i, max_binding_bytes)
         else:
             continue
         if found is None:

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, fields, replace
+from typing import Sequence
 
 from vkx.loader.errors import LimitError
 
 FEATURES = ("storageBuffer16BitAccess", "storageBuffer8BitAccess", "shaderFloat16", "shaderInt8",
             "shaderInt16", "shaderInt64", "shaderIntegerDotProduct", "subgroupOperations",
             "cooperativeMatrix", "vulkanMemoryModel")
-"""The device features vkx's kernels may need (Vulkan's names; `subgroupOperations`: the basic
-subgroup operations in the compute stage, VkPhysicalDeviceSubgroupProperties; `cooperativeMatrix`:
-VK_NV_cooperative_matrix's, whose shaders glslang writes in the Vulkan memory model)."""
+"""The device features vkx's kernels may need (Vulkan's names; `subgroupOperations`: the basic and
+arithmetic subgroup operations in the compute stage, VkPhysicalDeviceSubgroupProperties;
+`cooperativeMatrix`: VK_NV_cooperative_matrix's, whose shaders glslang writes in the Vulkan memory
+model)."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,7 @@ _UNSUPPORTED_CAPABILITIES = {10: "shaderFloat64", 4434: "uniformAndStorageBuffer
 """Capabilities needing a feature vkx never enables."""
 
 _WORKGROUP = 4  # StorageClass Workgroup
-_BUILTIN, _WORKGROUP_SIZE = 11, 25  # Decoration BuiltIn, BuiltIn WorkgroupSize
+_BUILTIN, _WORKGROUP_SIZE, _SPEC_ID = 11, 25, 1  # Decoration BuiltIn, BuiltIn WorkgroupSize, Decoration SpecId
 
 
 @dataclass(frozen=True)
@@ -131,9 +133,10 @@ class PipelineNeeds:
     features: frozenset[str]
 
 
-def pipeline_needs(spirv: bytes) -> PipelineNeeds:
+def pipeline_needs(spirv: bytes, spec: Sequence[int] = ()) -> PipelineNeeds:
     """Workgroup size (LocalSize, or the WorkgroupSize built-in's constant), shared-memory bytes
-    (Workgroup variables, tightly packed) and the features its capabilities need."""
+    (Workgroup variables, tightly packed) and the features its capabilities need; specialization
+    constant i (SpecId i) is spec[i] where given, else its default."""
     if len(spirv) < 20 or len(spirv) % 4:
         raise LimitError("not a SPIR-V module")
     words = struct.unpack(f"<{len(spirv) // 4}I", spirv)
@@ -142,6 +145,7 @@ def pipeline_needs(spirv: bytes) -> PipelineNeeds:
     pointee: dict[int, int] = {}
     composites: dict[int, tuple[int, ...]] = {}
     builtin_size: int | None = None
+    spec_ids: dict[int, int] = {}
     local = (1, 1, 1)
     shared = 0
     features: set[str] = set()
@@ -161,6 +165,8 @@ def pipeline_needs(spirv: bytes) -> PipelineNeeds:
             local = (a[2], a[3], a[4])
         elif op == 71 and a[1] == _BUILTIN and a[2] == _WORKGROUP_SIZE:  # OpDecorate
             builtin_size = a[0]
+        elif op == 71 and a[1] == _SPEC_ID:
+            spec_ids[a[0]] = a[2]
         elif op in (21, 22):  # OpTypeInt, OpTypeFloat
             sizes[a[0]] = a[1] // 8
         elif op == 20:  # OpTypeBool
@@ -173,8 +179,11 @@ def pipeline_needs(spirv: bytes) -> PipelineNeeds:
             sizes[a[0]] = sum(sizes.get(m, 0) for m in a[1:])
         elif op == 32:  # OpTypePointer
             pointee[a[0]] = a[2]
-        elif op in (43, 50):  # OpConstant, OpSpecConstant
+        elif op == 43:  # OpConstant
             constants[a[1]] = a[2]
+        elif op == 50:  # OpSpecConstant
+            index = spec_ids.get(a[1], len(spec))
+            constants[a[1]] = spec[index] if index < len(spec) else a[2]
         elif op in (44, 51):  # OpConstantComposite, OpSpecConstantComposite
             composites[a[1]] = tuple(a[2:])
         elif op == 59 and a[2] == _WORKGROUP:  # OpVariable in Workgroup storage
@@ -185,9 +194,10 @@ def pipeline_needs(spirv: bytes) -> PipelineNeeds:
     return PipelineNeeds(tuple(local), shared, frozenset(features))
 
 
-def check_pipeline(limits: Limits, kernel: str, spirv: bytes, nbindings: int, push_bytes: int) -> None:
+def check_pipeline(limits: Limits, kernel: str, spirv: bytes, nbindings: int, push_bytes: int,
+                   spec: Sequence[int] = ()) -> None:
     """Refuse (LimitError naming the kernel, the limit and the value) a pipeline over `limits`."""
-    needs = pipeline_needs(spirv)
+    needs = pipeline_needs(spirv, spec)
     invocations = needs.local_size[0] * needs.local_size[1] * needs.local_size[2]
     over = [(f"maxComputeWorkGroupSize[{d}]", n, m)
             for d, (n, m) in enumerate(zip(needs.local_size, limits.max_compute_work_group_size))]

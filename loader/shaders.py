@@ -231,7 +231,7 @@ class Pipelines:
             if p is not None:
                 return p
             code = compile_spirv(name, defines)
-            check_pipeline(self.device.limits, name, code, nbindings, self.push_bytes)
+            check_pipeline(self.device.limits, name, code, nbindings, self.push_bytes, spec)
             d = self.device.device
             dsl, layout = self._layout(nbindings)
             module = vk.vkCreateShaderModule(d, vk.VkShaderModuleCreateInfo(codeSize=len(code), pCode=code), None)

@@ -9,7 +9,7 @@
 // Bindings: 0 = x, 1 = weight rows [row0, row0 + rows) as uint words, 2 = scales, 3 = out,
 // 4 = bias (HAS_BIAS). A weight larger than one binding is dispatched in row blocks (row0).
 // HIGH_FIRST (BITS 4): each byte holds its even value in the high nibble (ExecuTorch's
-// linear_qcs4w). Scales are [N, groups]; with SCALE_STRIDE they are [groups, SCALE_STRIDE] (ExecuTorch's
+// linear_qcs4w). Scales are [N, groups]; with SCALE_STRIDE they are [groups, p.scale_stride] (ExecuTorch's
 // linear_q4gsw stores them transposed, N padded to a multiple of 4).
 layout(local_size_x = 64) in;
 #include "dtype.glslh"
@@ -25,7 +25,7 @@ layout(local_size_x = 64) in;
 #define ROWS 4
 #define WG 64
 #ifdef SCALE_STRIDE
-#define SCALE_AT(n, g) ((g) * SCALE_STRIDE + (n))
+#define SCALE_AT(n, g) ((g) * p.scale_stride + (n))
 #else
 #define SCALE_AT(n, g) ((n) * p.groups + (g))
 #endif
@@ -54,6 +54,7 @@ layout(push_constant) uniform Push {
     uint group;   // values per scale group
     uint row0;    // first weight row bound
     uint rows;    // weight rows bound
+    uint scale_stride;  // SCALE_STRIDE: the scales' row length
 } p;
 
 shared float part[ROWS][WG];

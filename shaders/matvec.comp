@@ -6,15 +6,21 @@
 // + n*sBn + k]; C[b, n] is c[coff + b1*sCb1 + b2*sCb2 + n]; batch z = b1*nb2 + b2.
 // Workgroup (x, 0, z) owns ROWS output columns: its WG invocations walk K in chunks of
 // eight elements (invocation i reads chunks i, i + WG, ...: neighbours read neighbouring
-// bytes, 16 at a time), then add their partial sums in shared memory. The weight
-// streams once; A is read once per ROWS columns.
+// bytes, 16 at a time), the ROWS columns' loads of a chunk issued together, then add their
+// partial sums (partials.glslh: subgroup adds, or a shared-memory tree). The weight streams
+// once; A is read once per ROWS columns. WG is specialization constant 0, ROWS a define.
 // Bindings: 0 = A, 1 = B, 2 = C, 3 = BIAS (only with HAS_BIAS).
 // Defines: elem_defines for A, B, C, BIAS; A_V / B_V (the array element type) and
 // LOAD8_A(i, lo, hi) / LOAD8_B(i, lo, hi) (elements i..i+7 into two vec4s: two vec4 loads
 // for fp32, one uvec4 of four 16-bit pairs for fp16/bf16, or eight scalar loads);
-// K_TAIL when K % 8 != 0 (then both arrays hold scalars); ROWS and WG (WG a multiple of
-// ROWS), HAS_BIAS.
-layout(local_size_x = WG) in;
+// K_TAIL when K % 8 != 0 (then both arrays hold scalars); HAS_BIAS; SUBGROUP; ROWS.
+// GLU (one batch, no bias, no K_TAIL): binding 3 = B2, a second weight laid out as B (its row 0 at
+// element p.b2off), read in the same workgroup, and C[n] = silu(alpha * sum_k A[k] B[k, n])
+// * (alpha * sum_k A[k] B2[k, n]): SwiGLU's gate and up products and their product in one dispatch.
+#ifdef GLU
+#define PARTIAL_ROWS (2 * ROWS)
+#endif
+#include "partials.glslh"
 #include "dtype.glslh"
 #include "pairs.glslh"
 
@@ -24,6 +30,9 @@ layout(std430, set = 0, binding = 2) writeonly buffer BufC { C_T c[]; };
 #ifdef HAS_BIAS
 layout(std430, set = 0, binding = 3) readonly buffer BufBias { BIAS_T bias[]; };
 #endif
+#ifdef GLU
+layout(std430, set = 0, binding = 3) readonly buffer BufB2 { B_V bup[]; };
+#endif
 
 layout(push_constant) uniform Push {
     int N, K, nb2;
@@ -32,13 +41,8 @@ layout(push_constant) uniform Push {
     int coff, sCb1, sCb2;
     int biasoff, sbn;
     float alpha, beta;
+    int b2off;
 } p;
-
-// Partial sums: part[r][i] is invocation i's sum for column n0 + r (padded against bank conflicts).
-shared float part[ROWS][WG + 1];
-// The sums of SEGS consecutive invocations' partials: seg[r][j] over invocations j*ROWS..j*ROWS+ROWS-1.
-#define SEGS (WG / ROWS)
-shared float seg[ROWS][SEGS];
 
 void main() {
     const int lid = int(gl_LocalInvocationID.x);
@@ -56,6 +60,12 @@ void main() {
     for (int r = 0; r < ROWS; ++r) {
         acc[r] = 0.0;
     }
+#ifdef GLU
+    float acc2[ROWS];
+    for (int r = 0; r < ROWS; ++r) {
+        acc2[r] = 0.0;
+    }
+#endif
     const int K8 = p.K & ~7;
     for (int k = lid * 8; k < K8; k += WG * 8) {
         vec4 x0, x1, w0, w1;
@@ -63,6 +73,10 @@ void main() {
         for (int r = 0; r < ROWS; ++r) {
             LOAD8_B(brow[r] + k, w0, w1);
             acc[r] += dot(x0, w0) + dot(x1, w1);
+#ifdef GLU
+            LOAD8_B2(brow[r] - p.boff + p.b2off + k, w0, w1);
+            acc2[r] += dot(x0, w0) + dot(x1, w1);
+#endif
         }
     }
 #ifdef K_TAIL
@@ -74,29 +88,20 @@ void main() {
     }
 #endif
 
-    // Reduce across the workgroup in two steps, every invocation busy in the first: invocation
-    // i adds ROWS partials of column i % ROWS, then ROWS invocations add SEGS sums each.
     for (int r = 0; r < ROWS; ++r) {
-        part[r][lid] = acc[r];
+        put_partial(r, acc[r]);
+#ifdef GLU
+        put_partial(ROWS + r, acc2[r]);
+#endif
     }
     barrier();
-    {
-        const int r = lid % ROWS;
-        const int j = lid / ROWS;
-        float sum = 0.0;
-        for (int i = 0; i < ROWS; ++i) {
-            sum += part[r][j * ROWS + i];
-        }
-        seg[r][j] = sum;
-    }
-    barrier();
+    fold_partials();
     if (lid < ROWS && n0 + lid < p.N) {
         const int n = n0 + lid;
-        float sum = 0.0;
-        for (int j = 0; j < SEGS; ++j) {
-            sum += seg[lid][j];
-        }
-        float v = p.alpha * sum;
+        float v = p.alpha * row_total(lid);
+#ifdef GLU
+        v = v / (1.0 + exp(-v)) * (p.alpha * row_total(ROWS + lid));
+#endif
 #ifdef HAS_BIAS
         v += p.beta * LOAD_BIAS(p.biasoff + n * p.sbn);
 #endif

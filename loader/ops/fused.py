@@ -4,6 +4,7 @@ from __future__ import annotations
 import struct
 
 from vkx.loader.ops import OpBuilder, TensorArg, UnsupportedOpError, elem_defines
+from vkx.loader.ops.gemm import Operand, gemm, matvec_glu
 from vkx.loader.ops.shape import broadcast_strides, dispatch_groups
 
 _ROTARY_PUSH = struct.Struct("<12I")
@@ -24,3 +25,16 @@ def rotate_half(builder: OpBuilder, x: TensorArg, cos: TensorArg, sin: TensorArg
     pairs = x.numel // 2
     push = _ROTARY_PUSH.pack(pairs, shape[1], shape[2], shape[3], *c, *s)
     builder.dispatch("fused_rotary", [x, cos, sin, out], push, dispatch_groups(pairs), defines)
+
+
+def linear_add(builder: OpBuilder, x: TensorArg, w: TensorArg, residual: TensorArg, out: TensorArg) -> None:
+    """out = x @ w^T + residual (residual of out's shape): the residual is the product's bias,
+    element (m, n), added in fp32 before the one rounding of the store."""
+    n, k = w.shape
+    gemm(builder, Operand(x, 0, k, 1), Operand(w, 0, 1, k), Operand(out, 0, n, 1), x.numel // k, n, k,
+         bias=Operand(residual, 0, n, 1))
+
+
+def swiglu_row(builder: OpBuilder, x: TensorArg, gate: TensorArg, up: TensorArg, out: TensorArg) -> None:
+    """out = silu(x @ gate^T) * (x @ up^T) for one row of activations, in one dispatch."""
+    matvec_glu(builder, x, gate, up, out)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, replace
-from typing import Optional, Sequence
+from typing import Collection, Optional, Sequence
 
 from vkx.format import dtypes
 from vkx.loader.ops import Binding, OpBuilder, TensorArg, UnsupportedOpError, elem_defines
@@ -238,18 +238,65 @@ TILED_INVOCATIONS = 256
 """shaders/matmul_tiled.comp's 16 x 16 workgroup: a device (or profile) allowing fewer
 invocations takes shaders/matmul.comp instead."""
 
-MATVEC_ROWS = 16
-"""Output columns per matvec workgroup (A is read once per MATVEC_ROWS columns)."""
-MATVEC_WG = 64
-"""Invocations per matvec workgroup, splitting K."""
+@dataclass(frozen=True)
+class MatvecShape:
+    """A matrix-vector workgroup (shaders/partials.glslh): `rows` output rows, `invocations`
+    (a power of two) splitting K."""
+    rows: int
+    invocations: int
+
+
+MATVEC_SHAPES: dict[tuple[str, str], MatvecShape] = {
+    ("gpu", "matvec"): MatvecShape(4, 128),
+    ("gpu", "matvec_q"): MatvecShape(4, 128),
+    ("cpu", "matvec"): MatvecShape(16, 64),
+    ("cpu", "matvec_q"): MatvecShape(16, 128),
+    ("small", "matvec"): MatvecShape(8, 64),
+    ("small", "matvec_q"): MatvecShape(8, 64),
+}
+"""The workgroup of shaders/matvec.comp and matvec_q.comp by device class (`device_class`): on a
+GPU bench/matvec.py's best on the H200 (docs/benchmarks.md); on a CPU device (lavapipe, where the
+cost is the number of loads) 16 rows, so that the activations are loaded once per 16 rows; on
+devices without subgroup operations or with fewer than 256 invocations a workgroup (the
+android-baseline-2022 profile) 8 rows of 64 invocations, not measured."""
+MATVEC_ROWS = (1, 2, 4, 8, 16)
+"""The rows a matrix-vector workgroup may have (a define: shaders/partials.glslh)."""
+MIN_INVOCATIONS = 32
+"""The fewest invocations a matrix-vector workgroup is cut down to for short rows."""
+
+
+def device_class(is_cpu: bool, features: Collection[str], max_invocations: int) -> str:
+    """"cpu" (lavapipe), "gpu" (subgroup operations and 256 invocations a workgroup), else "small"."""
+    if is_cpu:
+        return "cpu"
+    if "subgroupOperations" in features and max_invocations >= 256:
+        return "gpu"
+    return "small"
+
+
+def matvec_shape(builder: OpBuilder, kernel: str, chunks: int) -> tuple[MatvecShape, dict[str, int]]:
+    """The workgroup of `kernel` (matvec or matvec_q) for rows of `chunks` 16-byte loads each: the
+    device class's, with invocations halved while half of them would still have a chunk (no idle
+    invocations on short rows); its defines: ROWS (one of MATVEC_ROWS) and SUBGROUP where the device
+    has subgroup operations."""
+    shape = MATVEC_SHAPES[(device_class(builder.is_cpu, builder.features, builder.max_invocations), kernel)]
+    invocations = min(shape.invocations, builder.max_invocations)
+    while invocations > MIN_INVOCATIONS and invocations // 2 >= chunks:
+        invocations //= 2
+    defines = {"ROWS": shape.rows, **({"SUBGROUP": 1} if "subgroupOperations" in builder.features else {})}
+    return MatvecShape(shape.rows, invocations), defines
+
+
+MAX_MATVEC_ROWS = min(s.rows for s in MATVEC_SHAPES.values())
+"""The fewest rows of any matrix-vector workgroup: the grid's bound on N."""
 
 
 def use_matvec(a: Operand, b: Operand, M: int, N: int, K: int) -> bool:
     """Whether a product takes shaders/matvec.comp: one k-contiguous row of A against a k-contiguous B."""
-    return M == 1 and a.sj == 1 and b.si == 1 and K > 0 and -(-N // MATVEC_ROWS) <= MAX_GROUPS
+    return M == 1 and a.sj == 1 and b.si == 1 and K > 0 and -(-N // MAX_MATVEC_ROWS) <= MAX_GROUPS
 
 
-_MATVEC_PUSH = struct.Struct("<15i2f")
+_MATVEC_PUSH = struct.Struct("<15i2fi")
 
 
 def load8(prefix: str, buffer: str, dtype, vector: bool) -> dict[str, str]:
@@ -276,7 +323,26 @@ def _record_matvec(builder, bindings, defines, a, aoff, b, boff, c, coff, N, K, 
     defines.update(load8("B", "b", b.tensor.dtype, b_vec))
     if K % 8:
         defines["K_TAIL"] = 1
-    defines["ROWS"], defines["WG"] = MATVEC_ROWS, MATVEC_WG
+    shape, extra = matvec_shape(builder, "matvec", -(-K // 8))
+    defines.update(extra)
     push = _MATVEC_PUSH.pack(N, K, nb2, aoff, a.sb1, a.sb2, boff, b.sj, b.sb1, b.sb2,
-                             coff, c.sb1, c.sb2, biasoff, sbn, float(alpha), float(beta))
-    builder.dispatch("matvec", bindings, push, (-(-N // MATVEC_ROWS), 1, nb1 * nb2), defines)
+                             coff, c.sb1, c.sb2, biasoff, sbn, float(alpha), float(beta), 0)
+    builder.dispatch("matvec", bindings, push, (-(-N // shape.rows), 1, nb1 * nb2), defines,
+                     (shape.invocations,))
+
+
+def matvec_glu(builder: OpBuilder, x: TensorArg, gate: TensorArg, up: TensorArg, out: TensorArg) -> None:
+    """out[n] = silu(x . gate[n]) * (x . up[n]) for one row x of K elements and weights [N, K]
+    (K a multiple of 8, each tensor within one binding): shaders/matvec.comp's GLU, both weights
+    read in one workgroup, fp32 sums, one rounding on the store."""
+    n, k = gate.shape
+    if k % 8 or any(t.nbytes > builder.max_binding_bytes for t in (x, gate, up, out)):
+        raise UnsupportedOpError(f"gate/up product of [{n}, {k}] weights: K a multiple of 8 and each "
+                                 f"tensor within one binding")
+    shape, extra = matvec_shape(builder, "matvec", k // 8)
+    defines = {**elem_defines("A", "a", x.dtype), **elem_defines("B", "b", gate.dtype),
+               **elem_defines("C", "c", out.dtype), **load8("A", "a", x.dtype, True),
+               **load8("B", "b", gate.dtype, True), **load8("B2", "bup", up.dtype, True), **extra, "GLU": 1}
+    push = _MATVEC_PUSH.pack(n, k, 1, 0, 0, 0, 0, k, 0, 0, 0, 0, 0, 0, 0, 1.0, 1.0, 0)
+    builder.dispatch("matvec", [x, gate, out, up], push, (-(-n // shape.rows), 1, 1), defines,
+                     (shape.invocations,))

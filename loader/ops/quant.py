@@ -18,18 +18,11 @@ from vkx.format.contract import Call
 from vkx.format.op_quant import VALUES_PER_WORD
 
 from . import OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines, read_defines
-from .gemm import load4
+from .gemm import MAX_MATVEC_ROWS, load4, matvec_shape
 from .shape import MAX_GROUPS, dispatch_groups, row_chunks, rows_binding
 
 ROWS = 4
 """Output rows per linear_q workgroup (ROWS in shaders/linear_q.comp)."""
-MATVEC_ROWS = 16
-"""Output rows per matvec_q workgroup: each invocation reads the activations once for this many
-rows and has this many 16-byte weight loads in flight."""
-MATVEC_WG = 128
-"""Invocations per matvec_q workgroup, splitting K (a multiple of MATVEC_ROWS); half as many for rows
-of at most that many 16-byte chunks (K <= 2048 at int4), where the rest would have none to read."""
-
 
 def _linear(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: TensorArg | None,
             out: TensorArg, bits: int, group: int, **variant: str | int) -> None:
@@ -45,7 +38,7 @@ def _linear(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: 
         defines.update(HAS_BIAS=1, **read_defines(builder, "B", "bias", bias))
     if m == 0 or n_rows == 0:
         return
-    if m == 1 and group % (128 // bits) == 0 and -(-n_rows // MATVEC_ROWS) <= MAX_GROUPS:  # whole 16-byte chunks a group
+    if m == 1 and group % (128 // bits) == 0 and -(-n_rows // MAX_MATVEC_ROWS) <= MAX_GROUPS:  # whole 16-byte chunks a group
         _matvec(builder, x, w, s, bias, out, bits, group, defines)
         return
     words = k // VALUES_PER_WORD[bits]
@@ -53,8 +46,9 @@ def _linear(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: 
     # at a time here, an invocation's 32 activations a load were scattered across the workgroup.
     if bits == 8 and words % 4 == 0 and group % (4 * VALUES_PER_WORD[bits]) == 0 and stored == 4 * words:
         defines["VEC"] = 1
+    stride = s.shape[1] if "SCALE_STRIDE" in defines else 0
     for r0, rc in row_chunks(builder, n_rows, stored, [w]):
-        push = struct.pack("<7I", n_rows, k, k // VALUES_PER_WORD[bits], k // group, group, r0, rc)
+        push = struct.pack("<8I", n_rows, k, k // VALUES_PER_WORD[bits], k // group, group, r0, rc, stride)
         bindings = [x, rows_binding(w, r0, rc, stored), s, out] + ([bias] if bias is not None else [])
         builder.dispatch("linear_q", bindings, push, (-(-rc // ROWS), m, 1), defines)
 
@@ -64,12 +58,20 @@ def _matvec(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: 
     """matvec_q.comp: one row of activations, rows of whole 16-byte chunks each inside a scale group."""
     n_rows, stored = w.shape
     chunks = stored // 16
-    wg = MATVEC_WG // 2 if chunks <= MATVEC_WG // 2 else MATVEC_WG
-    defines = {**defines, **load4("X", "x", x.dtype), "ROWS": MATVEC_ROWS, "WG": wg}
+    shape, extra = matvec_shape(builder, "matvec_q", chunks)
+    defines = {**defines, **load4("X", "x", x.dtype), **extra}
+    stride = s.shape[1] if "SCALE_STRIDE" in defines else 0
     for r0, rc in row_chunks(builder, n_rows, stored, [w]):
-        push = struct.pack("<5I", chunks, x.shape[-1] // group, group * bits // 128, r0, rc)
+        push = struct.pack("<6I", chunks, x.shape[-1] // group, group * bits // 128, r0, rc, stride)
         bindings = [x, rows_binding(w, r0, rc, stored), s, out] + ([bias] if bias is not None else [])
-        builder.dispatch("matvec_q", bindings, push, (-(-rc // MATVEC_ROWS), 1, 1), defines)
+        builder.dispatch("matvec_q", bindings, push, (-(-rc // shape.rows), 1, 1), defines,
+                         (shape.invocations,))
+
+
+def linear_q_row(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: TensorArg | None,
+                 out: TensorArg, bits: int, group: int) -> None:
+    """vkx.linear_q's kernels on tensors (a fused step's: vkx.loader.fuse reads a residual as `bias`)."""
+    _linear(builder, x, w, s, bias, out, bits, group)
 
 
 @builds("vkx.linear_q.default")
@@ -106,10 +108,10 @@ def linear_q4gsw(builder: OpBuilder, call: Call) -> None:
 
 def q4gsw(builder: OpBuilder, x: TensorArg, call: Call) -> None:
     """`x` times the weight of a linear_q4gsw-shaped call (also linear_dq8ca_q4gsw's): vkx's 4-bit packing,
-    the scales transposed, [groups, N padded to 4]."""
+    the scales transposed, [groups, N padded to 4] (their row length a push constant)."""
     s = call.tensor("weight_scales")
     _linear(builder, x, call.tensor("weights"), s, call["bias"], call.out, 4, call["group_size"],
-            SCALE_STRIDE=f"{s.shape[1]}u")
+            SCALE_STRIDE=1)
 
 
 @builds("aten._weight_int8pack_mm.default")

@@ -131,3 +131,91 @@ def test_rotary_fused_against_unfused_and_torch(dtype, dims, tmp_path, monkeypat
     for got in (fused, unfused):
         assert_close_in(got, want, dtype, terms=2)
     assert_close_in(fused, unfused, dtype, terms=2)
+
+
+class ProductPlusResidual(torch.nn.Module):
+    """A decoder layer's o_proj / down_proj and its residual add, the add's operands either way."""
+
+    def __init__(self, k: int, n: int, residual_first: bool):
+        super().__init__()
+        self.proj = torch.nn.Linear(k, n, bias=False)
+        self.residual_first = residual_first
+
+    def forward(self, x, r):
+        return r + self.proj(x) if self.residual_first else self.proj(x) + r
+
+
+_PRODUCT = {None: "matvec", "int4": "matvec_q", "int8": "matvec_q"}
+
+
+@pytest.mark.parametrize("quantize", [None, "int4", "int8"], ids=str)
+@pytest.mark.parametrize("dtype", EXPORT_DTYPES, ids=lambda d: _NAMES[d])
+@pytest.mark.parametrize("residual_first", [False, True], ids=["product-first", "residual-first"])
+def test_residual_add_in_the_product_epilogue(quantize, dtype, residual_first, tmp_path, monkeypatch):
+    k, n = 256, 96
+    module = ProductPlusResidual(k, n, residual_first).eval()
+    x, r = rand(1, 1, k, seed=1), rand(1, 1, n, seed=2) * 3
+    path = tmp_path / "m.pte"
+    export_model(module, (x, r), str(path), dtype=_NAMES[dtype], quantize=quantize)
+    inputs = [x.to(dtype), r.to(dtype)]
+    fused, fused_shaders = _run(path, inputs, True, monkeypatch)
+    unfused, unfused_shaders = _run(path, inputs, False, monkeypatch)
+    assert fused_shaders == {_PRODUCT[quantize]: 1}
+    assert unfused_shaders == {_PRODUCT[quantize]: 1, "binary": 1}
+    with torch.no_grad():
+        if quantize is None:
+            want = module.to(dtype)(*inputs)
+        else:  # the same product with the weight the file holds, dequantized
+            from vkx.export.quantize import dequantize, quantize_weight
+            bits = 4 if quantize == "int4" else 8
+            group = 32 if bits == 4 else k
+            q, s = quantize_weight(module.proj.weight.detach(), bits, group)
+            w = dequantize(q, s, bits, group).to(torch.float64)
+            want = (inputs[0].double() @ w.T + inputs[1].double()).to(dtype)
+    assert_close_in(fused, want, dtype, terms=k)
+    assert_close_in(unfused, want, dtype, terms=k)
+    assert_close_in(fused, unfused, dtype, terms=k)
+
+
+def test_residual_add_of_several_rows_stays_unfused(tmp_path):
+    module = ProductPlusResidual(64, 32, False).eval()
+    x, r = rand(1, 5, 64, seed=3), rand(1, 5, 32, seed=4)
+    export_model(module, (x, r), str(tmp_path / "m.pte"))
+    with vkx.load(str(tmp_path / "m.pte")) as program:
+        assert "binary" in {d.shader for d in program.only._executor.dispatches}
+        got = program(x, r)
+    assert_close_in(got, module(x, r), torch.float32, terms=64)
+
+
+class GatedMLP(torch.nn.Module):
+    """A Llama MLP and its residual add: down(silu(gate(x)) * up(x)) + x."""
+
+    def __init__(self, width: int, hidden: int):
+        super().__init__()
+        self.gate = torch.nn.Linear(width, hidden, bias=False)
+        self.up = torch.nn.Linear(width, hidden, bias=False)
+        self.down = torch.nn.Linear(hidden, width, bias=False)
+
+    def forward(self, x):
+        return x + self.down(torch.nn.functional.silu(self.gate(x)) * self.up(x))
+
+
+@pytest.mark.parametrize("dtype", EXPORT_DTYPES, ids=lambda d: _NAMES[d])
+@pytest.mark.parametrize("shape", [(1, 1, 64), (1, 3, 64)], ids=["row", "rows"])
+def test_swiglu_and_residual_fused_against_unfused_and_torch(dtype, shape, tmp_path, monkeypatch):
+    module = GatedMLP(shape[-1], 200).eval()
+    x = rand(*shape, seed=5) * 2
+    path = tmp_path / "m.pte"
+    export_model(module, (x,), str(path), dtype=_NAMES[dtype])
+    xd = x.to(dtype)
+    fused, fused_shaders = _run(path, xd, True, monkeypatch)
+    unfused, unfused_shaders = _run(path, xd, False, monkeypatch)
+    if shape[1] == 1:  # gate, up, silu, mul, down, add: 6 dispatches become the GLU and the down product
+        assert fused_shaders == {"matvec": 2} and sum(unfused_shaders.values()) == 6
+    else:  # several rows: nothing to fuse
+        assert fused_shaders == unfused_shaders
+    with torch.no_grad():
+        want = module.to(dtype)(xd)
+    assert_close_in(fused, want, dtype, terms=200)
+    assert_close_in(unfused, want, dtype, terms=200)
+    assert_close_in(fused, unfused, dtype, terms=200)

@@ -1,0 +1,100 @@
+"""The matrix-vector kernels (shaders/matvec.comp, matvec_q.comp) at every workgroup shape a device
+class or bench/matvec.py's sweep may choose (invocations a specialization constant, rows a define),
+with subgroup sums (lavapipe has subgroup arithmetic) and with the shared-memory tree (the
+android-baseline-2022 profile has none), against torch in every weight dtype."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from vkx.export.quantize import dequantize, quantize_weight
+from vkx.loader.device import Device
+from vkx.loader.graph import GraphBuilder
+from vkx.loader.ops import gemm
+
+from .conftest import Const, assert_close_in, assert_norm_close, rand, run_graph
+
+pytestmark = pytest.mark.vulkan
+
+SHAPES = [gemm.MatvecShape(1, 32), gemm.MatvecShape(2, 256), gemm.MatvecShape(4, 128),
+          gemm.MatvecShape(8, 64), gemm.MatvecShape(16, 128)]
+
+
+@pytest.fixture
+def dispatches(monkeypatch):
+    """(shader, defines, spec) of the dispatches recorded while the test runs."""
+    seen: list[tuple[str, dict, tuple]] = []
+    dispatch = GraphBuilder.dispatch
+
+    def counting(self, shader, bindings, push, groups, defines=None, spec=()):
+        seen.append((shader, dict(defines or {}), tuple(spec)))
+        return dispatch(self, shader, bindings, push, groups, defines, spec)
+
+    monkeypatch.setattr(GraphBuilder, "dispatch", counting)
+    return seen
+
+
+def _shape(monkeypatch, kernel: str, shape: gemm.MatvecShape) -> None:
+    for cls in ("cpu", "gpu", "small"):
+        monkeypatch.setitem(gemm.MATVEC_SHAPES, (cls, kernel), shape)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s.rows}x{s.invocations}")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_matvec_every_shape(shape, dtype, monkeypatch, dispatches):
+    """K = 2056: 257 chunks of 8, more than any workgroup's invocations; N = 37: a partial last workgroup."""
+    _shape(monkeypatch, "matvec", shape)
+    x, w, b = rand(1, 2056, seed=1, dtype=dtype), rand(37, 2056, seed=2, dtype=dtype), rand(37, seed=3, dtype=dtype)
+    got = run_graph("aten.linear.default", [x, Const(w), Const(b)], ((1, 37), dtype))
+    [(shader, defines, spec)] = dispatches
+    assert shader == "matvec" and spec == (shape.invocations,) and defines["ROWS"] == shape.rows \
+        and defines["SUBGROUP"] == 1
+    assert_close_in(got, F.linear(x, w, b), dtype, terms=1)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s.rows}x{s.invocations}")
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_matvec_q_every_shape(shape, bits, dtype, monkeypatch, dispatches):
+    _shape(monkeypatch, "matvec_q", shape)
+    n, k = 37, 4352 if bits == 4 else 2176  # 136 chunks of 16 bytes a row
+    q, s = quantize_weight(rand(n, k, seed=1), bits, 64)
+    x = rand(1, k, seed=2).to(dtype)
+    got = run_graph("vkx.linear_q.default", [x, Const(q), Const(s), None, bits, 64], ((1, n), dtype))
+    [(shader, defines, spec)] = dispatches
+    assert shader == "matvec_q" and spec == (shape.invocations,) and defines["ROWS"] == shape.rows \
+        and defines["SUBGROUP"] == 1
+    want = x.double() @ dequantize(q, s, bits, 64).double().T
+    assert_norm_close(got.double(), want, rtol=1e-5 if dtype == torch.float32 else 4e-3, atol=1e-5)
+
+
+def test_short_rows_take_fewer_invocations(dispatches):
+    x, w = rand(1, 64, seed=1), rand(40, 64, seed=2)
+    run_graph("aten.linear.default", [x, Const(w), None], (1, 40))
+    [(_, _, spec)] = dispatches
+    assert spec[0] == gemm.MIN_INVOCATIONS  # 8 chunks of 8: the fewest invocations
+
+
+@pytest.fixture(scope="module")
+def baseline():
+    dev = Device(profile="android-baseline-2022")
+    yield dev
+    dev.close()
+
+
+def test_shared_memory_sums_without_subgroup_operations(baseline, dispatches):
+    """The baseline has no subgroup operations and 128 invocations a workgroup: the tree variant,
+    fp32 (its only float type without 16-bit storage) and int4/int8 weights."""
+    assert "subgroupOperations" not in baseline.limits.features
+    x, w, b = rand(1, 3000, seed=4), rand(45, 3000, seed=5), rand(45, seed=6)
+    got = run_graph("aten.linear.default", [x, Const(w), Const(b)], (1, 45), device=baseline)
+    assert_norm_close(got, F.linear(x, w, b))
+    for bits in (4, 8):
+        q, s = quantize_weight(rand(45, 4096, seed=7), bits, 32)
+        xq = rand(1, 4096, seed=8)
+        got = run_graph("vkx.linear_q.default", [xq, Const(q), Const(s), None, bits, 32], (1, 45), device=baseline)
+        assert_norm_close(got, xq.double() @ dequantize(q, s, bits, 32).double().T, rtol=1e-5, atol=1e-5)
+    assert [(d[0], "SUBGROUP" in d[1]) for d in dispatches] == [("matvec", False), ("matvec_q", False),
+                                                                 ("matvec_q", False)]
+    assert all(d[2][0] <= 128 and d[2][0] * d[1]["ROWS"] <= 2048 for d in dispatches)
