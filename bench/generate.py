@@ -51,6 +51,11 @@ class TorchDecoder:
 
     decode = prefill
 
+    def prefill_argmax(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
+        return self.prefill(input_ids, cache_position).argmax(-1)
+
+    decode_argmax = prefill_argmax
+
     def reset(self) -> None:
         self.lm.reset()
 

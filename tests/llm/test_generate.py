@@ -24,6 +24,11 @@ class TorchDecoder:
 
     decode = prefill
 
+    def prefill_argmax(self, input_ids, cache_position):
+        return self.prefill(input_ids, cache_position).argmax(-1)
+
+    decode_argmax = prefill_argmax
+
     def reset(self):
         self.lm.reset()
 

@@ -41,9 +41,11 @@ def test_greedy_tokens_and_logits_match_transformers(tmp_path, family):
         assert tokens == expected
         # the same steps, fed transformers' tokens: every step's logits
         decoder.reset()
-        ids = np.zeros((1, PREFILL), np.int64)
-        ids[0, :5] = prompt[0].numpy()
-        steps = [decoder.prefill(ids, np.arange(PREFILL))[0, 4]]
+        ids = np.zeros((1, PREFILL), np.int64)  # padded in front, at the positions after the prompt's
+        ids[0, PREFILL - 5:] = prompt[0].numpy()
+        logits = decoder.prefill(ids, np.array([*range(5, PREFILL), *range(5)]))
+        assert logits.shape == (1, 1, VOCAB)  # the last position's only
+        steps = [logits[0, 0]]
         for position, token in enumerate(expected[:-1], start=5):
             steps.append(decoder.decode(np.array([[token]]), np.array([position]))[0, 0])
     scale = float(ref.logits[0].std())
