@@ -131,3 +131,39 @@ def test_rotary_fused_against_unfused_and_torch(dtype, dims, tmp_path, monkeypat
     for got in (fused, unfused):
         assert_close_in(got, want, dtype, terms=2)
     assert_close_in(fused, unfused, dtype, terms=2)
+
+
+class RepeatedHeads(torch.nn.Module):
+    """transformers' repeat_kv before sdpa (what its sdpa attention does without enable_gqa): the
+    key and value heads expanded to the query heads, then attention with a bool mask."""
+
+    def __init__(self, rep: int):
+        super().__init__()
+        self.rep = rep
+
+    def forward(self, q, k, v, mask):
+        b, hkv, s, d = k.shape
+        k = k[:, :, None].expand(b, hkv, self.rep, s, d).reshape(b, hkv * self.rep, s, d)
+        v = v[:, :, None].expand(b, hkv, self.rep, s, d).reshape(b, hkv * self.rep, s, d)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.mark.parametrize("dtype", EXPORT_DTYPES, ids=lambda d: _NAMES[d])
+@pytest.mark.parametrize("L", [1, 5])
+def test_repeated_kv_heads_read_in_place(dtype, L, tmp_path, monkeypatch):
+    """repeat_kv's expand + reshape of the key and value (copies of the whole cache) fused away:
+    sdpa reads the grouped heads in place; the same values as the unfused copies and torch."""
+    hkv, rep, s, d = 2, 3, 40, 32
+    q, k, v = rand(1, hkv * rep, L, d, seed=1), rand(1, hkv, s, d, seed=2), rand(1, hkv, s, d, seed=3)
+    mask = torch.rand(L, s, generator=torch.Generator().manual_seed(4)) > 0.3
+    mask[:, 0] = True
+    module = RepeatedHeads(rep)
+    path = tmp_path / "m.pte"
+    export_model(module, (q, k, v, mask), str(path), dtype=_NAMES[dtype])
+    inputs = [q.to(dtype), k.to(dtype), v.to(dtype), mask]
+    fused, fused_shaders = _run(path, inputs, True, monkeypatch)
+    unfused, unfused_shaders = _run(path, inputs, False, monkeypatch)
+    assert unfused_shaders.get("copy_strided", 0) >= 2 and "copy_strided" not in fused_shaders
+    want = module(*inputs)
+    assert_close_in(fused, want, dtype, terms=s)
+    assert_close_in(fused, unfused, dtype, terms=s)
