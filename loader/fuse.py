@@ -13,7 +13,8 @@ Patterns:
 - Rotary embedding as transformers writes it, `x * cos + cat(-x[..., h:], x[..., :h]) * sin`
   (neg as a multiply by -1 or neg; cos and sin any broadcast tensors): one elementwise kernel
   (shaders/fused_rotary.comp) in place of two slices, a negation, a two-piece cat, two products
-  and the sum (nine dispatches).
+  and the sum (nine dispatches); where its result is read only by a KV-cache write
+  (`vkx.index_copy` along dim 2 of a [B, H, S, D] cache), that dispatch writes the cache rows too.
 - Grouped-query attention with its key/value heads repeated first, as transformers' `repeat_kv` does
   where sdpa is not given `enable_gqa` (`view(expand(x[:, :, None]), [B, Hkv * rep, S, D])` of the
   key and of the value, each a copy of a layer's whole cache per call): sdpa reads x's grouped heads
@@ -202,12 +203,39 @@ def _rotary(c: _Chain, a: int, max_binding_bytes: int) -> tuple[list[int], list[
             any(t.nbytes > max_binding_bytes for t in tensors):
         return None
     y = chain[a].args[-1]
+    write = _cache_write(c, y)
 
     def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
-        rotate_half(builder, arg(x), arg(cos), arg(sin), arg(y))
+        if write is None:
+            rotate_half(builder, arg(x), arg(cos), arg(sin), arg(y))
+            return
+        target, index, updated = chain[write].args[0], chain[write].args[2], chain[write].args[-1]
+        builder.update(updated, target)
+        rotate_half(builder, arg(x), arg(cos), arg(sin), arg(target), arg(index))
 
-    ops = sorted(ops + [a])
-    return ops, [x, cos, sin], Fused("rotary", tuple(chain[i].node_id for i in ops), run)
+    ops = sorted(ops + [a] + ([write] if write is not None else []))
+    inputs = [x, cos, sin] + ([chain[write].args[0], chain[write].args[2]] if write is not None else [])
+    return ops, inputs, Fused("rotary" if write is None else "rotary and cache write",
+                              tuple(chain[i].node_id for i in ops), run)
+
+
+def _cache_write(c: _Chain, y: int) -> int | None:
+    """The op that writes `y` [B, H, n, D] into a cache [B, H, S, D] along dim 2 (`vkx.index_copy`),
+    when that is y's one reader."""
+    readers = c.readers.get(y, [])
+    if len(readers) != 1 or y in c.outputs:
+        return None
+    op = c.graph.chain[readers[0]]
+    if op.name != "vkx.index_copy.default" or len(op.args) < 5 or op.args[3] != y:
+        return None
+    target, yt, index = c.tensor(op.args[0]), c.tensor(y), c.tensor(op.args[2])
+    dim = c.scalar(op.args[1])
+    if target is None or yt is None or index is None or dim is None or len(yt.dims) != 4 or \
+            len(target.dims) != 4 or int(dim) % 4 != 2 or target.datatype != yt.datatype or \
+            (tuple(target.dims[:2]), target.dims[3]) != (tuple(yt.dims[:2]), yt.dims[3]) or \
+            tuple(index.dims) != (yt.dims[2],):
+        return None
+    return readers[0]
 
 
 def _rotary_terms(c: _Chain, a: int, plain: int, turned: int) -> tuple[list[int], int, int, int] | None:
