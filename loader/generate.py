@@ -213,10 +213,17 @@ class ProgramDecoder:
         return self.program["decode"].run_numpy(input_ids, cache_position)[0]
 
     def prefill_argmax(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
-        return self.program["prefill"].argmax(input_ids, cache_position)
+        return self._argmax("prefill", input_ids, cache_position)
 
     def decode_argmax(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
-        return self.program["decode"].argmax(input_ids, cache_position)
+        return self._argmax("decode", input_ids, cache_position)
+
+    def _argmax(self, name: str, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
+        method = self.program[name]
+        if hasattr(method, "argmax"):  # a Method: on the device, one id read back a row
+            return method.argmax(input_ids, cache_position)
+        # an ExecuTorch plan run instruction by instruction (PlanMethod): its logits, on the host
+        return np.argmax(method.run_numpy(input_ids, cache_position)[0], -1)
 
     def reset(self) -> None:
         self.program.reset()
