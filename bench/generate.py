@@ -49,11 +49,15 @@ class TorchDecoder:
         with torch.no_grad():
             return self.lm(torch.from_numpy(input_ids).to(self.device), torch.from_numpy(cache_position).to(self.device))
 
-    def prefill(self, input_ids: np.ndarray, cache_position: np.ndarray, row: int) -> np.ndarray:
-        return self._logits(input_ids, cache_position)[0, row].float().cpu().numpy()
-
-    def decode(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
+    def prefill(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
         return self._logits(input_ids, cache_position).float().cpu().numpy()
+
+    decode = prefill
+
+    def prefill_argmax(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
+        return self.prefill(input_ids, cache_position).argmax(-1)
+
+    decode_argmax = prefill_argmax
 
     def reset(self) -> None:
         self.lm.reset()

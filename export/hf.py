@@ -5,9 +5,10 @@ A folder holds `config.json`, optionally `model.safetensors` (or shards listed i
 on the meta device and the checkpoint's tensors are assigned to it straight from read-only
 file mappings, so the weights are in memory once. Without weight files the architecture gets
 random weights of real magnitude. `CausalLM` wraps the model for export: one forward
-`(input_ids [1, n], cache_position [n]) -> logits [1, n, vocab]` that writes its keys and
-values into per-layer cache buffers at `cache_position` (`index_copy_`), exported twice:
-`prefill` (n = the prefill length) and `decode` (n = 1). docs/architecture.md describes it.
+`(input_ids [1, n], cache_position [n]) -> logits [1, 1, vocab]` (the last position's: the only
+ones generation reads) that writes its keys and values into per-layer cache buffers at
+`cache_position` (`index_copy_`), exported twice: `prefill` (n = the prefill length) and
+`decode` (n = 1). docs/architecture.md describes it.
 """
 from __future__ import annotations
 
@@ -277,7 +278,9 @@ def _names(names: list[str], shown: int = 3) -> str:
 
 
 class CausalLM(torch.nn.Module):
-    """A causal LM with its KV cache as buffers: `forward(input_ids, cache_position) -> logits`.
+    """A causal LM with its KV cache as buffers: `forward(input_ids, cache_position) -> logits`
+    of the last of the n positions, `[1, 1, vocab]` (the language-model head runs on that row
+    only: a prefill of n tokens does not compute n × vocab logits that nobody reads).
 
     Each layer's keys and values are buffers `[1, kv_heads, max_seq_len, head_dim]` in the
     model's dtype, written at `cache_position` with `index_copy_`. The mask is built here from
@@ -320,7 +323,7 @@ class CausalLM(torch.nn.Module):
         visible = self._slots[None, :] <= cache_position[:, None]
         with _grouped_sdpa():
             return self._model()(input_ids=input_ids, position_ids=cache_position[None, :],
-                              attention_mask=visible[None, None], use_cache=True,
+                                 attention_mask=visible[None, None], use_cache=True, logits_to_keep=1,
                               **{self._cache_argument: self._cache}).logits
 
     def _model(self) -> torch.nn.Module:

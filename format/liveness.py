@@ -27,13 +27,18 @@ VIEWS = frozenset({"aten.view_copy.default", "aten.squeeze_copy.dims"})
 """Ops whose output is their first argument's bytes (same dtype: then the output aliases it)."""
 PERMUTE = "aten.permute_copy.default"
 """A view too where the dims of size > 1 keep their order (a decode step's [1, 1, H, D] -> [1, H, 1, D])."""
+SLICE = "aten.slice_copy.Tensor"
+"""A view too where it keeps every element (a decode step's last position of its one position)."""
 
 
 def is_view(graph: vk.VkGraph, call: vk.OperatorCall) -> bool:
-    """Whether `call`'s output is its first argument's bytes in the same order (`VIEWS`, or an
-    order-keeping `PERMUTE`)."""
+    """Whether `call`'s output is its first argument's bytes in the same order (`VIEWS`, an
+    order-keeping `PERMUTE`, a `SLICE` that keeps every element)."""
     if call.name in VIEWS:
         return True
+    if call.name == SLICE and len(call.args) >= 2:
+        src, out = (graph.values[i] if 0 <= i < len(graph.values) else None for i in (call.args[0], call.args[-1]))
+        return isinstance(src, vk.Tensor) and isinstance(out, vk.Tensor) and src.dims == out.dims
     if call.name != PERMUTE or len(call.args) < 3:
         return False
     src, dims = (graph.values[i] if 0 <= i < len(graph.values) else None for i in call.args[:2])

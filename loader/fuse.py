@@ -13,7 +13,12 @@ Patterns:
 - Rotary embedding as transformers writes it, `x * cos + cat(-x[..., h:], x[..., :h]) * sin`
   (neg as a multiply by -1 or neg; cos and sin any broadcast tensors): one elementwise kernel
   (shaders/fused_rotary.comp) in place of two slices, a negation, a two-piece cat, two products
-  and the sum (nine dispatches).
+  and the sum (nine dispatches); where its result is read only by a KV-cache write
+  (`vkx.index_copy` along dim 2 of a [B, H, S, D] cache), that dispatch writes the cache rows too.
+- Grouped-query attention with its key/value heads repeated first, as transformers' `repeat_kv` does
+  where sdpa is not given `enable_gqa` (`view(expand(x[:, :, None]), [B, Hkv * rep, S, D])` of the
+  key and of the value, each a copy of a layer's whole cache per call): sdpa reads x's grouped heads
+  in place (`enable_gqa`), the expands and their views go.
 - A residual add after a weight product of one row of activations, `linear(x, W) + r` (no bias;
   `vkx.linear_q` too): the add in the product's epilogue (r read as its bias), one dispatch for two
   (a decoder layer's o_proj and down_proj).
@@ -29,6 +34,7 @@ from typing import Callable, Sequence
 
 from vkx.format import vkgraph as g
 from vkx.loader.ops import OpBuilder, TensorArg
+from vkx.loader.ops.attention import attention
 from vkx.loader.ops.fused import linear_add, rotate_half, swiglu_row
 from vkx.loader.ops.quant import linear_q_row
 from vkx.loader.ops.reduce import rms_norm_rows
@@ -204,12 +210,39 @@ def _rotary(c: _Chain, a: int, max_binding_bytes: int) -> tuple[list[int], list[
             any(t.nbytes > max_binding_bytes for t in tensors):
         return None
     y = chain[a].args[-1]
+    write = _cache_write(c, y)
 
     def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
-        rotate_half(builder, arg(x), arg(cos), arg(sin), arg(y))
+        if write is None:
+            rotate_half(builder, arg(x), arg(cos), arg(sin), arg(y))
+            return
+        target, index, updated = chain[write].args[0], chain[write].args[2], chain[write].args[-1]
+        builder.update(updated, target)
+        rotate_half(builder, arg(x), arg(cos), arg(sin), arg(target), arg(index))
 
-    ops = sorted(ops + [a])
-    return ops, [x, cos, sin], Fused("rotary", tuple(chain[i].node_id for i in ops), run)
+    ops = sorted(ops + [a] + ([write] if write is not None else []))
+    inputs = [x, cos, sin] + ([chain[write].args[0], chain[write].args[2]] if write is not None else [])
+    return ops, inputs, Fused("rotary" if write is None else "rotary and cache write",
+                              tuple(chain[i].node_id for i in ops), run)
+
+
+def _cache_write(c: _Chain, y: int) -> int | None:
+    """The op that writes `y` [B, H, n, D] into a cache [B, H, S, D] along dim 2 (`vkx.index_copy`),
+    when that is y's one reader."""
+    readers = c.readers.get(y, [])
+    if len(readers) != 1 or y in c.outputs:
+        return None
+    op = c.graph.chain[readers[0]]
+    if op.name != "vkx.index_copy.default" or len(op.args) < 5 or op.args[3] != y:
+        return None
+    target, yt, index = c.tensor(op.args[0]), c.tensor(y), c.tensor(op.args[2])
+    dim = c.scalar(op.args[1])
+    if target is None or yt is None or index is None or dim is None or len(yt.dims) != 4 or \
+            len(target.dims) != 4 or int(dim) % 4 != 2 or target.datatype != yt.datatype or \
+            (tuple(target.dims[:2]), target.dims[3]) != (tuple(yt.dims[:2]), yt.dims[3]) or \
+            tuple(index.dims) != (yt.dims[2],):
+        return None
+    return readers[0]
 
 
 def _rotary_terms(c: _Chain, a: int, plain: int, turned: int) -> tuple[list[int], int, int, int] | None:
@@ -356,17 +389,90 @@ def _swiglu(c: _Chain, m: int, max_binding_bytes: int) -> tuple[list[int], list[
     return ops, [x, wg, wu], Fused("swiglu", tuple(chain[i].node_id for i in ops), run)
 
 
+_SDPA = "aten.scaled_dot_product_attention.default"
+
+
+def _repeated_heads(c: _Chain, vid: int) -> tuple[list[int], int, tuple[int, ...]] | None:
+    """(ops, x, [B, Hkv, S, D]) when `vid` is `view(expand(u), [B, Hkv * rep, S, D])` with
+    u [B, Hkv, 1, S, D] (x[:, :, None]: x's bytes, x itself where u is a view of x read by the
+    expand only: a view of a KV cache, which is state, would be a copy), the expand read by that
+    view only."""
+    chain = c.graph.chain
+    view = c.op_of(vid, "aten.view_copy.default")
+    if view is None:
+        return None
+    e = chain[view].args[0]
+    expand = c.op_of(e, "aten.expand_copy.default")
+    if expand is None or not c.only_reader(e, view):
+        return None
+    u = chain[expand].args[0]
+    ut, et, kt = c.tensor(u), c.tensor(e), c.tensor(vid)
+    if ut is None or et is None or kt is None or len(ut.dims) != 5 or ut.dims[2] != 1 or len(kt.dims) != 4:
+        return None
+    b, hkv, _, s, d = ut.dims
+    rep = et.dims[2]
+    if tuple(et.dims) != (b, hkv, rep, s, d) or tuple(kt.dims) != (b, hkv * rep, s, d) or \
+            len({ut.datatype, et.datatype, kt.datatype}) != 1:
+        return None
+    ops = [expand, view]
+    unsqueeze = c.op_of(u, "aten.view_copy.default", "aten.unsqueeze_copy.default")
+    if unsqueeze is not None and c.only_reader(u, expand):
+        x = chain[unsqueeze].args[0]
+        xt = c.tensor(x)
+        if xt is not None and xt.datatype == ut.datatype and math.prod(xt.dims) == math.prod(ut.dims):
+            ops.append(unsqueeze)
+            u = x
+    return ops, u, (b, hkv, s, d)
+
+
+def _grouped_attention(c: _Chain, i: int) -> tuple[list[int], list[int], Fused] | None:
+    """sdpa (op `i`) whose key and value are `_repeated_heads` of grouped ones, read by it alone."""
+    chain = c.graph.chain
+    q, k, v, mask, dropout, causal, scale = chain[i].args[:7]
+    out = chain[i].args[-1]
+    found = [_repeated_heads(c, t) if c.only_reader(t, i) else None for t in (k, v)]
+    causal_v, scale_v, mask_t = c.value(causal), c.value(scale), c.tensor(mask)
+    if None in found or c.scalar(dropout) != 0.0 or not isinstance(causal_v, g.Bool) or \
+            not (isinstance(scale_v, g.Null) or c.scalar(scale) is not None) or \
+            not (mask_t is not None or isinstance(c.value(mask), g.Null)):
+        return None
+    (k_ops, uk, k_shape), (v_ops, uv, v_shape) = found
+    qt, ot = c.tensor(q), c.tensor(out)
+    if qt is None or ot is None or len(qt.dims) != 4 or qt.dims[1] != c.tensor(k).dims[1]:
+        return None
+    # the attention kernels read their inputs while they write: a plan may have given the output the
+    # memory of an input whose last reader, as planned, was one of the ops fused away
+    if ot.mem_obj_id >= 0 and any(t is not None and t.mem_obj_id == ot.mem_obj_id
+                                  for t in map(c.tensor, (q, uk, uv, mask))):
+        return None
+    node = chain[i].node_id
+
+    def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
+        grouped_k, grouped_v = arg(uk), arg(uv)
+        attention(builder, f"node {node}", arg(q), TensorArg(grouped_k.vid, k_shape, grouped_k.dtype),
+                  TensorArg(grouped_v.vid, v_shape, grouped_v.dtype), arg(out),
+                  arg(mask) if mask_t is not None else None, c.scalar(scale), causal_v.value, True)
+
+    ops = sorted(k_ops + v_ops + [i])
+    inputs = [q, uk, uv] + ([mask] if mask_t is not None else [])
+    return ops, inputs, Fused("grouped attention", tuple(chain[j].node_id for j in ops), run)
+
+
 def _safe(c: _Chain, ops: Sequence[int], inputs: Sequence[int]) -> bool:
-    """Whether no op outside the match, between its first and last op, writes an input's memory."""
-    objects = {t.mem_obj_id for t in map(c.tensor, inputs) if t is not None and t.mem_obj_id >= 0}
+    """Whether no op outside the match, between its first and last op, writes an input's memory
+    after that input was made (the op that makes an input may sit between them)."""
     inside = set(ops)
     for i in range(min(ops), max(ops)):
         if i in inside:
             continue
         for vid in c._items(c.graph.chain[i].args[-1]) if c.graph.chain[i].args else ():
             t = c.tensor(vid)
-            if vid in inputs or (t is not None and t.mem_obj_id in objects):
-                return False
+            for x in inputs:
+                xt = c.tensor(x)
+                same = vid == x or (t is not None and xt is not None and xt.mem_obj_id >= 0
+                                    and t.mem_obj_id == xt.mem_obj_id)
+                if same and i > c.writer.get(x, -1):
+                    return False
     return True
 
 
@@ -384,6 +490,8 @@ def fuse(graph: g.VkGraph, max_binding_bytes: int) -> list:
             found = _rotary(c, i, max_binding_bytes) or _residual_add(c, i)
         elif op.name == "aten.mul.Tensor":
             found = _swiglu(c, i, max_binding_bytes)
+        elif op.name == _SDPA:
+            found = _grouped_attention(c, i)
         else:
             continue
         if found is None:

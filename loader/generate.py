@@ -1,13 +1,15 @@
 """Token generation over a causal LM with a prefill method, a decode method and a KV cache as state.
 
-The methods take `(input_ids [1, n], cache_position [n])` and return logits `[1, n, vocab]`
-(the form `vkx export DIR` writes, docs/architecture.md). The prompt goes through prefill in
-chunks of its fixed length: a prompt shorter than a chunk is padded (the padded slots are
-written but never seen: a query at position p sees slots 0..p, and decode overwrites slot p
-before any query reaches it); a longer one is cut in chunks, the last one ending at the
-prompt's end and overlapping the one before (rewriting those slots with the same values). Of a chunk's logits only
-the row of the last token is read back: a 512-token chunk's [1, 512, 128256] logits are 263 MB as fp32.
-Sampling is numpy; greedy unless a temperature is given.
+The methods take `(input_ids [1, n], cache_position [n])` and return the logits of the last
+position, `[1, 1, vocab]` (the form `vkx export DIR` writes, docs/architecture.md; a file whose
+methods return every position's `[1, n, vocab]` works too: the last row is read). The prompt goes
+through prefill in chunks of its fixed length, so that the prompt's last token is always a chunk's
+last position: a prompt shorter than a chunk is padded in front, the pads at the positions after
+the prompt's (their slots are written but never seen: a query at position p sees slots 0..p, and
+decode overwrites slot p before any query reaches it); a longer one is cut in chunks, the last one
+ending at the prompt's end and overlapping the one before (rewriting those slots with the same
+values). Sampling is numpy; greedy unless a temperature is given, and greedy steps take the argmax
+on the device (`Method.argmax`: one token id read back per call, not the vocabulary's logits).
 """
 from __future__ import annotations
 
@@ -21,13 +23,17 @@ from vkx.loader.errors import InputError
 
 
 class Decoder(Protocol):
-    """What generation calls: both methods on numpy int64 arrays, returning float logits (prefill
-    only those of position `row` of its chunk, [vocab]: the one a prompt's last token is at; the
-    others are never read back)."""
+    """What generation calls: both methods on numpy int64 arrays, returning float logits (of the
+    call's last position, or of every position: the last row is read); the `_argmax` forms return
+    those logits' argmax over the vocabulary instead (token ids, what a greedy step reads)."""
 
-    def prefill(self, input_ids: np.ndarray, cache_position: np.ndarray, row: int) -> np.ndarray: ...
+    def prefill(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray: ...
 
     def decode(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray: ...
+
+    def prefill_argmax(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray: ...
+
+    def decode_argmax(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray: ...
 
     def reset(self) -> None: ...
 
@@ -138,36 +144,48 @@ def generate(decoder: Decoder, input_ids: Sequence[int], max_new_tokens: int, sh
 def _tokens(decoder: Decoder, input_ids: list[int], max_new_tokens: int, shape: LMShape, sampling: Sampling,
             timings: Timings, stop: frozenset[int]) -> Iterator[int]:
     rng = np.random.default_rng(sampling.seed)
+    greedy = sampling.temperature == 0
     began = time.perf_counter()
     decoder.reset()
-    logits = _prefill(decoder, input_ids, shape.prefill_len)
+    last = _prefill(decoder, input_ids, shape.prefill_len, greedy)
     timings.prompt_tokens = len(input_ids)
     timings.prefill_seconds = time.perf_counter() - began
-    token = sample(logits, sampling, rng)
+    token = _token(last, shape, sampling, rng)
     timings.first_token_seconds = time.perf_counter() - began
     yield token
     for position in range(len(input_ids), len(input_ids) + max_new_tokens - 1):
         if token in stop:
             return
         step = time.perf_counter()
-        logits = np.asarray(decoder.decode(np.array([[token]], np.int64), np.array([position], np.int64)))
-        token = sample(logits.reshape(-1, shape.vocab_size)[-1], sampling, rng)
+        ids, at = np.array([[token]], np.int64), np.array([position], np.int64)
+        token = _token(decoder.decode_argmax(ids, at) if greedy else decoder.decode(ids, at), shape, sampling, rng)
         timings.step_seconds.append(time.perf_counter() - step)
         timings.decode_tokens += 1
         timings.decode_seconds += timings.step_seconds[-1]
         yield token
 
 
-def _prefill(decoder: Decoder, input_ids: list[int], chunk: int) -> np.ndarray:
-    """Run the prompt through prefill; the logits of its last token."""
+def _token(out: np.ndarray, shape: LMShape, sampling: Sampling, rng: np.random.Generator) -> int:
+    """The next token from a call's output: its last argmax (greedy), else its last row of logits sampled."""
+    out = np.asarray(out)
+    if sampling.temperature == 0:
+        return int(out.reshape(-1)[-1])
+    return sample(out.reshape(-1, shape.vocab_size)[-1], sampling, rng)
+
+
+def _prefill(decoder: Decoder, input_ids: list[int], chunk: int, greedy: bool) -> np.ndarray:
+    """Run the prompt through prefill, its last token at the last call's last position; that call's
+    output (logits, or their argmax when `greedy`)."""
     n = len(input_ids)
-    starts = list(range(0, max(n - chunk, 0), chunk)) + [max(n - chunk, 0)]
-    for start in starts:
-        ids = np.zeros((1, chunk), np.int64)
-        piece = input_ids[start:start + chunk]
-        ids[0, :len(piece)] = piece
-        logits = np.asarray(decoder.prefill(ids, np.arange(start, start + chunk, dtype=np.int64), len(piece) - 1))
-    return logits.reshape(-1)
+    if n < chunk:  # pads in front, at the positions after the prompt's (never seen: see the top)
+        calls = [([0] * (chunk - n) + input_ids, [*range(n, chunk), *range(n)])]
+    else:
+        calls = [(input_ids[s:s + chunk], range(s, s + chunk))
+                 for s in [*range(0, n - chunk, chunk), n - chunk]]
+    run = decoder.prefill_argmax if greedy else decoder.prefill
+    for ids, positions in calls:
+        out = run(np.array([ids], np.int64), np.array(positions, np.int64))
+    return out
 
 
 class ProgramDecoder:
@@ -188,11 +206,24 @@ class ProgramDecoder:
         self.eos_token_ids: tuple[int, ...] = program.eos_token_ids
         """What the program records as the model's EOS ids (generation stops at one)."""
 
-    def prefill(self, input_ids: np.ndarray, cache_position: np.ndarray, row: int) -> np.ndarray:
-        return self.program["prefill"].run_numpy_at((0, row), input_ids, cache_position)[0]
+    def prefill(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
+        return self.program["prefill"].run_numpy(input_ids, cache_position)[0]
 
     def decode(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
         return self.program["decode"].run_numpy(input_ids, cache_position)[0]
+
+    def prefill_argmax(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
+        return self._argmax("prefill", input_ids, cache_position)
+
+    def decode_argmax(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
+        return self._argmax("decode", input_ids, cache_position)
+
+    def _argmax(self, name: str, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
+        method = self.program[name]
+        if hasattr(method, "argmax"):  # a Method: on the device, one id read back a row
+            return method.argmax(input_ids, cache_position)
+        # an ExecuTorch plan run instruction by instruction (PlanMethod): its logits, on the host
+        return np.argmax(method.run_numpy(input_ids, cache_position)[0], -1)
 
     def reset(self) -> None:
         self.program.reset()

@@ -16,6 +16,7 @@ bfloat16 inputs and outputs (rounded to bfloat16 on the way in, as torch rounds)
 from __future__ import annotations
 
 import threading
+from typing import Callable
 
 import numpy as np
 
@@ -73,7 +74,7 @@ class Method(Closes):
     """
 
     def __init__(self, resources, graph: g.VkGraph, executor, io_in, io_out, schedule: str, upload: str,
-                 name: str = "forward"):
+                 name: str = "forward", record_argmax: Callable[[], tuple] | None = None):
         self._resources = resources
         self.name = name
         """The method's name (its execution plan's name)."""
@@ -101,6 +102,10 @@ class Method(Closes):
         self.barrier_count = executor.barriers
         """Barriers between those dispatches (one only where a dispatch depends on an earlier one)."""
         self._executor = executor
+        self._record_argmax = record_argmax
+        """Records, on the first `argmax()`, the call followed by its output's argmax (stages.record_argmax)."""
+        self._argmax: tuple | None = None
+        """(executor, port) of that recording, once made."""
         self._in = [Port(t, io) for io, t in io_in]
         self._out = [Port(t, io) for t, io in io_out]
         self.closed = False
@@ -167,29 +172,41 @@ class Method(Closes):
             raise InputError(f"{label}: shape {a.shape}, expected {p.shape}")
         raise InputError(f"{label}: dtype {'bfloat16' if bits else a.dtype.name}, expected {p.dtype}")
 
-    def _execute(self, given: list, torch_out: bool, index=None) -> list[np.ndarray]:
-        """Write the inputs, replay the command buffer, and read the outputs (fresh arrays; at `index` only)."""
+    def _execute(self, given: list, torch_out: bool, argmax: bool = False) -> list[np.ndarray]:
+        """Write the inputs, replay the command buffer, and read the outputs (fresh arrays); with
+        `argmax`, the recording that ends in the output's argmax, and that argmax."""
         with self._lock:
             if self.closed:
                 raise LoadError("program is closed")
             self._resources.source.check_mapped()  # imported weights' files (docs/safety.md)
+            executor, outputs = self._executor, self._out
+            if argmax:
+                if self._argmax is None:
+                    if self._record_argmax is None:
+                        raise LoadError(f"method {self.name!r} has no argmax recording")
+                    tail, t, readback = self._record_argmax()
+                    self._argmax = (tail, Port(t, readback))
+                executor, outputs = self._argmax[0], [self._argmax[1]]
             for p, a, bits in given:
                 p.write(a, bits)
-            self._executor.run()
+            executor.run()
             if not self._executed:
                 self._executed = True
                 self.timeline.mark("after execute")
-            return [p.read(torch_out, index) for p in self._out]
+            return [p.read(torch_out) for p in outputs]
 
     def run_numpy(self, *arrays, **named) -> list[np.ndarray]:
         """Run on numpy arrays (or anything numpy takes), by position or input name; returns
         one array per output (bfloat16 ones as float32)."""
         return self._execute(self._inputs(self._arguments(arrays, named))[0], torch_out=False)
 
-    def run_numpy_at(self, index, *arrays, **named) -> list[np.ndarray]:
-        """`run_numpy`, each output read only at `index` (a numpy index into it: (0, 5) is row 5 of
-        [1, n, vocab] logits); the rest is neither copied out nor converted."""
-        return self._execute(self._inputs(self._arguments(arrays, named))[0], torch_out=False, index=index)
+    def argmax(self, *arrays, **named) -> np.ndarray:
+        """Run on numpy arrays as `run_numpy` does, and return the index of the largest element
+        along the last dim of the method's one (float) output, its first one (NaN the largest), as
+        int32 of the output's shape less that dim: computed on the device after the call, so only
+        the indices are read back (a greedy decoding step's token id, not the vocabulary's logits).
+        The first call records that second command buffer (the method's dispatches, then the argmax)."""
+        return self._execute(self._inputs(self._arguments(arrays, named))[0], torch_out=False, argmax=True)[0]
 
     def __call__(self, *inputs, **named):
         """Run on numpy arrays or torch tensors, by position or input name; returns one output,

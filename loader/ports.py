@@ -80,10 +80,9 @@ class Port:
             a = bf16_values(a) if bits else bf16_bits(a)
         np.copyto(self.view, a, casting="unsafe")
 
-    def read(self, torch_out: bool, index=None) -> np.ndarray:
-        """A copy of the output in the caller's dtype (bfloat16 as uint16 bits when `torch_out`); of
-        only its elements at `index` (a numpy index) when one is given."""
-        v = self.view if index is None else self.view[index]
+    def read(self, torch_out: bool) -> np.ndarray:
+        """A copy of the output in the caller's dtype (bfloat16 as uint16 bits when `torch_out`)."""
+        v = self.view
         if self._plain:
             return v.copy()
         if self._bits:

@@ -28,6 +28,7 @@ staging buffer, and keeps the host copies until the end: peak 2W + A + IO + w + 
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -168,15 +169,9 @@ def build(graph: g.VkGraph, device: Device, options: Options, source, base: int 
     a tensor once, however many constant_ids name it) get one device tensor. `base`:
     where this graph's constant_ids start in `source` (methods of one file share it).
     """
-    limit = min(options.max_binding_bytes or device.max_storage_buffer_range, device.max_storage_buffer_range)
-    cache = pipelines_for(device)
-    builder = GraphBuilder(graph, limit, device.min_storage_buffer_offset_alignment,
-                           cache.push_bytes, device.max_compute_work_group_count,
-                           device.compute_units, device.max_shared_memory, device.is_cpu,
-                           device.limits.max_compute_work_group_invocations, device.limits.features,
-                           device.fp16_cooperative_matrix).build()
-    every = cache.get_all([(x.shader, dict(x.defines), len(x.bindings), x.spec)
-                           for x in [*builder.dispatches, *builder.prepack_dispatches]])
+    builder = _graph_builder(graph, device, options).build()
+    every = pipelines_for(device).get_all([(x.shader, dict(x.defines), len(x.bindings), x.spec)
+                                           for x in [*builder.dispatches, *builder.prepack_dispatches]])
     pipelines, prepack = every[:len(builder.dispatches)], every[len(builder.dispatches):]
     built = Built(builder, pipelines, prepack)
     produced = {t.vid for d in builder.prepack_dispatches for t, _, _ in d.bindings[-1:]}
@@ -192,6 +187,16 @@ def build(graph: g.VkGraph, device: Device, options: Options, source, base: int 
             built.activations.append(t)
     share_constants(built, source)
     return built
+
+
+def _graph_builder(graph: g.VkGraph, device: Device, options: Options) -> GraphBuilder:
+    """A builder of `graph` for this device's limits."""
+    limit = min(options.max_binding_bytes or device.max_storage_buffer_range, device.max_storage_buffer_range)
+    return GraphBuilder(graph, limit, device.min_storage_buffer_offset_alignment,
+                        pipelines_for(device).push_bytes, device.max_compute_work_group_count,
+                        device.compute_units, device.max_shared_memory, device.is_cpu,
+                        device.limits.max_compute_work_group_invocations, device.limits.features,
+                        device.fp16_cooperative_matrix)
 
 
 def share_constants(built: Built, source) -> None:
@@ -352,6 +357,39 @@ def record(built: Built, res: Resources, io_in: list, io_out: list) -> Executor:
     return executor
 
 
+def record_argmax(built: Built, graph: g.VkGraph, res: Resources, options: Options,
+                  io_in: list) -> tuple[Executor, RTensor, Buffer]:
+    """A second recording of a method of one float output: its dispatches, then that output's
+    argmax over its last dim (`aten.argmax.default`, built as any op is) into a small tensor of
+    its own, the only thing read back (`Method.argmax`). Returns (the executor, that tensor, its
+    readback buffer); everything it allocates is the load's (`res`)."""
+    if len(graph.output_ids) != 1:
+        raise LoadError(f"argmax needs a method of one output, not {len(graph.output_ids)}")
+    logits = built.builder.tensors[graph.output_ids[0]]
+    if not logits.arg.dtype.is_float or not logits.arg.shape:
+        raise LoadError(f"argmax needs a float output of at least one dim, not {logits.arg.dtype} "
+                        f"{list(logits.arg.shape)}")
+    source = graph.values[logits.vid]
+    tail = g.VkGraph(
+        chain=[g.OperatorCall(0, "aten.argmax.default", (0, 1, 2, 3))],
+        values=[g.Tensor(source.datatype, tuple(logits.arg.shape)), g.Int(-1), g.Bool(False),
+                g.Tensor(g.DataType.INT32, tuple(logits.arg.shape[:-1]))],
+        input_ids=[0], output_ids=[3])
+    builder = _graph_builder(tail, res.device, options).build()
+    pipelines = pipelines_for(res.device).get_all([(x.shader, dict(x.defines), len(x.bindings), x.spec)
+                                                   for x in builder.dispatches])
+    for t in builder.used_tensors():
+        t.buffer = logits.buffer if t.vid == 0 else res.allocator.buffer(t.nbytes, "activations", "device")
+    out = builder.tensors[3]
+    readback = res.allocator.buffer(out.nbytes, "io", "readback")
+    executor = Executor(res.device, [*built.builder.dispatches, *builder.dispatches],
+                        [*built.pipelines, *pipelines], io_in, [(out, readback)])
+    res.executors.append(executor)
+    executor.record()
+    executor.warm_up()
+    return executor, out, readback
+
+
 # --------------------------------------------------------------------------- the load
 
 @dataclass
@@ -411,7 +449,8 @@ def load_methods(graphs: dict[str, g.VkGraph], source, bases: Sequence[int], sch
         for (name, graph), built, (io_in, io_out) in zip(graphs.items(), builts, io):
             executor = record(built, res, io_in, io_out)
             methods[name] = Method(res, graph, executor, io_in, io_out, options.schedule,
-                                     "import" if res.uploader.imports else res.uploader.mode, name)
+                                   "import" if res.uploader.imports else res.uploader.mode, name,
+                                   functools.partial(record_argmax, built, graph, res, options, io_in))
         dev.check()
         return methods
     except BaseException as error:

@@ -1,13 +1,20 @@
 #version 450
-// Attention of a few query rows (decode) in one dispatch, reading the key/value cache in place:
+// Attention of a few query rows (decode) reading the key/value cache in place, split along the
+// sequence (flash-decoding):
 //   out[r] = softmax_s(scale * q[r] . k[s] + mask) @ v
-// One workgroup of 64 invocations per query row r = (b, hq, l) of q [B, Hq, L, E]; its keys and
-// values are head hk = hq / rep of k [B, Hkv, S, E] and v [B, Hkv, S, Ev] (rep = Hq / Hkv: grouped
-// heads read their group's cache, no copies). The row's S scores live in shared memory (S <= MAX_S).
+// Workgroup (j, r), 64 invocations, takes query row r = (b, hq, l) of q [B, Hq, L, E] and the
+// positions [j * chunk, (j + 1) * chunk) of its keys and values, head hk = hq / rep of
+// k [B, Hkv, S, E] and v [B, Hkv, S, Ev] (rep = Hq / Hkv: grouped heads read their group's cache,
+// no copies); the chunk's scores live in shared memory (chunk <= MAX_CHUNK). With one split
+// (P == 1) it writes out[r]; with several it writes its partial, part[(r * P + j) * (Ev + 2) + ...]
+// = (max score m, sum of exp(score - m), sum of exp(score - m) * v[s] over Ev), fp32, and
+// shaders/attention_combine.comp merges a row's P partials. A masked position's key and value are
+// not read (a cache longer than the context costs its mask, not its bytes).
 // Mask value of (b, hq, l, s): mask[moff + b*smb + hq*smh + l*sml + s*sms] (MASK_FLOAT: added;
 // MASK_BOOL: 0 = -inf); CAUSAL: -inf where s > l. A row whose every score is -inf is all zeros,
 // a NaN score makes it NaN (as shaders/attention_softmax.comp and torch's reference SDPA).
-// Bindings: 0 = q, 1 = k, 2 = v, 3 = out, 4 = mask (a placeholder without a mask).
+// Bindings: 0 = q, 1 = k, 2 = v, 3 = out, 4 = mask (a placeholder without a mask), 5 = part (a
+// placeholder with one split).
 // Defines: elem_defines for Q, K, V, O, M; LOAD8_K(i, lo, hi) and K_V (gemm.py's 8-element loads:
 // 16-byte ones when E % 8 == 0); MASK_FLOAT / MASK_BOOL; CAUSAL.
 layout(local_size_x = 64) in;
@@ -15,7 +22,7 @@ layout(local_size_x = 64) in;
 #include "pairs.glslh"
 
 #define WG 64
-#define MAX_S 4096
+#define MAX_CHUNK 1024
 #define MAX_E 256
 
 layout(std430, set = 0, binding = 0) readonly buffer BufQ { Q_T q[]; };
@@ -23,18 +30,20 @@ layout(std430, set = 0, binding = 1) readonly buffer BufK { K_V k[]; };
 layout(std430, set = 0, binding = 2) readonly buffer BufV { V_T v[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer BufO { O_T o[]; };
 layout(std430, set = 0, binding = 4) readonly buffer BufM { M_T mask[]; };
+layout(std430, set = 0, binding = 5) writeonly buffer BufP { float part[]; };
 
 layout(push_constant) uniform Push {
     int L, S, E, Ev, Hq, rep, Hkv;
     int moff, smb, smh, sml, sms;
     float scale;
+    int chunk, P;
 } p;
 
 #define NEG_INF uintBitsToFloat(0xff800000u)
 
 shared float qs[MAX_E];
-shared float sc[MAX_S];
-shared float part[WG];
+shared float sc[MAX_CHUNK];
+shared float red[WG];
 
 float combine_max(float a, float b) {
     return (b > a || isnan(b)) && !isnan(a) ? b : a;
@@ -42,7 +51,8 @@ float combine_max(float a, float b) {
 
 void main() {
     const int lane = int(gl_LocalInvocationID.x);
-    const int r = int(gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x);
+    const int j = int(gl_WorkGroupID.x);
+    const int r = int(gl_WorkGroupID.y);
     const int bh = r / p.L;
     const int l = r - bh * p.L;
     const int b = bh / p.Hq;
@@ -51,6 +61,8 @@ void main() {
     const int kbase = kv * p.S * p.E;
     const int vbase = kv * p.S * p.Ev;
     const int mbase = p.moff + b * p.smb + hq * p.smh + l * p.sml;
+    const int s0 = j * p.chunk;
+    const int n = min(p.S - s0, p.chunk);
 
     for (int e = lane; e < p.E; e += WG) {
         qs[e] = LOAD_Q(r * p.E + e) * p.scale;
@@ -58,66 +70,87 @@ void main() {
     barrier();
 
     float mx = NEG_INF;
-    for (int s = lane; s < p.S; s += WG) {
-        float dotp = 0.0;
-        for (int e = 0; e < p.E; e += 8) {
-            vec4 lo, hi;
-            LOAD8_K(kbase + s * p.E + e, lo, hi);
-            dotp += dot(lo, vec4(qs[e], qs[e + 1], qs[e + 2], qs[e + 3]))
-                  + dot(hi, vec4(qs[e + 4], qs[e + 5], qs[e + 6], qs[e + 7]));
-        }
+    for (int i = lane; i < n; i += WG) {
+        const int s = s0 + i;
+        bool masked = false;
+        float add = 0.0;
 #if defined(MASK_FLOAT)
-        dotp += LOAD_M(mbase + s * p.sms);
+        add = LOAD_M(mbase + s * p.sms);
+        masked = add == NEG_INF;
 #elif defined(MASK_BOOL)
-        if (LOADI_M(mbase + s * p.sms) == 0) {
-            dotp = NEG_INF;
-        }
+        masked = LOADI_M(mbase + s * p.sms) == 0;
 #endif
 #ifdef CAUSAL
-        if (s > l) {
-            dotp = NEG_INF;
-        }
+        masked = masked || s > l;
 #endif
-        sc[s] = dotp;
+        float dotp = NEG_INF;
+        if (!masked) {
+            dotp = add;
+            for (int e = 0; e < p.E; e += 8) {
+                vec4 lo, hi;
+                LOAD8_K(kbase + s * p.E + e, lo, hi);
+                dotp += dot(lo, vec4(qs[e], qs[e + 1], qs[e + 2], qs[e + 3]))
+                      + dot(hi, vec4(qs[e + 4], qs[e + 5], qs[e + 6], qs[e + 7]));
+            }
+        }
+        sc[i] = dotp;
         mx = combine_max(mx, dotp);
     }
-    part[lane] = mx;
+    red[lane] = mx;
     barrier();
     for (int half_ = WG / 2; half_ > 0; half_ >>= 1) {
         if (lane < half_) {
-            part[lane] = combine_max(part[lane], part[lane + half_]);
+            red[lane] = combine_max(red[lane], red[lane + half_]);
         }
         barrier();
     }
-    mx = part[0];
+    mx = red[0];
     barrier();
-    if (isnan(mx) || mx == NEG_INF) {
-        const float fill = isnan(mx) ? uintBitsToFloat(0x7FC00000u) : 0.0;
-        for (int e = lane; e < p.Ev; e += WG) {
-            STORE_O(r * p.Ev + e, fill);
+    const int pbase = (r * p.P + j) * (p.Ev + 2);
+    if (isnan(mx) || mx == NEG_INF) {  // NaN: the row is NaN; all masked: nothing to add
+        if (p.P == 1) {
+            const float fill = isnan(mx) ? uintBitsToFloat(0x7FC00000u) : 0.0;
+            for (int e = lane; e < p.Ev; e += WG) {
+                STORE_O(r * p.Ev + e, fill);
+            }
+        } else {
+            for (int e = lane; e < p.Ev + 2; e += WG) {
+                part[pbase + e] = e == 0 ? mx : 0.0;
+            }
         }
         return;
     }
     float sum = 0.0;
-    for (int s = lane; s < p.S; s += WG) {
-        const float w = exp(sc[s] - mx);
-        sc[s] = w;
+    for (int i = lane; i < n; i += WG) {
+        const float w = exp(sc[i] - mx);
+        sc[i] = w;
         sum += w;
     }
-    part[lane] = sum;
+    red[lane] = sum;
     barrier();
     for (int half_ = WG / 2; half_ > 0; half_ >>= 1) {
         if (lane < half_) {
-            part[lane] += part[lane + half_];
+            red[lane] += red[lane + half_];
         }
         barrier();
     }
-    const float inv = 1.0 / part[0];
+    sum = red[0];
     for (int e = lane; e < p.Ev; e += WG) {
         float acc = 0.0;
-        for (int s = 0; s < p.S; ++s) {
-            acc += sc[s] * LOAD_V(vbase + s * p.Ev + e);
+        for (int i = 0; i < n; ++i) {
+            const float w = sc[i];
+            if (w != 0.0) {  // the same for every lane: masked positions' values are not read
+                acc += w * LOAD_V(vbase + (s0 + i) * p.Ev + e);
+            }
         }
-        STORE_O(r * p.Ev + e, acc * inv);
+        if (p.P == 1) {
+            STORE_O(r * p.Ev + e, acc / sum);
+        } else {
+            part[pbase + 2 + e] = acc;
+        }
+    }
+    if (p.P > 1 && lane == 0) {
+        part[pbase] = mx;
+        part[pbase + 1] = sum;
     }
 }

@@ -6,7 +6,10 @@
 // x's shape is four dims (d0..d3, d3 = D); element (i0, i1, i2, i3) of cos is
 // cos[i0*c0 + i1*c1 + i2*c2 + i3*c3], of sin likewise with s0..s3. p.n counts pairs.
 // fp32 math, one rounding on the store.
-// Bindings: 0 = x, 1 = cos, 2 = sin, 3 = y. Defines: elem_defines for X, C, S, Y.
+// INDEXED (the KV-cache write fused in, vkx.index_copy along dim 2): y is the cache [d0, d1, size,
+// d3] and x's row i2 goes to its row idx[i2] (a position outside [0, size) writes nothing).
+// Bindings: 0 = x, 1 = cos, 2 = sin, 3 = y, 4 = idx (INDEXED). Defines: elem_defines for X, C, S,
+// Y (and I with INDEXED); INDEXED.
 layout(local_size_x = 64) in;
 #include "dtype.glslh"
 
@@ -14,11 +17,15 @@ layout(std430, set = 0, binding = 0) readonly buffer BufX { X_T x[]; };
 layout(std430, set = 0, binding = 1) readonly buffer BufC { C_T cs[]; };
 layout(std430, set = 0, binding = 2) readonly buffer BufS { S_T sn[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer BufY { Y_T y[]; };
+#ifdef INDEXED
+layout(std430, set = 0, binding = 4) readonly buffer BufI { I_T idx[]; };
+#endif
 
 layout(push_constant) uniform Push {
     uint n, d1, d2, d3;
     uint c0, c1, c2, c3;
     uint s0, s1, s2, s3;
+    uint size;  // INDEXED: the cache's rows
 } p;
 
 void main() {
@@ -37,6 +44,15 @@ void main() {
     const uint c = i0 * p.c0 + i1 * p.c1 + i2 * p.c2 + i3 * p.c3;
     const uint s = i0 * p.s0 + i1 * p.s1 + i2 * p.s2 + i3 * p.s3;
     const float a = LOAD_X(lo), b = LOAD_X(lo + h);
-    STORE_Y(lo, a * LOAD_C(c) - b * LOAD_S(s));
-    STORE_Y(lo + h, b * LOAD_C(c + h * p.c3) + a * LOAD_S(s + h * p.s3));
+#ifdef INDEXED
+    const int position = LOADI_I(i2);
+    if (position < 0 || position >= int(p.size)) {
+        return;
+    }
+    const uint to = ((i0 * p.d1 + i1) * p.size + uint(position)) * p.d3 + i3;
+#else
+    const uint to = lo;
+#endif
+    STORE_Y(to, a * LOAD_C(c) - b * LOAD_S(s));
+    STORE_Y(to + h, b * LOAD_C(c + h * p.c3) + a * LOAD_S(s + h * p.s3));
 }

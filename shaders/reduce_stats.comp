@@ -2,13 +2,16 @@
 // The largest or smallest element (or its index), or the variance, over any set of dims.
 // Bindings: 0 = in, 1 = out (contiguous; the kept dims in their original order).
 // The dims come split and merged as for reduce_dims.comp (ksize/kstride, rsize/rstride, at most
-// 6 of each); one invocation walks one output's `count` reduced elements in flat order (the
-// innermost reduced dim fastest), so an index is the flat index over the reduced dims.
+// 6 of each); an output's `count` reduced elements are walked in flat order (the innermost
+// reduced dim fastest), so an index is the flat index over the reduced dims. Without ROW_WG one
+// invocation walks one output; with it (rows.glslh) a workgroup does, its lanes taking every
+// ROW_WG-th element and combining (value, first index) pairs in shared memory (a long row: the
+// vocabulary's logits of a greedy decode step).
 // Defines (one op kind): MAX or MIN (the value), ARGMAX or ARGMIN (its first index; NaN counts
 // as the largest and the smallest, as in torch: NaN wins), VAR (the two-pass variance divided by
 // count - correction); elem_defines for X and Y. Math in fp32.
-layout(local_size_x = 64) in;
 #include "dtype.glslh"
+#include "rows.glslh"
 
 layout(std430, set = 0, binding = 0) readonly buffer BufIn { X_T x[]; };
 layout(std430, set = 0, binding = 1) writeonly buffer BufOut { Y_T y[]; };
@@ -38,11 +41,36 @@ uint offset_of(uint base, uint i) {
     return off;
 }
 
+#if !defined(VAR)
+// Whether element (e, i) goes before (best, at) in the order the result takes: NaN first, then the
+// larger (MAX, ARGMAX) or smaller value, then the smaller index. NONE: no element (a lane that
+// had none).
+#define NONE 0xFFFFFFFFu
+bool before(float e, uint i, float best, uint at) {
+    if (i == NONE || at == NONE) {
+        return i != NONE;
+    }
+    if (isnan(e) || isnan(best)) {
+        return isnan(e) && (!isnan(best) || i < at);
+    }
+#if defined(MAX) || defined(ARGMAX)
+    return e > best || (e == best && i < at);
+#else
+    return e < best || (e == best && i < at);
+#endif
+}
+#ifdef ROW_WG
+shared float best_part[ROW_WG];
+shared uint at_part[ROW_WG];
+#endif
+#endif
+
 void main() {
-    const uint gid = gl_GlobalInvocationID.y * gl_NumWorkGroups.x * 64u + gl_GlobalInvocationID.x;
+    const uint gid = row_index();
     if (gid >= p.n_out) {
         return;
     }
+    const uint lane = row_lane();
     uint base = 0u;
     uint r = gid;
     for (int d = int(p.nk) - 1; d >= 0; --d) {
@@ -53,35 +81,53 @@ void main() {
     }
 #ifdef VAR
     precise float sum = 0.0;
-    for (uint i = 0u; i < p.count; ++i) {
+    for (uint i = lane; i < p.count; i += ROW_LANES) {
         sum += LOAD_X(offset_of(base, i));
     }
-    const float mean = sum / float(p.count);
+    const float mean = row_sum(sum) / float(p.count);
     precise float squares = 0.0;
-    for (uint i = 0u; i < p.count; ++i) {
+    for (uint i = lane; i < p.count; i += ROW_LANES) {
         float d = LOAD_X(offset_of(base, i)) - mean;
         squares += d * d;
     }
-    STORE_Y(gid, squares / max(float(p.count) - p.correction, 0.0));
+    squares = row_sum(squares);
+    if (lane == 0u) {
+        STORE_Y(gid, squares / max(float(p.count) - p.correction, 0.0));
+    }
 #else
-    float best = LOAD_X(offset_of(base, 0u));
-    uint at = 0u;
-    for (uint i = 1u; i < p.count && !isnan(best); ++i) {
-        float e = LOAD_X(offset_of(base, i));
-#if defined(MAX) || defined(ARGMAX)
-        bool better = e > best || isnan(e);
-#else
-        bool better = e < best || isnan(e);
-#endif
-        if (better) {
+    float best = 0.0;
+    uint at = NONE;
+    for (uint i = lane; i < p.count && !isnan(best); i += ROW_LANES) {
+        const float e = LOAD_X(offset_of(base, i));
+        if (before(e, i, best, at)) {
             best = e;
             at = i;
         }
     }
-#if defined(MAX) || defined(MIN)
-    STORE_Y(gid, best);
-#else
-    STORE_Y(gid, int(at));
+#ifdef ROW_WG
+    best_part[lane] = best;
+    at_part[lane] = at;
+    barrier();
+    for (uint half_ = ROW_WG / 2; half_ > 0u; half_ >>= 1) {
+        if (lane < half_ && before(best_part[lane + half_], at_part[lane + half_], best_part[lane], at_part[lane])) {
+            best_part[lane] = best_part[lane + half_];
+            at_part[lane] = at_part[lane + half_];
+        }
+        barrier();
+    }
+    best = best_part[0];
+    at = at_part[0];
 #endif
+    if (lane == 0u) {
+        if (at == NONE) {  // nothing reduced (count 0): element 0, as a walk from it would give
+            at = 0u;
+            best = LOAD_X(offset_of(base, 0u));
+        }
+#if defined(MAX) || defined(MIN)
+        STORE_Y(gid, best);
+#else
+        STORE_Y(gid, int(at));
+#endif
+    }
 #endif
 }

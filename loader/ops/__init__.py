@@ -152,6 +152,8 @@ class OpBuilder(Protocol):
     """Required alignment of `SubRange.offset` (minStorageBufferOffsetAlignment)."""
     compute_units: int
     """The device's compute units (vkx.loader.device.Device.compute_units)."""
+    max_groups: tuple[int, int, int]
+    """Workgroups one dispatch may have along x, y and z (maxComputeWorkGroupCount)."""
     shared_memory_bytes: int
     """Shared memory one workgroup may use (maxComputeSharedMemorySize)."""
     max_invocations: int

@@ -1,8 +1,10 @@
 """aten.scaled_dot_product_attention.default.
 
-A few query rows (decode: L <= DECODE_ROWS) against at most DECODE_MAX_S keys take one dispatch,
-shaders/attention_decode.comp: a workgroup per query row, scores in shared memory, the key/value
-cache read in place (grouped heads too). Otherwise three dispatches through an fp32 scratch tensor of scores [batch, L, S]:
+A few query rows (decode: L <= DECODE_ROWS) take shaders/attention_decode.comp, the key/value cache
+read in place (grouped heads too), split along the sequence (flash-decoding): a workgroup per query
+row and chunk of positions, enough chunks to give every compute unit DECODE_GROUPS_PER_UNIT
+workgroups (`decode_split`), then shaders/attention_combine.comp merging each row's partials (one
+dispatch when one chunk does). Otherwise three dispatches through an fp32 scratch tensor of scores [batch, L, S]:
   1. scores = scale * q @ k^T      (gemm.gemm; k is read transposed in place, and
      one query row, the decode case, takes the matvec shader)
   2. masked, stable softmax of each scores row, in place (attention_softmax shader, a
@@ -28,11 +30,27 @@ from vkx.loader.ops.reduce import row_dispatch
 from vkx.loader.ops.shape import bind_elems, broadcast_strides, contiguous_strides, dispatch_groups
 
 _SOFTMAX_PUSH = struct.Struct("<11i")
-_DECODE_PUSH = struct.Struct("<12if")
+_DECODE_PUSH = struct.Struct("<12if2i")
+_COMBINE_PUSH = struct.Struct("<3i")
 DECODE_ROWS = 8
 """Query rows per head up to which attention takes shaders/attention_decode.comp."""
-DECODE_MAX_S, DECODE_MAX_E = 4096, 256
-"""That shader's MAX_S and MAX_E: keys whose scores fit its shared memory, the longest head."""
+DECODE_MAX_CHUNK, DECODE_MAX_E = 1024, 256
+"""That shader's MAX_CHUNK and MAX_E: the positions of one workgroup (their scores in shared
+memory), the longest head."""
+DECODE_MIN_CHUNK = 64
+"""The fewest positions a workgroup takes (a multiple of its 64 invocations)."""
+DECODE_GROUPS_PER_UNIT = 4
+"""Workgroups per compute unit the split aims at (H200: 32 query heads x 16 chunks for 132 SMs)."""
+
+
+def decode_split(rows: int, S: int, units: int) -> tuple[int, int]:
+    """(chunk, P): positions per workgroup and chunks per query row of a decode attention over S
+    positions, so that rows * P reaches DECODE_GROUPS_PER_UNIT workgroups per compute unit, each
+    chunk a multiple of DECODE_MIN_CHUNK within DECODE_MAX_CHUNK."""
+    wanted = max(1, -(-DECODE_GROUPS_PER_UNIT * units // rows))
+    chunk = -(-S // wanted)
+    chunk = min(DECODE_MAX_CHUNK, max(DECODE_MIN_CHUNK, -(-chunk // DECODE_MIN_CHUNK) * DECODE_MIN_CHUNK))
+    return chunk, -(-S // chunk)
 
 
 @builds("aten.scaled_dot_product_attention.default")
@@ -131,11 +149,15 @@ def _decode(builder: OpBuilder, q: TensorArg, k: TensorArg, v: TensorArg, out: T
         return False
     if hq != hkv and not (enable_gqa and hq % hkv == 0):
         return False
-    if L > DECODE_ROWS or S > DECODE_MAX_S or E > DECODE_MAX_E or E % 8 or S == 0:
+    if L > DECODE_ROWS or E > DECODE_MAX_E or E % 8 or S == 0:
         return False
-    if 4 * (DECODE_MAX_S + DECODE_MAX_E + 64) > builder.shared_memory_bytes:
+    if 4 * (DECODE_MAX_CHUNK + DECODE_MAX_E + 64) > builder.shared_memory_bytes:
         return False
     if any(t.nbytes > builder.max_binding_bytes for t in (q, k, v, out, *([mask] if mask is not None else []))):
+        return False
+    rows = math.prod(lead) * hq * L
+    chunk, P = decode_split(rows, S, builder.compute_units)
+    if P > builder.max_groups[0] or rows > builder.max_groups[1] or 4 * rows * P * (Ev + 2) > builder.max_binding_bytes:
         return False
     defines: dict[str, int | str] = {**elem_defines("Q", "q", q.dtype), **elem_defines("K", "k", k.dtype),
                                      **elem_defines("V", "v", v.dtype), **elem_defines("O", "o", out.dtype),
@@ -149,7 +171,10 @@ def _decode(builder: OpBuilder, q: TensorArg, k: TensorArg, v: TensorArg, out: T
         *mlead, smh, sml, sms = strides
         smb = mlead[0] if mlead else 0
     defines.update(read_defines(builder, "M", "mask", mask or q))
-    rows = math.prod(lead) * hq * L
-    push = _DECODE_PUSH.pack(L, S, E, Ev, hq, hq // hkv, hkv, 0, smb, smh, sml, sms, scale)
-    builder.dispatch("attention_decode", [q, k, v, out, mask or q], push, dispatch_groups(rows, 1), defines)
+    push = _DECODE_PUSH.pack(L, S, E, Ev, hq, hq // hkv, hkv, 0, smb, smh, sml, sms, scale, chunk, P)
+    part = builder.scratch(rows * P * (Ev + 2)) if P > 1 else out  # one chunk: a placeholder, never written
+    builder.dispatch("attention_decode", [q, k, v, out, mask or q, part], push, (P, rows, 1), defines)
+    if P > 1:
+        builder.dispatch("attention_combine", [part, out], _COMBINE_PUSH.pack(rows, P, Ev),
+                         dispatch_groups(rows, 1), elem_defines("O", "o", out.dtype))
     return True

@@ -7,12 +7,15 @@ from vkx.loader.ops import OpBuilder, TensorArg, UnsupportedOpError, elem_define
 from vkx.loader.ops.gemm import Operand, gemm, matvec_glu
 from vkx.loader.ops.shape import broadcast_strides, dispatch_groups
 
-_ROTARY_PUSH = struct.Struct("<12I")
+_ROTARY_PUSH = struct.Struct("<13I")
 
 
-def rotate_half(builder: OpBuilder, x: TensorArg, cos: TensorArg, sin: TensorArg, out: TensorArg) -> None:
+def rotate_half(builder: OpBuilder, x: TensorArg, cos: TensorArg, sin: TensorArg, out: TensorArg,
+                index: TensorArg | None = None) -> None:
     """out = x * cos + rotate_half(x) * sin over x's last dim (even), cos and sin broadcast to x
-    (shaders/fused_rotary.comp: one dispatch; out may be x's memory)."""
+    (shaders/fused_rotary.comp: one dispatch; out may be x's memory). With `index`, out is a
+    KV cache [d0, d1, size, d3] and x [d0, d1, n, d3]'s row i goes to its row index[i] (the cache
+    write, vkx.index_copy along dim 2, in the same dispatch)."""
     if len(x.shape) > 4 or x.shape[-1] % 2:
         raise UnsupportedOpError(f"rotary over x {x.shape}: at most four dims and an even last one")
     if any(t.nbytes > builder.max_binding_bytes for t in (x, cos, sin, out)):
@@ -23,8 +26,15 @@ def rotate_half(builder: OpBuilder, x: TensorArg, cos: TensorArg, sin: TensorArg
     defines = {**elem_defines("X", "x", x.dtype), **elem_defines("C", "cs", cos.dtype),
                **elem_defines("S", "sn", sin.dtype), **elem_defines("Y", "y", out.dtype)}
     pairs = x.numel // 2
-    push = _ROTARY_PUSH.pack(pairs, shape[1], shape[2], shape[3], *c, *s)
-    builder.dispatch("fused_rotary", [x, cos, sin, out], push, dispatch_groups(pairs), defines)
+    bindings = [x, cos, sin, out]
+    if index is not None:
+        if len(x.shape) != 4 or len(out.shape) != 4 or (out.shape[:2], out.shape[3]) != (x.shape[:2], x.shape[3]) \
+                or index.shape != (x.shape[2],):
+            raise UnsupportedOpError(f"rotary of {x.shape} into a cache {out.shape} at {index.shape} positions")
+        defines.update(INDEXED=1, **elem_defines("I", "idx", index.dtype))
+        bindings.append(index)
+    push = _ROTARY_PUSH.pack(pairs, shape[1], shape[2], shape[3], *c, *s, out.shape[2] if index is not None else 0)
+    builder.dispatch("fused_rotary", bindings, push, dispatch_groups(pairs), defines)
 
 
 def linear_add(builder: OpBuilder, x: TensorArg, w: TensorArg, residual: TensorArg, out: TensorArg) -> None:

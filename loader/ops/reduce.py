@@ -1,5 +1,6 @@
 """Reductions and normalisations: softmax, log-softmax, layer/RMS/batch norm, sum, mean; amax, amin,
-argmax, argmin and var (shaders/reduce_stats.comp, one invocation per output).
+argmax, argmin and var (shaders/reduce_stats.comp, one invocation per output, or a workgroup
+per output over at least ROW_MIN elements, as the row-wise ops).
 
 Row-wise ops (softmax, layer norm, RMS norm; attention's softmax too) share
 shaders/rows.glslh: a row of at least ROW_MIN elements is one workgroup's, its
@@ -237,7 +238,8 @@ STATS = {"aten.amax.default": "MAX", "aten.amin.default": "MIN", "aten.argmax.de
 @builds(*STATS)
 def reduce_stats(builder: OpBuilder, call: Call) -> None:
     """amax/amin (NaN wins), argmax/argmin (the first extreme's index over the reduced dims; every
-    dim when `dim` is None), var (correction None is 1) over `dim`, one invocation per output."""
+    dim when `dim` is None), var (correction None is 1) over `dim`: one invocation per output, a
+    workgroup per output reducing at least ROW_MIN elements (row_dispatch)."""
     src, out = call.tensor("self"), call.out
     if out.numel == 0:
         return
@@ -245,4 +247,5 @@ def reduce_stats(builder: OpBuilder, call: Call) -> None:
     correction = call["correction"] if call.decl.has("correction") else None
     push = head + struct.pack("<If", count, 1.0 if correction is None else float(correction)) + tables
     defines = {**_types(("X", "x", src), ("Y", "y", out)), STATS[call.decl.name]: "1"}
-    builder.dispatch("reduce_stats", [src, out], push, dispatch_groups(out.numel), defines)
+    groups, wg = row_dispatch(builder, out.numel, count)
+    builder.dispatch("reduce_stats", [src, out], push, groups, {**defines, **wg})

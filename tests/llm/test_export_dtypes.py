@@ -20,6 +20,7 @@ from vkx.loader.generate import ProgramDecoder
 pytestmark = pytest.mark.vulkan
 
 PREFILL, MAX_SEQ, PROMPT = 16, 64, 11
+POSITIONS = [*range(PROMPT, PREFILL), *range(PROMPT)]
 # Largest logit error against torch, in units of the logits' standard deviation (about 1): the
 # 16-bit dtypes' rounding over two layers; fp32 arithmetic for the quantized ones (torch computes
 # with the same quantized weights). Far below what a wrong kernel gives (errors of order 1).
@@ -39,10 +40,10 @@ def expected(folder, dtype: str):
     lm = hf.CausalLM(hf.build_model(hf.read_folder(folder), torch.float32), MAX_SEQ)
     if dtype.startswith("int"):
         lm = quantize_module(lm, dtype)
-    ids = torch.zeros(1, PREFILL, dtype=torch.long)
-    ids[0, :PROMPT] = torch.arange(3, 3 + PROMPT) * 37 % 512
+    ids = torch.zeros(1, PREFILL, dtype=torch.long)  # padded in front, at the positions after the prompt's
+    ids[0, PREFILL - PROMPT:] = torch.arange(3, 3 + PROMPT) * 37 % 512
     with torch.no_grad():
-        steps = [lm(ids, torch.arange(PREFILL))[0, PROMPT - 1]]
+        steps = [lm(ids, torch.tensor(POSITIONS))[0, -1]]
         token = int(steps[-1].argmax())
         for position in range(PROMPT, PROMPT + 3):
             steps.append(lm(torch.tensor([[token]]), torch.tensor([position]))[0, 0])
@@ -58,7 +59,7 @@ def test_each_export_dtype_runs_prefill_and_decode(tmp_path, folder, dtype):
     ids, reference = expected(folder, dtype)
     with vkx.load(pte) as program:
         decoder = ProgramDecoder(program)
-        steps = [decoder.prefill(ids, np.arange(PREFILL))[0, PROMPT - 1]]
+        steps = [decoder.prefill(ids, np.array(POSITIONS))[0, -1]]
         for position in range(PROMPT, PROMPT + 3):
             token = int(np.argmax(reference[position - PROMPT]))  # torch's token: the same inputs
             steps.append(decoder.decode(np.array([[token]]), np.array([position]))[0, 0])

@@ -18,12 +18,16 @@ class TorchDecoder:
     def __init__(self, lm: hf.CausalLM):
         self.lm = lm
 
-    def decode(self, input_ids, cache_position):
+    def prefill(self, input_ids, cache_position):
         with torch.no_grad():
             return self.lm(torch.from_numpy(input_ids), torch.from_numpy(cache_position)).numpy()
 
-    def prefill(self, input_ids, cache_position, row):
-        return self.decode(input_ids, cache_position)[0, row]
+    decode = prefill
+
+    def prefill_argmax(self, input_ids, cache_position):
+        return self.prefill(input_ids, cache_position).argmax(-1)
+
+    decode_argmax = prefill_argmax
 
     def reset(self):
         self.lm.reset()

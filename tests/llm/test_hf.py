@@ -19,12 +19,15 @@ LOGIT_TOLERANCE = 1e-4
 
 
 def greedy_with_cache(lm: hf.CausalLM, prompt: torch.Tensor, steps: int) -> tuple[list[int], list[torch.Tensor]]:
-    """Greedy decoding through the wrapper: a padded prefill, then one token per call."""
+    """Greedy decoding through the wrapper: a prefill padded in front (the pads at the positions after
+    the prompt's), then one token per call; the wrapper returns the last position's logits only."""
     n = prompt.shape[1]
     ids = torch.zeros(1, PREFILL, dtype=torch.long)
-    ids[0, :n] = prompt[0]
+    ids[0, PREFILL - n:] = prompt[0]
     with torch.no_grad():
-        logits = lm(ids, torch.arange(PREFILL))[0, n - 1]
+        logits = lm(ids, torch.tensor([*range(n, PREFILL), *range(n)]))
+        assert logits.shape == (1, 1, VOCAB)
+        logits = logits[0, -1]
         tokens, per_step = [], []
         for position in range(n, n + steps):
             per_step.append(logits)

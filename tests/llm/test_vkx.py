@@ -41,12 +41,42 @@ def test_greedy_tokens_and_logits_match_transformers(tmp_path, family):
         assert tokens == expected
         # the same steps, fed transformers' tokens: every step's logits
         decoder.reset()
-        ids = np.zeros((1, PREFILL), np.int64)
-        ids[0, :5] = prompt[0].numpy()
-        steps = [decoder.prefill(ids, np.arange(PREFILL), 4)]
+        ids = np.zeros((1, PREFILL), np.int64)  # padded in front, at the positions after the prompt's
+        ids[0, PREFILL - 5:] = prompt[0].numpy()
+        logits = decoder.prefill(ids, np.array([*range(5, PREFILL), *range(5)]))
+        assert logits.shape == (1, 1, VOCAB)  # the last position's only
+        steps = [logits[0, 0]]
         for position, token in enumerate(expected[:-1], start=5):
             steps.append(decoder.decode(np.array([[token]]), np.array([position]))[0, 0])
     scale = float(ref.logits[0].std())
     for step, (ours, theirs) in enumerate(zip(steps, ref.logits)):
         err = float(np.abs(ours - theirs[0].numpy()).max())
         assert err < LOGIT_TOLERANCE * max(1.0, scale), (step, err)
+
+
+def test_repeated_kv_heads_fuse_away(tmp_path, monkeypatch):
+    """An export whose transformers repeats the key/value heads before sdpa (repeat_kv: expand +
+    reshape, what a transformers that ignores export/hf.py's switch writes, as on the H200's)
+    loads with sdpa reading the grouped heads in place (loader/fuse.py): no more copies than the
+    grouped export, and the same greedy tokens as transformers."""
+    import contextlib
+
+    folder = tmp_path / "llama"
+    write_folder(folder, "llama")
+    grouped, repeated = tmp_path / "grouped.pte", tmp_path / "repeated.pte"
+    hf.export_folder(folder, grouped, max_seq_len=MAX_SEQ, prefill_len=PREFILL)
+    monkeypatch.setattr(hf, "_grouped_sdpa", contextlib.nullcontext)
+    hf.export_folder(folder, repeated, max_seq_len=MAX_SEQ, prefill_len=PREFILL)
+    model = hf.build_model(hf.read_folder(folder), torch.float32)
+    prompt = torch.randint(0, VOCAB, (1, 5), generator=torch.Generator().manual_seed(12))
+    expected = model.generate(prompt, max_new_tokens=8, do_sample=False, pad_token_id=0,
+                              eos_token_id=None)[0, 5:].tolist()
+    shaders = []
+    for pte in (grouped, repeated):
+        with vkx.load(pte) as program:
+            graph = program["decode"].graph
+            shaders.append(sorted(d.shader for d in program["decode"]._executor.dispatches))
+            decoder = ProgramDecoder(program)
+            assert list(generate(decoder, prompt[0].tolist(), 8, decoder.shape)) == expected
+    assert sum(op.name == "aten.expand_copy.default" for op in graph.chain) == 4  # the repeated file's
+    assert shaders[1] == shaders[0]

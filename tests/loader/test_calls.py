@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from vkx.loader import load_graph
-from vkx.loader.errors import InputError
+from vkx.loader.errors import InputError, LoadError
 
 from .helpers import relu_add_graph, weights
 
@@ -41,19 +41,6 @@ def test_an_output_is_the_callers_to_write(program):
     first = p(x)
     first[:] = 7.0
     np.testing.assert_allclose(p(x), expect(x, w), rtol=1e-6)
-
-
-def test_an_output_read_at_an_index(program):
-    """run_numpy_at: only the elements at the index come back (a copy), equal to the whole output's."""
-    p, w = program
-    x = np.linspace(-3, 3, N, dtype=np.float32)
-    whole, = p.run_numpy(x)
-    part, = p.run_numpy_at(slice(10, 20), x)
-    np.testing.assert_array_equal(part, whole[10:20])
-    one, = p.run_numpy_at(7, x)
-    assert one.shape == () and one == whole[7]
-    part[:] = 0
-    np.testing.assert_array_equal(p.run_numpy_at(slice(10, 20), x)[0], whole[10:20])
 
 
 def test_torch_outputs_are_their_own_tensors(program):
@@ -113,3 +100,34 @@ class _Counting:
 
     def __getattr__(self, name: str):
         return self._fn if name == self._name else getattr(self._lib, name)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_argmax_reads_back_the_indices_only(tmp_path, dtype):
+    """Method.argmax: the output's argmax over its last dim computed on the device after the call
+    (a greedy decode step's token ids), the same as the argmax of the output a plain call returns;
+    plain calls before and after are unchanged."""
+    import vkx
+
+    torch.manual_seed(0)
+    module = torch.nn.Linear(64, 3000).to(dtype)
+    path = tmp_path / "m.pte"
+    x = torch.randn(1, 5, 64).to(dtype)
+    vkx.export_model(module, (x,), path)
+    with vkx.load(path) as p:
+        for seed in range(3):
+            x = torch.randn(1, 5, 64, generator=torch.Generator().manual_seed(seed)).to(dtype)
+            logits = p(x)
+            got = p.argmax(x)
+            assert got.dtype == np.int32 and got.shape == (1, 5)
+            np.testing.assert_array_equal(got, logits.float().argmax(-1).numpy())
+            torch.testing.assert_close(p(x), logits, rtol=0, atol=0)
+
+
+def test_argmax_needs_one_float_output():
+    w = weights(N)
+    graph = relu_add_graph(N)
+    graph.output_ids.append(2)
+    with load_graph(graph, [w]) as p:
+        with pytest.raises(LoadError, match="one output"):
+            p.argmax(np.zeros(N, np.float32))

@@ -99,3 +99,26 @@ def test_permute_that_keeps_the_element_order_is_a_view(dims, aliased):
     with load_graph(graph) as p:
         assert p.dispatch_count == (2 if aliased else 3)
         np.testing.assert_array_equal(np.asarray(p(a)), -np.maximum(a, 0).transpose(dims))
+
+
+@pytest.mark.parametrize("start,end,aliased", [(-1, None, True), (0, 1, True), (0, 0, False)],
+                         ids=["last-of-one", "whole", "empty"])
+def test_slice_that_keeps_every_element_is_a_view(start, end, aliased):
+    """A decode step's logits_to_keep slice ([1, 1, 8] -> its last position, [1, 1, 8]) keeps every
+    element: planned into its source's object (vkx.format.liveness.is_view) and aliased."""
+    from vkx.format import liveness
+
+    out_shape = [1, 1 if aliased else 0, 8]
+    values = [tensor([1, 1, 8]), tensor([1, 1, 8], mem=0), g.Int(1), g.Int(start),
+              g.Null() if end is None else g.Int(end), g.Int(1), tensor(out_shape, mem=0 if aliased else 2),
+              tensor(out_shape, mem=1)]
+    chain = [g.OperatorCall(0, "aten.relu.default", (0, 1)),
+             g.OperatorCall(1, "aten.slice_copy.Tensor", (1, 2, 3, 4, 5, 6)),
+             g.OperatorCall(2, "aten.neg.default", (6, 7))]
+    graph = g.VkGraph(chain=chain, values=values, input_ids=[0], output_ids=[7], constants=[])
+    assert (6 in liveness.view_sources(graph)) == aliased
+    a = np.random.default_rng(3).standard_normal((1, 1, 8)).astype(np.float32)
+    with load_graph(graph) as p:
+        if aliased:
+            assert p.dispatch_count == 2
+            np.testing.assert_array_equal(np.asarray(p(a)), -np.maximum(a, 0))

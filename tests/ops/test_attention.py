@@ -241,3 +241,26 @@ def test_sdpa_long_rows_bool_mask_and_masked_row(dtype):
     got = _sdpa_graph(q, k, v, mask)
     assert torch.equal(got[:, :, 4], torch.zeros_like(got[:, :, 4]))
     assert_close_in(got, torch.nan_to_num(want), dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("S,seen", [(72, 72), (640, 513), (4100, 4100), (1200, 3)], ids=str)
+@pytest.mark.parametrize("units", [1, 64])
+def test_sdpa_decode_split_along_the_sequence(monkeypatch, dtype, S, seen, units):
+    """Decode attention split along the sequence (attention_decode.comp's chunks, then
+    attention_combine.comp) against torch, with one chunk per row and with several: grouped heads, a bool
+    mask showing the first `seen` positions (whole chunks masked out), NaN in the masked values
+    (never read: torch's 0 * NaN would poison the row), a cache longer than one workgroup's chunk."""
+    from vkx.loader.device import default_device
+    from vkx.loader.ops.attention import decode_split
+
+    monkeypatch.setattr(default_device(), "compute_units", units)
+    q, k, v = _qkv_in(dtype, b=1, hq=4, hkv=2, L=1, S=S, E=64, Ev=64, seed=20)
+    mask = torch.zeros(1, S, dtype=torch.bool)
+    mask[:, :seen] = True
+    v[:, :, seen:] = float("nan")
+    want = F.scaled_dot_product_attention(q, k[:, :, :seen], v[:, :, :seen], enable_gqa=True)
+    chunk, parts = decode_split(4, S, units)
+    assert parts == -(-S // chunk) and (parts > 1) == (units > 1 or S > 1024)
+    got = _sdpa_graph(q, k, v, mask, gqa=True)
+    assert_close_in(got, want, dtype, terms=seen)

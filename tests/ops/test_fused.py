@@ -219,3 +219,83 @@ def test_swiglu_and_residual_fused_against_unfused_and_torch(dtype, shape, tmp_p
     assert_close_in(fused, want, dtype, terms=200)
     assert_close_in(unfused, want, dtype, terms=200)
     assert_close_in(fused, unfused, dtype, terms=200)
+
+
+class RotaryIntoCache(torch.nn.Module):
+    """Rotary on k, then k written into a KV cache buffer at the given positions (index_copy_, as
+    export/hf.py's cache layer), the attention reading the cache."""
+
+    def __init__(self, hkv: int, slots: int, d: int):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(1, hkv, slots, d))
+
+    def forward(self, q, k, positions):
+        q, k = Rotary()(q, k, positions)
+        self.cache.index_copy_(2, positions[0], k)
+        return torch.nn.functional.scaled_dot_product_attention(q, self.cache, self.cache, enable_gqa=True)
+
+
+@pytest.mark.parametrize("dtype", EXPORT_DTYPES, ids=lambda d: _NAMES[d])
+@pytest.mark.parametrize("dims", [(4, 2, 1, 64), (2, 1, 5, 32)], ids=lambda d: "x".join(map(str, d)))
+def test_rotary_and_cache_write_in_one_dispatch(dtype, dims, tmp_path, monkeypatch):
+    """k's rotary writes the cache rows itself (no index_copy dispatch for k): the attention over
+    the cache, and the cache after two calls, equal the unfused program's and torch's."""
+    hq, hkv, L, D = dims
+    module = RotaryIntoCache(hkv, 16, D)
+    q, k = rand(1, hq, L, D, seed=8), rand(1, hkv, L, D, seed=9)
+    path = tmp_path / "m.pte"
+    export_model(module, (q, k, torch.arange(L)[None]), str(path), dtype=_NAMES[dtype])
+    calls = [(rand(1, hq, L, D, seed=10 + i).to(dtype), rand(1, hkv, L, D, seed=20 + i).to(dtype),
+              torch.arange(3 * i, 3 * i + L)[None]) for i in range(2)]
+    results = {}
+    for fused in (True, False):
+        with monkeypatch.context() as m:
+            if not fused:
+                m.setattr(graph_module, "fuse_chain", lambda graph, limit: list(graph.chain))
+            with vkx.load(str(path)) as program:
+                shaders = [d.shader for d in program.only._executor.dispatches]
+                results[fused] = [program(*call) for call in calls], program.state(program.states[0])
+        assert ("index_copy" in shaders) != fused and shaders.count("fused_rotary") == (2 if fused else 0)
+    torch_module = RotaryIntoCache(hkv, 16, D).to(dtype)
+    want = [torch_module(*call) for call in calls]
+    for outs, cache in results.values():
+        for got, ref in zip(outs, want):
+            assert_close_in(got, ref, dtype, terms=16)
+        assert_close_in(cache, torch_module.cache, dtype, terms=2)
+    assert_close_in(results[True][1], results[False][1], dtype, terms=2)
+
+
+class RepeatedHeads(torch.nn.Module):
+    """transformers' repeat_kv before sdpa (what its sdpa attention does without enable_gqa): the
+    key and value heads expanded to the query heads, then attention with a bool mask."""
+
+    def __init__(self, rep: int):
+        super().__init__()
+        self.rep = rep
+
+    def forward(self, q, k, v, mask):
+        b, hkv, s, d = k.shape
+        k = k[:, :, None].expand(b, hkv, self.rep, s, d).reshape(b, hkv * self.rep, s, d)
+        v = v[:, :, None].expand(b, hkv, self.rep, s, d).reshape(b, hkv * self.rep, s, d)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.mark.parametrize("dtype", EXPORT_DTYPES, ids=lambda d: _NAMES[d])
+@pytest.mark.parametrize("L", [1, 5])
+def test_repeated_kv_heads_read_in_place(dtype, L, tmp_path, monkeypatch):
+    """repeat_kv's expand + reshape of the key and value (copies of the whole cache) fused away:
+    sdpa reads the grouped heads in place; the same values as the unfused copies and torch."""
+    hkv, rep, s, d = 2, 3, 40, 32
+    q, k, v = rand(1, hkv * rep, L, d, seed=1), rand(1, hkv, s, d, seed=2), rand(1, hkv, s, d, seed=3)
+    mask = torch.rand(L, s, generator=torch.Generator().manual_seed(4)) > 0.3
+    mask[:, 0] = True
+    module = RepeatedHeads(rep)
+    path = tmp_path / "m.pte"
+    export_model(module, (q, k, v, mask), str(path), dtype=_NAMES[dtype])
+    inputs = [q.to(dtype), k.to(dtype), v.to(dtype), mask]
+    fused, fused_shaders = _run(path, inputs, True, monkeypatch)
+    unfused, unfused_shaders = _run(path, inputs, False, monkeypatch)
+    assert unfused_shaders.get("copy_strided", 0) >= 2 and "copy_strided" not in fused_shaders
+    want = module(*inputs)
+    assert_close_in(fused, want, dtype, terms=s)
+    assert_close_in(fused, unfused, dtype, terms=s)

@@ -342,3 +342,35 @@ def test_module_fp16_constants(case):
     module = make().eval()
     inputs = [rand(*s, seed=90 + i) for i, s in enumerate(shapes)]
     assert_close(run_vkx(module, inputs, dtype="fp16"), module(*inputs), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("name", ["aten.argmax.default", "aten.argmin.default", "aten.amax.default",
+                                  "aten.var.correction"])
+@pytest.mark.parametrize("shape,dim", [((3, 77), -1), ((2, 1031), -1), ((2, 100, 3), 1), ((1, 32000), -1)])
+@by_dtype
+def test_stats_long_rows(name, shape, dim, dtype):
+    """A workgroup per output over >= 64 elements (64 or 256 lanes): the first extreme's index with
+    ties and NaN as torch has them, wherever in the row they fall."""
+    x = rand(*shape, seed=4, scale=3.0).to(dtype)
+    n = shape[dim]
+    row = [slice(None)] * len(shape)
+    row[0] = 0
+    lane_tie = row.copy()
+    lane_tie[dim] = [n - 1, 5]  # equal extremes in different lanes: the first index wins
+    x[tuple(lane_tie)] = 100.0 if name != "aten.argmin.default" else -100.0
+    if len(shape) == 2 and shape[0] > 2:
+        x[2, n // 2] = NAN  # NaN wins, at its index
+        x[2, n - 3] = NAN
+    if name == "aten.var.correction":
+        got = run_graph(name, [x, [dim], 1, False], (tuple(s for i, s in enumerate(shape) if i != dim % len(shape)), dtype))
+        assert_close_in(got, x.var(dim), dtype, terms=n, each=True)
+        return
+    if name == "aten.amax.default":
+        out = (tuple(s for i, s in enumerate(shape) if i != dim % len(shape)), dtype)
+        got = run_graph(name, [x, [dim], False], out)
+        assert torch.equal(got.isnan(), x.amax(dim).isnan())
+        assert torch.equal(got.nan_to_num(), x.amax(dim).nan_to_num())
+        return
+    fn = torch.argmax if name == "aten.argmax.default" else torch.argmin
+    got = run_graph(name, [x, dim, False], (tuple(s for i, s in enumerate(shape) if i != dim % len(shape)), torch.int32))
+    assert torch.equal(got.long(), fn(x, dim))
