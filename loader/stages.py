@@ -36,8 +36,7 @@ import vulkan as vk
 
 from vkx.format import vkgraph as g
 from vkx.loader.device import Device, default_device
-from vkx.loader.errors import (BadProgramError, DeviceError, LimitError, LoadError, OutOfDeviceMemoryError,
-                               UnsupportedOpError)
+from vkx.loader.errors import BadProgramError, DeviceError, LoadError, OutOfDeviceMemoryError
 from vkx.loader.graph import GraphBuilder, RTensor
 from vkx.loader.memory import Allocator, Buffer, MiB
 from vkx.loader.method import Method
@@ -171,15 +170,8 @@ def build(graph: g.VkGraph, device: Device, options: Options, source, base: int 
     where this graph's constant_ids start in `source` (methods of one file share it).
     """
     builder = _graph_builder(graph, device, options).build()
-    # A greedy step's argmax (record_argmax) gets its pipelines here too: compiled at a generation
-    # step instead, the driver's compiler memory would come on top of the loaded model's.
-    try:
-        tail = _argmax_tail(graph, builder, device, options)
-    except (UnsupportedOpError, LimitError):  # an output no argmax fits: Method.argmax says so if asked
-        tail = None
     every = pipelines_for(device).get_all([(x.shader, dict(x.defines), len(x.bindings), x.spec)
-                                           for x in [*builder.dispatches, *builder.prepack_dispatches,
-                                                     *(tail.dispatches if tail is not None else ())]])
+                                           for x in [*builder.dispatches, *builder.prepack_dispatches]])
     pipelines, prepack = every[:len(builder.dispatches)], every[len(builder.dispatches):]
     built = Built(builder, pipelines, prepack)
     produced = {t.vid for d in builder.prepack_dispatches for t, _, _ in d.bindings[-1:]}
@@ -365,22 +357,6 @@ def record(built: Built, res: Resources, io_in: list, io_out: list) -> Executor:
     return executor
 
 
-def _argmax_tail(graph: g.VkGraph, method: GraphBuilder, device: Device, options: Options) -> GraphBuilder | None:
-    """The built graph of the argmax over the last dim of a method's one float output (None for a
-    method of another output): its input is that output, its output int32 token ids."""
-    if len(graph.output_ids) != 1:
-        return None
-    logits = method.tensors[graph.output_ids[0]]
-    if not logits.arg.dtype.is_float or not logits.arg.shape:
-        return None
-    tail = g.VkGraph(
-        chain=[g.OperatorCall(0, "aten.argmax.default", (0, 1, 2, 3))],
-        values=[g.Tensor(graph.values[logits.vid].datatype, tuple(logits.arg.shape)), g.Int(-1), g.Bool(False),
-                g.Tensor(g.DataType.INT32, tuple(logits.arg.shape[:-1]))],
-        input_ids=[0], output_ids=[3])
-    return _graph_builder(tail, device, options).build()
-
-
 def record_argmax(built: Built, graph: g.VkGraph, res: Resources, options: Options,
                   io_in: list) -> tuple[Executor, RTensor, Buffer]:
     """A second recording of a method of one float output: its dispatches, then that output's
@@ -390,10 +366,16 @@ def record_argmax(built: Built, graph: g.VkGraph, res: Resources, options: Optio
     if len(graph.output_ids) != 1:
         raise LoadError(f"argmax needs a method of one output, not {len(graph.output_ids)}")
     logits = built.builder.tensors[graph.output_ids[0]]
-    builder = _argmax_tail(graph, built.builder, res.device, options)
-    if builder is None:
+    if not logits.arg.dtype.is_float or not logits.arg.shape:
         raise LoadError(f"argmax needs a float output of at least one dim, not {logits.arg.dtype} "
                         f"{list(logits.arg.shape)}")
+    source = graph.values[logits.vid]
+    tail = g.VkGraph(
+        chain=[g.OperatorCall(0, "aten.argmax.default", (0, 1, 2, 3))],
+        values=[g.Tensor(source.datatype, tuple(logits.arg.shape)), g.Int(-1), g.Bool(False),
+                g.Tensor(g.DataType.INT32, tuple(logits.arg.shape[:-1]))],
+        input_ids=[0], output_ids=[3])
+    builder = _graph_builder(tail, res.device, options).build()
     pipelines = pipelines_for(res.device).get_all([(x.shader, dict(x.defines), len(x.bindings), x.spec)
                                                    for x in builder.dispatches])
     for t in builder.used_tensors():
