@@ -140,8 +140,8 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
          sequence_length: int | None = None, **options) -> Program:
     """Load the .pte at `path` and return its `Program`: called as its one method, or, for a
     file of several plans (each one Vulkan delegate call), by method: `program.decode(...)`,
-    docs/format.md, "Methods". A plan that is more than one delegate call is a `PlanMethod`
-    (vkx.loader.plan).
+    docs/format.md, "Methods". A plan that is not one delegate call (several, CPU ops, or no
+    delegate: every op on the CPU) is a `PlanMethod` (vkx.loader.plan).
 
     `external_data`: .ptd / .safetensors files searched (in order) before the
     .pte's own named data; none given: the files the .pte records, else, when it
@@ -168,11 +168,10 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
     try:
         pf = ProgramFile.open(path)
         opened.append(pf)
-        if pf.vulkan is None:
-            found = ", ".join(d.id for plan in pf.program.execution_plan for d in plan.delegates)
-            raise BadProgramError(f"{os.fspath(path)}: no VulkanBackend delegate (found "
-                                  f"{found or 'no delegate: every op was left on the CPU'}): "
-                                  "vkx runs programs with a Vulkan delegate")
+        found = ", ".join(d.id for plan in pf.program.execution_plan for d in plan.delegates)
+        if pf.vulkan is None and found:
+            raise BadProgramError(f"{os.fspath(path)}: no VulkanBackend delegate (found {found}): vkx runs "
+                                  "VulkanBackend delegates and CPU ops")
         external_data, beside = find_external(pf, external_data)
         if beside is not None:
             warnings.warn(f"using external data {beside} (found beside {os.fspath(path)})", stacklevel=2)
@@ -182,13 +181,16 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
                                    "named key(s) not in the file, none beside it): pass external_data=FILE", pf.path)
         for p in external_data:
             opened.append(ExternalData.open(p))
-        try:
-            graph = static_graph(pf.vulkan.graph, sequence_length)
-        except ContractError as error:
-            raise BadProgramError(f"{os.fspath(path)}: {error}") from None
-        names = io_names(pf.vulkan.compile_specs, len(graph.input_ids), len(graph.output_ids),
-                         "execution_plan[0].delegates[0]", pf.path)
-        source = FileConstants(pf, opened[1:])
+        delegates = methods_of(pf)
+        by_plan = delegates is None and not is_method(pf.program.execution_plan[0])
+        if not by_plan:
+            try:
+                graph = static_graph(pf.vulkan.graph, sequence_length)
+            except ContractError as error:
+                raise BadProgramError(f"{os.fspath(path)}: {error}") from None
+            names = io_names(pf.vulkan.compile_specs, len(graph.input_ids), len(graph.output_ids),
+                             "execution_plan[0].delegates[0]", pf.path)
+            source = FileConstants(pf, opened[1:])
     except BaseException as error:
         _close(opened)
         if own:
@@ -200,15 +202,14 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
         raise
     if own:
         options["on_close"] = _chain(options.get("on_close"), device.close)
-    delegates = methods_of(pf)
-    if delegates is not None:
-        return _load_methods(pf, delegates, source.externals, schedule, device, upload, timeline=timeline,
-                             progress=progress, **options)
-    if not is_method(pf.program.execution_plan[0]):
-        source.close()  # each delegate of the plan opens the files for its own constants
+    if by_plan:  # no delegate, several, or CPU ops: each delegate opens the files for its own constants
+        _close(opened)
         plan = load_plan(path, lambda di: _delegate_constants(path, external_data, di), schedule, device, upload,
                          progress=progress, **options)
         return Program({plan.name: plan})
+    if delegates is not None:
+        return _load_methods(pf, delegates, source.externals, schedule, device, upload, timeline=timeline,
+                             progress=progress, **options)
     name = pf.program.execution_plan[0].name
     methods = load_methods({name: graph}, source, [0], schedule, device, upload, timeline=timeline,
                            progress=progress, **options)

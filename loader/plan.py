@@ -1,7 +1,8 @@
 """The execution plan, instruction by instruction: Vulkan delegates on the GPU, CPU kernels with torch.
 
 A .pte whose plan is more than one delegate call from its inputs to its
-outputs (several delegates, CPU ops between them, moves, jumps) runs here, as
+outputs (several delegates, CPU ops between them, moves, jumps; no delegate at
+all, when ExecuTorch's partitioner left every op on the CPU) runs here, as
 ExecuTorch's `Method::execute` runs it: every chain in order, every instruction
 of a chain from the first, a JumpFalseCall going to its destination when its
 condition is false. The plan's values are plain per-value CPU tensors (not views
@@ -88,7 +89,8 @@ def _bind_kernels(plan: ExecutionPlan, path: str) -> dict[tuple[int, int], Kerne
                 except Refused as why:
                     refused[str(why)] = None
     if refused:
-        raise UnsupportedOpError(f"{path}: CPU ops vkx cannot run: {', '.join(refused)}")
+        alone = "" if plan.delegates else " (no VulkanBackend delegate: every op of the program is a CPU op)"
+        raise UnsupportedOpError(f"{path}: CPU ops vkx cannot run: {', '.join(refused)}{alone}")
     return kernels
 
 

@@ -66,8 +66,10 @@ def _print(d: dict[str, Any], tensors: bool) -> None:
     if missing:
         console.print(f"[red]needs external data:[/] {len(missing)} named key(s) are in no file given "
                       "(pass --external-data FILE)")
-    if not graphs:
-        found = ", ".join(safe(x["id"]) for x in d["delegates"]) or "none"
+    if not d["delegates"]:
+        console.print("no delegate: every op of the program is a CPU op")
+    elif not graphs:
+        found = ", ".join(safe(x["id"]) for x in d["delegates"])
         console.print(f"[red]no VulkanBackend delegate[/] (delegates: {found})")
         return
     for plan in d["program"]["plans"]:

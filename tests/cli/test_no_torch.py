@@ -101,3 +101,13 @@ def test_export_without_torch_says_how_to_get_it(tmp_path, no_torch):
 def test_cpu_ops_of_an_executorch_program_need_torch(no_torch):
     line = one_error_line(vkx("run", ROOT / "tests/data/et_cumsum.pte", **no_torch))
     assert "torch" in line and "aten::cumsum.out" in line
+
+
+def test_a_program_with_no_delegate_is_inspected_and_validated_without_torch(no_torch):
+    pte = ROOT / "tests/data/et_no_delegate.pte"
+    inspected = vkx("inspect", pte, **no_torch)
+    assert inspected.returncode == 0, inspected.stderr
+    assert "every op of the program is a CPU op" in inspected.stdout and "aten::remainder.Scalar_out" in inspected.stdout
+    validated = vkx("validate", pte, **no_torch)
+    assert validated.returncode == 0 and validated.stdout.startswith("ok "), validated.stderr
+    assert "CPU ops: aten::remainder.Scalar_out" in validated.stdout

@@ -11,9 +11,7 @@ from .plan_mutants import graph_and_constants, plan_mutants, redirect_delegate_a
 from vkx.format import FormatError, ProgramFile, validate
 from vkx.format.memplan import MemoryPlanError, check_memory_plan
 
-NO_DELEGATE = {"et_no_delegate.pte"}
-"""ExecuTorch left every op on the CPU: no VkGraph, no plan of vkx's to prove (validate refuses it)."""
-ALL = sorted(p for p in DATA.glob("*.pte") if p.name not in NO_DELEGATE) + sorted(GOLDEN.glob("*.pte"))
+ALL = sorted(DATA.glob("*.pte")) + sorted(GOLDEN.glob("*.pte"))
 
 
 def _external(pte):

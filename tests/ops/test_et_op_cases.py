@@ -1,23 +1,17 @@
 """ExecuTorch 1.5.1's Vulkan op cases (tests/data/et_op_cases.py), each run on vkx through vkx's own
 exporter and from ExecuTorch's own export, against torch eager (tests/ops/et_op_run.py). Every
 outcome is pinned: every case passes through vkx's exporter (all of a dtype's cases as one program:
-one export keeps the suite quick); ExecuTorch's file of a case passes unless it is listed below as
-refused (with a word of vkx's one-line reason) or as one ExecuTorch itself does not export; no case
-may give a wrong answer.
+one export keeps the suite quick); ExecuTorch's file of a case passes (those with no Vulkan delegate,
+where ExecuTorch left the op on the CPU, too: vkx runs their CPU ops) unless it is listed below as one
+ExecuTorch itself does not export; no case may give a wrong answer.
 docs/executorch-ops.md is the table (bench/et_op_cases.py)."""
 from __future__ import annotations
 
 import pytest
 
-from .et_op_run import ABSENT, CASES, DTYPES, PASS, REFUSED, judge, judge_together, runs
+from .et_op_run import ABSENT, CASES, DTYPES, PASS, judge, judge_together, runs
 
 pytestmark = pytest.mark.vulkan
-
-REFUSED_FROM_ET: dict[str, str] = {
-    **{name: "no VulkanBackend delegate" for name in ("mean", "argmax_dim0", "argmin_dim0", "var", "var_biased")},
-}
-"""Case name -> a word of the reason vkx gives for ExecuTorch's file of it (ExecuTorch leaves mean, var and
-argmax/argmin over dim 0 wholly on the CPU: its file has no Vulkan delegate)."""
 
 NOT_MADE_BY_ET = {"weight_int8pack_mm"}
 """Cases ExecuTorch 1.5.1 itself does not export (tests/data/et_op_cases/refused.txt)."""
@@ -35,7 +29,5 @@ def test_executorch_file(run_id):
     outcome, detail = judge("et", case, dtype)
     if case.name in NOT_MADE_BY_ET:
         assert outcome == ABSENT, f"ExecuTorch now exports {run_id}: pin its outcome"
-    elif case.name in REFUSED_FROM_ET:
-        assert outcome == REFUSED and REFUSED_FROM_ET[case.name] in detail, f"{outcome} {detail} (pinned as refused)"
     else:
         assert outcome == PASS, f"{outcome} {detail}"
