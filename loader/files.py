@@ -205,7 +205,7 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
     if by_plan:  # no delegate, several, or CPU ops: each delegate opens the files for its own constants
         _close(opened)
         plan = load_plan(path, lambda di: _delegate_constants(path, external_data, di), schedule, device, upload,
-                         progress=progress, **options)
+                         timeline=timeline, progress=progress, **options)
         return Program({plan.name: plan})
     if delegates is not None:
         return _load_methods(pf, delegates, source.externals, schedule, device, upload, timeline=timeline,

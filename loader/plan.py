@@ -27,9 +27,10 @@ from vkx.format.validate import check_delegate_args
 from vkx.loader.errors import (BadProgramError, FileError, InputError, LoadError, TorchMissingError,
                                UnsupportedOpError, as_load_error)
 from vkx.loader.kernels import Kernel, Refused, bind, op_name, static_value, torch_dtype
-from vkx.loader.method import Closes, Method
+from vkx.loader.method import Closes, Method, TensorSpec
 from vkx.loader.report import MemoryReport
 from vkx.loader.stages import load_source
+from vkx.loader.trace import Timeline
 
 PLAN = 0
 """vkx runs the first execution plan ("forward")."""
@@ -39,10 +40,11 @@ def _cpu_ops(plan: ExecutionPlan) -> list[str]:
     return sorted({op_name(plan, i.index) for c in plan.chains for i in c.instructions if i.kind == "KernelCall"})
 
 
-def load_plan(path, constants_of: Callable[[int], Any], schedule: str, device, upload: str, *, on_close=None,
-              **options) -> "PlanMethod":
+def load_plan(path, constants_of: Callable[[int], Any], schedule: str, device, upload: str, *, timeline: Timeline,
+              on_close=None, **options) -> "PlanMethod":
     """Check and bind the plan of the .pte at `path`, then load each of its Vulkan delegates onto `device`,
-    delegate i's constants from `constants_of(i)` (files opened for that delegate alone: vkx.loader.files)."""
+    delegate i's constants from `constants_of(i)` (files opened for that delegate alone: vkx.loader.files).
+    `timeline`: the load's, its first phases before the delegates' own."""
     delegates: list[Method] = []
     try:
         with ProgramFile.open(path) as pf:
@@ -74,7 +76,7 @@ def load_plan(path, constants_of: Callable[[int], Any], schedule: str, device, u
         if isinstance(error, OSError):
             raise FileError(f"{error.filename or path}: {error.strerror or error}") from error
         raise
-    return PlanMethod(plan, kernels, constants, dict(zip(order, delegates)), on_close)
+    return PlanMethod(plan, kernels, constants, dict(zip(order, delegates)), on_close, device, timeline)
 
 
 def _bind_kernels(plan: ExecutionPlan, path: str) -> dict[tuple[int, int], Kernel]:
@@ -154,13 +156,17 @@ class PlanMethod(Closes):
     """A method run by its execution plan: call it with tensors; `close()` (or `with`) closes every delegate."""
 
     def __init__(self, plan: ExecutionPlan, kernels: dict[tuple[int, int], Kernel], constants: dict[int, Any],
-                 delegates: dict[int, Method], on_close):
+                 delegates: dict[int, Method], on_close, device, timeline: Timeline):
         self.plan = plan
         """The execution plan this method runs (vkx.format.program)."""
         self.name = plan.name
         """The method's name (its execution plan's name)."""
         self.delegates = delegates
         """delegate index -> its loaded Method."""
+        self.device = device
+        """The Vulkan device the delegates run on."""
+        self.timeline = timeline
+        """The load's phases before the delegates' own (each delegate's Method has its timeline)."""
         self._kernels, self._constants, self._on_close = kernels, constants, on_close
         self._initial = [None if ev.kind == "Tensor" else static_value(plan, ev) for ev in plan.values]
         self._tensors = [(vid, tuple(ev.value.sizes), torch_dtype(ev.value.scalar_type))
@@ -169,23 +175,23 @@ class PlanMethod(Closes):
         """True once `close()` has closed every delegate."""
 
     # -- signatures --------------------------------------------------------------
-    def _specs(self, ids) -> list[tuple[tuple[int, ...], str]]:
+    def _specs(self, ids) -> list[TensorSpec]:
         out = []
         for vid in ids:
             ev = self.plan.values[vid]
             if ev.kind == "Tensor":
-                out.append((tuple(ev.value.sizes), str(torch_dtype(ev.value.scalar_type)).removeprefix("torch.")))
+                out.append(TensorSpec(tuple(ev.value.sizes), str(torch_dtype(ev.value.scalar_type)).removeprefix("torch.")))
             else:
-                out.append(((), ev.kind))
+                out.append(TensorSpec((), ev.kind))
         return out
 
     @property
-    def input_specs(self) -> list[tuple[tuple[int, ...], str]]:
+    def input_specs(self) -> list[TensorSpec]:
         """(shape, dtype name) of each plan input, in order (a non-tensor input: ((), its EValue kind))."""
         return self._specs(self.plan.inputs)
 
     @property
-    def output_specs(self) -> list[tuple[tuple[int, ...], str]]:
+    def output_specs(self) -> list[TensorSpec]:
         """(shape, dtype name) of each plan output, in order."""
         return self._specs(self.plan.outputs)
 
@@ -268,14 +274,14 @@ class PlanMethod(Closes):
             resident += m["ledger"]["total"]
         w = self.weight_bytes
         return MemoryReport({"schedule": first.get("schedule"), "upload": first.get("upload"),
-                             "device": first.get("device"),
+                             "device": self.device.name,
                 "weight_bytes": w,
                 "copies_per_weight_byte": sum(m["copies_per_weight_byte"] * m["weight_bytes"] for m in each) / w if w else 0.0,
-                "ledger": {"peak": {k: sum(m["ledger"]["peak"].get(k, 0) for m in each)
-                                    for k in {k for m in each for k in m["ledger"]["peak"]}},
+                "weight_paths": _sums([m["weight_paths"] for m in each]),
+                "ledger": {"peak": _sums([m["ledger"]["peak"] for m in each]),
                            "peak_total": peak_total, "total": resident},
-                "phases": [{**ph, "name": f"delegate {di}: {ph['name']}"}
-                           for di, m in zip(self.delegates, each) for ph in m["phases"]],
+                "phases": self.timeline.as_list() + [{**ph, "name": f"delegate {di}: {ph['name']}"}
+                                                     for di, m in zip(self.delegates, each) for ph in m["phases"]],
                 "delegates": each})
 
     # -- lifetime -----------------------------------------------------------------------
@@ -291,6 +297,11 @@ class PlanMethod(Closes):
             if self._on_close is not None:
                 self._on_close()
 
+
+
+def _sums(counts: list[dict[str, int]]) -> dict[str, int]:
+    """Each key's total over the delegates' counts."""
+    return {k: sum(c.get(k, 0) for c in counts) for k in {k for c in counts for k in c}}
 
 
 def _condition(value) -> bool:

@@ -11,7 +11,7 @@ import pytest
 import vkx as api
 from vkx.format.errors import VkxError
 
-from .conftest import on_a_terminal, one_error_line, vkx
+from .conftest import ROOT, on_a_terminal, one_error_line, vkx
 
 pytestmark = pytest.mark.vulkan  # the device is opened in child processes too
 
@@ -136,3 +136,21 @@ def test_run_takes_inputs_by_name_and_writes_outputs(exported, tmp_path):
     save_file({"y": x.numpy(), "z": x.numpy()}, tmp_path / "bad.safetensors")
     line = one_error_line(vkx("run", exported / "mlp.pte", "--inputs", tmp_path / "bad.safetensors"))
     assert "expected tensors x (or exactly 1 tensors)" in line
+
+
+@pytest.mark.parametrize("name, torch_op", [("et_no_delegate", lambda x: x.remainder(0.75)),
+                                            ("et_cpu_between", lambda x: x.remainder(0.75) * 2 + 1)])
+def test_run_executorch_programs_with_cpu_ops(tmp_path, name, torch_op):
+    import numpy as np
+    import torch
+    from safetensors.numpy import load_file, save_file
+
+    x = torch.randn(3, 5, generator=torch.Generator().manual_seed(1)) * 3
+    save_file({"x": x.numpy()}, tmp_path / "in.safetensors")
+    done = vkx("run", ROOT / f"tests/data/{name}.pte", "--inputs", tmp_path / "in.safetensors", "--output",
+               tmp_path / "out.safetensors", "--json", "--repeat", "2")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["outputs"] == [{"shape": [3, 5], "dtype": "float32"}] and report["method"] == "forward"
+    got = load_file(tmp_path / "out.safetensors")["output_0"]
+    assert np.abs(got - torch_op(x).numpy()).max() <= 1e-5 * 3

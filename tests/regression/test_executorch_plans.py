@@ -24,6 +24,7 @@ from vkx.loader.errors import BadProgramError, LoadError, TorchMissingError, Uns
 from vkx.loader.kernels import Refused, bind
 from vkx.loader.plan import PlanMethod, _bind_kernels, _check_dtypes, _check_instructions
 from vkx.loader.method import Method
+from vkx.loader.trace import Timeline
 
 from tests.data.et_models import CumsumMLP, IndexPutMLP, MiniConvNeXt, TopkSortCNN
 from tests.format.test_fmt_cli import run as run_cli
@@ -177,7 +178,7 @@ def test_jumps_moves_and_frees_run_as_the_format_defines_them():
         Instruction("MoveCall", -1, (1, 4)),
         Instruction("FreeCall", -1, (1,)),
     ], ops, inputs=[0], outputs=[4])
-    program = PlanMethod(plan, _bind_kernels(plan, "hand.pte"), {}, {}, None)
+    program = PlanMethod(plan, _bind_kernels(plan, "hand.pte"), {}, {}, None, None, Timeline())  # no device: no delegate
     x = torch.tensor([3.0, -1.0])
     assert torch.equal(program(x), x * x)
 
