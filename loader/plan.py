@@ -180,7 +180,8 @@ class PlanMethod(Closes):
         for vid in ids:
             ev = self.plan.values[vid]
             if ev.kind == "Tensor":
-                out.append(TensorSpec(tuple(ev.value.sizes), str(torch_dtype(ev.value.scalar_type)).removeprefix("torch.")))
+                dtype = str(torch_dtype(ev.value.scalar_type)).removeprefix("torch.")
+                out.append(TensorSpec(tuple(ev.value.sizes), dtype))
             else:
                 out.append(TensorSpec((), ev.kind))
         return out
