@@ -36,7 +36,8 @@ class RTensor:
     """A runtime tensor: shape and dtype now, a Buffer once memory is given.
 
     `staging` is the dtype a graph input/output has on the host side (the
-    file's `staging_datatype`, else the tensor's own dtype).
+    file's `staging_datatype`, else the dtype the file declares, which a device
+    without narrow storage holds wider: vkx.loader.ops.held_dtype).
     """
     __slots__ = ("arg", "staging", "constant_id", "mem_obj_id", "buffer", "is_temp", "state")
 
@@ -105,6 +106,9 @@ class GraphBuilder:
         self._node = "?"
         self._read: set[int] | None = None
         self._writes_by_vid: dict[int, int] | None = None  # alias_view's write counts, made on first use
+        self._declared: dict[int, ops.TensorArg] = {}
+        """Each tensor as the file declares it (the contract binds these; builders get `tensors`')."""
+        weights = {op.args[-1] for op in graph.chain if op.name == "et_vk.prepack.default" and op.args}
         for vid, v in enumerate(graph.values):
             if isinstance(v, g.Tensor):
                 try:
@@ -115,9 +119,12 @@ class GraphBuilder:
                 if v.constant_id >= 0 and v.constant_id >= len(graph.constants):
                     raise BadProgramError(f"value {vid}: constant_id {v.constant_id} out of range "
                                           f"({len(graph.constants)} constants)")
+                self._declared[vid] = arg
                 staging = arg.dtype
                 if v.staging_datatype != g.DataType.UNSET and v.constant_id < 0:
                     staging = device_dtype(vid, v.staging_datatype)
+                if v.constant_id < 0 and vid not in weights:  # weights stay as stored, read by words
+                    arg = ops.TensorArg(vid, arg.shape, ops.held_dtype(arg.dtype, features))
                 self.tensors[vid] = RTensor(arg, staging, v.constant_id, v.mem_obj_id)
         for vid in [*graph.input_ids, *graph.output_ids]:
             if vid not in self.tensors:
@@ -147,10 +154,11 @@ class GraphBuilder:
         for op in self.graph.chain:
             node = f"node {op.node_id} ({op.name})"
             try:
-                bound.append(contract.bind(opset.lookup(op.name), op, self.graph.values,
-                                           lambda vid, v: self.tensors[vid].arg, node))
+                call = contract.bind(opset.lookup(op.name), op, self.graph.values,
+                                     lambda vid, v: self._declared[vid], node)
             except contract.ContractError as error:
                 raise BadProgramError(str(error)) from None
+            bound.append(call.with_tensors(lambda t: self.tensors[t.vid].arg))
         try:
             check_memory_plan(self.graph)  # what validate proves: no op reads bytes another tensor holds
         except FormatError as error:
@@ -252,6 +260,10 @@ class GraphBuilder:
         init = None if initial is None else self.tensors[initial]
         if init is not None and not init.is_constant:
             raise BadProgramError(f"{self._node}: the initial value of state {name!r} is not a constant")
+        declared = self._declared[vid].dtype
+        if init is not None and declared != t.arg.dtype:  # held wider than its initial value's bytes
+            raise UnsupportedOpError(f"{self._node}: state {name!r} of {declared} with an initial value needs "
+                                     f"{ops.STORAGE_FEATURES[declared.itemsize]}, which the device or its profile lacks")
         t.state = name
         self.states[name] = (t, init)
 

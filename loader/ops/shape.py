@@ -20,7 +20,7 @@ from vkx.format.op_rules import slice_length
 from vkx.format.dtypes import DType
 
 from . import (DTYPE_CODES, Binding, Defines, OpBuilder, SubRange, TensorArg, UnsupportedOpError, builds,
-               elem_defines, variants)
+               elem_defines, read_defines, variants)
 
 WORKGROUP = 64
 """local_size_x of every shader in this family."""
@@ -385,7 +385,7 @@ def embedding(builder: OpBuilder, call: Call) -> None:
         return
     if out.nbytes > builder.max_binding_bytes or idx.nbytes > builder.max_binding_bytes:
         raise UnsupportedOpError("embedding output larger than one storage binding")
-    defines = {**elem_defines("W", "w", weight.dtype), **elem_defines("I", "idx", idx.dtype),
+    defines = {**read_defines(builder, "W", "w", weight), **elem_defines("I", "idx", idx.dtype),
                **elem_defines("Y", "y", out.dtype)}
     if weight.dtype == out.dtype:
         defines["SAME_TYPE"] = 1

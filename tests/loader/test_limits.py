@@ -103,10 +103,30 @@ def test_kernels_are_chosen_within_the_profile_and_match_torch(baseline):
         check_pipeline(baseline.limits, name, compile_spirv(name, dict(defines)), nbindings, 128)
 
 
-def test_16_bit_activations_without_16_bit_storage_are_refused_naming_the_feature(baseline):
-    x = rand(4, 8, seed=4).to(torch.bfloat16)
-    with pytest.raises(LimitError, match="needs storageBuffer16BitAccess"):
-        run_graph("aten._softmax.default", [x, -1, False], (tuple(x.shape), torch.bfloat16), device=baseline)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16_bit_activations_without_16_bit_storage_are_held_in_fp32(baseline, dtype):
+    """The output keeps the file's dtype; the activations between are fp32 on the device, so the
+    result is torch's fp32 one rounded once: within one rounding of the output dtype."""
+    x, w = rand(4, 64, seed=4, scale=3.0).to(dtype), rand(24, 64, seed=5).to(dtype)
+    got = run_graph("aten._softmax.default", [x, -1, False], (tuple(x.shape), dtype), device=baseline)
+    assert got.dtype == dtype
+    assert_close(got, torch.softmax(x.float(), -1).to(dtype))
+    got = run_graph("aten.linear.default", [x, Const(w), None], ((4, 24), dtype), device=baseline)
+    assert got.dtype == dtype
+    assert_norm_close(got.float(), x.float() @ w.float().T, rtol=1e-2, atol=1e-2)
+
+
+def test_8_bit_activations_without_8_bit_storage_are_held_in_words_converted_as_their_type(baseline):
+    """bool, int8 and uint8 activations live in int32 words; every store converts as the 8-bit
+    type would (nonzero is true, integers wrap), so results equal torch's."""
+    x = torch.tensor([[0.0, 0.25, -3.0, 2.5], [1.0, -0.5, 0.0, 7.0]])
+    assert torch.equal(run_graph("aten._to_copy.default", [x], ((2, 4), torch.bool), device=baseline),
+                       x.to(torch.bool))
+    assert torch.equal(run_graph("aten.lt.Tensor", [x, 0.5], ((2, 4), torch.bool), device=baseline), x < 0.5)
+    a = torch.tensor([[100, -128, 7, 127]], dtype=torch.int8)
+    assert torch.equal(run_graph("aten.add.Tensor", [a, a, 1], ((1, 4), torch.int8), device=baseline), a + a)
+    u = torch.tensor([[200, 3, 255, 0]], dtype=torch.uint8)
+    assert torch.equal(run_graph("aten.mul.Tensor", [u, u], ((1, 4), torch.uint8), device=baseline), u * u)
 
 
 @pytest.mark.parametrize("bits", [4, 8])
