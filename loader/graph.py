@@ -297,7 +297,7 @@ class GraphBuilder:
             t = self.tensors.get(arg.vid)
             if t is None:
                 raise BadProgramError(f"{self._node}: binding {i} names unknown tensor {arg.vid}")
-            limit = max(t.nbytes, 16)
+            limit = max(-(-t.nbytes // 4) * 4, 16)  # buffers are whole words (Allocator.create_unbound)
             if offset % self.offset_alignment:
                 raise LimitError(f"{self._node}: binding {i} offset {offset} is not a multiple "
                                  f"of minStorageBufferOffsetAlignment {self.offset_alignment}")
@@ -307,7 +307,7 @@ class GraphBuilder:
             if size > self.max_binding_bytes:
                 raise LimitError(f"{self._node}: binding {i} covers {size} bytes, over "
                                  f"maxStorageBufferRange {self.max_binding_bytes}; bind SubRanges")
-            resolved.append((t, offset, max(size, 4) if size == 0 else size))
+            resolved.append((t, offset, max(-(-size // 4) * 4, 4)))  # whole words: read_defines may read by words
         push = bytes(push or b"")
         if len(push) > self.push_bytes:
             raise LimitError(f"{self._node}: {len(push)} push-constant bytes, over maxPushConstantsSize {self.push_bytes}")

@@ -154,14 +154,11 @@ def read_defines(builder: "OpBuilder", prefix: str, buffer: str, tensor: "Tensor
     """elem_defines of a binding the shader only reads (LOAD_<P>, LOADI_<P>; no STORE_<P>).
 
     Where the device lacks the storage feature that `tensor`'s 16- or 8-bit dtype needs, the shader
-    reads it through 32-bit words (`<P>_T` is uint), which every device can; the tensor's bytes must
-    then be whole words, as its binding is."""
+    reads it through 32-bit words (`<P>_T` is uint), which every device can (buffers and bindings are
+    whole words: the last word of an odd tensor has padding beside it)."""
     need = STORAGE_FEATURES.get(tensor.dtype.itemsize)
     if need is None or need in builder.features:
         return elem_defines(prefix, buffer, tensor.dtype)
-    if tensor.nbytes % 4:
-        raise UnsupportedOpError(f"a {list(tensor.shape)} {tensor.dtype} tensor of {tensor.nbytes} bytes (not "
-                                 f"whole 32-bit words) needs {need}, which the device or its profile lacks")
     return word_read_defines(prefix, buffer, tensor.dtype)
 
 
