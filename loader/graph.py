@@ -263,7 +263,8 @@ class GraphBuilder:
         declared = self._declared[vid].dtype
         if init is not None and declared != t.arg.dtype:  # held wider than its initial value's bytes
             raise UnsupportedOpError(f"{self._node}: state {name!r} of {declared} with an initial value needs "
-                                     f"{ops.STORAGE_FEATURES[declared.itemsize]}, which the device or its profile lacks")
+                                     f"{ops.STORAGE_FEATURES[declared.itemsize]}, which the device or its "
+                                     "profile lacks")
         t.state = name
         self.states[name] = (t, init)
 

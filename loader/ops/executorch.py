@@ -13,7 +13,7 @@ import struct
 from vkx.format.contract import Call
 from vkx.format.op_et import pad_widths, split_sizes
 
-from . import OpBuilder, TensorArg, builds, elem_defines
+from . import OpBuilder, TensorArg, builds, elem_defines, read_defines
 from .attention import attention
 from .conv import pool2d
 from .elementwise import CLAMP, UNARY_GLSL, op_glsl, unary
@@ -118,8 +118,8 @@ def _rotary(builder: OpBuilder, call: Call, start: int, interleaved: bool) -> No
     cos, sin = call.tensor("freqs_cos"), call.tensor("freqs_sin")
     for x, out in zip((call.tensor("xq"), call.tensor("xk")), call.outputs):
         _, s, h, d = x.shape
-        defines = {**elem_defines("X", "x", x.dtype), **elem_defines("C", "c", cos.dtype),
-                   **elem_defines("N", "n", sin.dtype), **elem_defines("O", "o", out.dtype)}
+        defines = {**read_defines(builder, "X", "x", x), **read_defines(builder, "C", "c", cos),
+                   **read_defines(builder, "N", "n", sin), **elem_defines("O", "o", out.dtype)}
         if interleaved:
             defines["INTERLEAVED"] = "1"
         push = struct.pack("<6I", x.numel, s, h, d, cos.shape[1], start)

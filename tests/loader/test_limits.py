@@ -200,3 +200,29 @@ def test_embedding_over_the_binding_range_in_force(baseline):
     idx = torch.tensor([0, rows - 1, rows - 4, rows // 2], dtype=torch.int32)
     got = run_graph("aten.embedding.default", [Const(table), idx, -1, False, False], (4, width), device=baseline)
     assert_close(got, table[idx.long()])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16_and_8_bit_weights_of_every_reading_kernel_are_read_by_words(baseline, dtype):
+    """Under the baseline each kernel that reads a weight (a constant, kept as stored) reads a 16- or
+    8-bit one through words, odd element counts included, and matches torch."""
+    x = rand(3, 7, seed=20)
+    table = rand(3, 7, seed=21).to(dtype)
+    mask = rand(3, 7, seed=22) > 0
+    assert_close(run_graph("aten.where.self", [Const(mask), Const(table), x], ((3, 7), dtype), device=baseline),
+                 torch.where(mask, table, x.to(dtype)))
+    assert_close(run_graph("aten._to_copy.default", [Const(table)], ((3, 7), torch.float32), device=baseline),
+                 table.float())
+    index = torch.tensor([[2, 0, 1, 1, 0, 2, 2]], dtype=torch.int32)
+    assert_close(run_graph("aten.gather.default", [Const(table), 0, index, False], ((1, 7), dtype), device=baseline),
+                 torch.gather(table, 0, index.long()))
+    assert_close(run_graph("aten.add.Tensor", [x, Const(table), 1], ((3, 7), dtype), device=baseline),
+                 (x + table.float()).to(dtype))
+    w, b = rand(5, 7, seed=23).to(dtype), rand(5, seed=24).to(dtype)
+    assert_close(run_graph("aten.linear.default", [x.to(dtype), Const(w), Const(b)], ((3, 5), dtype),
+                           device=baseline), torch.nn.functional.linear(x, w.float(), b.float()).to(dtype),
+                 rtol=1e-2, atol=1e-2)
+    img, kernel = rand(1, 3, 6, 6, seed=25).to(dtype), rand(4, 3, 3, 3, seed=26).to(dtype)
+    assert_close(run_graph("aten.convolution.default", [img, Const(kernel), None, [1, 1], [0, 0], [1, 1], False,
+                                                         [0, 0], 1], ((1, 4, 4, 4), dtype), device=baseline),
+                 torch.nn.functional.conv2d(img.float(), kernel.float()).to(dtype), rtol=1e-2, atol=1e-2)
