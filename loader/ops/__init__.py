@@ -89,6 +89,7 @@ STORAGE_FEATURES = {2: "storageBuffer16BitAccess", 1: "storageBuffer8BitAccess"}
 
 
 def _held(narrow: DType) -> DType:
+    """`narrow` (8-bit) held in an int32 word."""
     return DType(f"{narrow.name}_in_int32", narrow.datatype, 4, "int32", "int", False, True, narrow.scalar_type,
                  narrow.safetensors)
 

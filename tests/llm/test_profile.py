@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import vkx
 from tests.llm.families import write_folder
@@ -36,6 +37,9 @@ def _generate(pte, profile: str | None) -> tuple[list[int], object, np.ndarray]:
             decoder = ProgramDecoder(program)
             tokens = list(generate(decoder, PROMPT, NEW_TOKENS, decoder.shape))
             logits = program["decode"].run_numpy(np.array([[tokens[-1]]]), np.array([len(PROMPT) + NEW_TOKENS]))[0]
+            cache = program.states[0]
+            assert program.state_spec(cache)[1] == "bfloat16"  # the file's dtype, however the device holds it
+            assert program.state(cache).dtype == torch.bfloat16
             return tokens, program.memory, logits
     finally:
         dev.close()
