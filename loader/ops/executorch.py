@@ -14,7 +14,8 @@ from typing import Iterable
 from vkx.format.contract import Call
 from vkx.format.op_et import pad_widths, split_sizes
 
-from . import Defines, OpBuilder, UnsupportedOpError, TensorArg, any_dtype_defines, builds, dtype_code, elem_defines, variants
+from . import (Defines, OpBuilder, UnsupportedOpError, TensorArg, any_dtype_defines, builds, dtype_code, elem_defines,
+               read_defines, variants)
 from .attention import attention
 from .conv import pool2d
 from .elementwise import CLAMP, UNARY_GLSL, op_glsl, unary
@@ -123,8 +124,8 @@ def _rotary(builder: OpBuilder, call: Call, start: int, interleaved: bool) -> No
             s, h, d = x.shape[2], 1, x.shape[3]
         else:
             _, s, h, d = x.shape
-        defines = {**elem_defines("X", "x", x.dtype), **elem_defines("C", "c", cos.dtype),
-                   **elem_defines("N", "n", sin.dtype), **elem_defines("O", "o", out.dtype)}
+        defines = {**read_defines(builder, "X", "x", x), **read_defines(builder, "C", "c", cos),
+                   **read_defines(builder, "N", "n", sin), **elem_defines("O", "o", out.dtype)}
         if interleaved:
             defines["INTERLEAVED"] = "1"
         push = struct.pack("<6I", x.numel, s, h, d, cos.shape[-1], start)
