@@ -32,6 +32,13 @@ class ExecuTorchDecoder:
 
     prefill = decode = _step
 
+    def _argmax(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
+        """A greedy step's token id: the argmax of the logits on the host (the program's one output
+        is the last token's logits, [1, vocab])."""
+        return np.argmax(self._step(input_ids, cache_position), -1)
+
+    prefill_argmax = decode_argmax = _argmax
+
     def reset(self) -> None:
         self.program.reset()
 

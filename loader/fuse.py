@@ -442,8 +442,7 @@ def _grouped_attention(c: _Chain, i: int) -> tuple[list[int], list[int], Fused] 
         return None
     # the attention kernels read their inputs while they write: a plan may have given the output the
     # memory of an input whose last reader, as planned, was one of the ops fused away
-    if ot.mem_obj_id >= 0 and any(t is not None and t.mem_obj_id == ot.mem_obj_id
-                                  for t in map(c.tensor, (q, uk, uv, mask))):
+    if any(_shares_memory(c, x, out) for x in (q, uk, uv, mask)):
         return None
     node = chain[i].node_id
 
@@ -466,12 +465,8 @@ def _safe(c: _Chain, ops: Sequence[int], inputs: Sequence[int]) -> bool:
         if i in inside:
             continue
         for vid in c._items(c.graph.chain[i].args[-1]) if c.graph.chain[i].args else ():
-            t = c.tensor(vid)
             for x in inputs:
-                xt = c.tensor(x)
-                same = vid == x or (t is not None and xt is not None and xt.mem_obj_id >= 0
-                                    and t.mem_obj_id == xt.mem_obj_id)
-                if same and i > c.writer.get(x, -1):
+                if (vid == x or _shares_memory(c, x, vid)) and i > c.writer.get(x, -1):
                     return False
     return True
 

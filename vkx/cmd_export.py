@@ -205,6 +205,7 @@ def export(
     existing = [str(p) for p in (output, external_data) if p is not None and p.exists()]
     bars = Progress(SpinnerColumn(), TextColumn("{task.description:<13}"), BarColumn(), _Bytes(),
                     TimeElapsedColumn(), console=console, disable=quiet or json_out)
+    console_was_quiet = console.quiet
     try:
         with bars:
             try:
@@ -244,6 +245,8 @@ def export(
         if verbose:
             _print_user_traceback(error, model)
         fail(str(error))
+    finally:  # the console outlives this call where the CLI runs in-process (tests, scripts)
+        console.quiet = console_was_quiet
     seconds = time.perf_counter() - started
     replaced = [p for p in existing if p in (report.path, report.external_path)]  # not a referenced checkpoint
     stage_seconds = {"import": import_seconds, **report.seconds}

@@ -247,15 +247,18 @@ class MatvecShape:
 
 
 MATVEC_SHAPES: dict[tuple[str, str], MatvecShape] = {
-    ("gpu", "matvec"): MatvecShape(4, 128),
-    ("gpu", "matvec_q"): MatvecShape(4, 128),
+    ("gpu", "matvec"): MatvecShape(16, 64),
+    ("gpu", "matvec_q"): MatvecShape(16, 128),
     ("cpu", "matvec"): MatvecShape(16, 64),
     ("cpu", "matvec_q"): MatvecShape(16, 128),
     ("small", "matvec"): MatvecShape(8, 64),
     ("small", "matvec_q"): MatvecShape(8, 64),
 }
 """The workgroup of shaders/matvec.comp and matvec_q.comp by device class (`device_class`): on a
-GPU bench/matvec.py's best on the H200 (docs/benchmarks.md); on a CPU device (lavapipe, where the
+GPU the shapes of the kernels before their rework (16 rows: the activations read once per 16 rows
+and 16 weight loads in flight per invocation), which read 2.47 GB in 1.74 ms in a 1B decode call on
+the H200, where bench/matvec.py's pick of 4 rows x 128 read at 0.97 TB/s in the same kind of call
+(docs/benchmarks.md: that sweep's own copy baseline was suspect); on a CPU device (lavapipe, where the
 cost is the number of loads) 16 rows, so that the activations are loaded once per 16 rows; on
 devices without subgroup operations or with fewer than 256 invocations a workgroup (the
 android-baseline-2022 profile) 8 rows of 64 invocations, not measured."""

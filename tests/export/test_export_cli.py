@@ -49,6 +49,15 @@ def test_default_output_is_beside_the_model_and_progress_shows_stages(tmp_path):
     check_file(tmp_path / "cnn.pte")
 
 
+def test_a_failed_export_leaves_the_next_ones_progress_alone(tmp_path):
+    """A failure hides its own progress rows; the CLI run in-process again (a script, a test) still shows them."""
+    (tmp_path / "broken.py").write_text("def get_model():\n    raise RuntimeError('no model here')\n")
+    failed = CliRunner().invoke(app, ["export", str(tmp_path / "broken.py"), "-o", str(tmp_path / "b.pte")])
+    assert failed.exit_code == 2 and "load" not in failed.stdout
+    shutil.copy(EXAMPLES / "cnn.py", tmp_path / "cnn.py")
+    assert "torch.export" in run(tmp_path / "cnn.py").stdout
+
+
 def test_external_data_and_fp16(tmp_path):
     run(EXAMPLES / "transformer.py", "-o", tmp_path / "t.pte", "--external-data", tmp_path / "t.safetensors",
         "--dtype", "fp16", "--alignment", "64", "-q")

@@ -2,7 +2,7 @@
 the old one does not, the old order fails with vkx's out-of-memory error and the new one loads and
 generates (bench/llama_load.py does both in fresh processes; the 1B model is its default).
 
-The cap is RLIMIT_DATA of 1.5 W above the process once its device is up: the old order needs
+The cap is RLIMIT_DATA of 1.6 W (CAP) above the process once its device is up: the old order needs
 more than 2 W; the new one W plus fixed costs (state, activations and io in blocks of 4 MiB, the
 driver's own allocations: about 35 MB), which is why the model is not smaller (W = 155 MB).
 
@@ -21,7 +21,10 @@ import pytest
 from vkx.loader.device import default_device
 
 pytestmark = pytest.mark.vulkan
-CAP = 1.5
+CAP = 1.6
+"""RLIMIT_DATA counts the process's whole data segment: on lavapipe the load itself takes 1.5 W of
+it (W, activations, pipelines, the driver's own), and a greedy step's device argmax (its second
+recording: two small buffers in blocks of their own) 4-5 MB more; 1.5 W left no room for that."""
 
 _spec = importlib.util.spec_from_file_location("llama_load", Path(__file__).parents[2] / "bench" / "llama_load.py")
 bench = importlib.util.module_from_spec(_spec)
