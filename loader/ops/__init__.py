@@ -131,6 +131,12 @@ def dtype_code(dtype: DType) -> int:
     return DTYPE_CODES[dtype]
 
 
+def reads_by_words(builder: "OpBuilder") -> bool:
+    """Whether `builder`'s device lacks narrow storage, so that shaders read 16- and 8-bit inputs
+    (weights: what the device writes is held in 32 bits) through 32-bit words."""
+    return not narrow_storage(builder.features)
+
+
 def any_dtype_defines(words: bool) -> dict[str, int]:
     """The DT_* names of DTYPE_CODES, for shaders whose buffers take any dtype; `words` (a device
     without narrow storage): 16- and 8-bit buffers are read through 32-bit words, never written."""

@@ -11,13 +11,14 @@ rounded once on the store.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import struct
 from typing import Iterable, Sequence
 
 from vkx.format.contract import FLT_MAX, Call
 from vkx.loader.ops import (Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines, builds, dtype_code,
-                            elem_defines, read_defines, variants)
+                            elem_defines, read_defines, reads_by_words, variants)
 from vkx.loader.ops.shape import MAX_GROUPS, bind_elems, dispatch_groups
 
 _CONV_PUSH = struct.Struct("<24i2f")
@@ -45,14 +46,14 @@ def convolution(builder: OpBuilder, call: Call) -> None:
         _convolution(builder, call, None)
 
 
-def _transposed_defines(bias: bool) -> Defines:
-    return {**any_dtype_defines(), **({"HAS_BIAS": 1} if bias else {})}
+def _transposed_defines(bias: bool, words: bool) -> Defines:
+    return {**any_dtype_defines(words), **({"HAS_BIAS": 1} if bias else {})}
 
 
 @variants("conv_transpose2d")
 def conv_transpose2d_variants() -> Iterable[Defines]:
-    yield _transposed_defines(False)
-    yield _transposed_defines(True)
+    for bias, words in itertools.product((False, True), repeat=2):
+        yield _transposed_defines(bias, words)
 
 
 def _transposed(builder: OpBuilder, call: Call) -> None:
@@ -69,7 +70,8 @@ def _transposed(builder: OpBuilder, call: Call) -> None:
     push = struct.pack("<I16i", out.numel, x.shape[1], h, wd, out.shape[1], oh, ow, kh, kw, stride[0], stride[1],
                        padding[0], padding[1], dilation[0], dilation[1], x.shape[1] // groups, w.shape[1])
     bound = [x, w, out, bias or x]
-    builder.dispatch("conv_transpose2d", bound, push, dispatch_groups(out.numel), _transposed_defines(bias is not None),
+    builder.dispatch("conv_transpose2d", bound, push, dispatch_groups(out.numel),
+                     _transposed_defines(bias is not None, reads_by_words(builder)),
                      tuple(dtype_code(t.dtype) for t in bound))
 
 

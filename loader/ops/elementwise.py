@@ -25,7 +25,7 @@ from vkx.format import contract, opset
 from vkx.format.contract import Call
 
 from . import (OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines, builds, builds_family, dtype_code,
-               narrow_storage, variants)
+               reads_by_words, variants)
 from .shape import (MAX_DIMS, bind_elems, broadcast_strides, chunk_elems, collapse_dims,
                     contiguous_strides, convert_copy, dispatch_groups, pad_dims)
 
@@ -152,7 +152,7 @@ def binary(builder: OpBuilder, call: Call) -> None:
     tb = b if isinstance(b, TensorArg) else a
     vec4 = n % 4 == 0 and all(x.dtype.is_float for x in (ta, tb, out))
     defines = _binary_defines(expr, int_math, vec4 and all(not isinstance(x, TensorArg) or x.numel in (1, n)
-                                                         for x in (a, b)), not narrow_storage(builder.features))
+                                                         for x in (a, b)), reads_by_words(builder))
     spec = (dtype_code(ta.dtype), dtype_code(tb.dtype), dtype_code(out.dtype), ma, mb)
     push_alpha = (float(alpha), int(alpha) if int_math else 0)
     push_imm = (float(imm), int(imm) if int_math else 0)
@@ -216,7 +216,7 @@ def unary(builder: OpBuilder, call: Call, expr: str, a: float = 0.0, b: float = 
     src, out = call.tensor("self"), call.out
     n = src.numel
     vec4 = n % 4 == 0 and src.dtype.is_float and out.dtype.is_float
-    defines = _unary_defines(expr, vec4, not narrow_storage(builder.features))
+    defines = _unary_defines(expr, vec4, reads_by_words(builder))
     spec = (dtype_code(src.dtype), dtype_code(out.dtype))
     for start, count in chunk_elems(builder, n, [src, out]):
         ib, _ = bind_elems(builder, src, start, count)

@@ -20,8 +20,8 @@ from typing import Iterable
 
 from vkx.format.contract import Call
 
-from . import (Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines, builds, dtype_code, elem_defines,
-               read_defines, variants)
+from . import (Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines, builds, dtype_code, read_defines,
+               reads_by_words, variants)
 from .shape import (MAX_DIMS, bind_elems, chunk_elems, contiguous_strides, dispatch_groups,
                     normalize_dim, pad_dims, row_chunks, rows_binding)
 
@@ -104,11 +104,12 @@ def native_layer_norm(builder: OpBuilder, call: Call) -> None:
 def group_norm_variants() -> Iterable[Defines]:
     for wg in (None, *ROW_WGS):
         for weight, bias in itertools.product((False, True), repeat=2):
-            yield _group_norm_defines({} if wg is None else {"ROW_WG": wg}, weight, bias)
+            for words in (False, True):
+                yield _group_norm_defines({} if wg is None else {"ROW_WG": wg}, weight, bias, words)
 
 
-def _group_norm_defines(wg: dict[str, int], weight: bool, bias: bool) -> Defines:
-    return {**any_dtype_defines(), **wg, **({"HAS_W": 1} if weight else {}), **({"HAS_B": 1} if bias else {})}
+def _group_norm_defines(wg: dict[str, int], weight: bool, bias: bool, words: bool) -> Defines:
+    return {**any_dtype_defines(words), **wg, **({"HAS_W": 1} if weight else {}), **({"HAS_B": 1} if bias else {})}
 
 
 @builds("aten.native_group_norm.default")
@@ -125,7 +126,7 @@ def native_group_norm(builder: OpBuilder, call: Call) -> None:
     push = struct.pack("<IIfIII", rows, n, call["eps"], call["HxW"], groups, call["C"] // groups)
     bound = [src, out, weight or src, bias or src, mean, rstd]
     builder.dispatch("group_norm", bound, push, groups_wg,
-                     _group_norm_defines(wg, weight is not None, bias is not None),
+                     _group_norm_defines(wg, weight is not None, bias is not None, reads_by_words(builder)),
                      tuple(dtype_code(t.dtype) for t in bound))
 
 

@@ -20,7 +20,7 @@ from vkx.format.op_rules import slice_length
 from vkx.format.dtypes import DType
 
 from . import (DTYPE_CODES, Binding, Defines, OpBuilder, SubRange, TensorArg, UnsupportedOpError, builds,
-               elem_defines, narrow_storage, read_defines, variants, word_read_defines)
+               elem_defines, reads_by_words, read_defines, variants, word_read_defines)
 
 WORKGROUP = 64
 """local_size_x of every shader in this family."""
@@ -289,7 +289,7 @@ def convert_copy(builder: OpBuilder, src: TensorArg, dst: TensorArg) -> None:
     if src.dtype == dst.dtype:
         copy_elems(builder, src, 0, dst, 0, src.numel)
         return
-    defines = _cast_defines(src.dtype, dst.dtype, words=not narrow_storage(builder.features))
+    defines = _cast_defines(src.dtype, dst.dtype, words=reads_by_words(builder))
     for start, count in chunk_elems(builder, src.numel, [src, dst]):
         sb, _ = bind_elems(builder, src, start, count)
         db, _ = bind_elems(builder, dst, start, count)
