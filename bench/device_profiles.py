@@ -5,8 +5,10 @@ Models: examples/cnn.py and examples/transformer.py (fp32, one forward on random
 block whose kernels the profiles change (a [64, 1024] x [1024, 1024] linear, softmax and layer
 norm over rows of 1024), and a
 Llama-shaped causal LM with random weights (bench/llama_load.py's `small` or `1b` config) in
-fp32, bf16 and int4 (greedy tokens). Each is run without a profile, then under every profile of
-vkx.loader.limits.PROFILES on a device of its own; a refusal prints its one-line reason.
+fp32, bf16 and bf16 with int4 weights (greedy tokens; decode tokens/s, W and A, each against the
+unprofiled run: the cost of a profile on this device). Each is run without a profile, then under
+every profile of vkx.loader.limits.PROFILES on a device of its own; a refusal prints its one-line
+reason.
 
     .venv/bin/python bench/device_profiles.py [--size small|1b] [--new-tokens 8]
 """
@@ -27,7 +29,7 @@ import vkx
 from vkx.export import hf
 from vkx.loader.device import Device
 from vkx.loader.errors import LoadError
-from vkx.loader.generate import ProgramDecoder, generate
+from vkx.loader.generate import ProgramDecoder, Timings, generate
 from vkx.loader.limits import PROFILES
 from vkx.loader.shaders import pipelines_for
 
@@ -55,7 +57,7 @@ def run_forward(pte: Path, profile: str | None):
         with vkx.load(pte, device=dev) as program:
             xs = [np.random.default_rng(0).standard_normal(s.shape).astype(s.dtype) for s in program.input_specs]
             out = program.run_numpy(*xs)
-        return out, time.perf_counter() - began, kernels(dev)
+        return out, time.perf_counter() - began, kernels(dev), {}
     finally:
         dev.close()
 
@@ -67,22 +69,26 @@ def run_lm(pte: Path, profile: str | None, new_tokens: int):
         with vkx.load(pte, device=dev) as program:
             decoder = ProgramDecoder(program)
             prompt = list(range(3, 11))
-            tokens = list(generate(decoder, prompt, new_tokens, decoder.shape))
-        return tokens, time.perf_counter() - began, kernels(dev)
+            timings = Timings()
+            tokens = list(generate(decoder, prompt, new_tokens, decoder.shape, timings=timings))
+            figures = {"decode tokens/s": timings.decode_tokens_per_s, "W MiB": program.memory.W / 2**20,
+                       "A MiB": program.memory.A / 2**20}
+        return tokens, time.perf_counter() - began, kernels(dev), figures
     finally:
         dev.close()
 
 
 def compare(name: str, pte: Path, run, same) -> None:
-    base, seconds, base_kernels = run(pte, None)
-    print(f"{name}: unprofiled {seconds:.1f} s")
+    base, seconds, base_kernels, base_figures = run(pte, None)
+    print(f"{name}: unprofiled {seconds:.1f} s" + "".join(f", {k} {v:,.1f}" for k, v in base_figures.items()))
     for profile in PROFILES:
         try:
-            got, seconds, used = run(pte, profile)
+            got, seconds, used, figures = run(pte, profile)
         except LoadError as error:
             print(f"  {profile}: refused: {error}")
             continue
-        print(f"  {profile}: {seconds:.1f} s, {same(got, base)}")
+        ratios = "".join(f", {k} {v:,.1f} ({v / base_figures[k]:.2f}x)" for k, v in figures.items())
+        print(f"  {profile}: {seconds:.1f} s, {same(got, base)}{ratios}")
         print(f"    kernels only unprofiled: {', '.join(sorted(base_kernels - used)) or 'none'}")
         print(f"    kernels only under {profile}: {', '.join(sorted(used - base_kernels)) or 'none'}")
 
@@ -123,10 +129,9 @@ def main() -> None:
         compare("linear + softmax + layer norm over rows of 1024, fp32", block, run_forward, outputs_equal)
         folder = Path(scratch) / "model"
         llama_load.write_folder(folder, llama_load.SIZES[args.size])
-        for dtype, options in (("fp32", {}), ("bf16", {}), ("int4", {"quantize": "int4"})):
-            pte = Path(scratch) / f"lm-{dtype}.pte"
-            hf.export_folder(folder, pte, max_seq_len=64, prefill_len=8,
-                             dtype="fp32" if dtype == "int4" else dtype, **options)
+        for dtype, options in (("fp32", {}), ("bf16", {}), ("bf16 + int4", {"quantize": "int4"})):
+            pte = Path(scratch) / "lm.pte"
+            hf.export_folder(folder, pte, max_seq_len=64, prefill_len=8, dtype=dtype.split()[0], **options)
             compare(f"Llama-shaped ({args.size}) {dtype}", pte,
                     lambda p, prof: run_lm(p, prof, args.new_tokens), tokens_equal)
             pte.unlink()

@@ -118,6 +118,18 @@ class Call:
     def out(self) -> TensorLike:
         return self.outputs[0]
 
+    def with_tensors(self, convert: Callable[[TensorLike], TensorLike]) -> "Call":
+        """This call with `convert(t)` in place of each tensor `t` of its arguments and outputs (the
+        loader binds the file's tensors, then gives its builders the device's)."""
+        values = dict(self._values)
+        for a in self.decl.args:
+            v = values[a.name]
+            if a.kind is Kind.TENSORS and v is not None:
+                values[a.name] = [convert(t) for t in v]
+            elif a.kind in (Kind.TENSOR, Kind.SCALAR_OR_TENSOR) and self.is_tensor(a.name):
+                values[a.name] = convert(v)
+        return Call(self.decl, self.node, self._vids, values, [convert(t) for t in self.outputs], self.output_vids)
+
     def fail(self, detail: str) -> None:
         raise ContractError(f"{self.node}: {detail}")
 

@@ -42,7 +42,8 @@ class RTensor:
     arg: ops.TensorArg
     staging: DType
     """The dtype a graph input/output has on the host side (the file's `staging_datatype`, else the
-    tensor's own dtype)."""
+    dtype the file declares, which a device without narrow storage holds wider:
+    vkx.loader.ops.held_dtype)."""
     constant_id: int = -1
     mem_obj_id: int = -1
     is_temp: bool = False
@@ -106,6 +107,9 @@ class GraphBuilder:
         self._node = "?"
         self._read: set[int] | None = None
         self._writes_by_vid: dict[int, int] | None = None  # alias_view's write counts, made on first use
+        self._declared: dict[int, ops.TensorArg] = {}
+        """Each tensor as the file declares it (the contract binds these; builders get `tensors`')."""
+        weights = {op.args[-1] for op in graph.chain if op.name == "et_vk.prepack.default" and op.args}
         for vid, v in enumerate(graph.values):
             if isinstance(v, g.Tensor):
                 try:
@@ -116,9 +120,12 @@ class GraphBuilder:
                 if v.constant_id >= 0 and v.constant_id >= len(graph.constants):
                     raise BadProgramError(f"value {vid}: constant_id {v.constant_id} out of range "
                                           f"({len(graph.constants)} constants)")
+                self._declared[vid] = arg
                 staging = arg.dtype
                 if v.staging_datatype != g.DataType.UNSET and v.constant_id < 0:
                     staging = device_dtype(vid, v.staging_datatype)
+                if v.constant_id < 0 and vid not in weights:  # weights stay as stored, read by words
+                    arg = ops.TensorArg(vid, arg.shape, ops.held_dtype(arg.dtype, features))
                 self.tensors[vid] = RTensor(arg, staging, v.constant_id, v.mem_obj_id)
         for vid in [*graph.input_ids, *graph.output_ids]:
             if vid not in self.tensors:
@@ -148,10 +155,11 @@ class GraphBuilder:
         for op in self.graph.chain:
             node = f"node {op.node_id} ({op.name})"
             try:
-                bound.append(contract.bind(opset.lookup(op.name), op, self.graph.values,
-                                           lambda vid, v: self.tensors[vid].arg, node))
+                call = contract.bind(opset.lookup(op.name), op, self.graph.values,
+                                     lambda vid, v: self._declared[vid], node)
             except contract.ContractError as error:
                 raise BadProgramError(str(error)) from None
+            bound.append(call.with_tensors(lambda t: self.tensors[t.vid].arg))
         try:
             check_memory_plan(self.graph)  # what validate proves: no op reads bytes another tensor holds
         except FormatError as error:
@@ -253,6 +261,11 @@ class GraphBuilder:
         init = None if initial is None else self.tensors[initial]
         if init is not None and not init.is_constant:
             raise BadProgramError(f"{self._node}: the initial value of state {name!r} is not a constant")
+        declared = self._declared[vid].dtype
+        if init is not None and declared != t.arg.dtype:  # held wider than its initial value's bytes
+            raise UnsupportedOpError(f"{self._node}: state {name!r} of {declared} with an initial value needs "
+                                     f"{ops.STORAGE_FEATURES[declared.itemsize]}, which the device or its "
+                                     "profile lacks")
         t.state = name
         self.states[name] = (t, init)
 
@@ -286,7 +299,7 @@ class GraphBuilder:
             t = self.tensors.get(arg.vid)
             if t is None:
                 raise BadProgramError(f"{self._node}: binding {i} names unknown tensor {arg.vid}")
-            limit = max(t.nbytes, 16)
+            limit = max(-(-t.nbytes // 4) * 4, 16)  # buffers are whole words (Allocator.create_unbound)
             if offset % self.offset_alignment:
                 raise LimitError(f"{self._node}: binding {i} offset {offset} is not a multiple "
                                  f"of minStorageBufferOffsetAlignment {self.offset_alignment}")
@@ -296,7 +309,7 @@ class GraphBuilder:
             if size > self.max_binding_bytes:
                 raise LimitError(f"{self._node}: binding {i} covers {size} bytes, over "
                                  f"maxStorageBufferRange {self.max_binding_bytes}; bind SubRanges")
-            resolved.append((t, offset, max(size, 4) if size == 0 else size))
+            resolved.append((t, offset, max(-(-size // 4) * 4, 4)))  # whole words: read_defines may read by words
         push = bytes(push or b"")
         if len(push) > self.push_bytes:
             raise LimitError(f"{self._node}: {len(push)} push-constant bytes, over maxPushConstantsSize {self.push_bytes}")

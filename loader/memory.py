@@ -174,8 +174,9 @@ class Allocator:
 
     # -- buffers ---------------------------------------------------------------
     def create_unbound(self, size: int):
-        """A VkBuffer with no memory yet, and its memory requirements."""
-        size = max(int(size), 16)
+        """A VkBuffer with no memory yet, and its memory requirements (whole 32-bit words: a shader
+        may read a 16- or 8-bit tensor through words, vkx.loader.ops.read_defines)."""
+        size = max(align(int(size), 4), 16)
         try:
             handle = vk.vkCreateBuffer(self.device.device, vk.VkBufferCreateInfo(
                 size=size, usage=USAGE, sharingMode=vk.VK_SHARING_MODE_EXCLUSIVE), None)
@@ -212,7 +213,7 @@ class Allocator:
         dev = self.device
         if dev.import_alignment is None:
             raise ImportRefusedError(f"{dev.name}: no VK_EXT_external_memory_host")
-        size = max(int(size), 16)
+        size = max(align(int(size), 4), 16)  # whole words, as create_unbound
         base = address - address % dev.import_alignment
         span = align(address + size, dev.import_alignment) - base
         offset = address - base

@@ -22,7 +22,7 @@ import numpy as np
 
 from vkx.format import dtypes, vkgraph as g
 from vkx.loader.errors import InputError, LoadError
-from vkx.loader.ports import Port, bf16_values, host_array
+from vkx.loader.ports import Port, bf16_bits, bf16_values, host_array
 from vkx.loader.report import MemoryReport
 
 
@@ -277,7 +277,7 @@ class Method(Closes):
     def state_spec(self, name: str) -> TensorSpec:
         """(shape, dtype name) of state tensor `name`, without reading it."""
         t = self._state_tensor(name)
-        return TensorSpec(t.arg.shape, t.arg.dtype.name, name)
+        return TensorSpec(t.arg.shape, t.staging.name, name)
 
     def state(self, name: str):
         """A copy of state tensor `name`: a torch tensor, or a numpy array where torch is not installed."""
@@ -287,8 +287,10 @@ class Method(Closes):
             if self.closed:
                 raise LoadError("program is closed")
             data = store.read(name, self._resources.allocator)
-        dtype = t.arg.dtype
-        array = np.frombuffer(data, np.dtype(dtype.numpy)).reshape(t.arg.shape).copy()
+        held, dtype = t.arg.dtype, t.staging
+        array = np.frombuffer(data, np.dtype(held.numpy)).reshape(t.arg.shape).copy()
+        if held != dtype:  # held in 32 bits on a device without narrow storage (vkx.loader.ops.held_dtype)
+            array = bf16_bits(array) if dtype is dtypes.BFLOAT16 else array.astype(np.dtype(dtype.numpy))
         try:
             import torch
         except ImportError:

@@ -40,7 +40,7 @@ def host_array(x) -> tuple[np.ndarray, bool, bool]:
 
 def bf16_bits(a: np.ndarray) -> np.ndarray:
     """float32 values rounded to bfloat16 (nearest even), as uint16 bits."""
-    u = np.ascontiguousarray(a, np.float32).view(np.uint32)
+    u = np.ascontiguousarray(a, np.float32).reshape(np.shape(a)).view(np.uint32)  # a 0-d array stays 0-d
     rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
     return np.where(np.isnan(a), ((u >> 16) | 0x40).astype(np.uint16), rounded)
 

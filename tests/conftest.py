@@ -84,34 +84,13 @@ def pytest_addoption(parser):
                      help="run under this device profile (VKX_DEVICE_PROFILE), e.g. android-baseline-2022")
 
 
-_STORAGE_FEATURES = {"torch.float16": "storageBuffer16BitAccess", "torch.bfloat16": "storageBuffer16BitAccess",
-                     "torch.int8": "storageBuffer8BitAccess", "torch.uint8": "storageBuffer8BitAccess",
-                     "torch.bool": "storageBuffer8BitAccess"}
-"""The storage feature a tensor of each dtype needs on the device (shaders/dtype.glslh)."""
-
-
 def pytest_collection_modifyitems(config, items):
-    """Without a device (allowed), skip the tests marked `vulkan`. Under a profile, deselect the
-    dtype-parametrized cases whose dtype needs a storage feature the profile lacks: vkx refuses
-    them (tests/loader/test_limits.py checks the refusal)."""
+    """Without a device (allowed), skip the tests marked `vulkan`."""
     if _no_device is not None:
         skip = pytest.mark.skip(reason=f"needs a Vulkan device ({ALLOW_NO_DEVICE}=1): {_no_device}")
         for item in items:
             if item.get_closest_marker("vulkan") is not None:
                 item.add_marker(skip)
-    name = config.getoption("--device-profile")
-    if not name:
-        return
-    from vkx.loader.limits import profile
-    features = profile(name).features
-    keep, dropped = [], []
-    for item in items:
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        needs = {_STORAGE_FEATURES.get(str(v)) for v in params.values()} - {None}
-        (dropped if needs - features else keep).append(item)
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = keep
 
 
 @pytest.fixture(autouse=True)

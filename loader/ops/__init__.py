@@ -27,7 +27,6 @@ from vkx.format.dtypes import DType
 from vkx.loader.errors import UnsupportedOpError
 
 
-
 @dataclass(frozen=True)
 class TensorArg:
     """A GPU tensor as an op sees it: a contiguous row-major buffer of `dtype` elements."""
@@ -65,6 +64,8 @@ def _store(dtype: DType, value: str) -> str:
         return f"int8_t(int({value}))"
     if dtype is dtypes.UINT8:
         return f"uint8_t(uint(int({value})))"
+    if dtype in HELD_IN_WORDS:  # the narrow type's value, in a 32-bit word
+        return _HELD_STORE[HELD_IN_WORDS[dtype]].format(value)
     return f"{dtype.glsl}({value})"
 
 
@@ -83,8 +84,43 @@ def elem_defines(prefix: str, buffer: str, dtype: DType) -> dict[str, str]:
             f"STORE_{prefix}(i,v)": f"{element} = {_store(dtype, '(v)')}"}
 
 
+STORAGE_FEATURES = {2: "storageBuffer16BitAccess", 1: "storageBuffer8BitAccess"}
+"""The device feature a storage buffer of 2- and 1-byte elements needs."""
+
+
+def _held(narrow: DType) -> DType:
+    """`narrow` (8-bit) held in an int32 word."""
+    return DType(f"{narrow.name}_in_int32", narrow.datatype, 4, "int32", "int", False, True, narrow.scalar_type,
+                 narrow.safetensors)
+
+
+HELD_IN_WORDS: dict[DType, DType] = {_held(d): d for d in (dtypes.BOOL, dtypes.INT8, dtypes.UINT8)}
+"""Each 8-bit type's device form where narrow storage is missing (`held_dtype`): an int32 word holding
+the narrow type's value (a store converts as the narrow type would: bool to 0/1, int8 and uint8
+wrapped), keyed by that form, the narrow type its value."""
+_HELD_STORE = {dtypes.BOOL: "int(({}) != 0)", dtypes.INT8: "bitfieldExtract(int({}), 0, 8)",
+               dtypes.UINT8: "int(uint(int({})) & 255u)"}
+
+
+def narrow_storage(features: frozenset[str]) -> bool:
+    """Whether the device stores 16- and 8-bit elements (both storage features in force)."""
+    return set(STORAGE_FEATURES.values()) <= features
+
+
+def held_dtype(dtype: DType, features: frozenset[str]) -> DType:
+    """The device dtype of a tensor the device writes (activation, state, graph input or output) that
+    the file declares `dtype`: `dtype` itself, or, without narrow storage, fp32 for a 16-bit float
+    (computed, not rounded, in fp32) and an int32 word for an 8-bit type (docs/profiles.md)."""
+    if dtype.itemsize >= 4 or narrow_storage(features):
+        return dtype
+    if dtype.is_float:
+        return dtypes.FLOAT32
+    return next(held for held, narrow in HELD_IN_WORDS.items() if narrow == dtype)
+
+
 DTYPE_CODES: dict[DType, int] = {dtypes.FLOAT32: 0, dtypes.FLOAT16: 1, dtypes.BFLOAT16: 2, dtypes.INT32: 3,
-                                 dtypes.INT8: 4, dtypes.UINT8: 5, dtypes.BOOL: 6}
+                                 dtypes.INT8: 4, dtypes.UINT8: 5, dtypes.BOOL: 6,
+                                 **{held: 7 + i for i, held in enumerate(HELD_IN_WORDS)}}
 """A dtype as a specialization constant of shaders/dtype.glslh's ANY_IN / ANY_OUT buffers."""
 
 
@@ -95,13 +131,16 @@ def dtype_code(dtype: DType) -> int:
     return DTYPE_CODES[dtype]
 
 
-def any_dtype_defines() -> dict[str, int]:
-    """The DT_* names of DTYPE_CODES, for shaders whose buffers take any dtype."""
-    return {f"DT_{d.name.upper()}": code for d, code in DTYPE_CODES.items()}
+def reads_by_words(builder: "OpBuilder") -> bool:
+    """Whether `builder`'s device lacks narrow storage, so that shaders read 16- and 8-bit inputs
+    (weights: what the device writes is held in 32 bits) through 32-bit words."""
+    return not narrow_storage(builder.features)
 
 
-STORAGE_FEATURES = {2: "storageBuffer16BitAccess", 1: "storageBuffer8BitAccess"}
-"""The device feature a storage buffer of 2- and 1-byte elements needs."""
+def any_dtype_defines(words: bool) -> dict[str, int]:
+    """The DT_* names of DTYPE_CODES, for shaders whose buffers take any dtype; `words` (a device
+    without narrow storage): 16- and 8-bit buffers are read through 32-bit words, never written."""
+    return {**{f"DT_{d.name.upper()}": code for d, code in DTYPE_CODES.items()}, **({"WORDS": 1} if words else {})}
 
 
 def _word_load(dtype: DType, buffer: str) -> tuple[str, str]:
@@ -122,15 +161,17 @@ def read_defines(builder: "OpBuilder", prefix: str, buffer: str, tensor: "Tensor
     """elem_defines of a binding the shader only reads (LOAD_<P>, LOADI_<P>; no STORE_<P>).
 
     Where the device lacks the storage feature that `tensor`'s 16- or 8-bit dtype needs, the shader
-    reads it through 32-bit words (`<P>_T` is uint), which every device can; the tensor's bytes must
-    then be whole words, as its binding is."""
+    reads it through 32-bit words (`<P>_T` is uint), which every device can (buffers and bindings are
+    whole words: the last word of an odd tensor has padding beside it)."""
     need = STORAGE_FEATURES.get(tensor.dtype.itemsize)
     if need is None or need in builder.features:
         return elem_defines(prefix, buffer, tensor.dtype)
-    if tensor.nbytes % 4:
-        raise UnsupportedOpError(f"a {list(tensor.shape)} {tensor.dtype} tensor of {tensor.nbytes} bytes (not "
-                                 f"whole 32-bit words) needs {need}, which the device or its profile lacks")
-    as_float, as_int = _word_load(tensor.dtype, buffer)
+    return word_read_defines(prefix, buffer, tensor.dtype)
+
+
+def word_read_defines(prefix: str, buffer: str, dtype: DType) -> dict[str, str]:
+    """read_defines of a 16- or 8-bit binding read through 32-bit words (`<P>_T` is uint)."""
+    as_float, as_int = _word_load(dtype, buffer)
     return {f"{prefix}_T": "uint", f"LOAD_{prefix}(i)": as_float, f"LOADI_{prefix}(i)": as_int}
 
 

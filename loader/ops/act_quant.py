@@ -6,12 +6,13 @@ model computes, in fp32: the integers are exact either way.
 """
 from __future__ import annotations
 
+import itertools
 import struct
 from typing import Iterable
 
 from vkx.format.contract import Call
 
-from . import Defines, OpBuilder, any_dtype_defines, builds, dtype_code, variants
+from . import Defines, OpBuilder, any_dtype_defines, builds, dtype_code, reads_by_words, variants
 from .quant import q4gsw
 from .shape import dispatch_groups
 
@@ -19,14 +20,14 @@ FP32_SMALLEST_NORMAL = 1.1754943508222875e-38
 """torchao's eps when none is given (torch.finfo(float32).smallest_normal)."""
 
 
-def _defines(choose: bool) -> Defines:
-    return {**any_dtype_defines(), **({"CHOOSE": 1} if choose else {})}
+def _defines(choose: bool, words: bool) -> Defines:
+    return {**any_dtype_defines(words), **({"CHOOSE": 1} if choose else {})}
 
 
 @variants("act_quant")
 def act_quant_variants() -> Iterable[Defines]:
-    yield _defines(True)
-    yield _defines(False)
+    for choose, words in itertools.product((False, True), repeat=2):
+        yield _defines(choose, words)
 
 
 @builds("torchao.choose_qparams_affine.default")
@@ -36,7 +37,8 @@ def choose_qparams_affine(builder: OpBuilder, call: Call) -> None:
     rows = x.numel // k if k else 0
     eps = FP32_SMALLEST_NORMAL if call["eps"] is None else float(call["eps"])
     builder.dispatch("act_quant", [x, scale, zero], struct.pack("<IIf", rows, k, eps), dispatch_groups(rows),
-                     _defines(True), (dtype_code(x.dtype), dtype_code(scale.dtype), dtype_code(zero.dtype)))
+                     _defines(True, reads_by_words(builder)),
+                     (dtype_code(x.dtype), dtype_code(scale.dtype), dtype_code(zero.dtype)))
 
 
 @builds("et_vk.linear_dq8ca_q4gsw.default")
@@ -44,6 +46,6 @@ def linear_dq8ca_q4gsw(builder: OpBuilder, call: Call) -> None:
     x, scale, zero = call.tensor("self"), call.tensor("input_scales"), call.tensor("input_zp")
     quantized = builder.temp(x.shape, x.dtype)
     builder.dispatch("act_quant", [x, scale, zero, quantized], struct.pack("<IIf", x.numel, x.shape[-1], 0.0),
-                     dispatch_groups(x.numel), _defines(False),
+                     dispatch_groups(x.numel), _defines(False, reads_by_words(builder)),
                      (dtype_code(x.dtype), dtype_code(scale.dtype), dtype_code(zero.dtype), dtype_code(x.dtype)))
     q4gsw(builder, quantized, call)

@@ -11,13 +11,14 @@ rounded once on the store.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import struct
 from typing import Iterable, Sequence
 
 from vkx.format.contract import FLT_MAX, Call
 from vkx.loader.ops import (Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines, builds, dtype_code,
-                            elem_defines, variants)
+                            elem_defines, read_defines, reads_by_words, variants)
 from vkx.loader.ops.shape import MAX_GROUPS, bind_elems, dispatch_groups
 
 _CONV_PUSH = struct.Struct("<24i2f")
@@ -45,14 +46,14 @@ def convolution(builder: OpBuilder, call: Call) -> None:
         _convolution(builder, call, None)
 
 
-def _transposed_defines(bias: bool) -> Defines:
-    return {**any_dtype_defines(), **({"HAS_BIAS": 1} if bias else {})}
+def _transposed_defines(bias: bool, words: bool) -> Defines:
+    return {**any_dtype_defines(words), **({"HAS_BIAS": 1} if bias else {})}
 
 
 @variants("conv_transpose2d")
 def conv_transpose2d_variants() -> Iterable[Defines]:
-    yield _transposed_defines(False)
-    yield _transposed_defines(True)
+    for bias, words in itertools.product((False, True), repeat=2):
+        yield _transposed_defines(bias, words)
 
 
 def _transposed(builder: OpBuilder, call: Call) -> None:
@@ -69,7 +70,8 @@ def _transposed(builder: OpBuilder, call: Call) -> None:
     push = struct.pack("<I16i", out.numel, x.shape[1], h, wd, out.shape[1], oh, ow, kh, kw, stride[0], stride[1],
                        padding[0], padding[1], dilation[0], dilation[1], x.shape[1] // groups, w.shape[1])
     bound = [x, w, out, bias or x]
-    builder.dispatch("conv_transpose2d", bound, push, dispatch_groups(out.numel), _transposed_defines(bias is not None),
+    builder.dispatch("conv_transpose2d", bound, push, dispatch_groups(out.numel),
+                     _transposed_defines(bias is not None, reads_by_words(builder)),
                      tuple(dtype_code(t.dtype) for t in bound))
 
 
@@ -115,11 +117,11 @@ def _convolution(builder: OpBuilder, call: Call, clamp: tuple[float, float] | No
     tiles_x = -(-OW // 4)
     wbind, _ = bind_elems(builder, w, 0, w.numel)  # the whole weight must fit one binding
     bias_binding = []
-    defines: dict[str, int | str] = {"OCB": ocb, **elem_defines("X", "x", x.dtype), **elem_defines("W", "w", w.dtype),
-                                     **elem_defines("O", "o", out.dtype)}
+    defines: dict[str, int | str] = {"OCB": ocb, **read_defines(builder, "X", "x", x),
+                                     **read_defines(builder, "W", "w", w), **elem_defines("O", "o", out.dtype)}
     if bias is not None:
         bias_binding.append(bind_elems(builder, bias, 0, bias.numel)[0])
-        defines.update(elem_defines("BIAS", "bias", bias.dtype))
+        defines.update(read_defines(builder, "BIAS", "bias", bias))
         defines["HAS_BIAS"] = 1
     if clamp is not None:
         defines["CLAMP"] = 1
@@ -173,7 +175,7 @@ def pool2d(builder: OpBuilder, call: Call, dilation: Sequence[int], count_includ
                                      f"{builder.max_binding_bytes}-byte storage-buffer binding limit")
     push = _POOL_PUSH.pack(total, H, W, OH, OW, kh, kw, sy, sx, py, px, dy, dx,
                            int(count_include_pad), int(divisor_override))
-    defines = {**elem_defines("X", "x", x.dtype), **elem_defines("O", "o", out.dtype)}
+    defines = {**read_defines(builder, "X", "x", x), **elem_defines("O", "o", out.dtype)}
     if is_max:
         defines["MAX_POOL"] = "1"
     if indices is not None:

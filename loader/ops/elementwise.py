@@ -25,7 +25,7 @@ from vkx.format import contract, opset
 from vkx.format.contract import Call
 
 from . import (OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines, builds, builds_family, dtype_code,
-               variants)
+               reads_by_words, variants)
 from .shape import (MAX_DIMS, bind_elems, broadcast_strides, chunk_elems, collapse_dims,
                     contiguous_strides, convert_copy, dispatch_groups, pad_dims)
 
@@ -152,7 +152,7 @@ def binary(builder: OpBuilder, call: Call) -> None:
     tb = b if isinstance(b, TensorArg) else a
     vec4 = n % 4 == 0 and all(x.dtype.is_float for x in (ta, tb, out))
     defines = _binary_defines(expr, int_math, vec4 and all(not isinstance(x, TensorArg) or x.numel in (1, n)
-                                                         for x in (a, b)))
+                                                         for x in (a, b)), reads_by_words(builder))
     spec = (dtype_code(ta.dtype), dtype_code(tb.dtype), dtype_code(out.dtype), ma, mb)
     push_alpha = (float(alpha), int(alpha) if int_math else 0)
     push_imm = (float(imm), int(imm) if int_math else 0)
@@ -187,9 +187,9 @@ def binary(builder: OpBuilder, call: Call) -> None:
     builder.dispatch("binary", [ta, tb, out], push(n, sizes, csa, csb), dispatch_groups(n), defines, spec)
 
 
-def _binary_defines(expr: str, int_math: bool, vec4: bool) -> Defines:
+def _binary_defines(expr: str, int_math: bool, vec4: bool, words: bool) -> Defines:
     """binary.comp's defines; the dtypes and operand modes are specialization constants."""
-    return {"OP(x,y)": expr, **any_dtype_defines(), **({"INT_MATH": 1} if int_math else {}),
+    return {"OP(x,y)": expr, **any_dtype_defines(words), **({"INT_MATH": 1} if int_math else {}),
             **({"VEC4": 1} if vec4 else {})}
 
 
@@ -202,11 +202,12 @@ BINARY_NO_VEC4 = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or
 @variants("binary")
 def binary_variants() -> Iterable[Defines]:
     for op, expr in BINARY_GLSL.items():
-        yield _binary_defines(expr, True, False)
-        if op not in BINARY_INT_ONLY:
-            yield _binary_defines(expr, False, False)
-        if op not in BINARY_INT_ONLY | BINARY_NO_VEC4:
-            yield _binary_defines(expr, False, True)
+        for words in (False, True):
+            yield _binary_defines(expr, True, False, words)
+            if op not in BINARY_INT_ONLY:
+                yield _binary_defines(expr, False, False, words)
+            if op not in BINARY_INT_ONLY | BINARY_NO_VEC4:
+                yield _binary_defines(expr, False, True, words)
 
 
 def unary(builder: OpBuilder, call: Call, expr: str, a: float = 0.0, b: float = 0.0) -> None:
@@ -215,7 +216,7 @@ def unary(builder: OpBuilder, call: Call, expr: str, a: float = 0.0, b: float = 
     src, out = call.tensor("self"), call.out
     n = src.numel
     vec4 = n % 4 == 0 and src.dtype.is_float and out.dtype.is_float
-    defines = _unary_defines(expr, vec4)
+    defines = _unary_defines(expr, vec4, reads_by_words(builder))
     spec = (dtype_code(src.dtype), dtype_code(out.dtype))
     for start, count in chunk_elems(builder, n, [src, out]):
         ib, _ = bind_elems(builder, src, start, count)
@@ -225,9 +226,9 @@ def unary(builder: OpBuilder, call: Call, expr: str, a: float = 0.0, b: float = 
                          defines, spec)
 
 
-def _unary_defines(expr: str, vec4: bool) -> Defines:
+def _unary_defines(expr: str, vec4: bool, words: bool) -> Defines:
     """unary.comp's defines; the dtypes are specialization constants."""
-    return {"OP(x)": expr, **any_dtype_defines(), **({"VEC4": 1} if vec4 else {})}
+    return {"OP(x)": expr, **any_dtype_defines(words), **({"VEC4": 1} if vec4 else {})}
 
 
 @variants("unary")
@@ -235,7 +236,8 @@ def unary_variants() -> Iterable[Defines]:
     expressions = [*UNARY_GLSL.values(), *GELU_GLSL.values(), *POW_GLSL.values(), POW_ANY, CLAMP]
     for expr in expressions:
         for vec4 in (False, True):
-            yield _unary_defines(expr, vec4)
+            for words in (False, True):
+                yield _unary_defines(expr, vec4, words)
 
 
 def _f32(x: float) -> float:

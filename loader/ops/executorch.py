@@ -14,7 +14,8 @@ from typing import Iterable
 from vkx.format.contract import Call
 from vkx.format.op_et import pad_widths, split_sizes
 
-from . import Defines, OpBuilder, UnsupportedOpError, TensorArg, any_dtype_defines, builds, dtype_code, elem_defines, variants
+from . import (Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines, builds, dtype_code, elem_defines,
+               read_defines, reads_by_words, variants)
 from .attention import attention
 from .conv import pool2d
 from .elementwise import CLAMP, UNARY_GLSL, op_glsl, unary
@@ -123,8 +124,8 @@ def _rotary(builder: OpBuilder, call: Call, start: int, interleaved: bool) -> No
             s, h, d = x.shape[2], 1, x.shape[3]
         else:
             _, s, h, d = x.shape
-        defines = {**elem_defines("X", "x", x.dtype), **elem_defines("C", "c", cos.dtype),
-                   **elem_defines("N", "n", sin.dtype), **elem_defines("O", "o", out.dtype)}
+        defines = {**read_defines(builder, "X", "x", x), **read_defines(builder, "C", "c", cos),
+                   **read_defines(builder, "N", "n", sin), **elem_defines("O", "o", out.dtype)}
         if interleaved:
             defines["INTERLEAVED"] = "1"
         push = struct.pack("<6I", x.numel, s, h, d, cos.shape[-1], start)
@@ -140,7 +141,8 @@ def et_sdpa(builder: OpBuilder, call: Call) -> None:
 
 @variants("flip")
 def flip_variants() -> Iterable[Defines]:
-    yield any_dtype_defines()
+    for words in (False, True):
+        yield any_dtype_defines(words)
 
 
 @builds("aten.flip.default")
@@ -163,13 +165,14 @@ def flip(builder: OpBuilder, call: Call) -> None:
     sizes, reversed_ = sizes or [1], reversed_ or [False]
     mask = sum(1 << d for d, r in enumerate(reversed_) if r)
     push = struct.pack(f"<3I{MAX_DIMS}I", src.numel, len(sizes), mask, *sizes, *[1] * (MAX_DIMS - len(sizes)))
-    builder.dispatch("flip", [src, out], push, dispatch_groups(src.numel), any_dtype_defines(),
+    builder.dispatch("flip", [src, out], push, dispatch_groups(src.numel), any_dtype_defines(reads_by_words(builder)),
                      (dtype_code(src.dtype), dtype_code(out.dtype)))
 
 
 @variants("grid_sampler")
 def grid_sampler_variants() -> Iterable[Defines]:
-    yield any_dtype_defines()
+    for words in (False, True):
+        yield any_dtype_defines(words)
 
 
 @builds("aten.grid_sampler_2d.default")
@@ -179,5 +182,6 @@ def grid_sampler_2d(builder: OpBuilder, call: Call) -> None:
     _, c, h, w = x.shape
     push = struct.pack("<6i3I", out.numel, c, h, w, out.shape[2], out.shape[3], call["interpolation_mode"],
                        call["padding_mode"], int(call["align_corners"]))
-    builder.dispatch("grid_sampler", [x, grid, out], push, dispatch_groups(out.numel), any_dtype_defines(),
+    builder.dispatch("grid_sampler", [x, grid, out], push, dispatch_groups(out.numel),
+                     any_dtype_defines(reads_by_words(builder)),
                      (dtype_code(x.dtype), dtype_code(grid.dtype), dtype_code(out.dtype)))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import struct
 
-from vkx.loader.ops import OpBuilder, TensorArg, UnsupportedOpError, elem_defines
+from vkx.loader.ops import OpBuilder, TensorArg, UnsupportedOpError, elem_defines, read_defines
 from vkx.loader.ops.gemm import Operand, gemm, matvec_glu
 from vkx.loader.ops.shape import broadcast_strides, dispatch_groups
 
@@ -23,8 +23,8 @@ def rotate_half(builder: OpBuilder, x: TensorArg, cos: TensorArg, sin: TensorArg
     shape = (1,) * (4 - len(x.shape)) + tuple(x.shape)
     c = broadcast_strides(cos.shape, shape)
     s = broadcast_strides(sin.shape, shape)
-    defines = {**elem_defines("X", "x", x.dtype), **elem_defines("C", "cs", cos.dtype),
-               **elem_defines("S", "sn", sin.dtype), **elem_defines("Y", "y", out.dtype)}
+    defines = {**read_defines(builder, "X", "x", x), **read_defines(builder, "C", "cs", cos),
+               **read_defines(builder, "S", "sn", sin), **elem_defines("Y", "y", out.dtype)}
     pairs = x.numel // 2
     bindings = [x, cos, sin, out]
     if index is not None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Collection, Optional, Sequence
 
 from vkx.format import dtypes
-from vkx.loader.ops import Binding, OpBuilder, TensorArg, UnsupportedOpError, elem_defines
+from vkx.loader.ops import Binding, OpBuilder, TensorArg, UnsupportedOpError, elem_defines, read_defines
 from vkx.loader.ops.gemm_coop import coop_layout, fits, record_coop
 from vkx.loader.ops.gemm_tiled import record_tiled
 from vkx.loader.ops.shape import MAX_GROUPS, bind_elems, fits_binding
@@ -151,11 +151,11 @@ def load4(prefix: str, buffer: str, dtype) -> dict[str, str]:
     return {f"{prefix}_V": "uvec2", f"LOAD4_{prefix}(i)": f"vec4({pair}({word}.x), {pair}({word}.y))"}
 
 
-def _elem_defines(a: Operand, b: Operand, c: Operand, bias: Optional[Operand]) -> dict[str, str]:
-    defines = {**elem_defines("A", "a", a.tensor.dtype), **elem_defines("B", "b", b.tensor.dtype),
+def _elem_defines(builder: OpBuilder, a: Operand, b: Operand, c: Operand, bias: Optional[Operand]) -> dict[str, str]:
+    defines = {**read_defines(builder, "A", "a", a.tensor), **read_defines(builder, "B", "b", b.tensor),
                **elem_defines("C", "c", c.tensor.dtype)}
     if bias is not None:
-        defines.update(elem_defines("BIAS", "bias", bias.tensor.dtype))
+        defines.update(read_defines(builder, "BIAS", "bias", bias.tensor))
         defines["HAS_BIAS"] = "1"
     return defines
 
@@ -170,7 +170,7 @@ def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
         bind_bias, biasoff = _bind(builder, bias, M, N, 1, 1)
         bindings.append(bind_bias)
         sbm, sbn = bias.si, bias.sj
-    defines: dict[str, int | str] = _elem_defines(a, b, c, bias)
+    defines: dict[str, int | str] = _elem_defines(builder, a, b, c, bias)
     if use_matvec(a, b, M, N, K):
         _record_matvec(builder, bindings, defines, a, aoff, b, boff, c, coff, N, K, nb1, nb2,
                        biasoff, sbn, alpha, beta)
@@ -324,6 +324,9 @@ def _record_matvec(builder, bindings, defines, a, aoff, b, boff, c, coff, N, K, 
     b_vec = K % 8 == 0 and _vec_ok(boff, [(b.sj, N), (b.sb1, nb1), (b.sb2, nb2)], 8)
     defines.update(load8("A", "a", a.tensor.dtype, a_vec))
     defines.update(load8("B", "b", b.tensor.dtype, b_vec))
+    for prefix, vec in (("A", a_vec), ("B", b_vec)):
+        if not vec and defines[f"{prefix}_T"] == "uint":  # read by words (read_defines)
+            defines[f"{prefix}_V"] = "uint"
     if K % 8:
         defines["K_TAIL"] = 1
     shape, extra = matvec_shape(builder, "matvec", -(-K // 8))
@@ -343,7 +346,7 @@ def matvec_glu(builder: OpBuilder, x: TensorArg, gate: TensorArg, up: TensorArg,
         raise UnsupportedOpError(f"gate/up product of [{n}, {k}] weights: K a multiple of 8 and each "
                                  f"tensor within one binding")
     shape, extra = matvec_shape(builder, "matvec", k // 8)
-    defines = {**elem_defines("A", "a", x.dtype), **elem_defines("B", "b", gate.dtype),
+    defines = {**read_defines(builder, "A", "a", x), **read_defines(builder, "B", "b", gate),
                **elem_defines("C", "c", out.dtype), **load8("A", "a", x.dtype, True),
                **load8("B", "b", gate.dtype, True), **load8("B2", "bup", up.dtype, True), **extra, "GLU": 1}
     push = _MATVEC_PUSH.pack(n, k, 1, 0, 0, 0, 0, k, 0, 0, 0, 0, 0, 0, 0, 1.0, 1.0, 0)

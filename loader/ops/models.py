@@ -16,7 +16,8 @@ from vkx.format.contract import Call
 from vkx.format.dtypes import DType
 from vkx.format.op_models import MAX_INDICES
 
-from . import DTYPE_CODES, Defines, OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines, variants
+from . import (DTYPE_CODES, Defines, OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines, read_defines,
+               variants)
 from .elementwise import CLAMP, POW_ANY, POW_GLSL, unary
 from .shape import (MAX_DIMS, broadcast_strides, collapse_dims, contiguous_strides, convert_copy, dispatch_groups,
                     pad_dims, strided_copy)
@@ -66,8 +67,8 @@ def where(builder: OpBuilder, call: Call) -> None:
     sizes, (sc, sa, sb, _) = collapse_dims(shape, *strides, contiguous_strides(shape))
     if len(sizes) > MAX_DIMS:
         raise UnsupportedOpError(f"where over {len(sizes)} non-mergeable dims (max {MAX_DIMS})")
-    defines = {**elem_defines("C", "c", cond.dtype), **elem_defines("A", "a", a.dtype),
-               **elem_defines("B", "b", b.dtype), **elem_defines("O", "o", out.dtype)}
+    defines = {**read_defines(builder, "C", "c", cond), **read_defines(builder, "A", "a", a),
+               **read_defines(builder, "B", "b", b), **elem_defines("O", "o", out.dtype)}
     if not out.dtype.is_float:
         defines["INT_PATH"] = 1
     push = struct.pack("<26I", out.numel, len(sizes), *pad_dims(sizes), *pad_dims(sc), *pad_dims(sa), *pad_dims(sb))
@@ -89,7 +90,7 @@ def gather_along(builder: OpBuilder, src: TensorArg, dim: int, index: TensorArg,
         raise UnsupportedOpError(f"gather over {rank} dims (max {MAX_DIMS})")
     dim = dim % rank
     shape, index_shape = tuple(src.shape) or (1,), tuple(index.shape) or (1,)
-    defines = {**elem_defines("S", "s", src.dtype), **elem_defines("I", "idx", index.dtype),
+    defines = {**read_defines(builder, "S", "s", src), **read_defines(builder, "I", "idx", index),
                **elem_defines("O", "o", out.dtype)}
     if not out.dtype.is_float:
         defines["INT_PATH"] = 1
@@ -111,9 +112,9 @@ def index(builder: OpBuilder, call: Call) -> None:
     if len(sizes) > 4:
         raise UnsupportedOpError(f"index tensors broadcast over {len(sizes)} non-mergeable dims (max 4)")
     binds = [*indices, *[indices[0]] * (MAX_INDICES - k)]
-    defines = {**elem_defines("S", "s", src.dtype), **elem_defines("O", "o", out.dtype)}
+    defines = {**read_defines(builder, "S", "s", src), **elem_defines("O", "o", out.dtype)}
     for j, t in enumerate(binds):
-        defines.update(elem_defines(f"I{j}", f"i{j}", t.dtype))
+        defines.update(read_defines(builder, f"I{j}", f"i{j}", t))
     if not out.dtype.is_float:
         defines["INT_PATH"] = 1
     istride = [x for j in range(MAX_INDICES)
@@ -135,7 +136,7 @@ def cumsum(builder: OpBuilder, call: Call) -> None:
     dim = call["dim"] % len(shape)
     inner = math.prod(shape[dim + 1:])
     lines = math.prod(shape[:dim]) * inner
-    defines = {**elem_defines("S", "s", src.dtype), **elem_defines("O", "o", out.dtype)}
+    defines = {**read_defines(builder, "S", "s", src), **elem_defines("O", "o", out.dtype)}
     if not out.dtype.is_float:
         defines["INT_PATH"] = 1
     builder.dispatch("cumsum", [src, out], struct.pack("<III", lines, shape[dim], inner), dispatch_groups(lines),

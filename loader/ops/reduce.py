@@ -20,8 +20,8 @@ from typing import Iterable
 
 from vkx.format.contract import Call
 
-from . import (Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines, builds, dtype_code, elem_defines,
-               variants)
+from . import (Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines, builds, dtype_code, read_defines,
+               reads_by_words, variants)
 from .shape import (MAX_DIMS, bind_elems, chunk_elems, contiguous_strides, dispatch_groups,
                     normalize_dim, pad_dims, row_chunks, rows_binding)
 
@@ -45,11 +45,12 @@ def row_dispatch(builder: OpBuilder, rows: int, n: int) -> tuple[tuple[int, int,
     return dispatch_groups(rows, 1), {"ROW_WG": wg}
 
 
-def _types(*buffers: tuple[str, str, TensorArg]) -> dict[str, str]:
-    """elem_defines of each (prefix, buffer name, tensor bound there)."""
+def _types(builder: OpBuilder, *buffers: tuple[str, str, TensorArg]) -> dict[str, str]:
+    """elem_defines of each (prefix, buffer name, tensor bound there); a 16- or 8-bit tensor on a
+    device without narrow storage is only read (a weight: outputs are held in 32 bits), by words."""
     out: dict[str, str] = {}
     for prefix, buffer, t in buffers:
-        out.update(elem_defines(prefix, buffer, t.dtype))
+        out.update(read_defines(builder, prefix, buffer, t))
     return out
 
 
@@ -62,7 +63,7 @@ def softmax(builder: OpBuilder, call: Call) -> None:
     outer, d, inner = math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])
     if src.numel == 0:
         return
-    defines = _types(("X", "x", src), ("Y", "y", out))
+    defines = _types(builder, ("X", "x", src), ("Y", "y", out))
     if call.decl.name == "aten._log_softmax.default":
         defines["LOG"] = "1"
     slab = d * inner  # one outer index: whole rows of the softmax
@@ -83,7 +84,7 @@ def native_layer_norm(builder: OpBuilder, call: Call) -> None:
     if src.numel == 0 or n == 0:
         return
     rows = src.numel // n
-    defines = _types(("X", "x", src), ("Y", "y", out), ("W", "w", weight or src), ("B", "b", bias or src),
+    defines = _types(builder, ("X", "x", src), ("Y", "y", out), ("W", "w", weight or src), ("B", "b", bias or src),
                      ("M", "mean_out", mean), ("R", "rstd_out", rstd))
     if weight is not None:
         defines["HAS_W"] = "1"
@@ -103,11 +104,12 @@ def native_layer_norm(builder: OpBuilder, call: Call) -> None:
 def group_norm_variants() -> Iterable[Defines]:
     for wg in (None, *ROW_WGS):
         for weight, bias in itertools.product((False, True), repeat=2):
-            yield _group_norm_defines({} if wg is None else {"ROW_WG": wg}, weight, bias)
+            for words in (False, True):
+                yield _group_norm_defines({} if wg is None else {"ROW_WG": wg}, weight, bias, words)
 
 
-def _group_norm_defines(wg: dict[str, int], weight: bool, bias: bool) -> Defines:
-    return {**any_dtype_defines(), **wg, **({"HAS_W": 1} if weight else {}), **({"HAS_B": 1} if bias else {})}
+def _group_norm_defines(wg: dict[str, int], weight: bool, bias: bool, words: bool) -> Defines:
+    return {**any_dtype_defines(words), **wg, **({"HAS_W": 1} if weight else {}), **({"HAS_B": 1} if bias else {})}
 
 
 @builds("aten.native_group_norm.default")
@@ -124,7 +126,7 @@ def native_group_norm(builder: OpBuilder, call: Call) -> None:
     push = struct.pack("<IIfIII", rows, n, call["eps"], call["HxW"], groups, call["C"] // groups)
     bound = [src, out, weight or src, bias or src, mean, rstd]
     builder.dispatch("group_norm", bound, push, groups_wg,
-                     _group_norm_defines(wg, weight is not None, bias is not None),
+                     _group_norm_defines(wg, weight is not None, bias is not None, reads_by_words(builder)),
                      tuple(dtype_code(t.dtype) for t in bound))
 
 
@@ -141,7 +143,7 @@ def rms_norm_rows(builder: OpBuilder, src: TensorArg, weight: TensorArg | None, 
     if src.numel == 0 or n == 0:
         return
     rows = src.numel // n
-    defines = _types(("X", "x", src), ("Y", "y", out), ("W", "w", weight or src))
+    defines = _types(builder, ("X", "x", src), ("Y", "y", out), ("W", "w", weight or src))
     if weight is not None:
         defines["HAS_W"] = "1"
     for r0, rc in row_chunks(builder, rows, n, [src, out]):
@@ -160,7 +162,7 @@ def batch_norm_no_training(builder: OpBuilder, call: Call) -> None:
     out = call.out
     channels, inner = src.shape[1], math.prod(src.shape[2:])
     w, b = weight or rmean, bias or rmean  # placeholders are never read
-    defines = _types(("X", "x", src), ("Y", "y", out), ("M", "rmean", rmean), ("V", "rvar", rvar),
+    defines = _types(builder, ("X", "x", src), ("Y", "y", out), ("M", "rmean", rmean), ("V", "rvar", rvar),
                      ("W", "w", w), ("B", "b", b))
     if weight is not None:
         defines["HAS_W"] = "1"
@@ -223,7 +225,7 @@ def reduce_dims(builder: OpBuilder, call: Call) -> None:
     if out.numel == 0:
         return
     count, head, tables = _walk(builder, src, out, _reduced_dims(call, tuple(src.shape)))
-    defines = _types(("X", "x", src), ("Y", "y", out))
+    defines = _types(builder, ("X", "x", src), ("Y", "y", out))
     if call.decl.name == "aten.mean.dim":
         defines["MEAN"] = "1"
     groups, wg = row_dispatch(builder, out.numel, count)
@@ -246,6 +248,6 @@ def reduce_stats(builder: OpBuilder, call: Call) -> None:
     count, head, tables = _walk(builder, src, out, _reduced_dims(call, tuple(src.shape)))
     correction = call["correction"] if call.decl.has("correction") else None
     push = head + struct.pack("<If", count, 1.0 if correction is None else float(correction)) + tables
-    defines = {**_types(("X", "x", src), ("Y", "y", out)), STATS[call.decl.name]: "1"}
+    defines = {**_types(builder, ("X", "x", src), ("Y", "y", out)), STATS[call.decl.name]: "1"}
     groups, wg = row_dispatch(builder, out.numel, count)
     builder.dispatch("reduce_stats", [src, out], push, groups, {**defines, **wg})

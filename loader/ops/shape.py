@@ -20,7 +20,7 @@ from vkx.format.op_rules import slice_length
 from vkx.format.dtypes import DType
 
 from . import (DTYPE_CODES, Binding, Defines, OpBuilder, SubRange, TensorArg, UnsupportedOpError, builds,
-               elem_defines, variants)
+               elem_defines, reads_by_words, read_defines, variants, word_read_defines)
 
 WORKGROUP = 64
 """local_size_x of every shader in this family."""
@@ -289,15 +289,18 @@ def convert_copy(builder: OpBuilder, src: TensorArg, dst: TensorArg) -> None:
     if src.dtype == dst.dtype:
         copy_elems(builder, src, 0, dst, 0, src.numel)
         return
-    defines = _cast_defines(src.dtype, dst.dtype)
+    defines = _cast_defines(src.dtype, dst.dtype, words=reads_by_words(builder))
     for start, count in chunk_elems(builder, src.numel, [src, dst]):
         sb, _ = bind_elems(builder, src, start, count)
         db, _ = bind_elems(builder, dst, start, count)
         builder.dispatch("cast", [sb, db], struct.pack("<I", count), dispatch_groups(count), defines)
 
 
-def _cast_defines(src: DType, dst: DType) -> Defines:
-    defines = {**elem_defines("S", "src", src), **elem_defines("D", "dst", dst)}
+def _cast_defines(src: DType, dst: DType, words: bool) -> Defines:
+    """cast.comp's defines; `words` (no narrow storage): a 16- or 8-bit source (a weight: what the
+    device writes is held in 32 bits) is read through 32-bit words."""
+    read = word_read_defines if words and src.itemsize < 4 else elem_defines
+    defines = {**read("S", "src", src), **elem_defines("D", "dst", dst)}
     if not src.is_float and not dst.is_float:
         defines["INT_PATH"] = "1"
     return defines
@@ -306,7 +309,9 @@ def _cast_defines(src: DType, dst: DType) -> Defines:
 @variants("cast")
 def cast_variants() -> Iterable[Defines]:
     for src, dst in itertools.permutations(DTYPE_CODES, 2):
-        yield _cast_defines(src, dst)
+        yield _cast_defines(src, dst, False)
+        if src.itemsize < 4 and dst.itemsize == 4:
+            yield _cast_defines(src, dst, True)
 
 
 # --------------------------------------------------------------------------- ops
@@ -388,7 +393,7 @@ def embedding(builder: OpBuilder, call: Call) -> None:
         return
     if out.nbytes > builder.max_binding_bytes or idx.nbytes > builder.max_binding_bytes:
         raise UnsupportedOpError("embedding output larger than one storage binding")
-    defines = {**elem_defines("W", "w", weight.dtype), **elem_defines("I", "idx", idx.dtype),
+    defines = {**read_defines(builder, "W", "w", weight), **elem_defines("I", "idx", idx.dtype),
                **elem_defines("Y", "y", out.dtype)}
     if weight.dtype == out.dtype:
         defines["SAME_TYPE"] = 1

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from vkx.loader.device import Device
-from vkx.loader.errors import LimitError, UnsupportedOpError
+from vkx.loader.errors import LimitError
 from vkx.loader.ops import elem_defines
 from vkx.loader.limits import PROFILES, Limits, check_pipeline, pipeline_needs
 from vkx.loader.shaders import compile_spirv, pipelines_for
@@ -103,10 +103,30 @@ def test_kernels_are_chosen_within_the_profile_and_match_torch(baseline):
         check_pipeline(baseline.limits, name, compile_spirv(name, dict(defines)), nbindings, 128)
 
 
-def test_16_bit_activations_without_16_bit_storage_are_refused_naming_the_feature(baseline):
-    x = rand(4, 8, seed=4).to(torch.bfloat16)
-    with pytest.raises(LimitError, match="needs storageBuffer16BitAccess"):
-        run_graph("aten._softmax.default", [x, -1, False], (tuple(x.shape), torch.bfloat16), device=baseline)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16_bit_activations_without_16_bit_storage_are_held_in_fp32(baseline, dtype):
+    """The output keeps the file's dtype; the activations between are fp32 on the device, so the
+    result is torch's fp32 one rounded once: within one rounding of the output dtype."""
+    x, w = rand(4, 64, seed=4, scale=3.0).to(dtype), rand(24, 64, seed=5).to(dtype)
+    got = run_graph("aten._softmax.default", [x, -1, False], (tuple(x.shape), dtype), device=baseline)
+    assert got.dtype == dtype
+    assert_close(got, torch.softmax(x.float(), -1).to(dtype))
+    got = run_graph("aten.linear.default", [x, Const(w), None], ((4, 24), dtype), device=baseline)
+    assert got.dtype == dtype
+    assert_norm_close(got.float(), x.float() @ w.float().T, rtol=1e-2, atol=1e-2)
+
+
+def test_8_bit_activations_without_8_bit_storage_are_held_in_words_converted_as_their_type(baseline):
+    """bool, int8 and uint8 activations live in int32 words; every store converts as the 8-bit
+    type would (nonzero is true, integers wrap), so results equal torch's."""
+    x = torch.tensor([[0.0, 0.25, -3.0, 2.5], [1.0, -0.5, 0.0, 7.0]])
+    assert torch.equal(run_graph("aten._to_copy.default", [x], ((2, 4), torch.bool), device=baseline),
+                       x.to(torch.bool))
+    assert torch.equal(run_graph("aten.lt.Tensor", [x, 0.5], ((2, 4), torch.bool), device=baseline), x < 0.5)
+    a = torch.tensor([[100, -128, 7, 127]], dtype=torch.int8)
+    assert torch.equal(run_graph("aten.add.Tensor", [a, a, 1], ((1, 4), torch.int8), device=baseline), a + a)
+    u = torch.tensor([[200, 3, 255, 0]], dtype=torch.uint8)
+    assert torch.equal(run_graph("aten.mul.Tensor", [u, u], ((1, 4), torch.uint8), device=baseline), u * u)
 
 
 @pytest.mark.parametrize("bits", [4, 8])
@@ -140,10 +160,10 @@ def test_quantized_weights_under_the_baseline_read_their_fp16_scales_by_words(ba
         x = rand(m, 256, seed=2)
         got = run_graph("vkx.linear_q.default", [x, Const(q), Const(s), None, bits, 32], (m, 38), device=baseline)
         assert_norm_close(got, x.double() @ dequantize(q, s, bits, 32).double().T, rtol=1e-5, atol=1e-5)
-    odd_q, odd_s = quantize_weight(rand(37, 256, seed=1), bits, 256)  # 37 scales: not whole words
-    with pytest.raises(UnsupportedOpError, match=r"\[37, 1\] float16 .* needs storageBuffer16BitAccess"):
-        run_graph("vkx.linear_q.default", [x, Const(odd_q), Const(odd_s), None, bits, 256], (3, 37),
-                  device=baseline)
+    odd_q, odd_s = quantize_weight(rand(37, 256, seed=1), bits, 256)  # 37 scales: the last word half padding
+    got = run_graph("vkx.linear_q.default", [x, Const(odd_q), Const(odd_s), None, bits, 256], (3, 37),
+                    device=baseline)
+    assert_norm_close(got, x.double() @ dequantize(odd_q, odd_s, bits, 256).double().T, rtol=1e-5, atol=1e-5)
 
 
 def test_bool_mask_under_the_baseline_is_read_by_words(baseline):
@@ -180,3 +200,29 @@ def test_embedding_over_the_binding_range_in_force(baseline):
     idx = torch.tensor([0, rows - 1, rows - 4, rows // 2], dtype=torch.int32)
     got = run_graph("aten.embedding.default", [Const(table), idx, -1, False, False], (4, width), device=baseline)
     assert_close(got, table[idx.long()])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16_and_8_bit_weights_of_every_reading_kernel_are_read_by_words(baseline, dtype):
+    """Under the baseline each kernel that reads a weight (a constant, kept as stored) reads a 16- or
+    8-bit one through words, odd element counts included, and matches torch."""
+    x = rand(3, 7, seed=20)
+    table = rand(3, 7, seed=21).to(dtype)
+    mask = rand(3, 7, seed=22) > 0
+    assert_close(run_graph("aten.where.self", [Const(mask), Const(table), x], ((3, 7), dtype), device=baseline),
+                 torch.where(mask, table, x.to(dtype)))
+    assert_close(run_graph("aten._to_copy.default", [Const(table)], ((3, 7), torch.float32), device=baseline),
+                 table.float())
+    index = torch.tensor([[2, 0, 1, 1, 0, 2, 2]], dtype=torch.int32)
+    assert_close(run_graph("aten.gather.default", [Const(table), 0, index, False], ((1, 7), dtype), device=baseline),
+                 torch.gather(table, 0, index.long()))
+    assert_close(run_graph("aten.add.Tensor", [x, Const(table), 1], ((3, 7), dtype), device=baseline),
+                 (x + table.float()).to(dtype))
+    w, b = rand(5, 7, seed=23).to(dtype), rand(5, seed=24).to(dtype)
+    assert_close(run_graph("aten.linear.default", [x.to(dtype), Const(w), Const(b)], ((3, 5), dtype),
+                           device=baseline), torch.nn.functional.linear(x, w.float(), b.float()).to(dtype),
+                 rtol=1e-2, atol=1e-2)
+    img, kernel = rand(1, 3, 6, 6, seed=25).to(dtype), rand(4, 3, 3, 3, seed=26).to(dtype)
+    assert_close(run_graph("aten.convolution.default", [img, Const(kernel), None, [1, 1], [0, 0], [1, 1], False,
+                                                         [0, 0], 1], ((1, 4, 4, 4), dtype), device=baseline),
+                 torch.nn.functional.conv2d(img.float(), kernel.float()).to(dtype), rtol=1e-2, atol=1e-2)
