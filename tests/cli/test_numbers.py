@@ -13,14 +13,14 @@ import pytest
 import vkx as api
 from vkx.format.describe import EAGER_PEAK, LAZY_PEAK
 
-from .conftest import EXAMPLES, ROOT, VKX, on_a_terminal, one_error_line, vkx
+from .conftest import EXAMPLES, ROOT, VKX, on_a_terminal, one_error_line, vkx, vkx_here
 
 
 @pytest.fixture(scope="module")
 def bf16(tmp_path_factory):
     """examples/mlp.py exported in bfloat16, and its export report."""
     folder = tmp_path_factory.mktemp("bf16")
-    done = vkx("export", EXAMPLES / "mlp.py", "--dtype", "bf16", "-o", folder / "mlp-bf16.pte", "--json")
+    done = vkx_here("export", EXAMPLES / "mlp.py", "--dtype", "bf16", "-o", folder / "mlp-bf16.pte", "--json")
     assert done.returncode == 0, done.stderr
     return folder / "mlp-bf16.pte", json.loads(done.stdout)
 
@@ -54,7 +54,7 @@ def test_constant_counts_agree(bf16, exported):
     described = _json("inspect", path)
     assert report["constants"] == described["totals"]["constants"] == _json("validate", path)["constants"] == 6
     assert report["constant_references"] == sum(len(d["vulkan"]["graph"]["constants"]) for d in described["delegates"])
-    line = vkx("export", exported / "mlp.py", "-q", "-o", exported / "again.pte").stdout
+    line = vkx_here("export", exported / "mlp.py", "-q", "-o", exported / "again.pte").stdout
     assert " 6 constants (" in line
     assert "6 constants" in vkx("inspect", path).stdout and "6 constants" in vkx("validate", path).stdout
 

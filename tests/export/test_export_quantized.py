@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import vkx
+from tests.cli.conftest import vkx_here
 from vkx.export.model_file import load_model_file
 from vkx.export.quantize import quantize_module
 
@@ -44,8 +45,7 @@ def test_quantized_example_matches_its_dequantized_reference(tmp_path, name, sch
 def test_cli_quantize_and_group_size(tmp_path):
     vkx_cli = [sys.executable, "-m", "vkx"]  # not the console script: a machine without an install has none
     out = tmp_path / "t.pte"
-    done = subprocess.run([*vkx_cli, "export", EXAMPLES / "transformer.py", "-o", out, "--quantize", "int4",
-                           "--group-size", "64", "-q"], capture_output=True, text=True)
+    done = vkx_here("export", EXAMPLES / "transformer.py", "-o", out, "--quantize", "int4", "--group-size", "64", "-q")
     assert done.returncode == 0, done.stderr
     assert "vkx.linear_q.default" in subprocess.run([*vkx_cli, "inspect", out, "--json"], capture_output=True,
                                                     text=True).stdout

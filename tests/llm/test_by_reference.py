@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import vkx
-from tests.cli.conftest import one_error_line, vkx as run_vkx
+from tests.cli.conftest import one_error_line, vkx as run_vkx, vkx_here
 from tests.llm.families import write_folder
 from vkx.format import validate
 from vkx.format.errors import FormatError, MismatchError, MissingFileError, MissingKeyError, VkxError
@@ -43,7 +43,7 @@ def checkpoint_tensors(folder: Path) -> dict[str, tuple[str, list[int], int]]:
 
 def export(root: Path, folder: Path, reference, *args) -> dict:
     before = fingerprint(folder)
-    done = run_vkx("export", folder, "-o", root / "lm.pte", "--external-data", reference, *LENGTHS, "--json", *args)
+    done = vkx_here("export", folder, "-o", root / "lm.pte", "--external-data", reference, *LENGTHS, "--json", *args)
     assert done.returncode == 0, done.stderr
     assert fingerprint(folder) == before  # the checkpoint is read, never written, renamed or touched
     return json.loads(done.stdout)
@@ -104,7 +104,7 @@ def test_weights_inside_the_file_keep_the_checkpoint_names(exported, tmp_path):
     """One naming scheme: the folder exported with its weights stored in the .pte names every
     tensor as the by-reference export (and the checkpoint) does, and the piped listing shows them whole."""
     root, folder, _, _ = exported
-    done = run_vkx("export", folder, "-o", tmp_path / "inside.pte", *LENGTHS)
+    done = vkx_here("export", folder, "-o", tmp_path / "inside.pte", *LENGTHS)
     assert done.returncode == 0, done.stderr
     names = {}
     for pte in (root / "lm.pte", tmp_path / "inside.pte"):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.cli.conftest import EXAMPLES, one_error_line, vkx
+from tests.cli.conftest import EXAMPLES, one_error_line, vkx, vkx_here
 from tests.llm.families import VOCAB, write_folder
 
 pytestmark = pytest.mark.vulkan
@@ -29,7 +29,7 @@ def lm(tmp_path_factory):
     folder = tmp_path_factory.mktemp("llama")
     model = write_folder(folder, "llama", weights=True)
     write_tokenizer(folder / "tokenizer.json")
-    done = vkx("export", folder, "-o", folder / "lm.pte", "--max-seq-len", 64, "--prefill-len", 8, "-q")
+    done = vkx_here("export", folder, "-o", folder / "lm.pte", "--max-seq-len", 64, "--prefill-len", 8, "-q")
     assert done.returncode == 0, done.stderr
     return folder, model
 
@@ -100,7 +100,7 @@ def test_a_bad_tokenizer_file_is_one_error_line(lm, tmp_path):
 
 def test_a_program_that_is_no_causal_lm_is_refused(tmp_path):
     (tmp_path / "mlp.py").write_bytes((EXAMPLES / "mlp.py").read_bytes())
-    assert vkx("export", tmp_path / "mlp.py", "-q").returncode == 0
+    assert vkx_here("export", tmp_path / "mlp.py", "-q").returncode == 0
     line = one_error_line(vkx("generate", tmp_path / "mlp.pte", "--prompt-ids", "1"))
     assert "not a causal LM program" in line
 

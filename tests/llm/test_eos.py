@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from tests.cli.conftest import ROOT, VKX, vkx
+from tests.cli.conftest import ROOT, VKX, vkx, vkx_here
 from tests.cli.test_no_torch import BLOCK, python_path
 from tests.llm.families import config, write_folder
 from vkx.export import hf
@@ -43,7 +43,7 @@ def lm(tmp_path_factory):
     never = next(t for t in range(model.config.vocab_size) if t not in greedy)
     settings = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**settings, "eos_token_id": [greedy[k], never]}))
-    done = vkx("export", folder, "-o", root / "lm.pte", "--external-data", folder, "--max-seq-len", 64,
+    done = vkx_here("export", folder, "-o", root / "lm.pte", "--external-data", folder, "--max-seq-len", 64,
                "--prefill-len", 8, "-q")
     assert done.returncode == 0, done.stderr
     return root, greedy, k

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
 import vkx
 import vkx.loader.graph as graph_module
@@ -20,6 +19,10 @@ class NormThenScale(torch.nn.Module):
     """transformers' RMSNorm (casts to fp32 and back, weight after) between two other ops."""
 
     def __init__(self, width: int):
+        # imported here, not at collection: transformers' model code (with the torchao it imports)
+        # costs about 3.4 s of CPU in every xdist worker, most of which never builds this module
+        from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
         super().__init__()
         self.norm = LlamaRMSNorm(width, eps=1e-5)
         torch.nn.init.normal_(self.norm.weight, 1.0, 0.3)

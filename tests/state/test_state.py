@@ -165,9 +165,9 @@ def test_methods_of_different_functions_share_state(tmp_path):
 
 
 def test_cli_exports_inspects_and_runs_the_example(tmp_path):
-    from tests.cli.conftest import one_error_line, vkx as run_vkx
+    from tests.cli.conftest import one_error_line, vkx as run_vkx, vkx_here
     path = tmp_path / "decoder.pte"
-    done = run_vkx("export", EXAMPLES / "kv_decoder.py", "-q", "-o", path)
+    done = vkx_here("export", EXAMPLES / "kv_decoder.py", "-q", "-o", path)
     assert done.returncode == 0, done.stderr
     shown = run_vkx("inspect", path)
     assert shown.returncode == 0 and "Methods" in shown.stdout and "State" in shown.stdout
