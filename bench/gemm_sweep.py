@@ -49,7 +49,7 @@ def variants(M: int, N: int, K: int, units: int, shared: int) -> list[Tiling]:
         t = Tiling(rt, ct, bk, split)
         if t.shared_bytes > shared:
             continue
-        if split > 1 and (bk < 16 or gemm_tiled.tiles(t, M, N, 1) >= 4 * units or K // split < 128):
+        if split > 1 and (bk < 16 or gemm_tiled.tiles(t.bm, t.bn, M, N, 1) >= 4 * units or K // split < 128):
             continue
         out.append(t)
     return out
