@@ -95,9 +95,11 @@ def dtype_code(dtype: DType) -> int:
     return DTYPE_CODES[dtype]
 
 
-def any_dtype_defines() -> dict[str, int]:
-    """The DT_* names of DTYPE_CODES, for shaders whose buffers take any dtype."""
-    return {f"DT_{d.name.upper()}": code for d, code in DTYPE_CODES.items()}
+def any_dtype_defines(**flags: bool) -> dict[str, int]:
+    """The DT_* names of DTYPE_CODES, for shaders whose buffers take any dtype, and each flag that
+    is true defined as 1."""
+    return {**{f"DT_{d.name.upper()}": code for d, code in DTYPE_CODES.items()},
+            **{name: 1 for name, on in flags.items() if on}}
 
 
 STORAGE_FEATURES = {2: "storageBuffer16BitAccess", 1: "storageBuffer8BitAccess"}

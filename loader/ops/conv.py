@@ -45,14 +45,10 @@ def convolution(builder: OpBuilder, call: Call) -> None:
         _convolution(builder, call, None)
 
 
-def _transposed_defines(bias: bool) -> Defines:
-    return {**any_dtype_defines(), **({"HAS_BIAS": 1} if bias else {})}
-
-
 @variants("conv_transpose2d")
 def conv_transpose2d_variants() -> Iterable[Defines]:
-    yield _transposed_defines(False)
-    yield _transposed_defines(True)
+    yield any_dtype_defines(HAS_BIAS=False)
+    yield any_dtype_defines(HAS_BIAS=True)
 
 
 def _transposed(builder: OpBuilder, call: Call) -> None:
@@ -69,8 +65,8 @@ def _transposed(builder: OpBuilder, call: Call) -> None:
     push = struct.pack("<I16i", out.numel, x.shape[1], h, wd, out.shape[1], oh, ow, kh, kw, stride[0], stride[1],
                        padding[0], padding[1], dilation[0], dilation[1], x.shape[1] // groups, w.shape[1])
     bound = [x, w, out, bias or x]
-    builder.dispatch("conv_transpose2d", bound, push, dispatch_groups(out.numel), _transposed_defines(bias is not None),
-                     tuple(dtype_code(t.dtype) for t in bound))
+    builder.dispatch("conv_transpose2d", bound, push, dispatch_groups(out.numel),
+                     any_dtype_defines(HAS_BIAS=bias is not None), tuple(dtype_code(t.dtype) for t in bound))
 
 
 @builds("et_vk.conv_with_clamp.default")

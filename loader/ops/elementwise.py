@@ -189,8 +189,7 @@ def binary(builder: OpBuilder, call: Call) -> None:
 
 def _binary_defines(expr: str, int_math: bool, vec4: bool) -> Defines:
     """binary.comp's defines; the dtypes and operand modes are specialization constants."""
-    return {"OP(x,y)": expr, **any_dtype_defines(), **({"INT_MATH": 1} if int_math else {}),
-            **({"VEC4": 1} if vec4 else {})}
+    return {"OP(x,y)": expr, **any_dtype_defines(INT_MATH=int_math, VEC4=vec4)}
 
 
 BINARY_INT_ONLY = {"bitwise_and", "bitwise_or", "bitwise_xor"}
@@ -227,7 +226,7 @@ def unary(builder: OpBuilder, call: Call, expr: str, a: float = 0.0, b: float = 
 
 def _unary_defines(expr: str, vec4: bool) -> Defines:
     """unary.comp's defines; the dtypes are specialization constants."""
-    return {"OP(x)": expr, **any_dtype_defines(), **({"VEC4": 1} if vec4 else {})}
+    return {"OP(x)": expr, **any_dtype_defines(VEC4=vec4)}
 
 
 @variants("unary")

@@ -107,7 +107,7 @@ def group_norm_variants() -> Iterable[Defines]:
 
 
 def _group_norm_defines(wg: dict[str, int], weight: bool, bias: bool) -> Defines:
-    return {**any_dtype_defines(), **wg, **({"HAS_W": 1} if weight else {}), **({"HAS_B": 1} if bias else {})}
+    return {**any_dtype_defines(HAS_W=weight, HAS_B=bias), **wg}
 
 
 @builds("aten.native_group_norm.default")
