@@ -44,6 +44,12 @@ class TensorArg:
         return self.numel * self.dtype.itemsize
 
 
+GLSL_TYPES: dict[DType, str] = {dtypes.FLOAT32: "float", dtypes.FLOAT16: "float16_t", dtypes.BFLOAT16: "uint16_t",
+                                dtypes.INT32: "int", dtypes.INT8: "int8_t", dtypes.UINT8: "uint8_t",
+                                dtypes.BOOL: "uint8_t"}
+"""The GLSL type of one element of a device buffer (bfloat16 as its 16 bits: shaders widen it)."""
+
+
 def _load(dtype: DType, element: str) -> tuple[str, str]:
     """GLSL expressions reading `element` as a float and as an int."""
     if dtype is dtypes.BFLOAT16:
@@ -65,7 +71,7 @@ def _store(dtype: DType, value: str) -> str:
         return f"int8_t(int({value}))"
     if dtype is dtypes.UINT8:
         return f"uint8_t(uint(int({value})))"
-    return f"{dtype.glsl}({value})"
+    return f"{GLSL_TYPES[dtype]}({value})"
 
 
 def elem_defines(prefix: str, buffer: str, dtype: DType) -> dict[str, str]:
@@ -79,7 +85,7 @@ def elem_defines(prefix: str, buffer: str, dtype: DType) -> dict[str, str]:
         raise UnsupportedOpError(f"{dtype} tensors cannot live on a device")
     element = f"{buffer}[(i)]"
     as_float, as_int = _load(dtype, element)
-    return {f"{prefix}_T": dtype.glsl, f"LOAD_{prefix}(i)": as_float, f"LOADI_{prefix}(i)": as_int,
+    return {f"{prefix}_T": GLSL_TYPES[dtype], f"LOAD_{prefix}(i)": as_float, f"LOADI_{prefix}(i)": as_int,
             f"STORE_{prefix}(i,v)": f"{element} = {_store(dtype, '(v)')}"}
 
 
