@@ -348,6 +348,6 @@ def test_tiled_tile_sizes(dtype, tiled_dispatches, monkeypatch):
     x64, w64 = rand(64, 40, seed=5, dtype=dtype), rand(300, 40, seed=6, dtype=dtype)
     assert_close_in(run_graph("aten.linear.default", [x64, Const(w64), None], ((64, 300), dtype)),
                     F.linear(x64, w64), dtype, terms=40)
-    want = [choose_tiling(m, n, k, nb, 16, device.max_shared_memory, device.is_cpu)
+    want = [choose_tiling(m, n, k, nb, 16, device.limits.max_compute_shared_memory_size, device.is_cpu)
             for m, n, k, nb in [(1030, 1800, 36, 1), (700, 900, 20, 3), (64, 300, 40, 1)]]
     assert [(d["RT"], d["CT"], d["BK"]) for d in tiled_dispatches] == [(t.rt, t.ct, t.bk) for t in want]
