@@ -14,6 +14,8 @@ from .generated.enums import GraphTypes, VkMemoryLayout as MemoryLayout, VkStora
 
 T = TypeVar("T")
 
+IDENTIFIER = b"VK00"
+"""The VkGraph FlatBuffer's file identifier."""
 NAMED_OFFSET = 2**64 - 1
 """`ConstantRef.offset` sentinel: the bytes live in named data under `named_key`."""
 
