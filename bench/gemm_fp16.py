@@ -101,7 +101,8 @@ def main() -> None:
     print("|---|---|---|--:|--:|--:|--:|--:|")
     for name, N, K in QUICK if args.quick else LLAMA_1B:
         M = args.rows
-        default = gemm_coop.choose_coop_tiling(M, N, K, 1, device.compute_units, device.max_shared_memory)
+        default = gemm_coop.choose_coop_tiling(M, N, K, 1, device.compute_units,
+                                               device.limits.max_compute_shared_memory_size)
         plan = ["tiled", "coop", *gemm_coop.TILINGS] if coop else ["tiled"]
         labels = ["tiled", f"coop default: {default.bm}x{default.bn} of {default.sg_m * default.sg_n} split "
                   f"{default.split}", *(f"coop {t.bm}x{t.bn} of {t.sg_m * t.sg_n}" for t in gemm_coop.TILINGS)]

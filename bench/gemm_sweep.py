@@ -49,7 +49,7 @@ def variants(M: int, N: int, K: int, units: int, shared: int) -> list[Tiling]:
         t = Tiling(rt, ct, bk, split)
         if t.shared_bytes > shared:
             continue
-        if split > 1 and (bk < 16 or gemm_tiled.tiles(t, M, N, 1) >= 4 * units or K // split < 128):
+        if split > 1 and (bk < 16 or gemm_tiled.tiles(t.bm, t.bn, M, N, 1) >= 4 * units or K // split < 128):
             continue
         out.append(t)
     return out
@@ -111,8 +111,9 @@ def torch_seconds(kind: str, x: torch.Tensor, w: torch.Tensor, runs: int) -> flo
 
 def sweep(kind: str, M: int, N: int, K: int, runs: int, device) -> tuple[list[str], str]:
     """Markdown rows for one shape, fastest tiling first, and its row of the summary."""
-    tilings = variants(M, N, K, device.compute_units, device.max_shared_memory)
-    chosen = gemm_tiled.choose_tiling(M, N, K, 1, device.compute_units, device.max_shared_memory, device.is_cpu)
+    shared = device.limits.max_compute_shared_memory_size
+    tilings = variants(M, N, K, device.compute_units, shared)
+    chosen = gemm_tiled.choose_tiling(M, N, K, 1, device.compute_units, shared, device.is_cpu)
     if chosen not in tilings:
         tilings.append(chosen)
     graph, blobs, x, w = shape_graph(kind, M, N, K, len(tilings))
@@ -164,7 +165,7 @@ def main() -> None:
     args = parser.parse_args()
     device = default_device()
     print(f"vkx gemm sweep on {device.name}: {device.compute_units} compute units, "
-          f"{device.max_shared_memory} bytes of shared memory; torch {torch.__version__}"
+          f"{device.limits.max_compute_shared_memory_size} bytes of shared memory; torch {torch.__version__}"
           f"{' on ' + torch.cuda.get_device_name() if torch.cuda.is_available() else ' (no CUDA: no baseline)'}; "
           f"fp32, median of {args.runs} timestamped calls\n")
     start = time.perf_counter()

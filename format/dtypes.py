@@ -1,9 +1,9 @@
 """Tensor element types: one `DType` per type, used by format, export and loader alike.
 
 A `DType` is everything vkx needs to know about an element type: its VkGraph wire
-value, its size, the numpy dtype that holds its bytes, the GLSL type one element
-has in a device buffer, whether a device tensor may hold it at all, ExecuTorch's
-ScalarType and safetensors' spelling of it. The 64-bit types exist in files
+value, its size, the numpy dtype that holds its bytes, whether a device tensor may
+hold it at all, ExecuTorch's ScalarType and safetensors' spelling of it (its GLSL
+type is the loader's: vkx.loader.ops.GLSL_TYPES). The 64-bit types exist in files
 (ExecuTorch writes them) but never on a device: the exporter narrows them, checking
 that no value changes (docs/format.md, "Data types"). The types with no VkGraph wire
 value (int16, the unsigned ones past uint8, qint32, bits16) occur only in ExecuTorch
@@ -32,8 +32,6 @@ class DType:
     itemsize: int
     numpy: str
     """numpy dtype holding the bytes (uint16 for bfloat16, whose bits numpy cannot name)."""
-    glsl: str
-    """GLSL type of one element in a storage buffer."""
     is_float: bool
     on_device: bool
     """Whether a device tensor may hold this type (64-bit types are narrowed at export)."""
@@ -54,21 +52,21 @@ class DType:
         return self.name
 
 
-BOOL = DType("bool", DataType.BOOL, 1, "bool", "uint8_t", False, True, ScalarType.BOOL, "BOOL")
-UINT8 = DType("uint8", DataType.UINT8, 1, "uint8", "uint8_t", False, True, ScalarType.BYTE, "U8")
-INT8 = DType("int8", DataType.INT8, 1, "int8", "int8_t", False, True, ScalarType.CHAR, "I8")
-INT32 = DType("int32", DataType.INT32, 4, "int32", "int", False, True, ScalarType.INT, "I32")
-INT64 = DType("int64", DataType.INT64, 8, "int64", "int64_t", False, False, ScalarType.LONG, "I64")
-FLOAT16 = DType("float16", DataType.FLOAT16, 2, "float16", "float16_t", True, True, ScalarType.HALF, "F16")
-BFLOAT16 = DType("bfloat16", DataType.BFLOAT16, 2, "uint16", "uint16_t", True, True, ScalarType.BFLOAT16, "BF16")
-FLOAT32 = DType("float32", DataType.FLOAT32, 4, "float32", "float", True, True, ScalarType.FLOAT, "F32")
-FLOAT64 = DType("float64", DataType.FLOAT64, 8, "float64", "double", True, False, ScalarType.DOUBLE, "F64")
-INT16 = DType("int16", None, 2, "int16", "", False, False, ScalarType.SHORT, "I16")
-UINT16 = DType("uint16", None, 2, "uint16", "", False, False, ScalarType.UINT16, "U16")
-UINT32 = DType("uint32", None, 4, "uint32", "", False, False, ScalarType.UINT32, "U32")
-UINT64 = DType("uint64", None, 8, "uint64", "", False, False, ScalarType.UINT64, "U64")
-QINT32 = DType("qint32", None, 4, "int32", "", False, False, ScalarType.QINT32, "")
-BITS16 = DType("bits16", None, 2, "uint16", "", False, False, ScalarType.BITS16, "")
+BOOL = DType("bool", DataType.BOOL, 1, "bool", False, True, ScalarType.BOOL, "BOOL")
+UINT8 = DType("uint8", DataType.UINT8, 1, "uint8", False, True, ScalarType.BYTE, "U8")
+INT8 = DType("int8", DataType.INT8, 1, "int8", False, True, ScalarType.CHAR, "I8")
+INT32 = DType("int32", DataType.INT32, 4, "int32", False, True, ScalarType.INT, "I32")
+INT64 = DType("int64", DataType.INT64, 8, "int64", False, False, ScalarType.LONG, "I64")
+FLOAT16 = DType("float16", DataType.FLOAT16, 2, "float16", True, True, ScalarType.HALF, "F16")
+BFLOAT16 = DType("bfloat16", DataType.BFLOAT16, 2, "uint16", True, True, ScalarType.BFLOAT16, "BF16")
+FLOAT32 = DType("float32", DataType.FLOAT32, 4, "float32", True, True, ScalarType.FLOAT, "F32")
+FLOAT64 = DType("float64", DataType.FLOAT64, 8, "float64", True, False, ScalarType.DOUBLE, "F64")
+INT16 = DType("int16", None, 2, "int16", False, False, ScalarType.SHORT, "I16")
+UINT16 = DType("uint16", None, 2, "uint16", False, False, ScalarType.UINT16, "U16")
+UINT32 = DType("uint32", None, 4, "uint32", False, False, ScalarType.UINT32, "U32")
+UINT64 = DType("uint64", None, 8, "uint64", False, False, ScalarType.UINT64, "U64")
+QINT32 = DType("qint32", None, 4, "int32", False, False, ScalarType.QINT32, "")
+BITS16 = DType("bits16", None, 2, "uint16", False, False, ScalarType.BITS16, "")
 
 ALL: tuple[DType, ...] = (BOOL, UINT8, INT8, INT32, INT64, FLOAT16, BFLOAT16, FLOAT32, FLOAT64,
                           INT16, UINT16, UINT32, UINT64, QINT32, BITS16)

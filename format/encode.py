@@ -15,6 +15,7 @@ import flatbuffers
 
 from . import dtypes, vkgraph as vk
 from .common import ScalarType, align
+from .headers import FLAT_TENSOR_IDENTIFIER
 from .program import PROGRAM_IDENTIFIER
 from .generated import flat_tensor_generated as ft
 from .generated import program_generated as pg
@@ -159,7 +160,7 @@ def encode_flat_tensor(segments: Sequence[tuple[int, int]], named: Sequence[tupl
     b = flatbuffers.Builder(1024)
     named_v = build_offsets(b, ft.FlatTensorStartNamedDataVector, _named_data(b, ft, named))
     segs = build_offsets(b, ft.FlatTensorStartSegmentsVector, _segment_tables(b, ft, segments))
-    b.Finish(table(b, ft, "FlatTensor", Segments=segs, NamedData=named_v), file_identifier=b"FT01")
+    b.Finish(table(b, ft, "FlatTensor", Segments=segs, NamedData=named_v), file_identifier=FLAT_TENSOR_IDENTIFIER)
     return bytes(b.Output())
 
 
@@ -213,5 +214,5 @@ def encode_vkgraph(graph: vk.VkGraph) -> bytes:
     shaders_v = build_offsets(b, g.VkGraphStartShadersVector, [])
     graph_table = table(b, g, "VkGraph", Version=version, Chain=chain_v, Values=values_v, InputIds=inputs_v,
                         OutputIds=outputs_v, Constants=constants_v, Shaders=shaders_v)
-    b.Finish(graph_table, file_identifier=b"VK00")
+    b.Finish(graph_table, file_identifier=vk.IDENTIFIER)
     return bytes(b.Output())

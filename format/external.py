@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 from pathlib import Path
 from typing import Sequence
 
@@ -12,7 +11,7 @@ from .common import FileRange
 from .errors import (BadMagicError, DuplicateKeyError, FormatError, InvalidValueError, MismatchError,
                      MissingKeyError, OutOfBoundsError, TruncatedError)
 from .flatbuf import Reader
-from .headers import FLAT_TENSOR, FlatTensorHeader, read_flat_tensor
+from .headers import FLAT_TENSOR, FLAT_TENSOR_IDENTIFIER, SAFETENSORS_LENGTH, FlatTensorHeader, read_flat_tensor
 from .infile import InputFile
 from .metadata import recorded_external
 from .pte import VULKAN_BACKEND, ProgramFile, VulkanDelegate
@@ -38,11 +37,11 @@ class ExternalData(InputFile):
         """A .ptd or a .safetensors file, chosen by content."""
         buf = self.read(0, min(self.size, FLAT_TENSOR.end))
         self.named_data, self.dtypes, self.header = {}, {}, None
-        if self.size >= 8 and bytes(buf[4:8]) == b"FT01":
+        if self.size >= 8 and bytes(buf[4:8]) == FLAT_TENSOR_IDENTIFIER:
             self.kind = "ptd"
             self._load_ptd(buf)
         elif self.path.endswith(".ptd"):
-            raise BadMagicError("header", f"file identifier {bytes(buf[4:8])!r}, expected b'FT01'", self.path)
+            raise BadMagicError("header", f"file identifier {bytes(buf[4:8])!r}, expected {FLAT_TENSOR_IDENTIFIER!r}", self.path)
         else:
             self.kind = "safetensors"
             self._load_safetensors()
@@ -66,7 +65,7 @@ class ExternalData(InputFile):
         path = self.path
         self.header = h = read_flat_tensor(buf, self.size, path)
         fb_end = h.flatbuffer_offset + h.flatbuffer_size
-        root = Reader(self.read(0, fb_end), 0, fb_end, path).root(b"FT01", "flat_tensor")
+        root = Reader(self.read(0, fb_end), 0, fb_end, path).root(FLAT_TENSOR_IDENTIFIER, "flat_tensor")
         version = root.scalar(0, "I", "version")
         if version > 0:
             raise InvalidValueError("version", f"{version} is newer than supported (0)", path)
@@ -88,18 +87,19 @@ class ExternalData(InputFile):
 
     def _load_safetensors(self) -> None:
         path = self.path
-        if self.size < 8:
+        prefix = SAFETENSORS_LENGTH.size
+        if self.size < prefix:
             raise TruncatedError("header", "safetensors length prefix cut short", path)
-        n = struct.unpack_from("<Q", self.read(0, 8), 0)[0]
-        if n > SAFETENSORS_MAX_HEADER or 8 + n > self.size:
+        (n,) = SAFETENSORS_LENGTH.unpack(self.read(0, prefix))
+        if n > SAFETENSORS_MAX_HEADER or prefix + n > self.size:
             raise TruncatedError("header", f"JSON header of {n} bytes does not fit in the file ({self.size} bytes)", path)
         try:
-            meta = json.loads(self.read(8, n).decode("utf-8"), object_pairs_hook=self._unique_pairs)
+            meta = json.loads(self.read(prefix, n).decode("utf-8"), object_pairs_hook=self._unique_pairs)
         except (UnicodeDecodeError, ValueError, RecursionError) as e:
             raise InvalidValueError("header", f"JSON header is unreadable ({type(e).__name__})", path) from None
         if not isinstance(meta, dict):
             raise InvalidValueError("header", "JSON header is not an object", path)
-        base, data = 8 + n, self.size - 8 - n
+        base, data = prefix + n, self.size - prefix - n
         for key, info in meta.items():
             if key == "__metadata__":
                 continue

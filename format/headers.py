@@ -1,5 +1,6 @@
 """The three binary headers of vkx's files, each declared once and used both ways (docs/format.md):
-the `.pte` extended header, the `.ptd` flat-tensor header and the Vulkan delegate blob's header.
+the `.pte` extended header, the `.ptd` flat-tensor header and the Vulkan delegate blob's header; and
+the .ptd's file identifier and the .safetensors length prefix, the other bytes a reader checks first.
 
 A header is data (`Header`): where it starts, its fields in wire order with their struct codes
 (the magic, then the length field, then the rest), the length it declares and the padded length it
@@ -79,6 +80,10 @@ bytes are, as offsets from the blob's start. ExecuTorch's reader needs exactly l
 so that the FlatBuffer starts 16-aligned."""
 ExtendedHeader, FlatTensorHeader, DelegateHeader = EXTENDED.fields, FLAT_TENSOR.fields, DELEGATE.fields
 """The fields each header unpacks to (named tuples)."""
+FLAT_TENSOR_IDENTIFIER = b"FT01"
+"""A .ptd FlatBuffer's file identifier (its bytes 4-8, before the FH01 header)."""
+SAFETENSORS_LENGTH = struct.Struct("<Q")
+"""A .safetensors file's first bytes: the length of the JSON header after them (a writer pads it with spaces)."""
 
 
 def read_extended(buf, size: int, path: str) -> ExtendedHeader | None:

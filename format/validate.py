@@ -13,7 +13,6 @@ from .et_llm import static_graph
 from .external import ExternalData, constant_tensors, named_external, resolve_constants
 from .headers import DELEGATE
 from .memplan import check_memory_plan
-from .metadata import recorded_external
 from .methods import methods as methods_of, states as graph_states
 from .names import io_names
 from .op_state import STATE, UPDATES

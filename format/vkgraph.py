@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Generic, TypeVar, Union
 
 from .dtypes import DataType, DType, of as dtype_of
 from .generated.enums import GraphTypes, VkMemoryLayout as MemoryLayout, VkStorageType as StorageType
 
+T = TypeVar("T")
+
+IDENTIFIER = b"VK00"
+"""The VkGraph FlatBuffer's file identifier."""
 NAMED_OFFSET = 2**64 - 1
 """`ConstantRef.offset` sentinel: the bytes live in named data under `named_key`."""
 
@@ -22,49 +26,51 @@ class Null:
 
 
 @dataclass(frozen=True)
-class Int:
-    value: int
+class _Scalar(Generic[T]):
+    """A value holding one scalar."""
+    value: T
 
 
 @dataclass(frozen=True)
-class Double:
-    value: float
+class _List(Generic[T]):
+    """A value holding a list of scalars."""
+    items: tuple[T, ...]
 
 
-@dataclass(frozen=True)
-class Bool:
-    value: bool
+class Int(_Scalar[int]):
+    pass
 
 
-@dataclass(frozen=True)
-class IntList:
-    items: tuple[int, ...]
+class Double(_Scalar[float]):
+    pass
 
 
-@dataclass(frozen=True)
-class DoubleList:
-    items: tuple[float, ...]
+class Bool(_Scalar[bool]):
+    pass
 
 
-@dataclass(frozen=True)
-class BoolList:
-    items: tuple[bool, ...]
+class String(_Scalar[str]):
+    pass
 
 
-@dataclass(frozen=True)
-class ValueList:
+class SymInt(_Scalar[int]):
+    pass
+
+
+class IntList(_List[int]):
+    pass
+
+
+class DoubleList(_List[float]):
+    pass
+
+
+class BoolList(_List[bool]):
+    pass
+
+
+class ValueList(_List[int]):
     """A list of value ids (for example the outputs of a multi-output op)."""
-    items: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class String:
-    value: str
-
-
-@dataclass(frozen=True)
-class SymInt:
-    value: int
 
 
 @dataclass(frozen=True)

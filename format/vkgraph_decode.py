@@ -48,7 +48,7 @@ def _value(t: Table) -> vk.Value:
 
 def decode_vkgraph(r: Reader) -> vk.VkGraph:
     """Decode the VkGraph at the reader's root; field paths start with `vkgraph`."""
-    root = r.root(b"VK00", "vkgraph", "vkgraph")
+    root = r.root(vk.IDENTIFIER, "vkgraph", "vkgraph")
     return vk.VkGraph(
         version=root.string(0, "version") or "",
         chain=[vk.OperatorCall(c.scalar(0, "I", "node_id"), c.string(1, "name") or "", c.scalars(2, "i", "args") or ())

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
@@ -19,7 +18,7 @@ from .common import ScalarType, align, lcm, segment_alignment
 from .encode import PlanSpec, encode_flat_tensor, encode_program, encode_vkgraph, insert_header, plan_io
 from .errors import DuplicateKeyError, InvalidValueError, MissingKeyError
 from .external import ALIASES_METADATA, ExternalData, check_entry, constant_tensors
-from .headers import DELEGATE, EXTENDED, FLAT_TENSOR
+from .headers import DELEGATE, EXTENDED, FLAT_TENSOR, SAFETENSORS_LENGTH
 from .metadata import ProgramMetadata, relative_to
 from .names import encode_io_names
 
@@ -336,7 +335,8 @@ def _write_safetensors(out: AtomicFile, graphs: Sequence[vk.VkGraph], named: Seq
     if aliases:  # safetensors keys cannot share bytes: a tied tensor's other names go in the metadata
         meta["__metadata__"] = {ALIASES_METADATA: json.dumps(aliases, separators=(",", ":"))}
     text = json.dumps(meta, separators=(",", ":")).encode()
-    start = align(8 + len(text), max([8] + [segment_alignment(p.nbytes, alignment) for p in named]))
-    out.write(struct.pack("<Q", start - 8) + text + b" " * (start - 8 - len(text)))
+    prefix = SAFETENSORS_LENGTH.size
+    start = align(prefix + len(text), max([8] + [segment_alignment(p.nbytes, alignment) for p in named]))
+    out.write(SAFETENSORS_LENGTH.pack(start - prefix) + text.ljust(start - prefix, b" "))
     for p in named:
         _write_payload(out, p)

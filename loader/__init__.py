@@ -12,7 +12,8 @@ prebuilt SPIR-V archive, built with the package), pipeline_cache (the driver's c
 pipelines kept on disk), graph (tensors and the dispatch list), fuse (chains of ops one kernel
 does), ops (one module per op family: an OperatorCall into dispatches), hazards (where a barrier
 is needed), record (the execute command buffer), ports (a call's inputs and outputs), trace
-(memory timeline), generate (token generation), errors (the typed errors).
+(memory timeline), report (what a load used, as `program.memory`), generate (token generation),
+et_generate (token generation over ExecuTorch's LLM programs), errors (the typed errors).
 """
 from __future__ import annotations
 

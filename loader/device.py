@@ -3,11 +3,10 @@
 Selection: a discrete or integrated GPU when one exists, else the CPU device
 (lavapipe). `VKX_DEVICE` (an index or a substring of the name) overrides.
 `VKX_DEVICE_PROFILE` (a name of `vkx.loader.limits.PROFILES`) puts a device profile in
-force: `limits` is then the lower of the device's limits and the profile's, only the features
-both have are enabled, and every figure below (`max_storage_buffer_range`, ...) is the one
-in force. `VKX_VALIDATION=1` enables VK_LAYER_KHRONOS_validation with a debug-utils
-messenger; every warning or error it reports is collected and raised as a
-`ValidationError` at the next sync point (`check()`, fence waits, close).
+force: `limits` is then the lower of the device's limits and the profile's (`device_limits`: the
+device's own), and only the features both have are enabled. `VKX_VALIDATION=1` enables
+VK_LAYER_KHRONOS_validation with a debug-utils messenger; every warning or error it reports is
+collected and raised as a `ValidationError` at the next sync point (`check()`, fence waits, close).
 
 `VK_NV_cooperative_matrix` (with the Vulkan memory model its shaders declare) is enabled wherever
 the device has it: `cooperative_matrix_shapes` lists the products it offers a subgroup, and
@@ -281,12 +280,6 @@ class Device:
         """The limits and features in force: vkx's kernels are chosen from them and checked against them."""
         on = self.limits.features
         self.features = {k: k in on for k in FEATURES}
-        self.max_storage_buffer_range = self.limits.max_storage_buffer_range
-        self.min_storage_buffer_offset_alignment = self.limits.min_storage_buffer_offset_alignment
-        self.max_push_constants_size = self.limits.max_push_constants_size
-        self.max_compute_work_group_count = self.limits.max_compute_work_group_count
-        self.max_shared_memory = self.limits.max_compute_shared_memory_size
-        """Bytes of shared memory one workgroup may use (gemm's tile slices)."""
         # Enable exactly what is in force (structs built here, never by the binding): a shader that
         # needs more is refused by vkx.loader.limits.check_pipeline, and by validation besides.
         e16 = vk.VkPhysicalDevice16BitStorageFeatures(storageBuffer16BitAccess="storageBuffer16BitAccess" in on)
@@ -359,8 +352,8 @@ class Device:
     def describe(self) -> dict:
         return {
             "name": self.name, "cpu": self.is_cpu,
-            "maxStorageBufferRange": self.max_storage_buffer_range,
-            "minStorageBufferOffsetAlignment": self.min_storage_buffer_offset_alignment,
+            "maxStorageBufferRange": self.limits.max_storage_buffer_range,
+            "minStorageBufferOffsetAlignment": self.limits.min_storage_buffer_offset_alignment,
             "maxMemoryAllocationSize": self.max_memory_allocation_size,
             "memory_types": [(t.index, hex(t.flags), t.heap) for t in self.memory_types],
             "heaps": self.heap_sizes, "features": self.features, "validation": self.validation,

@@ -180,7 +180,7 @@ class Pipelines:
 
     def __init__(self, device: Device):
         self.device = device
-        self.push_bytes = min(PUSH_BYTES, device.max_push_constants_size)
+        self.push_bytes = min(PUSH_BYTES, device.limits.max_push_constants_size)
         self._layouts: dict[int, tuple] = {}
         self._pipelines: dict[tuple, Pipeline] = {}
         self._identity = pipeline_cache.Identity.of(device.physical)

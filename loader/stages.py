@@ -191,12 +191,12 @@ def build(graph: g.VkGraph, device: Device, options: Options, source, base: int 
 
 def _graph_builder(graph: g.VkGraph, device: Device, options: Options) -> GraphBuilder:
     """A builder of `graph` for this device's limits."""
-    limit = min(options.max_binding_bytes or device.max_storage_buffer_range, device.max_storage_buffer_range)
-    return GraphBuilder(graph, limit, device.min_storage_buffer_offset_alignment,
-                        pipelines_for(device).push_bytes, device.max_compute_work_group_count,
-                        device.compute_units, device.max_shared_memory, device.is_cpu,
-                        device.limits.max_compute_work_group_invocations, device.limits.features,
-                        device.fp16_cooperative_matrix)
+    limits = device.limits
+    limit = min(options.max_binding_bytes or limits.max_storage_buffer_range, limits.max_storage_buffer_range)
+    return GraphBuilder(graph, limit, limits.min_storage_buffer_offset_alignment,
+                        pipelines_for(device).push_bytes, limits.max_compute_work_group_count,
+                        device.compute_units, limits.max_compute_shared_memory_size, device.is_cpu,
+                        limits.max_compute_work_group_invocations, limits.features, device.fp16_cooperative_matrix)
 
 
 def share_constants(built: Built, source) -> None:

@@ -17,6 +17,7 @@ from vkx import paths
 from vkx.console import console, fail, note, safe, size, user_errors
 from vkx.format.describe import EAGER_PEAK, IMPORT_ALIGNMENT, LAZY_PEAK, describe
 from vkx.format.errors import VkxError
+from vkx.format.validate import validate as validate_file
 
 VALIDATE_SCHEMA = "vkx.validate/1"
 FILE = typer.Argument(..., metavar="FILE", hidden=True)  # each command's docstring says what it is
@@ -193,11 +194,9 @@ def validate(
 ) -> None:
     """Check the .pte FILE (and its external data) against every rule of the file format; exit 2 on the first
     problem."""
-    from vkx.format.validate import validate as run
-
     try:
         external = _inputs(file, external_data, complete=True)
-        r = run(file, external)
+        r = validate_file(file, external)
     except VkxError as error:
         if json:
             print(jsonlib.dumps({"schema": VALIDATE_SCHEMA, "ok": False, "path": str(file), "error": str(error)}))

@@ -15,6 +15,8 @@ from rich.text import Text
 
 from vkx import paths
 from vkx.console import MiB, console, fail, note, plain_lines, safe, size, stderr, user_errors
+from vkx.format import ExternalData, FormatError, dtypes
+from vkx.format.atomic import AtomicFile
 
 SCHEMA = "vkx.run/2"
 FILE = typer.Argument(..., metavar="FILE", hidden=True)  # each command's docstring says what it is
@@ -44,8 +46,6 @@ def _random_inputs(specs, seed: int):
 
 def _check_inputs_file(path: Path) -> None:
     """--inputs must be a readable safetensors file (checked before the device is touched)."""
-    from vkx.format import ExternalData, FormatError
-
     if path.is_dir() or not path.exists():
         raise paths.UsageError(f"--inputs {path}: no such file (a .safetensors with input_0, input_1, ...)")
     try:
@@ -95,9 +95,6 @@ def _write_outputs(path: Path, outputs: list, specs: list) -> None:
     """The outputs as output_0, ... in a safetensors file, each in its dtype as stored (bfloat16 as
     BF16). Written to a temporary file and renamed: a failed write (a full disk) leaves nothing."""
     import numpy as np
-
-    from vkx.format import dtypes
-    from vkx.format.atomic import AtomicFile
 
     header, blobs, pos = {}, [], 0
     for i, (o, spec) in enumerate(zip(outputs, specs)):

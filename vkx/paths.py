@@ -10,6 +10,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Iterable
 
+from vkx.format import ProgramFile
 from vkx.format.external import EXTERNAL_SUFFIXES, find_external, missing_keys
 from vkx.format.errors import VkxError
 
@@ -72,8 +73,6 @@ def with_external(program: Path, external: list[Path]) -> tuple[list[Path], Path
 
     The second item is the file found beside it (the caller says so), else None.
     """
-    from vkx.format import ProgramFile
-
     with ProgramFile.open(program) as pf:
         return find_external(pf, external)
 
@@ -82,8 +81,6 @@ def require_external(program: Path, external: list[Path]) -> None:
     """With no external data to use, fail with what to do when the .pte's named constants are not all in it."""
     if external:
         return
-    from vkx.format import ProgramFile
-
     with ProgramFile.open(program) as pf:
         missing = missing_keys(pf)
     if missing:

@@ -43,6 +43,23 @@ class TensorArg:
         return self.numel * self.dtype.itemsize
 
 
+def _held(narrow: DType) -> DType:
+    """`narrow` (8-bit) held in an int32 word."""
+    return DType(f"{narrow.name}_in_int32", narrow.datatype, 4, "int32", False, True, narrow.scalar_type,
+                 narrow.safetensors)
+
+
+HELD_IN_WORDS: dict[DType, DType] = {_held(d): d for d in (dtypes.BOOL, dtypes.INT8, dtypes.UINT8)}
+"""Each 8-bit type's device form where narrow storage is missing (`held_dtype`): an int32 word holding
+the narrow type's value (a store converts as the narrow type would: bool to 0/1, int8 and uint8
+wrapped), keyed by that form, the narrow type its value."""
+
+GLSL_TYPES: dict[DType, str] = {dtypes.FLOAT32: "float", dtypes.FLOAT16: "float16_t", dtypes.BFLOAT16: "uint16_t",
+                                dtypes.INT32: "int", dtypes.INT8: "int8_t", dtypes.UINT8: "uint8_t",
+                                dtypes.BOOL: "uint8_t", **{held: "int" for held in HELD_IN_WORDS}}
+"""The GLSL type of one element of a device buffer (bfloat16 as its 16 bits: shaders widen it)."""
+
+
 def _load(dtype: DType, element: str) -> tuple[str, str]:
     """GLSL expressions reading `element` as a float and as an int."""
     if dtype is dtypes.BFLOAT16:
@@ -66,7 +83,7 @@ def _store(dtype: DType, value: str) -> str:
         return f"uint8_t(uint(int({value})))"
     if dtype in HELD_IN_WORDS:  # the narrow type's value, in a 32-bit word
         return _HELD_STORE[HELD_IN_WORDS[dtype]].format(value)
-    return f"{dtype.glsl}({value})"
+    return f"{GLSL_TYPES[dtype]}({value})"
 
 
 def elem_defines(prefix: str, buffer: str, dtype: DType) -> dict[str, str]:
@@ -80,7 +97,7 @@ def elem_defines(prefix: str, buffer: str, dtype: DType) -> dict[str, str]:
         raise UnsupportedOpError(f"{dtype} tensors cannot live on a device")
     element = f"{buffer}[(i)]"
     as_float, as_int = _load(dtype, element)
-    return {f"{prefix}_T": dtype.glsl, f"LOAD_{prefix}(i)": as_float, f"LOADI_{prefix}(i)": as_int,
+    return {f"{prefix}_T": GLSL_TYPES[dtype], f"LOAD_{prefix}(i)": as_float, f"LOADI_{prefix}(i)": as_int,
             f"STORE_{prefix}(i,v)": f"{element} = {_store(dtype, '(v)')}"}
 
 
@@ -88,16 +105,6 @@ STORAGE_FEATURES = {2: "storageBuffer16BitAccess", 1: "storageBuffer8BitAccess"}
 """The device feature a storage buffer of 2- and 1-byte elements needs."""
 
 
-def _held(narrow: DType) -> DType:
-    """`narrow` (8-bit) held in an int32 word."""
-    return DType(f"{narrow.name}_in_int32", narrow.datatype, 4, "int32", "int", False, True, narrow.scalar_type,
-                 narrow.safetensors)
-
-
-HELD_IN_WORDS: dict[DType, DType] = {_held(d): d for d in (dtypes.BOOL, dtypes.INT8, dtypes.UINT8)}
-"""Each 8-bit type's device form where narrow storage is missing (`held_dtype`): an int32 word holding
-the narrow type's value (a store converts as the narrow type would: bool to 0/1, int8 and uint8
-wrapped), keyed by that form, the narrow type its value."""
 _HELD_STORE = {dtypes.BOOL: "int(({}) != 0)", dtypes.INT8: "bitfieldExtract(int({}), 0, 8)",
                dtypes.UINT8: "int(uint(int({})) & 255u)"}
 
@@ -137,10 +144,12 @@ def reads_by_words(builder: "OpBuilder") -> bool:
     return not narrow_storage(builder.features)
 
 
-def any_dtype_defines(words: bool) -> dict[str, int]:
-    """The DT_* names of DTYPE_CODES, for shaders whose buffers take any dtype; `words` (a device
-    without narrow storage): 16- and 8-bit buffers are read through 32-bit words, never written."""
-    return {**{f"DT_{d.name.upper()}": code for d, code in DTYPE_CODES.items()}, **({"WORDS": 1} if words else {})}
+def any_dtype_defines(**flags: bool) -> dict[str, int]:
+    """The DT_* names of DTYPE_CODES, for shaders whose buffers take any dtype, and each flag that
+    is true defined as 1 (WORDS, a device without narrow storage: 16- and 8-bit buffers are read
+    through 32-bit words, never written)."""
+    return {**{f"DT_{d.name.upper()}": code for d, code in DTYPE_CODES.items()},
+            **{name: 1 for name, on in flags.items() if on}}
 
 
 def _word_load(dtype: DType, buffer: str) -> tuple[str, str]:

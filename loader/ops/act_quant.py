@@ -20,14 +20,10 @@ FP32_SMALLEST_NORMAL = 1.1754943508222875e-38
 """torchao's eps when none is given (torch.finfo(float32).smallest_normal)."""
 
 
-def _defines(choose: bool, words: bool) -> Defines:
-    return {**any_dtype_defines(words), **({"CHOOSE": 1} if choose else {})}
-
-
 @variants("act_quant")
 def act_quant_variants() -> Iterable[Defines]:
     for choose, words in itertools.product((False, True), repeat=2):
-        yield _defines(choose, words)
+        yield any_dtype_defines(CHOOSE=choose, WORDS=words)
 
 
 @builds("torchao.choose_qparams_affine.default")
@@ -37,7 +33,7 @@ def choose_qparams_affine(builder: OpBuilder, call: Call) -> None:
     rows = x.numel // k if k else 0
     eps = FP32_SMALLEST_NORMAL if call["eps"] is None else float(call["eps"])
     builder.dispatch("act_quant", [x, scale, zero], struct.pack("<IIf", rows, k, eps), dispatch_groups(rows),
-                     _defines(True, reads_by_words(builder)),
+                     any_dtype_defines(CHOOSE=True, WORDS=reads_by_words(builder)),
                      (dtype_code(x.dtype), dtype_code(scale.dtype), dtype_code(zero.dtype)))
 
 
@@ -46,6 +42,6 @@ def linear_dq8ca_q4gsw(builder: OpBuilder, call: Call) -> None:
     x, scale, zero = call.tensor("self"), call.tensor("input_scales"), call.tensor("input_zp")
     quantized = builder.temp(x.shape, x.dtype)
     builder.dispatch("act_quant", [x, scale, zero, quantized], struct.pack("<IIf", x.numel, x.shape[-1], 0.0),
-                     dispatch_groups(x.numel), _defines(False, reads_by_words(builder)),
+                     dispatch_groups(x.numel), any_dtype_defines(CHOOSE=False, WORDS=reads_by_words(builder)),
                      (dtype_code(x.dtype), dtype_code(scale.dtype), dtype_code(zero.dtype), dtype_code(x.dtype)))
     q4gsw(builder, quantized, call)

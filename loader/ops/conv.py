@@ -46,14 +46,10 @@ def convolution(builder: OpBuilder, call: Call) -> None:
         _convolution(builder, call, None)
 
 
-def _transposed_defines(bias: bool, words: bool) -> Defines:
-    return {**any_dtype_defines(words), **({"HAS_BIAS": 1} if bias else {})}
-
-
 @variants("conv_transpose2d")
 def conv_transpose2d_variants() -> Iterable[Defines]:
     for bias, words in itertools.product((False, True), repeat=2):
-        yield _transposed_defines(bias, words)
+        yield any_dtype_defines(HAS_BIAS=bias, WORDS=words)
 
 
 def _transposed(builder: OpBuilder, call: Call) -> None:
@@ -71,7 +67,7 @@ def _transposed(builder: OpBuilder, call: Call) -> None:
                        padding[0], padding[1], dilation[0], dilation[1], x.shape[1] // groups, w.shape[1])
     bound = [x, w, out, bias or x]
     builder.dispatch("conv_transpose2d", bound, push, dispatch_groups(out.numel),
-                     _transposed_defines(bias is not None, reads_by_words(builder)),
+                     any_dtype_defines(HAS_BIAS=bias is not None, WORDS=reads_by_words(builder)),
                      tuple(dtype_code(t.dtype) for t in bound))
 
 

@@ -21,7 +21,7 @@ import math
 import struct
 from typing import Iterable, Union
 
-from vkx.format import contract, opset
+from vkx.format import opset
 from vkx.format.contract import Call
 
 from . import (OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines, builds, builds_family, dtype_code,
@@ -189,8 +189,7 @@ def binary(builder: OpBuilder, call: Call) -> None:
 
 def _binary_defines(expr: str, int_math: bool, vec4: bool, words: bool) -> Defines:
     """binary.comp's defines; the dtypes and operand modes are specialization constants."""
-    return {"OP(x,y)": expr, **any_dtype_defines(words), **({"INT_MATH": 1} if int_math else {}),
-            **({"VEC4": 1} if vec4 else {})}
+    return {"OP(x,y)": expr, **any_dtype_defines(INT_MATH=int_math, VEC4=vec4, WORDS=words)}
 
 
 BINARY_INT_ONLY = {"bitwise_and", "bitwise_or", "bitwise_xor"}
@@ -228,7 +227,7 @@ def unary(builder: OpBuilder, call: Call, expr: str, a: float = 0.0, b: float = 
 
 def _unary_defines(expr: str, vec4: bool, words: bool) -> Defines:
     """unary.comp's defines; the dtypes are specialization constants."""
-    return {"OP(x)": expr, **any_dtype_defines(words), **({"VEC4": 1} if vec4 else {})}
+    return {"OP(x)": expr, **any_dtype_defines(VEC4=vec4, WORDS=words)}
 
 
 @variants("unary")

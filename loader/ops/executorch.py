@@ -14,15 +14,14 @@ from typing import Iterable
 from vkx.format.contract import Call
 from vkx.format.op_et import pad_widths, split_sizes
 
-from . import (Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines, builds, dtype_code, elem_defines,
-               read_defines, reads_by_words, variants)
+from . import (Defines, OpBuilder, UnsupportedOpError, any_dtype_defines, builds, dtype_code, elem_defines, read_defines,
+               reads_by_words, variants)
 from .attention import attention
 from .conv import pool2d
 from .elementwise import CLAMP, UNARY_GLSL, op_glsl, unary
 from .models import fill
 from .reduce import rms_norm_rows
-from .shape import MAX_DIMS, contiguous_strides, convert_copy, dispatch_groups, normalize_dim, strided_copy, \
-    view_or_copy
+from .shape import MAX_DIMS, contiguous_strides, convert_copy, dispatch_groups, normalize_dim, strided_copy
 
 
 @builds("aten.unsqueeze_copy.default", "aten.squeeze_copy.dims", "aten.alias_copy.default",
@@ -142,7 +141,7 @@ def et_sdpa(builder: OpBuilder, call: Call) -> None:
 @variants("flip")
 def flip_variants() -> Iterable[Defines]:
     for words in (False, True):
-        yield any_dtype_defines(words)
+        yield any_dtype_defines(WORDS=words)
 
 
 @builds("aten.flip.default")
@@ -165,14 +164,15 @@ def flip(builder: OpBuilder, call: Call) -> None:
     sizes, reversed_ = sizes or [1], reversed_ or [False]
     mask = sum(1 << d for d, r in enumerate(reversed_) if r)
     push = struct.pack(f"<3I{MAX_DIMS}I", src.numel, len(sizes), mask, *sizes, *[1] * (MAX_DIMS - len(sizes)))
-    builder.dispatch("flip", [src, out], push, dispatch_groups(src.numel), any_dtype_defines(reads_by_words(builder)),
+    builder.dispatch("flip", [src, out], push, dispatch_groups(src.numel),
+                     any_dtype_defines(WORDS=reads_by_words(builder)),
                      (dtype_code(src.dtype), dtype_code(out.dtype)))
 
 
 @variants("grid_sampler")
 def grid_sampler_variants() -> Iterable[Defines]:
     for words in (False, True):
-        yield any_dtype_defines(words)
+        yield any_dtype_defines(WORDS=words)
 
 
 @builds("aten.grid_sampler_2d.default")
@@ -183,5 +183,5 @@ def grid_sampler_2d(builder: OpBuilder, call: Call) -> None:
     push = struct.pack("<6i3I", out.numel, c, h, w, out.shape[2], out.shape[3], call["interpolation_mode"],
                        call["padding_mode"], int(call["align_corners"]))
     builder.dispatch("grid_sampler", [x, grid, out], push, dispatch_groups(out.numel),
-                     any_dtype_defines(reads_by_words(builder)),
+                     any_dtype_defines(WORDS=reads_by_words(builder)),
                      (dtype_code(x.dtype), dtype_code(grid.dtype), dtype_code(out.dtype)))

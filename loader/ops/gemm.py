@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Collection, Optional, Sequence
 
 from vkx.format import dtypes
-from vkx.loader.ops import Binding, OpBuilder, TensorArg, UnsupportedOpError, elem_defines, read_defines
+from vkx.loader.ops import GLSL_TYPES, Binding, OpBuilder, TensorArg, UnsupportedOpError, elem_defines, read_defines
 from vkx.loader.ops.gemm_coop import coop_layout, fits, record_coop
 from vkx.loader.ops.gemm_tiled import record_tiled
 from vkx.loader.ops.shape import MAX_GROUPS, bind_elems, fits_binding
@@ -308,7 +308,7 @@ def load8(prefix: str, buffer: str, dtype, vector: bool) -> dict[str, str]:
     macro = f"LOAD8_{prefix}(i,lo,hi)"
     if not vector:
         four = [", ".join(f"LOAD_{prefix}((i) + {j + h})" for j in range(4)) for h in (0, 4)]
-        return {f"{prefix}_V": dtype.glsl, macro: f"lo = vec4({four[0]}); hi = vec4({four[1]})"}
+        return {f"{prefix}_V": GLSL_TYPES[dtype], macro: f"lo = vec4({four[0]}); hi = vec4({four[1]})"}
     if dtype is dtypes.FLOAT32:
         return {f"{prefix}_V": "vec4", macro: f"lo = {buffer}[(i) >> 2]; hi = {buffer}[((i) >> 2) + 1]"}
     pair = _PAIRS[dtype]

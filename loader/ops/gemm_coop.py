@@ -11,11 +11,11 @@ not exactly fp16 (range), so bf16 products keep shaders/matmul_tiled.comp.
 A `CoopTiling` is the shader's workgroup shape: SG_M x SG_N subgroups of 32, each FM x FN 16 x 16
 fragments of C; split-K as the tiled kernel's (vkx.loader.ops.gemm_tiled.record_passes).
 `choose_coop_tiling`: 128 x 128 tiles (4 subgroups of 4 x 4 fragments) where they fill the
-device's compute units, else 64 x 64 (4 subgroups of 2 x 2), then split-K while the tiles are fewer
-than the units. Measured on the H200 at M = 512 (bench/gemm_fp16.py, GPU time) for Llama-3.2-1B's
-products: 98 TFLOP/s (q_proj, 64 x 64), 44 (k_proj, 64 x 64 split 2), 138 (gate_proj, 128 x 128),
-88 (down_proj, 64 x 64), 152 (lm_head, 128 x 128): 3.4-5.2x the tiled kernel's fp16 (10.5-35.3),
-0.2-1.5x torch's cuBLAS fp16 (28-665).
+device's compute units, else 64 x 64 (4 subgroups of 2 x 2), then split-K by the tiled kernel's
+rule (vkx.loader.ops.gemm_tiled.split_k). Measured on the H200 at M = 512 (bench/gemm_fp16.py, GPU
+time) for Llama-3.2-1B's products: 98 TFLOP/s (q_proj, 64 x 64), 44 (k_proj, 64 x 64 split 2), 138
+(gate_proj, 128 x 128), 88 (down_proj, 64 x 64), 152 (lm_head, 128 x 128): 3.4-5.2x the tiled
+kernel's fp16 (10.5-35.3), 0.2-1.5x torch's cuBLAS fp16 (28-665).
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from typing import Iterable, Optional, Sequence
 
 from vkx.format import dtypes
 from vkx.loader.ops import Binding, Defines, OpBuilder, elem_defines, variants
-from vkx.loader.ops.gemm_tiled import MAX_SPLIT, MIN_SPLIT_K, SPLIT_TO, record_passes
+from vkx.loader.ops.gemm_tiled import record_passes, split_k, tiles
 
 BK = 32
 """K per step of shaders/matmul_coop.comp (its define)."""
@@ -71,13 +71,9 @@ def choose_coop_tiling(M: int, N: int, K: int, batches: int, units: int, shared_
     `shared_bytes` of shared memory per workgroup (at least the small tiling's: `fits`)."""
     units = max(1, units)
     big, small = TILINGS
-    fill = -(-M // big.bm) * -(-N // big.bn) * batches >= units
+    fill = tiles(big.bm, big.bn, M, N, batches) >= units
     t = big if fill and big.shared_bytes <= shared_bytes else small
-    n = -(-M // t.bm) * -(-N // t.bn) * batches
-    split = 1
-    if n < units:
-        split = max(1, min(SPLIT_TO * units // n, K // MIN_SPLIT_K, MAX_SPLIT))
-    return CoopTiling(t.sg_m, t.sg_n, t.fm, t.fn, split)
+    return CoopTiling(t.sg_m, t.sg_n, t.fm, t.fn, split_k(tiles(t.bm, t.bn, M, N, batches), K, units))
 
 
 def fits(shared_bytes: int) -> bool:

@@ -66,9 +66,17 @@ class Tiling:
         return 4 * self.bk * (self.bm + self.bn)
 
 
-def tiles(t: Tiling, M: int, N: int, batches: int) -> int:
-    """Output tiles (workgroups before split-K) of an M x N product over `batches`."""
-    return -(-M // t.bm) * -(-N // t.bn) * batches
+def tiles(bm: int, bn: int, M: int, N: int, batches: int) -> int:
+    """Output tiles of BM x BN (workgroups before split-K) of an M x N product over `batches`."""
+    return -(-M // bm) * -(-N // bn) * batches
+
+
+def split_k(tile_count: int, K: int, units: int) -> int:
+    """The default split-K factor of a product of `tile_count` tiles and depth K on `units` compute
+    units (the module docstring's rule; the coop kernel's tilings follow it too)."""
+    if tile_count >= units:
+        return 1
+    return max(1, min(SPLIT_TO * units // tile_count, K // MIN_SPLIT_K, MAX_SPLIT))
 
 
 def choose_tiling(M: int, N: int, K: int, batches: int, units: int, shared_bytes: int,
@@ -83,11 +91,7 @@ def choose_tiling(M: int, N: int, K: int, batches: int, units: int, shared_bytes
         t = Tiling(4 if 4 * -(-M // 128) * 128 >= 5 * -(-M // 64) * 64 else 8, 4, 16)
     while t.shared_bytes > shared_bytes and t.bk > 8:
         t = Tiling(t.rt, t.ct, t.bk // 2)
-    n = tiles(t, M, N, batches)
-    split = 1
-    if n < units:
-        split = max(1, min(SPLIT_TO * units // n, K // MIN_SPLIT_K, MAX_SPLIT))
-    return Tiling(t.rt, t.ct, t.bk, split)
+    return Tiling(t.rt, t.ct, t.bk, split_k(tiles(t.bm, t.bn, M, N, batches), K, units))
 
 
 def record_tiled(builder: OpBuilder, bindings: Sequence[Binding], defines: dict,

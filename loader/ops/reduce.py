@@ -109,7 +109,7 @@ def group_norm_variants() -> Iterable[Defines]:
 
 
 def _group_norm_defines(wg: dict[str, int], weight: bool, bias: bool, words: bool) -> Defines:
-    return {**any_dtype_defines(words), **wg, **({"HAS_W": 1} if weight else {}), **({"HAS_B": 1} if bias else {})}
+    return {**any_dtype_defines(HAS_W=weight, HAS_B=bias, WORDS=words), **wg}
 
 
 @builds("aten.native_group_norm.default")

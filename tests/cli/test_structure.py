@@ -1,6 +1,8 @@
 """The package's shape: no import cycle between vkx's modules, no vkx import hidden in a function
-outside the command line and the lazy package entry points, each class name defined once."""
+outside the command line and the lazy package entry points, each class name defined once, every
+module on docs/architecture.md's map (and every loader module in `vkx.loader`'s index)."""
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -86,7 +88,7 @@ def test_no_vkx_import_inside_a_function():
     known = _modules()
     hidden = []
     for name, (path, is_init) in known.items():
-        if is_init or name == "vkx.paths" or name.startswith(("vkx.cli", "vkx.cmd_")):
+        if is_init or name.startswith(("vkx.cli", "vkx.cmd_")):
             continue
         tree = ast.parse(path.read_text())
         top = set(map(id, _module_level(tree)))
@@ -109,3 +111,24 @@ def test_each_class_name_is_defined_once():
                     where[node.name].append(name)
     twice = {cls: mods for cls, mods in where.items() if len(mods) > 1}
     assert twice == {}, twice
+
+
+def test_every_module_is_on_the_map():
+    """docs/architecture.md's map names each module and subpackage of format/, export/ and loader/
+    (the op declarations as `op_*`); loader/__init__'s index names each loader module."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    start = text.index("## The map")
+    the_map = text[start:text.index("\n## ", start)]
+    index = ast.get_docstring(ast.parse((ROOT / "loader" / "__init__.py").read_text()))
+    missing = []
+    for folder in ("format", "export", "loader"):
+        rows = " ".join(line for line in the_map.splitlines() if line.startswith(f"| `{folder}/`"))
+        modules = [p.stem for p in (ROOT / folder).glob("*.py") if p.stem != "__init__"]
+        packages = [p.name for p in (ROOT / folder).iterdir() if (p / "__init__.py").is_file()]
+        for name in sorted(modules + packages):
+            spelled = f"`{name}/`" if name in packages else "`op_*`" if name.startswith("op_") else f"`{name}`"
+            if spelled not in rows:
+                missing.append(f"docs/architecture.md: {folder}/{name}")
+            if folder == "loader" and not re.search(rf"\b{name}\s\(", index):
+                missing.append(f"loader/__init__.py: {name}")
+    assert missing == [], missing

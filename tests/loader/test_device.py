@@ -8,8 +8,8 @@ from vkx.loader.errors import DeviceError, ValidationError
 def test_default_device_limits():
     d = default_device()
     assert d.validation
-    assert d.max_storage_buffer_range >= 1 << 27
-    assert d.min_storage_buffer_offset_alignment in (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    assert d.limits.max_storage_buffer_range >= 1 << 27
+    assert d.limits.min_storage_buffer_offset_alignment in (1, 2, 4, 8, 16, 32, 64, 128, 256)
     assert d.memory_types and d.heap_sizes
     info = d.describe()
     assert info["name"] == d.name

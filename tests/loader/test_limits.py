@@ -47,8 +47,8 @@ def test_under_takes_the_lower_limit_the_higher_alignment_and_the_common_feature
 def test_device_under_a_profile_reports_and_enables_only_what_is_in_force(baseline):
     assert baseline.profile == BASELINE
     assert baseline.limits.max_compute_work_group_invocations == 128
-    assert baseline.min_storage_buffer_offset_alignment == 256
-    assert baseline.max_storage_buffer_range <= 1 << 28
+    assert baseline.limits.min_storage_buffer_offset_alignment == 256
+    assert baseline.limits.max_storage_buffer_range <= 1 << 28
     assert baseline.features["storageBuffer16BitAccess"] is False and baseline.features["shaderInt16"] is True
     assert baseline.describe()["limits"]["maxComputeWorkGroupInvocations"] == 128
 
@@ -195,7 +195,7 @@ def test_large_tensors_bound_in_parts_at_a_small_range_on_256_byte_offsets(basel
 def test_embedding_over_the_binding_range_in_force(baseline):
     """A table just over maxStorageBufferRange in force (128 MiB on lavapipe) is gathered in parts."""
     width = 1024
-    rows = baseline.max_storage_buffer_range // (4 * width) + 3
+    rows = baseline.limits.max_storage_buffer_range // (4 * width) + 3
     table = torch.arange(rows, dtype=torch.float32)[:, None] + torch.linspace(0, 1, width)
     idx = torch.tensor([0, rows - 1, rows - 4, rows // 2], dtype=torch.int32)
     got = run_graph("aten.embedding.default", [Const(table), idx, -1, False, False], (4, width), device=baseline)

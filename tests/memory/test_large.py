@@ -21,7 +21,7 @@ from tests.loader.helpers import write_pte
 from pathlib import Path
 
 dev = default_device()
-n = dev.max_storage_buffer_range // 4 + 2 * 1024 * 1024 + 3   # just over one binding
+n = dev.limits.max_storage_buffer_range // 4 + 2 * 1024 * 1024 + 3   # just over one binding
 if n * 4 > min(dev.max_memory_allocation_size, 1 << 30):
     print(json.dumps({"skip": f"a {n * 4}-byte tensor is over one allocation or 1 GiB on {dev.name}"}))
     sys.exit(0)

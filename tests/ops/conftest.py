@@ -27,16 +27,18 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import pytest
 import torch
 
 from tests.conftest import record_error
+from vkx.loader.graph import GraphBuilder
 from tests.data.et_op_cases import Fn  # the ExecuTorch op cases' module around a function, for every op test
 
 __all__ = ["Const", "Values", "Fn", "run_graph", "run_vkx", "assert_close", "assert_norm_close", "max_error",
-           "rand", "rand_of", "FLOAT_DTYPES", "EXPORT_DTYPES", "assert_close_in", "tolerance"]
+           "rand", "rand_of", "FLOAT_DTYPES", "EXPORT_DTYPES", "assert_close_in", "tolerance", "record_dispatches",
+           "assert_linear_propagates_nan_and_inf"]
 
 
 # --------------------------------------------------------------------------- comparing
@@ -287,7 +289,48 @@ def run_graph(name: str, args: Sequence[Any], out: Any, **load_kwargs: Any):
     return res if isinstance(out, list) else res[0]
 
 
+def assert_linear_propagates_nan_and_inf(dtype: torch.dtype) -> None:
+    """A linear of `dtype` with a NaN in x and an inf in W: NaN and inf where torch has them, the
+    rest close."""
+    x, w = rand(40, 24, seed=1, dtype=dtype), rand(50, 24, seed=2, dtype=dtype)
+    x[7, 3] = float("nan")
+    w[44, 5] = float("inf")
+    got = run_graph("aten.linear.default", [x, Const(w), None], ((40, 50), dtype))
+    want = torch.nn.functional.linear(x, w)
+    assert torch.equal(got.isnan(), want.isnan()) and got.isnan().any()
+    assert torch.equal(got.isinf(), want.isinf())
+    finite = want.isfinite()
+    assert_close_in(got[finite], want[finite], dtype, terms=24)
+
+
+def record_dispatches(monkeypatch, entry: Callable[[str, dict, tuple], Any], only: str | None = None) -> list:
+    """The list, filled while the test runs, of `entry(shader, defines, spec)` for every dispatch the
+    graph builder records (of shader `only`, when given)."""
+    seen: list = []
+    dispatch = GraphBuilder.dispatch
+
+    def recording(self, shader, bindings, push, groups, defines=None, spec=()):
+        if only is None or shader == only:
+            seen.append(entry(shader, dict(defines or {}), tuple(spec)))
+        return dispatch(self, shader, bindings, push, groups, defines, spec)
+
+    monkeypatch.setattr(GraphBuilder, "dispatch", recording)
+    return seen
+
+
 # --------------------------------------------------------------------------- fixtures
+
+@pytest.fixture
+def dispatches(monkeypatch) -> list[tuple[str, dict, tuple]]:
+    """(shader, defines, spec) of every dispatch recorded while the test runs."""
+    return record_dispatches(monkeypatch, lambda shader, defines, spec: (shader, defines, spec))
+
+
+@pytest.fixture
+def shaders(monkeypatch) -> list[str]:
+    """The shader of every dispatch recorded while the test runs."""
+    return record_dispatches(monkeypatch, lambda shader, defines, spec: shader)
+
 
 @pytest.fixture(name="run_graph")
 def _run_graph_fixture():

@@ -2,12 +2,16 @@
 against torch, in fp32, fp16 and bf16, with the fused program's dispatches counted."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 import vkx
 import vkx.loader.graph as graph_module
+import vkx.loader.ops.attention as attention
 from vkx.export import export_model
+from vkx.export.quantize import dequantize, quantize_weight
 
 from .conftest import EXPORT_DTYPES, assert_close_in, rand
 
@@ -31,6 +35,12 @@ class NormThenScale(torch.nn.Module):
         return self.norm(x + 1.0) * 3.0
 
 
+def _export(module, example: tuple, tmp_path, dtype: torch.dtype, **options) -> Path:
+    path = tmp_path / "m.pte"
+    export_model(module, example, str(path), dtype=_NAMES[dtype], **options)
+    return path
+
+
 def _run(path, inputs, fused: bool, monkeypatch) -> tuple[torch.Tensor, dict]:
     with monkeypatch.context() as m:
         if not fused:
@@ -42,16 +52,19 @@ def _run(path, inputs, fused: bool, monkeypatch) -> tuple[torch.Tensor, dict]:
             return program(*inputs) if isinstance(inputs, list) else program(inputs), shaders
 
 
+def _run_both(path, inputs, monkeypatch) -> tuple[torch.Tensor, dict, torch.Tensor, dict]:
+    """The fused program's output and dispatch counts by shader, then the unfused program's."""
+    return *_run(path, inputs, True, monkeypatch), *_run(path, inputs, False, monkeypatch)
+
+
 @pytest.mark.parametrize("dtype", EXPORT_DTYPES, ids=lambda d: _NAMES[d])
 @pytest.mark.parametrize("shape", [(1, 1, 64), (3, 5, 96), (2, 7)], ids=lambda s: "x".join(map(str, s)))
 def test_rms_norm_fused_against_unfused_and_torch(dtype, shape, tmp_path, monkeypatch):
     module = NormThenScale(shape[-1]).eval()
     x = rand(*shape, seed=1) * 4
-    path = tmp_path / "m.pte"
-    export_model(module, (x,), str(path), dtype=_NAMES[dtype])
+    path = _export(module, (x,), tmp_path, dtype)
     xd = x.to(dtype)
-    fused, fused_shaders = _run(path, xd, True, monkeypatch)
-    unfused, unfused_shaders = _run(path, xd, False, monkeypatch)
+    fused, fused_shaders, unfused, unfused_shaders = _run_both(path, xd, monkeypatch)
     assert fused_shaders.get("rms_norm") == 1 and "rms_norm" not in unfused_shaders
     assert sum(fused_shaders.values()) == 3  # add, the norm, mul
     with torch.no_grad():
@@ -87,13 +100,10 @@ class DecodeAttention(torch.nn.Module):
 @pytest.mark.parametrize("dtype", EXPORT_DTYPES, ids=lambda d: _NAMES[d])
 @pytest.mark.parametrize("dims", [(8, 2, 1, 37, 64), (4, 4, 3, 300, 32)], ids=lambda d: "x".join(map(str, d)))
 def test_decode_attention_against_three_dispatches_and_torch(dtype, dims, tmp_path, monkeypatch):
-    import vkx.loader.ops.attention as attention
-
     hq, hkv, L, S, E = dims
     q, k, v = rand(1, hq, L, E, seed=3), rand(1, hkv, S, E, seed=4), rand(1, hkv, S, E, seed=5)
     visible = torch.arange(S)[None, None, None, :] <= torch.tensor([S - 9 + i for i in range(L)])[None, None, :, None]
-    path = tmp_path / "m.pte"
-    export_model(DecodeAttention(), (q, k, v, visible), str(path), dtype=_NAMES[dtype])
+    path = _export(DecodeAttention(), (q, k, v, visible), tmp_path, dtype)
     inputs = [t.to(dtype) for t in (q, k, v)] + [visible]
     fused, fused_shaders = _run(path, inputs, True, monkeypatch)
     with monkeypatch.context() as m:
@@ -110,10 +120,10 @@ class Rotary(torch.nn.Module):
     """transformers' apply_rotary_pos_emb on q and k, cos/sin from the positions (as its models build them)."""
 
     def forward(self, q, k, positions):
-        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
         inv = 1.0 / (10000 ** (torch.arange(0, q.shape[-1], 2, dtype=torch.float32) / q.shape[-1]))
         angles = positions[:, :, None].float() * inv
         emb = torch.cat((angles, angles), dim=-1)
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb  # imported when used, as in NormThenScale
         return apply_rotary_pos_emb(q, k, emb.cos().to(q.dtype), emb.sin().to(q.dtype))
 
 
@@ -123,11 +133,9 @@ def test_rotary_fused_against_unfused_and_torch(dtype, dims, tmp_path, monkeypat
     hq, hkv, L, D = dims
     q, k = rand(1, hq, L, D, seed=6), rand(1, hkv, L, D, seed=7)
     positions = torch.arange(40, 40 + L)[None]
-    path = tmp_path / "m.pte"
-    export_model(Rotary(), (q, k, positions), str(path), dtype=_NAMES[dtype])
+    path = _export(Rotary(), (q, k, positions), tmp_path, dtype)
     inputs = [q.to(dtype), k.to(dtype), positions]
-    fused, fused_shaders = _run(path, inputs, True, monkeypatch)
-    unfused, unfused_shaders = _run(path, inputs, False, monkeypatch)
+    fused, fused_shaders, unfused, unfused_shaders = _run_both(path, inputs, monkeypatch)
     assert fused_shaders.get("fused_rotary") == 2 and "fused_rotary" not in unfused_shaders
     assert "copy_strided" not in fused_shaders or fused_shaders["copy_strided"] < unfused_shaders["copy_strided"]
     want = Rotary()(*inputs)
@@ -158,18 +166,15 @@ def test_residual_add_in_the_product_epilogue(quantize, dtype, residual_first, t
     k, n = 256, 96
     module = ProductPlusResidual(k, n, residual_first).eval()
     x, r = rand(1, 1, k, seed=1), rand(1, 1, n, seed=2) * 3
-    path = tmp_path / "m.pte"
-    export_model(module, (x, r), str(path), dtype=_NAMES[dtype], quantize=quantize)
+    path = _export(module, (x, r), tmp_path, dtype, quantize=quantize)
     inputs = [x.to(dtype), r.to(dtype)]
-    fused, fused_shaders = _run(path, inputs, True, monkeypatch)
-    unfused, unfused_shaders = _run(path, inputs, False, monkeypatch)
+    fused, fused_shaders, unfused, unfused_shaders = _run_both(path, inputs, monkeypatch)
     assert fused_shaders == {_PRODUCT[quantize]: 1}
     assert unfused_shaders == {_PRODUCT[quantize]: 1, "binary": 1}
     with torch.no_grad():
         if quantize is None:
             want = module.to(dtype)(*inputs)
         else:  # the same product with the weight the file holds, dequantized
-            from vkx.export.quantize import dequantize, quantize_weight
             bits = 4 if quantize == "int4" else 8
             group = 32 if bits == 4 else k
             q, s = quantize_weight(module.proj.weight.detach(), bits, group)
@@ -208,11 +213,9 @@ class GatedMLP(torch.nn.Module):
 def test_swiglu_and_residual_fused_against_unfused_and_torch(dtype, shape, tmp_path, monkeypatch):
     module = GatedMLP(shape[-1], 200).eval()
     x = rand(*shape, seed=5) * 2
-    path = tmp_path / "m.pte"
-    export_model(module, (x,), str(path), dtype=_NAMES[dtype])
+    path = _export(module, (x,), tmp_path, dtype)
     xd = x.to(dtype)
-    fused, fused_shaders = _run(path, xd, True, monkeypatch)
-    unfused, unfused_shaders = _run(path, xd, False, monkeypatch)
+    fused, fused_shaders, unfused, unfused_shaders = _run_both(path, xd, monkeypatch)
     if shape[1] == 1:  # gate, up, silu, mul, down, add: 6 dispatches become the GLU and the down product
         assert fused_shaders == {"matvec": 2} and sum(unfused_shaders.values()) == 6
     else:  # several rows: nothing to fuse
@@ -246,8 +249,7 @@ def test_rotary_and_cache_write_in_one_dispatch(dtype, dims, tmp_path, monkeypat
     hq, hkv, L, D = dims
     module = RotaryIntoCache(hkv, 16, D)
     q, k = rand(1, hq, L, D, seed=8), rand(1, hkv, L, D, seed=9)
-    path = tmp_path / "m.pte"
-    export_model(module, (q, k, torch.arange(L)[None]), str(path), dtype=_NAMES[dtype])
+    path = _export(module, (q, k, torch.arange(L)[None]), tmp_path, dtype)
     calls = [(rand(1, hq, L, D, seed=10 + i).to(dtype), rand(1, hkv, L, D, seed=20 + i).to(dtype),
               torch.arange(3 * i, 3 * i + L)[None]) for i in range(2)]
     results = {}
@@ -293,11 +295,9 @@ def test_repeated_kv_heads_read_in_place(dtype, L, tmp_path, monkeypatch):
     mask = torch.rand(L, s, generator=torch.Generator().manual_seed(4)) > 0.3
     mask[:, 0] = True
     module = RepeatedHeads(rep)
-    path = tmp_path / "m.pte"
-    export_model(module, (q, k, v, mask), str(path), dtype=_NAMES[dtype])
+    path = _export(module, (q, k, v, mask), tmp_path, dtype)
     inputs = [q.to(dtype), k.to(dtype), v.to(dtype), mask]
-    fused, fused_shaders = _run(path, inputs, True, monkeypatch)
-    unfused, unfused_shaders = _run(path, inputs, False, monkeypatch)
+    fused, fused_shaders, unfused, unfused_shaders = _run_both(path, inputs, monkeypatch)
     assert unfused_shaders.get("copy_strided", 0) >= 2 and "copy_strided" not in fused_shaders
     want = module(*inputs)
     assert_close_in(fused, want, dtype, terms=s)

@@ -19,7 +19,7 @@ from vkx.loader.graph import GraphBuilder
 from vkx.loader.ops import gemm, gemm_coop
 from vkx.loader.ops.gemm_coop import TILINGS, CoopTiling, choose_coop_tiling
 
-from .conftest import Const, assert_close_in, rand, run_graph
+from .conftest import Const, assert_close_in, assert_linear_propagates_nan_and_inf, rand, run_graph
 
 pytestmark = pytest.mark.vulkan
 
@@ -39,20 +39,6 @@ def kernel(request, monkeypatch):
         return ["matmul_tiled"]
     monkeypatch.setattr(gemm_coop, "choose_coop_tiling", lambda *args: tiling)
     return ["matmul_coop", "matmul_reduce"] if tiling.split > 1 else ["matmul_coop"]
-
-
-@pytest.fixture
-def shaders(monkeypatch):
-    """The shader names of every dispatch recorded while the test runs."""
-    seen = []
-    dispatch = GraphBuilder.dispatch
-
-    def counting(self, shader, bindings, push, groups, defines=None):
-        seen.append(shader)
-        dispatch(self, shader, bindings, push, groups, defines)
-
-    monkeypatch.setattr(GraphBuilder, "dispatch", counting)
-    return seen
 
 
 def _tiled_passes(shaders: list[str]) -> list[str]:
@@ -95,15 +81,7 @@ def test_attention_scores(kernel, shaders):
 
 
 def test_nan_and_inf_propagate(kernel):
-    x, w = rand(40, 24, seed=1, dtype=F16), rand(50, 24, seed=2, dtype=F16)
-    x[7, 3] = float("nan")
-    w[44, 5] = float("inf")
-    got = run_graph("aten.linear.default", [x, Const(w), None], ((40, 50), F16))
-    want = F.linear(x, w)
-    assert torch.equal(got.isnan(), want.isnan()) and got.isnan().any()
-    assert torch.equal(got.isinf(), want.isinf())
-    finite = want.isfinite()
-    assert_close_in(got[finite], want[finite], F16, terms=24)
+    assert_linear_propagates_nan_and_inf(F16)
 
 
 def _linear_shaders(dtype: g.DataType, m: int, k: int, n: int, coop: bool, units: int = 1,

@@ -9,27 +9,15 @@ import torch
 import torch.nn.functional as F
 
 from vkx.format import vkgraph as g
+from vkx.loader import load_graph
+from vkx.loader.device import default_device
+from vkx.loader.graph import GraphBuilder
 from vkx.loader.ops import gemm, gemm_tiled
 from vkx.loader.ops.gemm_tiled import Tiling, choose_tiling
 
 from .conftest import FLOAT_DTYPES, Const, assert_close_in, rand, run_graph
 
 pytestmark = pytest.mark.vulkan
-
-
-@pytest.fixture
-def shaders(monkeypatch):
-    """The shader names of every dispatch recorded while the test runs."""
-    from vkx.loader.graph import GraphBuilder
-    seen = []
-    dispatch = GraphBuilder.dispatch
-
-    def counting(self, shader, bindings, push, groups, defines=None):
-        seen.append(shader)
-        dispatch(self, shader, bindings, push, groups, defines)
-
-    monkeypatch.setattr(GraphBuilder, "dispatch", counting)
-    return seen
 
 
 @pytest.fixture
@@ -137,8 +125,6 @@ def _two_linears(m: int, k: int, n: int) -> g.VkGraph:
 def test_split_k_scratch_is_shared_and_counted(monkeypatch):
     """Two split-K products of different sizes share one scratch, sized for the larger, and
     the load's activation bytes include it."""
-    from vkx.loader import load_graph
-    from vkx.loader.graph import GraphBuilder
     m, k, n = 48, 2048, 160
     graph = _two_linears(m, k, n)
     built = GraphBuilder(graph, 1 << 27, 16, compute_units=64).build()
@@ -149,7 +135,6 @@ def test_split_k_scratch_is_shared_and_counted(monkeypatch):
     x = rand(m, k, seed=3)
     want = F.linear(F.linear(x, w0), w1)
     blobs = [w0.numpy().tobytes(), w1.numpy().tobytes()]
-    from vkx.loader.device import default_device
     monkeypatch.setattr(default_device(), "compute_units", 1)
     with load_graph(graph, blobs) as plain:  # one compute unit: enough tiles, no split
         assert plain.dispatch_count == 2

@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vkx.format import contract, opset, op_decls
-from vkx.loader.ops import elementwise
+from vkx.format import contract, dtypes, opset, op_decls
+from vkx.loader.ops import DTYPE_CODES, GLSL_TYPES, elementwise
 
 TORCH = {
     "relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh, "silu": F.silu, "neg": torch.neg,
@@ -78,3 +78,8 @@ def test_glsl_tables_cover_the_declarations():
     built_by_unary = {n for n, d in _elementwise().items() if d.family != "binary"}
     assert set(elementwise.UNARY_GLSL) == built_by_unary
     assert set(elementwise.BINARY_GLSL) == {n for n, d in _elementwise().items() if d.family == "binary"}
+
+
+def test_glsl_types_cover_the_device_dtypes():
+    """A GLSL type and a specialization-constant code for each dtype a device tensor may hold, no other."""
+    assert set(GLSL_TYPES) == set(DTYPE_CODES) == dtypes.ON_DEVICE

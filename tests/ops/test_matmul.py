@@ -12,7 +12,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .conftest import FLOAT_DTYPES, Const, Fn, assert_close_in, assert_norm_close, rand, run_graph, run_vkx
+from vkx.loader.device import default_device
+from vkx.loader.ops import gemm
+from vkx.loader.ops.gemm_tiled import choose_tiling
+
+from .conftest import (FLOAT_DTYPES, Const, Fn, assert_close_in, assert_linear_propagates_nan_and_inf,
+                       assert_norm_close, rand, record_dispatches, run_graph, run_vkx)
 
 pytestmark = pytest.mark.vulkan
 
@@ -228,7 +233,6 @@ def test_linear_nan_and_inf_propagate(dtype, m):
 @pytest.fixture
 def matvec_dispatches(monkeypatch):
     """Counts the matvec dispatches recorded while the test runs."""
-    from vkx.loader.ops import gemm
     calls = []
     record = gemm._record_matvec
 
@@ -286,19 +290,8 @@ def test_empty_k(dtype):
 def tiled_dispatches(monkeypatch):
     """The defines of every matmul_tiled dispatch recorded while the test runs (fp16 products take
     it too, on a device with cooperative matrices: tests/ops/test_gemm_coop.py tests those)."""
-    from vkx.loader.graph import GraphBuilder
-    from vkx.loader.ops import gemm
     monkeypatch.setattr(gemm, "use_coop", lambda *args: None)
-    seen = []
-    dispatch = GraphBuilder.dispatch
-
-    def counting(self, shader, bindings, push, groups, defines=None):
-        if shader == "matmul_tiled":
-            seen.append(dict(defines or {}))
-        dispatch(self, shader, bindings, push, groups, defines)
-
-    monkeypatch.setattr(GraphBuilder, "dispatch", counting)
-    return seen
+    return record_dispatches(monkeypatch, lambda shader, defines, spec: defines, only="matmul_tiled")
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
@@ -338,23 +331,13 @@ def test_attention_scores_tiled(dtype, tiled_dispatches):
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_linear_tiled_nan_and_inf_propagate(dtype):
-    x, w = rand(40, 24, seed=1, dtype=dtype), rand(50, 24, seed=2, dtype=dtype)
-    x[7, 3] = float("nan")
-    w[44, 5] = float("inf")
-    got = run_graph("aten.linear.default", [x, Const(w), None], ((40, 50), dtype))
-    want = F.linear(x, w)
-    assert torch.equal(got.isnan(), want.isnan()) and got.isnan().any()
-    finite = want.isfinite()
-    assert torch.equal(got.isinf(), want.isinf())
-    assert_close_in(got[finite], want[finite], dtype, terms=24)
+    assert_linear_propagates_nan_and_inf(dtype)
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_tiled_tile_sizes(dtype, tiled_dispatches, monkeypatch):
     """Products take the default tiling for the device (gemm_tiled.choose_tiling; a GPU's rule:
     tests/ops/test_gemm_tiled.py, with every tiling)."""
-    from vkx.loader.device import default_device
-    from vkx.loader.ops.gemm_tiled import choose_tiling
     device = default_device()
     monkeypatch.setattr(device, "compute_units", 16)
     x, w = rand(1030, 36, seed=1, dtype=dtype), rand(1800, 36, seed=2, dtype=dtype)
@@ -365,6 +348,6 @@ def test_tiled_tile_sizes(dtype, tiled_dispatches, monkeypatch):
     x64, w64 = rand(64, 40, seed=5, dtype=dtype), rand(300, 40, seed=6, dtype=dtype)
     assert_close_in(run_graph("aten.linear.default", [x64, Const(w64), None], ((64, 300), dtype)),
                     F.linear(x64, w64), dtype, terms=40)
-    want = [choose_tiling(m, n, k, nb, 16, device.max_shared_memory, device.is_cpu)
+    want = [choose_tiling(m, n, k, nb, 16, device.limits.max_compute_shared_memory_size, device.is_cpu)
             for m, n, k, nb in [(1030, 1800, 36, 1), (700, 900, 20, 3), (64, 300, 40, 1)]]
     assert [(d["RT"], d["CT"], d["BK"]) for d in tiled_dispatches] == [(t.rt, t.ct, t.bk) for t in want]

@@ -18,21 +18,6 @@ from .conftest import Const, assert_norm_close, rand, run_graph
 pytestmark = pytest.mark.vulkan
 
 
-@pytest.fixture
-def shaders(monkeypatch):
-    """The shaders of the dispatches recorded while the test runs."""
-    from vkx.loader.graph import GraphBuilder
-    names: list[str] = []
-    dispatch = GraphBuilder.dispatch
-
-    def counting(self, shader, *args, **kwargs):
-        names.append(shader)
-        return dispatch(self, shader, *args, **kwargs)
-
-    monkeypatch.setattr(GraphBuilder, "dispatch", counting)
-    return names
-
-
 def _reference(x, w, bias):
     out = x.double() @ w.double().T
     return out if bias is None else out + bias.double()

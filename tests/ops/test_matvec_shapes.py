@@ -10,7 +10,6 @@ import torch.nn.functional as F
 
 from vkx.export.quantize import dequantize, quantize_weight
 from vkx.loader.device import Device
-from vkx.loader.graph import GraphBuilder
 from vkx.loader.ops import gemm
 
 from .conftest import Const, assert_close_in, assert_norm_close, rand, run_graph
@@ -19,20 +18,6 @@ pytestmark = pytest.mark.vulkan
 
 SHAPES = [gemm.MatvecShape(1, 32), gemm.MatvecShape(2, 256), gemm.MatvecShape(4, 128),
           gemm.MatvecShape(8, 64), gemm.MatvecShape(16, 128)]
-
-
-@pytest.fixture
-def dispatches(monkeypatch):
-    """(shader, defines, spec) of the dispatches recorded while the test runs."""
-    seen: list[tuple[str, dict, tuple]] = []
-    dispatch = GraphBuilder.dispatch
-
-    def counting(self, shader, bindings, push, groups, defines=None, spec=()):
-        seen.append((shader, dict(defines or {}), tuple(spec)))
-        return dispatch(self, shader, bindings, push, groups, defines, spec)
-
-    monkeypatch.setattr(GraphBuilder, "dispatch", counting)
-    return seen
 
 
 def _shape(monkeypatch, kernel: str, shape: gemm.MatvecShape) -> None:
