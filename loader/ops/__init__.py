@@ -17,6 +17,7 @@ next to those builders with `@variants(shader)`: the package build compiles exac
 from __future__ import annotations
 
 import importlib
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Callable, ContextManager, Iterable, Mapping, Protocol, Sequence, Union
@@ -150,6 +151,14 @@ def any_dtype_defines(**flags: bool) -> dict[str, int]:
     through 32-bit words, never written)."""
     return {**{f"DT_{d.name.upper()}": code for d, code in DTYPE_CODES.items()},
             **{name: 1 for name, on in flags.items() if on}}
+
+
+def any_dtype_variants(*flags: str) -> Iterable[Defines]:
+    """any_dtype_defines of every combination of `flags` and WORDS, each on and off: the variants of
+    a shader whose buffers take any dtype."""
+    names = (*flags, "WORDS")
+    for on in itertools.product((False, True), repeat=len(names)):
+        yield any_dtype_defines(**dict(zip(names, on)))
 
 
 def _word_load(dtype: DType, buffer: str) -> tuple[str, str]:

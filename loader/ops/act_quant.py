@@ -6,13 +6,12 @@ model computes, in fp32: the integers are exact either way.
 """
 from __future__ import annotations
 
-import itertools
 import struct
 from typing import Iterable
 
 from vkx.format.contract import Call
 
-from . import Defines, OpBuilder, any_dtype_defines, builds, dtype_code, reads_by_words, variants
+from . import Defines, OpBuilder, any_dtype_defines, any_dtype_variants, builds, dtype_code, reads_by_words, variants
 from .quant import q4gsw
 from .shape import dispatch_groups
 
@@ -22,8 +21,7 @@ FP32_SMALLEST_NORMAL = 1.1754943508222875e-38
 
 @variants("act_quant")
 def act_quant_variants() -> Iterable[Defines]:
-    for choose, words in itertools.product((False, True), repeat=2):
-        yield any_dtype_defines(CHOOSE=choose, WORDS=words)
+    return any_dtype_variants("CHOOSE")
 
 
 @builds("torchao.choose_qparams_affine.default")

@@ -11,14 +11,13 @@ rounded once on the store.
 """
 from __future__ import annotations
 
-import itertools
 import math
 import struct
 from typing import Iterable, Sequence
 
 from vkx.format.contract import FLT_MAX, Call
-from vkx.loader.ops import (Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines, builds, dtype_code,
-                            elem_defines, read_defines, reads_by_words, variants)
+from vkx.loader.ops import (Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines, any_dtype_variants,
+                            builds, dtype_code, elem_defines, read_defines, reads_by_words, variants)
 from vkx.loader.ops.shape import MAX_GROUPS, bind_elems, dispatch_groups
 
 _CONV_PUSH = struct.Struct("<24i2f")
@@ -48,8 +47,7 @@ def convolution(builder: OpBuilder, call: Call) -> None:
 
 @variants("conv_transpose2d")
 def conv_transpose2d_variants() -> Iterable[Defines]:
-    for bias, words in itertools.product((False, True), repeat=2):
-        yield any_dtype_defines(HAS_BIAS=bias, WORDS=words)
+    return any_dtype_variants("HAS_BIAS")
 
 
 def _transposed(builder: OpBuilder, call: Call) -> None:

@@ -14,8 +14,8 @@ from typing import Iterable
 from vkx.format.contract import Call
 from vkx.format.op_et import pad_widths, split_sizes
 
-from . import (Defines, OpBuilder, UnsupportedOpError, any_dtype_defines, builds, dtype_code, elem_defines, read_defines,
-               reads_by_words, variants)
+from . import (Defines, OpBuilder, UnsupportedOpError, any_dtype_defines, any_dtype_variants, builds, dtype_code,
+               elem_defines, read_defines, reads_by_words, variants)
 from .attention import attention
 from .conv import pool2d
 from .elementwise import CLAMP, UNARY_GLSL, op_glsl, unary
@@ -140,8 +140,7 @@ def et_sdpa(builder: OpBuilder, call: Call) -> None:
 
 @variants("flip")
 def flip_variants() -> Iterable[Defines]:
-    for words in (False, True):
-        yield any_dtype_defines(WORDS=words)
+    return any_dtype_variants()
 
 
 @builds("aten.flip.default")
@@ -171,8 +170,7 @@ def flip(builder: OpBuilder, call: Call) -> None:
 
 @variants("grid_sampler")
 def grid_sampler_variants() -> Iterable[Defines]:
-    for words in (False, True):
-        yield any_dtype_defines(WORDS=words)
+    return any_dtype_variants()
 
 
 @builds("aten.grid_sampler_2d.default")

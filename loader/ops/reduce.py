@@ -13,15 +13,14 @@ the math is fp32.
 """
 from __future__ import annotations
 
-import itertools
 import math
 import struct
 from typing import Iterable
 
 from vkx.format.contract import Call
 
-from . import (Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines, builds, dtype_code, read_defines,
-               reads_by_words, variants)
+from . import (Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines, any_dtype_variants, builds,
+               dtype_code, read_defines, reads_by_words, variants)
 from .shape import (MAX_DIMS, bind_elems, chunk_elems, contiguous_strides, dispatch_groups,
                     normalize_dim, pad_dims, row_chunks, rows_binding)
 
@@ -103,13 +102,8 @@ def native_layer_norm(builder: OpBuilder, call: Call) -> None:
 @variants("group_norm")
 def group_norm_variants() -> Iterable[Defines]:
     for wg in (None, *ROW_WGS):
-        for weight, bias in itertools.product((False, True), repeat=2):
-            for words in (False, True):
-                yield _group_norm_defines({} if wg is None else {"ROW_WG": wg}, weight, bias, words)
-
-
-def _group_norm_defines(wg: dict[str, int], weight: bool, bias: bool, words: bool) -> Defines:
-    return {**any_dtype_defines(HAS_W=weight, HAS_B=bias, WORDS=words), **wg}
+        for defines in any_dtype_variants("HAS_W", "HAS_B"):
+            yield {**defines, **({} if wg is None else {"ROW_WG": wg})}
 
 
 @builds("aten.native_group_norm.default")
@@ -126,7 +120,8 @@ def native_group_norm(builder: OpBuilder, call: Call) -> None:
     push = struct.pack("<IIfIII", rows, n, call["eps"], call["HxW"], groups, call["C"] // groups)
     bound = [src, out, weight or src, bias or src, mean, rstd]
     builder.dispatch("group_norm", bound, push, groups_wg,
-                     _group_norm_defines(wg, weight is not None, bias is not None, reads_by_words(builder)),
+                     {**any_dtype_defines(HAS_W=weight is not None, HAS_B=bias is not None,
+                                          WORDS=reads_by_words(builder)), **wg},
                      tuple(dtype_code(t.dtype) for t in bound))
 
 
