@@ -23,8 +23,14 @@ Patterns:
   `vkx.linear_q` too): the add in the product's epilogue (r read as its bias), one dispatch for two
   (a decoder layer's o_proj and down_proj).
 - SwiGLU of one row of activations, `silu(linear(x, Wg)) * linear(x, Wu)` (no biases, the weights of
-  one shape and dtype): the gate and up products read in one workgroup and `silu(gate) * up` stored
-  (shaders/matvec.comp's GLU), one dispatch for four.
+  one shape and dtype; `vkx.linear_q` too, of one packing): the gate and up products read in one
+  workgroup and `silu(gate) * up` stored (shaders/matvec.comp's and matvec_q.comp's GLU), one
+  dispatch for four.
+- Three bias-free products of one row of activations x and nothing else reading x, `linear(x, Wq)`,
+  `linear(x, Wk)`, `linear(x, Wv)` (weights of one dtype and K, or `vkx.linear_q` of one packing):
+  one dispatch writing the three outputs (matvec.comp's and matvec_q.comp's SEGMENTS), at the
+  first product's place (the others' outputs written earlier than planned: no op between the first
+  and the last product may touch their memory).
 """
 from __future__ import annotations
 
@@ -36,7 +42,8 @@ from vkx.format import vkgraph as g
 from vkx.loader.ops import OpBuilder, TensorArg
 from vkx.loader.ops.attention import attention
 from vkx.loader.ops.fused import linear_add, rotate_half, swiglu_row
-from vkx.loader.ops.quant import linear_q_row
+from vkx.loader.ops.gemm import matvec_products
+from vkx.loader.ops.quant import linear_q_row, products_q_row, swiglu_q_row
 from vkx.loader.ops.reduce import rms_norm_rows
 
 
@@ -47,6 +54,8 @@ class Fused:
     node_ids: tuple[int, ...]
     run: Callable[[OpBuilder, Callable[[int], TensorArg]], None]
     """Records the dispatches, given the builder and a function from value id to TensorArg."""
+    first: bool = False
+    """Runs at its first op's place (else its last's)."""
 
 
 class _Chain:
@@ -226,6 +235,13 @@ def _rotary(c: _Chain, a: int, max_binding_bytes: int) -> tuple[list[int], list[
                               tuple(chain[i].node_id for i in ops), run)
 
 
+def _touched_between(c: _Chain, lo: int, hi: int, z: int, skip: Sequence[int]) -> bool:
+    """Whether an op after `lo` and before `hi`, not in `skip`, reads or writes memory the plan gave `z`."""
+    chain = c.graph.chain
+    return any(j not in skip and _shares_memory(c, t, z)
+               for j in range(lo + 1, hi) for vid in chain[j].args for t in c._items(vid))
+
+
 def _cache_write(c: _Chain, y: int) -> int | None:
     """The op that writes `y` [B, H, n, D] into a cache [B, H, S, D] along dim 2 (`vkx.index_copy`),
     when that is y's one reader."""
@@ -348,17 +364,49 @@ def _residual_add(c: _Chain, a: int) -> tuple[list[int], list[int], Fused] | Non
     return ops, inputs, Fused("linear_add", tuple(chain[i].node_id for i in ops), run)
 
 
-def _one_row_linear(c: _Chain, vid: int, reader: int) -> tuple[int, int, int] | None:
-    """(op index, x, W) when `vid` is made by a bias-free `linear(x, W)` of one row of activations and
-    read by op `reader` only."""
-    p = c.op_of(vid, "aten.linear.default")
+@dataclass(frozen=True)
+class _Weight:
+    """A product's weight: W (a linear's), or vkx.linear_q's packed rows, scales, bits and group."""
+    w: int
+    scales: int | None = None
+    bits: int = 0
+    group: int = 0
+
+    def packing(self, c: _Chain) -> tuple:
+        """What products over one kernel must share: dtypes, K, and the quantized packing."""
+        wt, st = c.tensor(self.w), c.tensor(self.scales) if self.scales is not None else None
+        return wt.datatype, wt.dims[1:], self.bits, self.group, None if st is None else st.datatype
+
+    def args(self, arg: Callable[[int], TensorArg]):
+        return arg(self.w) if self.scales is None else (arg(self.w), arg(self.scales))
+
+
+def _row_product(c: _Chain, p: int) -> tuple[int, _Weight] | None:
+    """(x, weight) when op `p` is a bias-free `linear(x, W)` or `vkx.linear_q` of one row of activations."""
+    op = c.graph.chain[p]
+    if op.name not in _PRODUCTS:
+        return None
+    linear_q = op.name == "vkx.linear_q.default"
+    x, w, bias = op.args[0], op.args[1], op.args[3] if linear_q else op.args[2]
+    xt, wt = c.tensor(x), c.tensor(w)
+    if xt is None or wt is None or len(wt.dims) != 2 or not xt.dims or math.prod(xt.dims) != xt.dims[-1] \
+            or not isinstance(c.value(bias), g.Null):
+        return None
+    if not linear_q:
+        return x, _Weight(w)
+    bits, group = c.scalar(op.args[4]), c.scalar(op.args[5])
+    if c.tensor(op.args[2]) is None or bits is None or group is None or int(group) % (128 // int(bits)):
+        return None  # not matvec_q.comp's: rows of whole 16-byte chunks inside the scale groups
+    return x, _Weight(w, op.args[2], int(bits), int(group))
+
+
+def _one_row_linear(c: _Chain, vid: int, reader: int) -> tuple[int, int, _Weight] | None:
+    """(op index, x, weight) when `vid` is made by a `_row_product` and read by op `reader` only."""
+    p = c.op_of(vid, *_PRODUCTS)
     if p is None or not c.only_reader(vid, reader):
         return None
-    x, w, bias = c.graph.chain[p].args[:3]
-    xt = c.tensor(x)
-    if xt is None or not xt.dims or math.prod(xt.dims) != xt.dims[-1] or not isinstance(c.value(bias), g.Null):
-        return None
-    return p, x, w
+    found = _row_product(c, p)
+    return None if found is None else (p, *found)
 
 
 def _swiglu(c: _Chain, m: int, max_binding_bytes: int) -> tuple[list[int], list[int], Fused] | None:
@@ -375,18 +423,62 @@ def _swiglu(c: _Chain, m: int, max_binding_bytes: int) -> tuple[list[int], list[
     if gate is None or up is None or gate[1] != up[1]:
         return None
     x, wg, wu = gate[1], gate[2], up[2]
-    xt, wgt, wut, zt = c.tensor(x), c.tensor(wg), c.tensor(wu), c.tensor(z)
-    if any(t is None for t in (wgt, wut, zt)) or tuple(wgt.dims) != tuple(wut.dims) or wgt.datatype != wut.datatype:
+    xt, wgt, wut, zt = c.tensor(x), c.tensor(wg.w), c.tensor(wu.w), c.tensor(z)
+    if zt is None or tuple(wgt.dims) != tuple(wut.dims) or wg.packing(c) != wu.packing(c):
         return None
     if xt.dims[-1] % 8 or math.prod(zt.dims) != wgt.dims[0] or not _may_own(c, x, z) \
             or any(t.nbytes > max_binding_bytes for t in (xt, wgt, wut, zt)):
         return None
 
     def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
-        swiglu_row(builder, arg(x), arg(wg), arg(wu), _output(c, builder, arg, x, z))
+        out = _output(c, builder, arg, x, z)
+        if wg.scales is None:
+            swiglu_row(builder, arg(x), arg(wg.w), arg(wu.w), out)
+        else:
+            swiglu_q_row(builder, arg(x), wg.args(arg), wu.args(arg), out, wg.bits, wg.group)
 
     ops = sorted([gate[0], act, up[0], m])
-    return ops, [x, wg, wu], Fused("swiglu", tuple(chain[i].node_id for i in ops), run)
+    inputs = [x] + [t for w in (wg, wu) for t in (w.w, w.scales) if t is not None]
+    return ops, inputs, Fused("swiglu", tuple(chain[i].node_id for i in ops), run)
+
+
+def _products(c: _Chain, i: int, max_binding_bytes: int) -> tuple[list[int], list[int], Fused] | None:
+    """Three `_row_product`s of one x that nothing else reads, of one kernel and packing, the first
+    of them op `i`: one dispatch at op i's place."""
+    chain = c.graph.chain
+    found = _row_product(c, i)
+    if found is None:
+        return None
+    x, first = found
+    readers = sorted(set(c.readers.get(x, [])))
+    if len(readers) != 3 or readers[0] != i or x in c.outputs:
+        return None
+    weights = [_row_product(c, r) for r in readers]
+    if any(w is None or chain[r].name != chain[i].name or w[1].packing(c) != first.packing(c)
+           for r, w in zip(readers, weights)):
+        return None
+    outs = [chain[r].args[-1] for r in readers]
+    tensors = [c.tensor(t) for w in weights for t in (w[1].w, w[1].scales) if t is not None]
+    if any(c.tensor(z) is None or math.prod(c.tensor(z).dims) != c.tensor(w.w).dims[0] or not _may_own(c, x, z)
+           for z, (_, w) in zip(outs, weights)) or c.tensor(x).dims[-1] % 8 \
+            or any(t.nbytes > max_binding_bytes for t in tensors + [c.tensor(t) for t in [x, *outs]]):
+        return None
+    # every weight ready at op i's place; no op between i and a later product touches memory that
+    # product's output was planned in (written earlier than planned, it would clobber that op's bytes)
+    if any(c.writer.get(t, -1) >= i for _, w in weights for t in (w.w, w.scales) if t is not None):
+        return None
+    if any(_touched_between(c, i, r, z, readers) for r, z in zip(readers[1:], outs[1:])):
+        return None
+    kernel = [w for _, w in weights]
+
+    def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
+        stores = [_output(c, builder, arg, x, z) for z in outs]
+        if first.scales is None:
+            matvec_products(builder, arg(x), [w.args(arg) for w in kernel], stores)
+        else:
+            products_q_row(builder, arg(x), [w.args(arg) for w in kernel], stores, first.bits, first.group)
+
+    return readers, [x], Fused("products", tuple(chain[r].node_id for r in readers), run, first=True)
 
 
 _SDPA = "aten.scaled_dot_product_attention.default"
@@ -487,13 +579,15 @@ def fuse(graph: g.VkGraph, max_binding_bytes: int) -> list:
             found = _swiglu(c, i, max_binding_bytes)
         elif op.name == _SDPA:
             found = _grouped_attention(c, i)
+        elif op.name in _PRODUCTS:
+            found = _products(c, i, max_binding_bytes)
         else:
             continue
         if found is None:
             continue
         ops, inputs, step = found
-        if taken.intersection(ops) or not _safe(c, ops, inputs):
+        if taken.intersection(ops) or not (step.first or _safe(c, ops, inputs)):
             continue
         taken.update(ops)
-        at[ops[-1]] = step
+        at[ops[0] if step.first else ops[-1]] = step
     return [at[i] if i in at else op for i, op in enumerate(graph.chain) if i not in taken or i in at]
