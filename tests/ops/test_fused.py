@@ -270,31 +270,34 @@ def test_products_stay_apart_when_their_input_is_read_elsewhere(tmp_path):
 
 
 class RotaryIntoCache(torch.nn.Module):
-    """Rotary on k, then k written into a KV cache buffer at the given positions (index_copy_, as
-    export/hf.py's cache layer), the attention reading the cache."""
+    """Rotary on q and k, then k and v written into KV cache buffers at the given positions
+    (index_copy_, as export/hf.py's cache layer), the attention reading the caches."""
 
     def __init__(self, hkv: int, slots: int, d: int):
         super().__init__()
-        self.register_buffer("cache", torch.zeros(1, hkv, slots, d))
+        self.register_buffer("keys", torch.zeros(1, hkv, slots, d))
+        self.register_buffer("values", torch.zeros(1, hkv, slots, d))
 
-    def forward(self, q, k, positions):
+    def forward(self, q, k, v, positions):
         q, k = Rotary()(q, k, positions)
-        self.cache.index_copy_(2, positions[0], k)
-        return torch.nn.functional.scaled_dot_product_attention(q, self.cache, self.cache, enable_gqa=True)
+        rows = positions[0]
+        self.keys.index_copy_(2, rows, k)
+        self.values.index_copy_(2, rows, v)
+        return torch.nn.functional.scaled_dot_product_attention(q, self.keys, self.values, enable_gqa=True)
 
 
 @pytest.mark.parametrize("dtype", EXPORT_DTYPES, ids=lambda d: _NAMES[d])
 @pytest.mark.parametrize("dims", [(4, 2, 1, 64), (2, 1, 5, 32)], ids=lambda d: "x".join(map(str, d)))
-def test_rotary_and_cache_write_in_one_dispatch(dtype, dims, tmp_path, monkeypatch):
-    """k's rotary writes the cache rows itself (no index_copy dispatch for k): the attention over
-    the cache, and the cache after two calls, equal the unfused program's and torch's."""
+def test_rotary_and_cache_writes_in_one_dispatch(dtype, dims, tmp_path, monkeypatch):
+    """q's and k's rotaries, k's and v's cache writes in one dispatch (no index_copy dispatch): the
+    attention over the caches, and the caches after two calls, equal the unfused program's and torch's."""
     hq, hkv, L, D = dims
     module = RotaryIntoCache(hkv, 16, D)
-    q, k = rand(1, hq, L, D, seed=8), rand(1, hkv, L, D, seed=9)
+    q, k, v = rand(1, hq, L, D, seed=8), rand(1, hkv, L, D, seed=9), rand(1, hkv, L, D, seed=7)
     path = tmp_path / "m.pte"
-    export_model(module, (q, k, torch.arange(L)[None]), str(path), dtype=_NAMES[dtype])
+    export_model(module, (q, k, v, torch.arange(L)[None]), str(path), dtype=_NAMES[dtype])
     calls = [(rand(1, hq, L, D, seed=10 + i).to(dtype), rand(1, hkv, L, D, seed=20 + i).to(dtype),
-              torch.arange(3 * i, 3 * i + L)[None]) for i in range(2)]
+              rand(1, hkv, L, D, seed=30 + i).to(dtype), torch.arange(3 * i, 3 * i + L)[None]) for i in range(2)]
     results = {}
     for fused in (True, False):
         with monkeypatch.context() as m:
@@ -302,14 +305,14 @@ def test_rotary_and_cache_write_in_one_dispatch(dtype, dims, tmp_path, monkeypat
                 m.setattr(graph_module, "fuse_chain", lambda graph, limit: list(graph.chain))
             with vkx.load(str(path)) as program:
                 shaders = [d.shader for d in program.only._executor.dispatches]
-                results[fused] = [program(*call) for call in calls], program.state(program.states[0])
-        assert ("index_copy" in shaders) != fused and shaders.count("fused_rotary") == (2 if fused else 0)
+                results[fused] = [program(*call) for call in calls], [program.state(n) for n in program.states]
+        assert shaders.count("index_copy") == (0 if fused else 2) and shaders.count("fused_rotary") == fused
     torch_module = RotaryIntoCache(hkv, 16, D).to(dtype)
     want = [torch_module(*call) for call in calls]
-    for outs, cache in results.values():
+    for outs, caches in results.values():
         for got, ref in zip(outs, want):
             assert_close_in(got, ref, dtype, terms=16)
-        assert_close_in(cache, torch_module.cache, dtype, terms=2)
+        assert_close_in(caches, [torch_module.keys, torch_module.values], dtype, terms=2)
     assert_close_in(results[True][1], results[False][1], dtype, terms=2)
 
 
