@@ -42,12 +42,26 @@ layout(std430, set = 0, binding = 3) readonly buffer BufB2 { B_V w2[]; };
 layout(std430, set = 0, binding = 4) writeonly buffer BufC2 { C2_T c2[]; };
 layout(std430, set = 0, binding = 5) readonly buffer BufB3 { B_V w3[]; };
 layout(std430, set = 0, binding = 6) writeonly buffer BufC3 { C3_T c3[]; };
-// the weight this workgroup reads (seg: uniform in the workgroup)
-#define LOAD8_W(i, lo, hi) if (seg == 0) { LOAD8_B(i, lo, hi); } else if (seg == 1) { LOAD8_B2(i, lo, hi); } \
-    else { LOAD8_B3(i, lo, hi); }
-#else
-#define LOAD8_W LOAD8_B
 #endif
+#ifdef GLU
+// the up weight's row r beside the gate's, in SWEEP
+#define GLU_STEP(r) LOAD8_B2(brow[r] - p.boff + p.b2off + k, w0, w1); acc2[r] += dot(x0, w0) + dot(x1, w1);
+#else
+#define GLU_STEP(r)
+#endif
+// The workgroup's walk over K in chunks of eight, its rows' weights read with LOAD8 (a macro, so
+// that SEGMENTS picks its weight once a workgroup, not once a load: llvmpipe ran a branch a load
+// at half the speed).
+#define SWEEP(LOAD8) \
+    for (int k = lid * 8; k < K8; k += WG * 8) { \
+        vec4 x0, x1, w0, w1; \
+        LOAD8_A(abase + k, x0, x1); \
+        for (int r = 0; r < ROWS; ++r) { \
+            LOAD8(brow[r] + k, w0, w1); \
+            acc[r] += dot(x0, w0) + dot(x1, w1); \
+            GLU_STEP(r) \
+        } \
+    }
 
 layout(push_constant) uniform Push {
     int N, K, nb2;
@@ -98,18 +112,17 @@ void main() {
     }
 #endif
     const int K8 = p.K & ~7;
-    for (int k = lid * 8; k < K8; k += WG * 8) {
-        vec4 x0, x1, w0, w1;
-        LOAD8_A(abase + k, x0, x1);
-        for (int r = 0; r < ROWS; ++r) {
-            LOAD8_W(brow[r] + k, w0, w1);
-            acc[r] += dot(x0, w0) + dot(x1, w1);
-#ifdef GLU
-            LOAD8_B2(brow[r] - p.boff + p.b2off + k, w0, w1);
-            acc2[r] += dot(x0, w0) + dot(x1, w1);
-#endif
-        }
+#ifdef SEGMENTS
+    if (seg == 0) {
+        SWEEP(LOAD8_B)
+    } else if (seg == 1) {
+        SWEEP(LOAD8_B2)
+    } else {
+        SWEEP(LOAD8_B3)
     }
+#else
+    SWEEP(LOAD8_B)
+#endif
 #ifdef K_TAIL
     for (int k = K8 + lid; k < p.K; k += WG) {
         const float x = LOAD_A(abase + k);

@@ -121,36 +121,15 @@ float folded(vec4 e, float e4) {
 }
 #endif
 
-void main() {
-    const uint lid = gl_LocalInvocationID.x;
-    uint wg = gl_WorkGroupID.x;
-    uint rows = p.rows;
-#ifdef SEGMENTS
-    int seg = 0;
-    const uint wg1 = (p.rows + uint(ROWS) - 1u) / uint(ROWS), wg2 = (p.rows2 + uint(ROWS) - 1u) / uint(ROWS);
-    if (wg >= wg1 + wg2) {
-        seg = 2;
-        wg -= wg1 + wg2;
-        rows = p.rows3;
-    } else if (wg >= wg1) {
-        seg = 1;
-        wg -= wg1;
-        rows = p.rows2;
-    }
-#endif
-    const uint first = wg * uint(ROWS);  // first row of this workgroup, within the block
-    uint row[ROWS];  // rows past the block repeat the last one (read, never stored)
-    float acc[ROWS];
-    for (int r = 0; r < ROWS; ++r) {
-        row[r] = min(first + uint(r), rows - 1u);
-        acc[r] = 0.0;
-    }
+// The workgroup's walk over its rows' chunks, adding each row's sum to acc (the up product's to acc2
+// with GLU); `seg` is the product it reads (SEGMENTS), a constant at each call, so that the loads
+// are specialised when the calls are inlined instead of choosing a weight a load (llvmpipe ran that
+// a third slower).
+void sweep(const int seg, const uint lid, const uint row[ROWS], inout float acc[ROWS]
 #ifdef GLU
-    float acc2[ROWS];
-    for (int r = 0; r < ROWS; ++r) {
-        acc2[r] = 0.0;
-    }
+           , inout float acc2[ROWS]
 #endif
+           ) {
     for (uint c = lid; c < p.chunks; c += uint(WG)) {
         uvec4 q[ROWS];
         for (int r = 0; r < ROWS; ++r) {
@@ -204,6 +183,54 @@ void main() {
 #endif
         }
     }
+}
+
+void main() {
+    const uint lid = gl_LocalInvocationID.x;
+    uint wg = gl_WorkGroupID.x;
+    uint rows = p.rows;
+#ifdef SEGMENTS
+    int seg = 0;
+    const uint wg1 = (p.rows + uint(ROWS) - 1u) / uint(ROWS), wg2 = (p.rows2 + uint(ROWS) - 1u) / uint(ROWS);
+    if (wg >= wg1 + wg2) {
+        seg = 2;
+        wg -= wg1 + wg2;
+        rows = p.rows3;
+    } else if (wg >= wg1) {
+        seg = 1;
+        wg -= wg1;
+        rows = p.rows2;
+    }
+#endif
+    const uint first = wg * uint(ROWS);  // first row of this workgroup, within the block
+    uint row[ROWS];  // rows past the block repeat the last one (read, never stored)
+    float acc[ROWS];
+    for (int r = 0; r < ROWS; ++r) {
+        row[r] = min(first + uint(r), rows - 1u);
+        acc[r] = 0.0;
+    }
+#ifdef GLU
+    float acc2[ROWS];
+    for (int r = 0; r < ROWS; ++r) {
+        acc2[r] = 0.0;
+    }
+#endif
+#ifdef GLU
+#define SWEEP_ARGS lid, row, acc, acc2
+#else
+#define SWEEP_ARGS lid, row, acc
+#endif
+#ifdef SEGMENTS
+    if (seg == 0) {
+        sweep(0, SWEEP_ARGS);
+    } else if (seg == 1) {
+        sweep(1, SWEEP_ARGS);
+    } else {
+        sweep(2, SWEEP_ARGS);
+    }
+#else
+    sweep(0, SWEEP_ARGS);
+#endif
 
     for (int r = 0; r < ROWS; ++r) {
         put_partial(r, acc[r]);
