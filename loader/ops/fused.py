@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import struct
 
-from vkx.loader.ops import OpBuilder, TensorArg, UnsupportedOpError, elem_defines
+from vkx.loader.ops import OpBuilder, TensorArg, UnsupportedOpError, elem_defines, read_defines
 from vkx.loader.ops.gemm import Operand, gemm, matvec_glu
 from vkx.loader.ops.shape import broadcast_strides, dispatch_groups
 
@@ -41,7 +41,7 @@ def rotate_half(builder: OpBuilder, x: TensorArg, cos: TensorArg, sin: TensorArg
                 (c, s) != (broadcast_strides(cos.shape, shape2), broadcast_strides(sin.shape, shape2)) or \
                 any(t.nbytes > builder.max_binding_bytes for t in second):
             raise UnsupportedOpError(f"rotary of {x2.shape} beside {x.shape}: cos and sin read alike, within a binding")
-        defines.update(SECOND=1, **elem_defines("X2", "x2", x2.dtype), **elem_defines("Y2", "y2", out2.dtype))
+        defines.update(SECOND=1, **read_defines(builder, "X2", "x2", x2), **elem_defines("Y2", "y2", out2.dtype))
         pairs2, heads2 = x2.numel // 2, shape2[1]
     pairs3 = heads3 = 0
     if copied is not None:
@@ -50,7 +50,7 @@ def rotate_half(builder: OpBuilder, x: TensorArg, cos: TensorArg, sin: TensorArg
                 or cache3.shape != x3.shape[:2] + out.shape[2:] \
                 or any(t.nbytes > builder.max_binding_bytes for t in copied):
             raise UnsupportedOpError(f"{x3.shape} into a cache {cache3.shape} beside a rotary of {x.shape}")
-        defines.update(THIRD=1, **elem_defines("X3", "x3", x3.dtype), **elem_defines("Y3", "y3", cache3.dtype))
+        defines.update(THIRD=1, **read_defines(builder, "X3", "x3", x3), **elem_defines("Y3", "y3", cache3.dtype))
         pairs3, heads3 = x3.numel // 2, x3.shape[1]
     if index is not None:
         if len(x.shape) != 4 or len(out.shape) != 4 or (out.shape[:2], out.shape[3]) != (x.shape[:2], x.shape[3]) \

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Collection, Optional, Sequence
 
 from vkx.format import dtypes
-from vkx.loader.ops import Binding, OpBuilder, TensorArg, UnsupportedOpError, elem_defines
+from vkx.loader.ops import Binding, OpBuilder, TensorArg, UnsupportedOpError, elem_defines, read_defines
 from vkx.loader.ops.gemm_coop import coop_layout, fits, record_coop
 from vkx.loader.ops.gemm_tiled import record_tiled
 from vkx.loader.ops.shape import MAX_GROUPS, bind_elems, fits_binding
@@ -361,7 +361,7 @@ def matvec_products(builder: OpBuilder, x: TensorArg, weights: Sequence[TensorAr
         raise UnsupportedOpError(f"products of {[list(w.shape) for w in weights]} weights: one dtype, K a "
                                  f"multiple of 8, each tensor within one binding")
     shape, extra = matvec_shape(builder, "matvec", k // 8)
-    defines = {**elem_defines("A", "a", x.dtype), **elem_defines("B", "b", weights[0].dtype),
+    defines = {**read_defines(builder, "A", "a", x), **read_defines(builder, "B", "b", weights[0]),
                **load8("A", "a", x.dtype, True), **extra, "SEGMENTS": 1}
     for i, suffix in enumerate(("", "2", "3")):
         defines.update(load8("B" + suffix, "b" if i == 0 else "w" + suffix, weights[i].dtype, True))
