@@ -551,8 +551,8 @@ def _products(c: _Chain, i: int, max_binding_bytes: int) -> tuple[list[int], lis
     if len(readers) != 3 or readers[0] != i or x in c.outputs:
         return None
     weights = [_row_product(c, r) for r in readers]
-    if any(w is None or chain[r].name != chain[i].name or w[1].packing(c) != first.packing(c)
-           for r, w in zip(readers, weights)):
+    if any(w is None or w[0] != x or x in (w[1].w, w[1].scales) or chain[r].name != chain[i].name
+           or w[1].packing(c) != first.packing(c) for r, w in zip(readers, weights)):
         return None
     outs = [chain[r].args[-1] for r in readers]
     tensors = [c.tensor(t) for w in weights for t in (w[1].w, w[1].scales) if t is not None]
