@@ -14,7 +14,9 @@ Patterns:
   (neg as a multiply by -1 or neg; cos and sin any broadcast tensors): one elementwise kernel
   (shaders/fused_rotary.comp) in place of two slices, a negation, a two-piece cat, two products
   and the sum (nine dispatches); where its result is read only by a KV-cache write
-  (`vkx.index_copy` along dim 2 of a [B, H, S, D] cache), that dispatch writes the cache rows too.
+  (`vkx.index_copy` along dim 2 of a [B, H, S, D] cache), that dispatch writes the cache rows too;
+  a rotation before it from the same cos and sin whose result stays (an attention's q) and the
+  other cache write at the same positions (its v) run in the same dispatch, at the last one's place.
 - Grouped-query attention with its key/value heads repeated first, as transformers' `repeat_kv` does
   where sdpa is not given `enable_gqa` (`view(expand(x[:, :, None]), [B, Hkv * rep, S, D])` of the
   key and of the value, each a copy of a layer's whole cache per call): sdpa reads x's grouped heads
@@ -23,8 +25,14 @@ Patterns:
   `vkx.linear_q` too): the add in the product's epilogue (r read as its bias), one dispatch for two
   (a decoder layer's o_proj and down_proj).
 - SwiGLU of one row of activations, `silu(linear(x, Wg)) * linear(x, Wu)` (no biases, the weights of
-  one shape and dtype): the gate and up products read in one workgroup and `silu(gate) * up` stored
-  (shaders/matvec.comp's GLU), one dispatch for four.
+  one shape and dtype; `vkx.linear_q` too, of one packing): the gate and up products read in one
+  workgroup and `silu(gate) * up` stored (shaders/matvec.comp's and matvec_q.comp's GLU), one
+  dispatch for four.
+- Three bias-free products of one row of activations x and nothing else reading x, `linear(x, Wq)`,
+  `linear(x, Wk)`, `linear(x, Wv)` (weights of one dtype and K, or `vkx.linear_q` of one packing):
+  one dispatch writing the three outputs (matvec.comp's and matvec_q.comp's SEGMENTS), at the
+  first product's place (the others' outputs written earlier than planned: no op between the first
+  and the last product may touch their memory).
 """
 from __future__ import annotations
 
@@ -36,7 +44,8 @@ from vkx.format import vkgraph as g
 from vkx.loader.ops import OpBuilder, TensorArg
 from vkx.loader.ops.attention import attention
 from vkx.loader.ops.fused import linear_add, rotate_half, swiglu_row
-from vkx.loader.ops.quant import linear_q_row
+from vkx.loader.ops.gemm import matvec_products
+from vkx.loader.ops.quant import linear_q_row, products_q_row, swiglu_q_row
 from vkx.loader.ops.reduce import rms_norm_rows
 
 
@@ -47,6 +56,8 @@ class Fused:
     node_ids: tuple[int, ...]
     run: Callable[[OpBuilder, Callable[[int], TensorArg]], None]
     """Records the dispatches, given the builder and a function from value id to TensorArg."""
+    first: bool = False
+    """Runs at its first op's place (else its last's)."""
 
 
 class _Chain:
@@ -191,7 +202,19 @@ def _slice_of(c: _Chain, vid: int, src: int, start: int, length: int) -> int | N
     return i if (lo, hi - lo) == (start, length) else None
 
 
-def _rotary(c: _Chain, a: int, max_binding_bytes: int) -> tuple[list[int], list[int], Fused] | None:
+@dataclass(frozen=True)
+class _Rotation:
+    """A rotary embedding's match: its ops, x, cos, sin, its result y, and the op writing y into a
+    KV cache (None: y stays)."""
+    ops: list[int]
+    x: int
+    cos: int
+    sin: int
+    y: int
+    write: int | None
+
+
+def _rotation(c: _Chain, a: int, max_binding_bytes: int) -> _Rotation | None:
     """transformers' rotary embedding `x * cos + cat(-x[..., h:], x[..., :h]) * sin` whose add is op `a`."""
     chain = c.graph.chain
     left, right, alpha = chain[a].args[:3]
@@ -211,19 +234,109 @@ def _rotary(c: _Chain, a: int, max_binding_bytes: int) -> tuple[list[int], list[
         return None
     y = chain[a].args[-1]
     write = _cache_write(c, y)
+    return _Rotation(sorted(ops + [a] + ([write] if write is not None else [])), x, cos, sin, y, write)
+
+
+def _rotary(c: _Chain, a: int, max_binding_bytes: int) -> tuple[list[int], list[int], Fused] | None:
+    """The rotary embedding whose add is op `a` (`_rotation`); where it writes no cache (an
+    attention's q), with the rotation after it that writes a cache from the same cos and sin (its
+    k) and the other cache write at the same positions (its v), where they can run at the place of
+    the last of them (`_delayable`)."""
+    chain = c.graph.chain
+    r = _rotation(c, a, max_binding_bytes)
+    if r is None:
+        return None
+    q, k, v = (None, r, None) if r.write is not None else (r, _cache_rotation_after(c, r, max_binding_bytes), None)
+    if q is not None and k is not None:
+        v = _value_write(c, k, q.ops[0], max_binding_bytes)
+        if v is not None and not _delayable(c, q, k, v):
+            v = None
+        if not _delayable(c, q, k, v):
+            k = None
 
     def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
-        if write is None:
-            rotate_half(builder, arg(x), arg(cos), arg(sin), arg(y))
+        if k is None:
+            rotate_half(builder, arg(r.x), arg(r.cos), arg(r.sin), arg(r.y))
             return
-        target, index, updated = chain[write].args[0], chain[write].args[2], chain[write].args[-1]
+        target, index, updated = chain[k.write].args[0], chain[k.write].args[2], chain[k.write].args[-1]
         builder.update(updated, target)
-        rotate_half(builder, arg(x), arg(cos), arg(sin), arg(target), arg(index))
+        copied = None
+        if v is not None:
+            builder.update(chain[v].args[-1], chain[v].args[0])
+            copied = (arg(chain[v].args[3]), arg(chain[v].args[0]))
+        rotate_half(builder, arg(k.x), arg(k.cos), arg(k.sin), arg(target), arg(index),
+                    None if q is None else (arg(q.x), arg(q.y)), copied)
 
-    ops = sorted(ops + [a] + ([write] if write is not None else []))
-    inputs = [x, cos, sin] + ([chain[write].args[0], chain[write].args[2]] if write is not None else [])
-    return ops, inputs, Fused("rotary" if write is None else "rotary and cache write",
-                              tuple(chain[i].node_id for i in ops), run)
+    ops = sorted(set(r.ops + (k.ops if k is not None else []) + ([v] if v is not None else [])))
+    inputs = [t for m in (q, k) if m is not None for t in (m.x, m.cos, m.sin)]
+    if k is not None:
+        inputs += [chain[k.write].args[0], chain[k.write].args[2]]
+    if v is not None:
+        inputs += [chain[v].args[0], chain[v].args[3]]
+    name = "rotary" if k is None else "rotary and cache write" if q is None else \
+        "q and k rotaries, k's cache write" if v is None else "q and k rotaries, k and v cache writes"
+    return ops, inputs, Fused(name, tuple(chain[i].node_id for i in ops), run)
+
+
+def _cache_rotation_after(c: _Chain, r: _Rotation, max_binding_bytes: int) -> _Rotation | None:
+    """The next rotation after `r` from the same cos and sin, when it writes a cache: x's of 4 dims
+    differing in dim 1 at most, cos and sin broadcast over that dim."""
+    chain = c.graph.chain
+    for b in range(r.ops[-1] + 1, len(chain)):
+        if chain[b].name != "aten.add.Tensor":
+            continue
+        other = _rotation(c, b, max_binding_bytes)
+        if other is None or (other.cos, other.sin) != (r.cos, r.sin):
+            continue
+        xr, xo = c.tensor(r.x), c.tensor(other.x)
+        if other.write is None or len(xr.dims) != 4 or len(xo.dims) != 4 or xr.dims[:1] + xr.dims[2:] != \
+                xo.dims[:1] + xo.dims[2:] or tuple(c.tensor(r.y).dims) != tuple(xr.dims) or \
+                any(len(c.tensor(t).dims) >= 3 and c.tensor(t).dims[-3] != 1 for t in (r.cos, r.sin)):
+            return None
+        return other
+    return None
+
+
+def _value_write(c: _Chain, k: _Rotation, after: int, max_binding_bytes: int) -> int | None:
+    """The first other `vkx.index_copy` along dim 2 after op `after` at k's cache positions (an
+    attention's v into its cache), of a value shaped as k's x but for dim 1, into a cache of k's
+    cache's length."""
+    chain = c.graph.chain
+    index = chain[k.write].args[2]
+    kx, kc = c.tensor(k.x), c.tensor(chain[k.write].args[0])
+    for j in sorted(set(c.readers.get(index, []))):
+        op = chain[j]
+        if j <= after or j == k.write or op.name != "vkx.index_copy.default" or len(op.args) < 5 or op.args[2] != index:
+            continue
+        target, value, dim = c.tensor(op.args[0]), c.tensor(op.args[3]), c.scalar(op.args[1])
+        if target is None or value is None or dim is None or int(dim) % 4 != 2 or len(value.dims) != 4:
+            continue
+        if value.dims[:1] + value.dims[2:] == kx.dims[:1] + kx.dims[2:] and target.datatype == value.datatype \
+                and tuple(target.dims) == (*value.dims[:2], kc.dims[2], value.dims[3]) \
+                and max(target.nbytes, value.nbytes) <= max_binding_bytes:
+            return j
+    return None
+
+
+def _delayable(c: _Chain, q: _Rotation, k: _Rotation, v: int | None) -> bool:
+    """Whether q's rotation, k's and v's cache write (op `v`) can all run at the place of the last of
+    them: what each writes earlier than that is read only after it, and no op in between touches
+    the memory it was planned in."""
+    chain = c.graph.chain
+    ops = q.ops + k.ops + ([v] if v is not None else [])
+    last = max(ops)
+    moved = [(q.y, q.ops[-1]), (chain[k.write].args[-1], k.write)]
+    if v is not None:
+        moved.append((chain[v].args[-1], v))
+    return all(own == last or (min(c.readers.get(z, [last + 1])) > last and not _touched_between(c, own, last, z, ops))
+               for z, own in moved)
+
+
+def _touched_between(c: _Chain, lo: int, hi: int, z: int, skip: Sequence[int]) -> bool:
+    """Whether an op after `lo` and before `hi`, not in `skip`, reads or writes memory the plan gave `z`."""
+    chain = c.graph.chain
+    return any(j not in skip and _shares_memory(c, t, z)
+               for j in range(lo + 1, hi) for vid in chain[j].args for t in c._items(vid))
 
 
 def _cache_write(c: _Chain, y: int) -> int | None:
@@ -348,17 +461,49 @@ def _residual_add(c: _Chain, a: int) -> tuple[list[int], list[int], Fused] | Non
     return ops, inputs, Fused("linear_add", tuple(chain[i].node_id for i in ops), run)
 
 
-def _one_row_linear(c: _Chain, vid: int, reader: int) -> tuple[int, int, int] | None:
-    """(op index, x, W) when `vid` is made by a bias-free `linear(x, W)` of one row of activations and
-    read by op `reader` only."""
-    p = c.op_of(vid, "aten.linear.default")
+@dataclass(frozen=True)
+class _Weight:
+    """A product's weight: W (a linear's), or vkx.linear_q's packed rows, scales, bits and group."""
+    w: int
+    scales: int | None = None
+    bits: int = 0
+    group: int = 0
+
+    def packing(self, c: _Chain) -> tuple:
+        """What products over one kernel must share: dtypes, K, and the quantized packing."""
+        wt, st = c.tensor(self.w), c.tensor(self.scales) if self.scales is not None else None
+        return wt.datatype, wt.dims[1:], self.bits, self.group, None if st is None else st.datatype
+
+    def args(self, arg: Callable[[int], TensorArg]):
+        return arg(self.w) if self.scales is None else (arg(self.w), arg(self.scales))
+
+
+def _row_product(c: _Chain, p: int) -> tuple[int, _Weight] | None:
+    """(x, weight) when op `p` is a bias-free `linear(x, W)` or `vkx.linear_q` of one row of activations."""
+    op = c.graph.chain[p]
+    if op.name not in _PRODUCTS:
+        return None
+    linear_q = op.name == "vkx.linear_q.default"
+    x, w, bias = op.args[0], op.args[1], op.args[3] if linear_q else op.args[2]
+    xt, wt = c.tensor(x), c.tensor(w)
+    if xt is None or wt is None or len(wt.dims) != 2 or not xt.dims or math.prod(xt.dims) != xt.dims[-1] \
+            or not isinstance(c.value(bias), g.Null):
+        return None
+    if not linear_q:
+        return x, _Weight(w)
+    bits, group = c.scalar(op.args[4]), c.scalar(op.args[5])
+    if c.tensor(op.args[2]) is None or bits is None or group is None or int(group) % (128 // int(bits)):
+        return None  # not matvec_q.comp's: rows of whole 16-byte chunks inside the scale groups
+    return x, _Weight(w, op.args[2], int(bits), int(group))
+
+
+def _one_row_linear(c: _Chain, vid: int, reader: int) -> tuple[int, int, _Weight] | None:
+    """(op index, x, weight) when `vid` is made by a `_row_product` and read by op `reader` only."""
+    p = c.op_of(vid, *_PRODUCTS)
     if p is None or not c.only_reader(vid, reader):
         return None
-    x, w, bias = c.graph.chain[p].args[:3]
-    xt = c.tensor(x)
-    if xt is None or not xt.dims or math.prod(xt.dims) != xt.dims[-1] or not isinstance(c.value(bias), g.Null):
-        return None
-    return p, x, w
+    found = _row_product(c, p)
+    return None if found is None else (p, *found)
 
 
 def _swiglu(c: _Chain, m: int, max_binding_bytes: int) -> tuple[list[int], list[int], Fused] | None:
@@ -375,18 +520,62 @@ def _swiglu(c: _Chain, m: int, max_binding_bytes: int) -> tuple[list[int], list[
     if gate is None or up is None or gate[1] != up[1]:
         return None
     x, wg, wu = gate[1], gate[2], up[2]
-    xt, wgt, wut, zt = c.tensor(x), c.tensor(wg), c.tensor(wu), c.tensor(z)
-    if any(t is None for t in (wgt, wut, zt)) or tuple(wgt.dims) != tuple(wut.dims) or wgt.datatype != wut.datatype:
+    xt, wgt, wut, zt = c.tensor(x), c.tensor(wg.w), c.tensor(wu.w), c.tensor(z)
+    if zt is None or tuple(wgt.dims) != tuple(wut.dims) or wg.packing(c) != wu.packing(c):
         return None
     if xt.dims[-1] % 8 or math.prod(zt.dims) != wgt.dims[0] or not _may_own(c, x, z) \
             or any(t.nbytes > max_binding_bytes for t in (xt, wgt, wut, zt)):
         return None
 
     def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
-        swiglu_row(builder, arg(x), arg(wg), arg(wu), _output(c, builder, arg, x, z))
+        out = _output(c, builder, arg, x, z)
+        if wg.scales is None:
+            swiglu_row(builder, arg(x), arg(wg.w), arg(wu.w), out)
+        else:
+            swiglu_q_row(builder, arg(x), wg.args(arg), wu.args(arg), out, wg.bits, wg.group)
 
     ops = sorted([gate[0], act, up[0], m])
-    return ops, [x, wg, wu], Fused("swiglu", tuple(chain[i].node_id for i in ops), run)
+    inputs = [x] + [t for w in (wg, wu) for t in (w.w, w.scales) if t is not None]
+    return ops, inputs, Fused("swiglu", tuple(chain[i].node_id for i in ops), run)
+
+
+def _products(c: _Chain, i: int, max_binding_bytes: int) -> tuple[list[int], list[int], Fused] | None:
+    """Three `_row_product`s of one x that nothing else reads, of one kernel and packing, the first
+    of them op `i`: one dispatch at op i's place."""
+    chain = c.graph.chain
+    found = _row_product(c, i)
+    if found is None:
+        return None
+    x, first = found
+    readers = sorted(set(c.readers.get(x, [])))
+    if len(readers) != 3 or readers[0] != i or x in c.outputs:
+        return None
+    weights = [_row_product(c, r) for r in readers]
+    if any(w is None or w[0] != x or x in (w[1].w, w[1].scales) or chain[r].name != chain[i].name
+           or w[1].packing(c) != first.packing(c) for r, w in zip(readers, weights)):
+        return None
+    outs = [chain[r].args[-1] for r in readers]
+    tensors = [c.tensor(t) for w in weights for t in (w[1].w, w[1].scales) if t is not None]
+    if any(c.tensor(z) is None or math.prod(c.tensor(z).dims) != c.tensor(w.w).dims[0] or not _may_own(c, x, z)
+           for z, (_, w) in zip(outs, weights)) or c.tensor(x).dims[-1] % 8 \
+            or any(t.nbytes > max_binding_bytes for t in tensors + [c.tensor(t) for t in [x, *outs]]):
+        return None
+    # every weight ready at op i's place; no op between i and a later product touches memory that
+    # product's output was planned in (written earlier than planned, it would clobber that op's bytes)
+    if any(c.writer.get(t, -1) >= i for _, w in weights for t in (w.w, w.scales) if t is not None):
+        return None
+    if any(_touched_between(c, i, r, z, readers) for r, z in zip(readers[1:], outs[1:])):
+        return None
+    kernel = [w for _, w in weights]
+
+    def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
+        stores = [_output(c, builder, arg, x, z) for z in outs]
+        if first.scales is None:
+            matvec_products(builder, arg(x), [w.args(arg) for w in kernel], stores)
+        else:
+            products_q_row(builder, arg(x), [w.args(arg) for w in kernel], stores, first.bits, first.group)
+
+    return readers, [x], Fused("products", tuple(chain[r].node_id for r in readers), run, first=True)
 
 
 _SDPA = "aten.scaled_dot_product_attention.default"
@@ -487,13 +676,15 @@ def fuse(graph: g.VkGraph, max_binding_bytes: int) -> list:
             found = _swiglu(c, i, max_binding_bytes)
         elif op.name == _SDPA:
             found = _grouped_attention(c, i)
+        elif op.name in _PRODUCTS:
+            found = _products(c, i, max_binding_bytes)
         else:
             continue
         if found is None:
             continue
         ops, inputs, step = found
-        if taken.intersection(ops) or not _safe(c, ops, inputs):
+        if taken.intersection(ops) or not (step.first or _safe(c, ops, inputs)):
             continue
         taken.update(ops)
-        at[ops[-1]] = step
+        at[ops[0] if step.first else ops[-1]] = step
     return [at[i] if i in at else op for i, op in enumerate(graph.chain) if i not in taken or i in at]

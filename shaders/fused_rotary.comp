@@ -8,8 +8,15 @@
 // fp32 math, one rounding on the store.
 // INDEXED (the KV-cache write fused in, vkx.index_copy along dim 2): y is the cache [d0, d1, size,
 // d3] and x's row i2 goes to its row idx[i2] (a position outside [0, size) writes nothing).
-// Bindings: 0 = x, 1 = cos, 2 = sin, 3 = y, 4 = idx (INDEXED). Defines: elem_defines for X, C, S,
-// Y (and I with INDEXED); INDEXED.
+// SECOND (with INDEXED: an attention's q beside its k): invocations p.n .. p.n + p.n2 rotate a second tensor x2
+// [d0, p.d1b, d2, d3] into y2 (not indexed; y2 may be x2's memory), cos and sin read at the same
+// strides: two rotations in one dispatch.
+// THIRD (with SECOND: the attention's v beside them): invocations p.n + p.n2 .. + p.n3 copy a third
+// tensor x3 [d0, p.d1c, d2, d3], not rotated, into its cache y3 [d0, p.d1c, size, d3] at the rows
+// idx gives (vkx.index_copy along dim 2).
+// Bindings: 0 = x, 1 = cos, 2 = sin, 3 = y, 4 = idx (INDEXED), 5 = x2, 6 = y2 (SECOND), 7 = x3,
+// 8 = y3 (THIRD). Defines: elem_defines for X, C, S, Y (and I with INDEXED, X2 and Y2 with SECOND,
+// X3 and Y3 with THIRD); INDEXED; SECOND; THIRD.
 layout(local_size_x = 64) in;
 #include "dtype.glslh"
 
@@ -20,17 +27,45 @@ layout(std430, set = 0, binding = 3) writeonly buffer BufY { Y_T y[]; };
 #ifdef INDEXED
 layout(std430, set = 0, binding = 4) readonly buffer BufI { I_T idx[]; };
 #endif
+#ifdef SECOND
+layout(std430, set = 0, binding = 5) readonly buffer BufX2 { X2_T x2[]; };
+layout(std430, set = 0, binding = 6) writeonly buffer BufY2 { Y2_T y2[]; };
+#endif
+#ifdef THIRD
+layout(std430, set = 0, binding = 7) readonly buffer BufX3 { X3_T x3[]; };
+layout(std430, set = 0, binding = 8) writeonly buffer BufY3 { Y3_T y3[]; };
+#endif
 
 layout(push_constant) uniform Push {
     uint n, d1, d2, d3;
     uint c0, c1, c2, c3;
     uint s0, s1, s2, s3;
     uint size;  // INDEXED: the cache's rows
+    uint n2, d1b;  // SECOND: its pairs and its dim 1
+    uint n3, d1c;  // THIRD: its pairs and its dim 1
 } p;
 
 void main() {
-    const uint pair = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * 64u + gl_LocalInvocationID.x;
-    if (pair >= p.n) {
+    uint pair = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * 64u + gl_LocalInvocationID.x;
+    uint n = p.n, d1 = p.d1;
+    int part = 0;  // 0: x rotated into y, 1: x2 into y2, 2: x3 copied into y3
+#ifdef SECOND
+    if (pair >= n) {
+        pair -= n;
+        part = 1;
+        n = p.n2;
+        d1 = p.d1b;
+    }
+#endif
+#ifdef THIRD
+    if (pair >= n && part == 1) {
+        pair -= n;
+        part = 2;
+        n = p.n3;
+        d1 = p.d1c;
+    }
+#endif
+    if (pair >= n) {
         return;
     }
     const uint h = p.d3 / 2u;
@@ -38,21 +73,58 @@ void main() {
     uint rest = pair / h;
     const uint i2 = rest % p.d2;
     rest /= p.d2;
-    const uint i1 = rest % p.d1;
-    const uint i0 = rest / p.d1;
+    const uint i1 = rest % d1;
+    const uint i0 = rest / d1;
     const uint lo = (pair / h) * p.d3 + i3;
     const uint c = i0 * p.c0 + i1 * p.c1 + i2 * p.c2 + i3 * p.c3;
     const uint s = i0 * p.s0 + i1 * p.s1 + i2 * p.s2 + i3 * p.s3;
-    const float a = LOAD_X(lo), b = LOAD_X(lo + h);
+    float a, b;
+#ifdef THIRD
+    if (part == 2) {
+        a = LOAD_X3(lo);
+        b = LOAD_X3(lo + h);
+    } else
+#endif
+#ifdef SECOND
+    if (part == 1) {
+        a = LOAD_X2(lo);
+        b = LOAD_X2(lo + h);
+    } else
+#endif
+    {
+        a = LOAD_X(lo);
+        b = LOAD_X(lo + h);
+    }
+    float ya = a * LOAD_C(c) - b * LOAD_S(s), yb = b * LOAD_C(c + h * p.c3) + a * LOAD_S(s + h * p.s3);
+#ifdef THIRD
+    if (part == 2) {
+        ya = a;
+        yb = b;
+    }
+#endif
+#ifdef SECOND
+    if (part == 1) {
+        STORE_Y2(lo, ya);
+        STORE_Y2(lo + h, yb);
+        return;
+    }
+#endif
 #ifdef INDEXED
     const int position = LOADI_I(i2);
     if (position < 0 || position >= int(p.size)) {
         return;
     }
-    const uint to = ((i0 * p.d1 + i1) * p.size + uint(position)) * p.d3 + i3;
+    const uint to = ((i0 * d1 + i1) * p.size + uint(position)) * p.d3 + i3;
 #else
     const uint to = lo;
 #endif
-    STORE_Y(to, a * LOAD_C(c) - b * LOAD_S(s));
-    STORE_Y(to + h, b * LOAD_C(c + h * p.c3) + a * LOAD_S(s + h * p.s3));
+#ifdef THIRD
+    if (part == 2) {
+        STORE_Y3(to, ya);
+        STORE_Y3(to + h, yb);
+        return;
+    }
+#endif
+    STORE_Y(to, ya);
+    STORE_Y(to + h, yb);
 }

@@ -17,6 +17,10 @@
 // GLU (one batch, no bias, no K_TAIL): binding 3 = B2, a second weight laid out as B (its row 0 at
 // element p.b2off), read in the same workgroup, and C[n] = silu(alpha * sum_k A[k] B[k, n])
 // * (alpha * sum_k A[k] B2[k, n]): SwiGLU's gate and up products and their product in one dispatch.
+// SEGMENTS (one batch, no bias, no K_TAIL): three products of A in one dispatch, C = A B over the
+// first ceil(N / ROWS) workgroups, C2 = A B2 (bindings 3, 4) over the next ceil(N2 / ROWS), C3 =
+// A B3 (5, 6) over the rest, each weight laid out as B from its element 0 (an attention's q, k
+// and v products).
 #ifdef GLU
 #define PARTIAL_ROWS (2 * ROWS)
 #endif
@@ -33,6 +37,31 @@ layout(std430, set = 0, binding = 3) readonly buffer BufBias { BIAS_T bias[]; };
 #ifdef GLU
 layout(std430, set = 0, binding = 3) readonly buffer BufB2 { B_V bup[]; };
 #endif
+#ifdef SEGMENTS
+layout(std430, set = 0, binding = 3) readonly buffer BufB2 { B_V w2[]; };
+layout(std430, set = 0, binding = 4) writeonly buffer BufC2 { C2_T c2[]; };
+layout(std430, set = 0, binding = 5) readonly buffer BufB3 { B_V w3[]; };
+layout(std430, set = 0, binding = 6) writeonly buffer BufC3 { C3_T c3[]; };
+#endif
+#ifdef GLU
+// the up weight's row r beside the gate's, in SWEEP
+#define GLU_STEP(r) LOAD8_B2(brow[r] - p.boff + p.b2off + k, w0, w1); acc2[r] += dot(x0, w0) + dot(x1, w1);
+#else
+#define GLU_STEP(r)
+#endif
+// The workgroup's walk over K in chunks of eight, its rows' weights read with LOAD8 (a macro, so
+// that SEGMENTS picks its weight once a workgroup, not once a load: llvmpipe ran a branch a load
+// at half the speed).
+#define SWEEP(LOAD8) \
+    for (int k = lid * 8; k < K8; k += WG * 8) { \
+        vec4 x0, x1, w0, w1; \
+        LOAD8_A(abase + k, x0, x1); \
+        for (int r = 0; r < ROWS; ++r) { \
+            LOAD8(brow[r] + k, w0, w1); \
+            acc[r] += dot(x0, w0) + dot(x1, w1); \
+            GLU_STEP(r) \
+        } \
+    }
 
 layout(push_constant) uniform Push {
     int N, K, nb2;
@@ -42,18 +71,34 @@ layout(push_constant) uniform Push {
     int biasoff, sbn;
     float alpha, beta;
     int b2off;
+    int N2, N3;  // SEGMENTS: the second and third products' columns
 } p;
 
 void main() {
     const int lid = int(gl_LocalInvocationID.x);
-    const int n0 = int(gl_WorkGroupID.x) * ROWS;
+    int wg = int(gl_WorkGroupID.x);
+    int N = p.N;
+#ifdef SEGMENTS
+    int seg = 0;
+    const int wg1 = (p.N + ROWS - 1) / ROWS, wg2 = (p.N2 + ROWS - 1) / ROWS;
+    if (wg >= wg1 + wg2) {
+        seg = 2;
+        wg -= wg1 + wg2;
+        N = p.N3;
+    } else if (wg >= wg1) {
+        seg = 1;
+        wg -= wg1;
+        N = p.N2;
+    }
+#endif
+    const int n0 = wg * ROWS;
     const int bz = int(gl_WorkGroupID.z);
     const int b1 = bz / p.nb2;
     const int b2 = bz - b1 * p.nb2;
     const int abase = p.aoff + b1 * p.sAb1 + b2 * p.sAb2;
     int brow[ROWS];  // element offset of B[0, n0 + r]; rows past N repeat the last one
     for (int r = 0; r < ROWS; ++r) {
-        brow[r] = p.boff + b1 * p.sBb1 + b2 * p.sBb2 + min(n0 + r, p.N - 1) * p.sBn;
+        brow[r] = p.boff + b1 * p.sBb1 + b2 * p.sBb2 + min(n0 + r, N - 1) * p.sBn;
     }
 
     float acc[ROWS];
@@ -67,18 +112,17 @@ void main() {
     }
 #endif
     const int K8 = p.K & ~7;
-    for (int k = lid * 8; k < K8; k += WG * 8) {
-        vec4 x0, x1, w0, w1;
-        LOAD8_A(abase + k, x0, x1);
-        for (int r = 0; r < ROWS; ++r) {
-            LOAD8_B(brow[r] + k, w0, w1);
-            acc[r] += dot(x0, w0) + dot(x1, w1);
-#ifdef GLU
-            LOAD8_B2(brow[r] - p.boff + p.b2off + k, w0, w1);
-            acc2[r] += dot(x0, w0) + dot(x1, w1);
-#endif
-        }
+#ifdef SEGMENTS
+    if (seg == 0) {
+        SWEEP(LOAD8_B)
+    } else if (seg == 1) {
+        SWEEP(LOAD8_B2)
+    } else {
+        SWEEP(LOAD8_B3)
     }
+#else
+    SWEEP(LOAD8_B)
+#endif
 #ifdef K_TAIL
     for (int k = K8 + lid; k < p.K; k += WG) {
         const float x = LOAD_A(abase + k);
@@ -96,7 +140,7 @@ void main() {
     }
     barrier();
     fold_partials();
-    if (lid < ROWS && n0 + lid < p.N) {
+    if (lid < ROWS && n0 + lid < N) {
         const int n = n0 + lid;
         float v = p.alpha * row_total(lid);
 #ifdef GLU
@@ -105,6 +149,16 @@ void main() {
 #ifdef HAS_BIAS
         v += p.beta * LOAD_BIAS(p.biasoff + n * p.sbn);
 #endif
+#ifdef SEGMENTS
+        if (seg == 1) {
+            STORE_C2(n, v);
+        } else if (seg == 2) {
+            STORE_C3(n, v);
+        } else {
+            STORE_C(n, v);
+        }
+#else
         STORE_C(p.coff + b1 * p.sCb1 + b2 * p.sCb2 + n, v);
+#endif
     }
 }

@@ -18,6 +18,16 @@
 // 4 = bias (HAS_BIAS). Defines: elem_defines for X, S, O, B; X_V and LOAD4_X(i) (elements
 // i..i+3 of x as a vec4, i a multiple of 4); BITS, HIGH_FIRST, SCALE_STRIDE (scales [groups,
 // p.scale_stride], else [N, groups]), HAS_BIAS, SUBGROUP.
+// GLU (whole weights bound, no bias): binding 4 = a second weight laid out as the first, 5 = its
+// scales (S2), read in the same workgroup, and o[n] = silu(sum_k x q s) * (sum_k x q2 s2): SwiGLU's
+// gate and up products and their product in one dispatch.
+// SEGMENTS (whole weights bound, no bias): three products of x in one dispatch, the first
+// ceil(rows / ROWS) workgroups on weight 1 (bindings 1-3), the next ceil(rows2 / ROWS) on weight 2
+// (4 = rows, 5 = scales S2, 6 = out O2), the rest on weight 3 (7, 8 = S3, 9 = O3): an attention's
+// q, k and v products; the weights share K, the packing and the scale layout.
+#ifdef GLU
+#define PARTIAL_ROWS (2 * ROWS)
+#endif
 #include "partials.glslh"
 #include "dtype.glslh"
 #include "pairs.glslh"
@@ -47,6 +57,22 @@ layout(std430, set = 0, binding = 3) writeonly buffer BufO { O_T o[]; };
 #ifdef HAS_BIAS
 layout(std430, set = 0, binding = 4) readonly buffer BufB { B_T bias[]; };
 #endif
+#if defined(GLU) || defined(SEGMENTS)
+layout(std430, set = 0, binding = 4) readonly buffer BufW2 { uvec4 w2[]; };
+layout(std430, set = 0, binding = 5) readonly buffer BufS2 { S2_T s2[]; };
+#endif
+#ifdef SEGMENTS
+layout(std430, set = 0, binding = 6) writeonly buffer BufO2 { O2_T o2[]; };
+layout(std430, set = 0, binding = 7) readonly buffer BufW3 { uvec4 w3[]; };
+layout(std430, set = 0, binding = 8) readonly buffer BufS3 { S3_T s3[]; };
+layout(std430, set = 0, binding = 9) writeonly buffer BufO3 { O3_T o3[]; };
+// the weight, scale and store of this workgroup's product (seg: uniform in the workgroup)
+#define WEIGHT(i) (seg == 0 ? w[i] : seg == 1 ? w2[i] : w3[i])
+#define SCALE(i) (seg == 0 ? LOAD_S(i) : seg == 1 ? LOAD_S2(i) : LOAD_S3(i))
+#else
+#define WEIGHT(i) w[i]
+#define SCALE(i) LOAD_S(i)
+#endif
 
 layout(push_constant) uniform Push {
     uint chunks;        // 16-byte chunks per weight row (K / VALS)
@@ -55,6 +81,7 @@ layout(push_constant) uniform Push {
     uint row0;          // first weight row bound
     uint rows;          // weight rows bound
     uint scale_stride;  // SCALE_STRIDE: the scales' row length
+    uint rows2, rows3;  // SEGMENTS: the second and third weights' rows
 } p;
 
 // The bits `mask` of `word` (a field u at bit e, e + 4 <= 20) as the float u * 2^e: OR-ed into the
@@ -94,20 +121,30 @@ float folded(vec4 e, float e4) {
 }
 #endif
 
-void main() {
-    const uint lid = gl_LocalInvocationID.x;
-    const uint first = gl_WorkGroupID.x * uint(ROWS);  // first row of this workgroup, within the block
-    uint row[ROWS];  // rows past the block repeat the last one (read, never stored)
-    float acc[ROWS];
-    for (int r = 0; r < ROWS; ++r) {
-        row[r] = min(first + uint(r), p.rows - 1u);
-        acc[r] = 0.0;
-    }
+// The workgroup's walk over its rows' chunks, adding each row's sum to acc (the up product's to acc2
+// with GLU); `seg` is the product it reads (SEGMENTS), a constant at each call, so that the loads
+// are specialised when the calls are inlined instead of choosing a weight a load (llvmpipe ran that
+// a third slower).
+void sweep(const int seg, const uint lid, const uint row[ROWS], inout float acc[ROWS]
+#ifdef GLU
+           , inout float acc2[ROWS]
+#endif
+           ) {
     for (uint c = lid; c < p.chunks; c += uint(WG)) {
         uvec4 q[ROWS];
         for (int r = 0; r < ROWS; ++r) {
-            q[r] = w[row[r] * p.chunks + c];
+            q[r] = WEIGHT(row[r] * p.chunks + c);
         }
+#ifdef GLU
+        uvec4 q2[ROWS];
+        vec4 e2[ROWS];
+        float e42[ROWS];
+        for (int r = 0; r < ROWS; ++r) {
+            q2[r] = w2[row[r] * p.chunks + c];
+            e2[r] = vec4(0.0);
+            e42[r] = 0.0;
+        }
+#endif
         vec4 e[ROWS];
         float e4[ROWS];
         for (int r = 0; r < ROWS; ++r) {
@@ -123,32 +160,105 @@ void main() {
             xsum += ((xa.x + xa.y) + (xa.z + xa.w)) + ((xb.x + xb.y) + (xb.z + xb.w));
             for (int r = 0; r < ROWS; ++r) {
                 add_word(q[r][i], xv, e[r], e4[r]);
+#ifdef GLU
+                add_word(q2[r][i], xv, e2[r], e42[r]);
+#endif
             }
 #else
             const vec4 xa = LOAD4_X(xi + 4u * uint(i));
             xsum += (xa.x + xa.y) + (xa.z + xa.w);
             for (int r = 0; r < ROWS; ++r) {
                 add_word(q[r][i], xa, e[r], e4[r]);
+#ifdef GLU
+                add_word(q2[r][i], xa, e2[r], e42[r]);
+#endif
             }
 #endif
         }
         const uint g = c / p.per_group;
         for (int r = 0; r < ROWS; ++r) {
-            acc[r] += LOAD_S(SCALE_AT(p.row0 + row[r], g)) * (folded(e[r], e4[r]) - ZERO * xsum);
+            acc[r] += SCALE(SCALE_AT(p.row0 + row[r], g)) * (folded(e[r], e4[r]) - ZERO * xsum);
+#ifdef GLU
+            acc2[r] += LOAD_S2(SCALE_AT(row[r], g)) * (folded(e2[r], e42[r]) - ZERO * xsum);
+#endif
         }
     }
+}
+
+void main() {
+    const uint lid = gl_LocalInvocationID.x;
+    uint wg = gl_WorkGroupID.x;
+    uint rows = p.rows;
+#ifdef SEGMENTS
+    int seg = 0;
+    const uint wg1 = (p.rows + uint(ROWS) - 1u) / uint(ROWS), wg2 = (p.rows2 + uint(ROWS) - 1u) / uint(ROWS);
+    if (wg >= wg1 + wg2) {
+        seg = 2;
+        wg -= wg1 + wg2;
+        rows = p.rows3;
+    } else if (wg >= wg1) {
+        seg = 1;
+        wg -= wg1;
+        rows = p.rows2;
+    }
+#endif
+    const uint first = wg * uint(ROWS);  // first row of this workgroup, within the block
+    uint row[ROWS];  // rows past the block repeat the last one (read, never stored)
+    float acc[ROWS];
+    for (int r = 0; r < ROWS; ++r) {
+        row[r] = min(first + uint(r), rows - 1u);
+        acc[r] = 0.0;
+    }
+#ifdef GLU
+    float acc2[ROWS];
+    for (int r = 0; r < ROWS; ++r) {
+        acc2[r] = 0.0;
+    }
+#endif
+#ifdef GLU
+#define SWEEP_ARGS lid, row, acc, acc2
+#else
+#define SWEEP_ARGS lid, row, acc
+#endif
+#ifdef SEGMENTS
+    if (seg == 0) {
+        sweep(0, SWEEP_ARGS);
+    } else if (seg == 1) {
+        sweep(1, SWEEP_ARGS);
+    } else {
+        sweep(2, SWEEP_ARGS);
+    }
+#else
+    sweep(0, SWEEP_ARGS);
+#endif
 
     for (int r = 0; r < ROWS; ++r) {
         put_partial(r, acc[r]);
+#ifdef GLU
+        put_partial(ROWS + r, acc2[r]);
+#endif
     }
     barrier();
     fold_partials();
-    if (lid < uint(ROWS) && first + lid < p.rows) {
+    if (lid < uint(ROWS) && first + lid < rows) {
         float sum = row_total(int(lid));
         const uint n = p.row0 + first + lid;
 #ifdef HAS_BIAS
         sum += LOAD_B(n);
 #endif
+#ifdef GLU
+        sum = sum / (1.0 + exp(-sum)) * row_total(ROWS + int(lid));
+#endif
+#ifdef SEGMENTS
+        if (seg == 1) {
+            STORE_O2(n, sum);
+        } else if (seg == 2) {
+            STORE_O3(n, sum);
+        } else {
+            STORE_O(n, sum);
+        }
+#else
         STORE_O(n, sum);
+#endif
     }
 }

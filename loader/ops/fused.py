@@ -7,15 +7,19 @@ from vkx.loader.ops import OpBuilder, TensorArg, UnsupportedOpError, elem_define
 from vkx.loader.ops.gemm import Operand, gemm, matvec_glu
 from vkx.loader.ops.shape import broadcast_strides, dispatch_groups
 
-_ROTARY_PUSH = struct.Struct("<13I")
+_ROTARY_PUSH = struct.Struct("<17I")
 
 
 def rotate_half(builder: OpBuilder, x: TensorArg, cos: TensorArg, sin: TensorArg, out: TensorArg,
-                index: TensorArg | None = None) -> None:
+                index: TensorArg | None = None, second: tuple[TensorArg, TensorArg] | None = None,
+                copied: tuple[TensorArg, TensorArg] | None = None) -> None:
     """out = x * cos + rotate_half(x) * sin over x's last dim (even), cos and sin broadcast to x
     (shaders/fused_rotary.comp: one dispatch; out may be x's memory). With `index`, out is a
     KV cache [d0, d1, size, d3] and x [d0, d1, n, d3]'s row i goes to its row index[i] (the cache
-    write, vkx.index_copy along dim 2, in the same dispatch)."""
+    write, vkx.index_copy along dim 2, in the same dispatch). With `second` (x2, out2) beside an
+    `index`: x2 [d0, h, d2, d3] (cos and sin broadcast to it as to x) rotated into out2 as well; with
+    `copied` (x3, cache3) beside `second`: x3 [d0, h3, d2, d3] written, not rotated, into cache3 [d0,
+    h3, size, d3] at the rows `index` gives (an attention's v into its cache)."""
     if len(x.shape) > 4 or x.shape[-1] % 2:
         raise UnsupportedOpError(f"rotary over x {x.shape}: at most four dims and an even last one")
     if any(t.nbytes > builder.max_binding_bytes for t in (x, cos, sin, out)):
@@ -27,14 +31,37 @@ def rotate_half(builder: OpBuilder, x: TensorArg, cos: TensorArg, sin: TensorArg
                **read_defines(builder, "S", "sn", sin), **elem_defines("Y", "y", out.dtype)}
     pairs = x.numel // 2
     bindings = [x, cos, sin, out]
+    pairs2 = heads2 = 0
+    if second is not None:
+        if index is None:
+            raise UnsupportedOpError("a second rotary beside one that writes no cache")
+        x2, out2 = second
+        shape2 = shape[:1] + (x2.shape[-3],) + shape[2:]
+        if (1,) * (4 - len(x2.shape)) + tuple(x2.shape) != shape2 or out2.shape != x2.shape or \
+                (c, s) != (broadcast_strides(cos.shape, shape2), broadcast_strides(sin.shape, shape2)) or \
+                any(t.nbytes > builder.max_binding_bytes for t in second):
+            raise UnsupportedOpError(f"rotary of {x2.shape} beside {x.shape}: cos and sin read alike, within a binding")
+        defines.update(SECOND=1, **read_defines(builder, "X2", "x2", x2), **elem_defines("Y2", "y2", out2.dtype))
+        pairs2, heads2 = x2.numel // 2, shape2[1]
+    pairs3 = heads3 = 0
+    if copied is not None:
+        x3, cache3 = copied
+        if second is None or len(x3.shape) != 4 or x3.shape[2:] != x.shape[2:] or x3.shape[0] != x.shape[0] \
+                or cache3.shape != x3.shape[:2] + out.shape[2:] \
+                or any(t.nbytes > builder.max_binding_bytes for t in copied):
+            raise UnsupportedOpError(f"{x3.shape} into a cache {cache3.shape} beside a rotary of {x.shape}")
+        defines.update(THIRD=1, **read_defines(builder, "X3", "x3", x3), **elem_defines("Y3", "y3", cache3.dtype))
+        pairs3, heads3 = x3.numel // 2, x3.shape[1]
     if index is not None:
         if len(x.shape) != 4 or len(out.shape) != 4 or (out.shape[:2], out.shape[3]) != (x.shape[:2], x.shape[3]) \
                 or index.shape != (x.shape[2],):
             raise UnsupportedOpError(f"rotary of {x.shape} into a cache {out.shape} at {index.shape} positions")
         defines.update(INDEXED=1, **elem_defines("I", "idx", index.dtype))
         bindings.append(index)
-    push = _ROTARY_PUSH.pack(pairs, shape[1], shape[2], shape[3], *c, *s, out.shape[2] if index is not None else 0)
-    builder.dispatch("fused_rotary", bindings, push, dispatch_groups(pairs), defines)
+    bindings += [*(second or ()), *(copied or ())]
+    push = _ROTARY_PUSH.pack(pairs, shape[1], shape[2], shape[3], *c, *s, out.shape[2] if index is not None else 0,
+                             pairs2, heads2, pairs3, heads3)
+    builder.dispatch("fused_rotary", bindings, push, dispatch_groups(pairs + pairs2 + pairs3), defines)
 
 
 def linear_add(builder: OpBuilder, x: TensorArg, w: TensorArg, residual: TensorArg, out: TensorArg) -> None:

@@ -299,7 +299,7 @@ def use_matvec(a: Operand, b: Operand, M: int, N: int, K: int) -> bool:
     return M == 1 and a.sj == 1 and b.si == 1 and K > 0 and -(-N // MAX_MATVEC_ROWS) <= MAX_GROUPS
 
 
-_MATVEC_PUSH = struct.Struct("<15i2fi")
+_MATVEC_PUSH = struct.Struct("<15i2f3i")
 
 
 def load8(prefix: str, buffer: str, dtype, vector: bool) -> dict[str, str]:
@@ -332,7 +332,7 @@ def _record_matvec(builder, bindings, defines, a, aoff, b, boff, c, coff, N, K, 
     shape, extra = matvec_shape(builder, "matvec", -(-K // 8))
     defines.update(extra)
     push = _MATVEC_PUSH.pack(N, K, nb2, aoff, a.sb1, a.sb2, boff, b.sj, b.sb1, b.sb2,
-                             coff, c.sb1, c.sb2, biasoff, sbn, float(alpha), float(beta), 0)
+                             coff, c.sb1, c.sb2, biasoff, sbn, float(alpha), float(beta), 0, 0, 0)
     builder.dispatch("matvec", bindings, push, (-(-N // shape.rows), 1, nb1 * nb2), defines,
                      (shape.invocations,))
 
@@ -349,6 +349,27 @@ def matvec_glu(builder: OpBuilder, x: TensorArg, gate: TensorArg, up: TensorArg,
     defines = {**read_defines(builder, "A", "a", x), **read_defines(builder, "B", "b", gate),
                **elem_defines("C", "c", out.dtype), **load8("A", "a", x.dtype, True),
                **load8("B", "b", gate.dtype, True), **load8("B2", "bup", up.dtype, True), **extra, "GLU": 1}
-    push = _MATVEC_PUSH.pack(n, k, 1, 0, 0, 0, 0, k, 0, 0, 0, 0, 0, 0, 0, 1.0, 1.0, 0)
+    push = _MATVEC_PUSH.pack(n, k, 1, 0, 0, 0, 0, k, 0, 0, 0, 0, 0, 0, 0, 1.0, 1.0, 0, 0, 0)
     builder.dispatch("matvec", [x, gate, out, up], push, (-(-n // shape.rows), 1, 1), defines,
                      (shape.invocations,))
+
+
+def matvec_products(builder: OpBuilder, x: TensorArg, weights: Sequence[TensorArg], outs: Sequence[TensorArg]) -> None:
+    """outs[i][n] = x . weights[i][n] for one row x of K elements and three weights [N_i, K] of one
+    dtype (K a multiple of 8, each tensor within one binding): shaders/matvec.comp's SEGMENTS, one
+    dispatch, each workgroup on one weight's rows."""
+    k = x.shape[-1]
+    if k % 8 or any(w.shape[1] != k or w.dtype != weights[0].dtype for w in weights) \
+            or any(t.nbytes > builder.max_binding_bytes for t in (x, *weights, *outs)):
+        raise UnsupportedOpError(f"products of {[list(w.shape) for w in weights]} weights: one dtype, K a "
+                                 f"multiple of 8, each tensor within one binding")
+    shape, extra = matvec_shape(builder, "matvec", k // 8)
+    defines = {**read_defines(builder, "A", "a", x), **read_defines(builder, "B", "b", weights[0]),
+               **load8("A", "a", x.dtype, True), **extra, "SEGMENTS": 1}
+    for i, suffix in enumerate(("", "2", "3")):
+        defines.update(load8("B" + suffix, "b" if i == 0 else "w" + suffix, weights[i].dtype, True))
+        defines.update(elem_defines("C" + suffix, "c" + suffix, outs[i].dtype))
+    rows = [w.shape[0] for w in weights]
+    push = _MATVEC_PUSH.pack(rows[0], k, 1, 0, 0, 0, 0, k, 0, 0, 0, 0, 0, 0, 0, 1.0, 1.0, 0, rows[1], rows[2])
+    builder.dispatch("matvec", [x, weights[0], outs[0], weights[1], outs[1], weights[2], outs[2]], push,
+                     (sum(-(-n // shape.rows) for n in rows), 1, 1), defines, (shape.invocations,))

@@ -13,6 +13,7 @@ dispatched in row blocks.
 from __future__ import annotations
 
 import struct
+from typing import Sequence
 
 from vkx.format.contract import Call
 from vkx.format.op_quant import VALUES_PER_WORD
@@ -62,7 +63,7 @@ def _matvec(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: 
     defines = {**defines, **load4("X", "x", x.dtype), **extra}
     stride = s.shape[1] if "SCALE_STRIDE" in defines else 0
     for r0, rc in row_chunks(builder, n_rows, stored, [w]):
-        push = struct.pack("<6I", chunks, x.shape[-1] // group, group * bits // 128, r0, rc, stride)
+        push = struct.pack("<8I", chunks, x.shape[-1] // group, group * bits // 128, r0, rc, stride, 0, 0)
         bindings = [x, rows_binding(w, r0, rc, stored), s, out] + ([bias] if bias is not None else [])
         builder.dispatch("matvec_q", bindings, push, (-(-rc // shape.rows), 1, 1), defines,
                          (shape.invocations,))
@@ -72,6 +73,49 @@ def linear_q_row(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, b
                  out: TensorArg, bits: int, group: int) -> None:
     """vkx.linear_q's kernels on tensors (a fused step's: vkx.loader.fuse reads a residual as `bias`)."""
     _linear(builder, x, w, s, bias, out, bits, group)
+
+
+def _matvec_whole(builder: OpBuilder, x: TensorArg, weights: Sequence[tuple[TensorArg, TensorArg]],
+                  outs: Sequence[TensorArg], bits: int, group: int, kind: str) -> None:
+    """matvec_q.comp's GLU (two weights, one output) or SEGMENTS (three weights, three outputs) over
+    vkx's packing: weights [N_i, K / values a byte] with scales [N_i, K / group], each tensor within
+    one binding, rows of whole 16-byte chunks inside the scale groups."""
+    tensors = [x, *outs, *(t for pair in weights for t in pair)]
+    if group % (128 // bits) or any(t.nbytes > builder.max_binding_bytes for t in tensors) \
+            or any(w.shape[1] != weights[0][0].shape[1] for w, _ in weights):
+        raise UnsupportedOpError(f"{kind} of {[list(w.shape) for w, _ in weights]} {bits}-bit weights: each "
+                                 f"tensor within one binding, rows of whole 16-byte chunks a scale group")
+    chunks = weights[0][0].shape[1] // 16
+    shape, extra = matvec_shape(builder, "matvec_q", chunks)
+    defines = {"BITS": bits, kind: 1, **elem_defines("X", "x", x.dtype), **load4("X", "x", x.dtype), **extra}
+    rows = [w.shape[0] for w, _ in weights]
+    bindings: list[TensorArg] = [x]
+    stores: list[TensorArg | None] = [*outs, *[None] * (len(weights) - len(outs))]  # GLU: one output
+    for i, ((w, s), out) in enumerate(zip(weights, stores)):
+        suffix = "" if i == 0 else str(i + 1)
+        defines.update(read_defines(builder, "S" + suffix, "s" + suffix, s))
+        bindings += [w, s]
+        if out is not None:
+            defines.update(elem_defines("O" + suffix, "o" + suffix, out.dtype))
+            bindings.append(out)
+    push = struct.pack("<8I", chunks, x.shape[-1] // group, group * bits // 128, 0, rows[0], 0,
+                       *(rows[1:] + [0, 0])[:2])
+    workgroups = sum(-(-n // shape.rows) for n in (rows if kind == "SEGMENTS" else rows[:1]))
+    builder.dispatch("matvec_q", bindings, push, (workgroups, 1, 1), defines, (shape.invocations,))
+
+
+def swiglu_q_row(builder: OpBuilder, x: TensorArg, gate: tuple[TensorArg, TensorArg],
+                 up: tuple[TensorArg, TensorArg], out: TensorArg, bits: int, group: int) -> None:
+    """out = silu(x @ gate^T) * (x @ up^T) for one row x, each weight (rows, scales) of vkx.linear_q's
+    packing and of one shape: one dispatch."""
+    _matvec_whole(builder, x, [gate, up], [out], bits, group, "GLU")
+
+
+def products_q_row(builder: OpBuilder, x: TensorArg, weights: Sequence[tuple[TensorArg, TensorArg]],
+                   outs: Sequence[TensorArg], bits: int, group: int) -> None:
+    """outs[i] = x @ weights[i]^T for one row x and three weights (rows, scales) of vkx.linear_q's
+    packing over the same K: one dispatch."""
+    _matvec_whole(builder, x, weights, outs, bits, group, "SEGMENTS")
 
 
 @builds("vkx.linear_q.default")

@@ -11,7 +11,7 @@ import vkx
 import vkx.loader.graph as graph_module
 import vkx.loader.ops.attention as attention
 from vkx.export import export_model
-from vkx.export.quantize import dequantize, quantize_weight
+from vkx.export.quantize import quantize_module
 
 from .conftest import EXPORT_DTYPES, assert_close_in, rand
 
@@ -159,6 +159,14 @@ class ProductPlusResidual(torch.nn.Module):
 _PRODUCT = {None: "matvec", "int4": "matvec_q", "int8": "matvec_q"}
 
 
+def _reference(module: torch.nn.Module, inputs: list, dtype: torch.dtype, quantize: str | None):
+    """torch's output of `module` in `dtype`, quantized as the file is where `quantize` says (the
+    products then in fp32, rounded to `dtype`)."""
+    module = module.to(dtype)
+    with torch.no_grad():
+        return (module if quantize is None else quantize_module(module, quantize))(*inputs)
+
+
 @pytest.mark.parametrize("quantize", [None, "int4", "int8"], ids=str)
 @pytest.mark.parametrize("dtype", EXPORT_DTYPES, ids=lambda d: _NAMES[d])
 @pytest.mark.parametrize("residual_first", [False, True], ids=["product-first", "residual-first"])
@@ -171,15 +179,7 @@ def test_residual_add_in_the_product_epilogue(quantize, dtype, residual_first, t
     fused, fused_shaders, unfused, unfused_shaders = _run_both(path, inputs, monkeypatch)
     assert fused_shaders == {_PRODUCT[quantize]: 1}
     assert unfused_shaders == {_PRODUCT[quantize]: 1, "binary": 1}
-    with torch.no_grad():
-        if quantize is None:
-            want = module.to(dtype)(*inputs)
-        else:  # the same product with the weight the file holds, dequantized
-            bits = 4 if quantize == "int4" else 8
-            group = 32 if bits == 4 else k
-            q, s = quantize_weight(module.proj.weight.detach(), bits, group)
-            w = dequantize(q, s, bits, group).to(torch.float64)
-            want = (inputs[0].double() @ w.T + inputs[1].double()).to(dtype)
+    want = _reference(module, inputs, dtype, quantize)
     assert_close_in(fused, want, dtype, terms=k)
     assert_close_in(unfused, want, dtype, terms=k)
     assert_close_in(fused, unfused, dtype, terms=k)
@@ -208,50 +208,99 @@ class GatedMLP(torch.nn.Module):
         return x + self.down(torch.nn.functional.silu(self.gate(x)) * self.up(x))
 
 
+@pytest.mark.parametrize("quantize", [None, "int4", "int8"], ids=str)
 @pytest.mark.parametrize("dtype", EXPORT_DTYPES, ids=lambda d: _NAMES[d])
 @pytest.mark.parametrize("shape", [(1, 1, 64), (1, 3, 64)], ids=["row", "rows"])
-def test_swiglu_and_residual_fused_against_unfused_and_torch(dtype, shape, tmp_path, monkeypatch):
-    module = GatedMLP(shape[-1], 200).eval()
+def test_swiglu_and_residual_fused_against_unfused_and_torch(quantize, dtype, shape, tmp_path, monkeypatch):
+    hidden = 200 if quantize is None else 256  # int4's groups of 32 split the down product's K
+    module = GatedMLP(shape[-1], hidden).eval()
     x = rand(*shape, seed=5) * 2
-    path = _export(module, (x,), tmp_path, dtype)
+    path = _export(module, (x,), tmp_path, dtype, quantize=quantize)
     xd = x.to(dtype)
     fused, fused_shaders, unfused, unfused_shaders = _run_both(path, xd, monkeypatch)
     if shape[1] == 1:  # gate, up, silu, mul, down, add: 6 dispatches become the GLU and the down product
-        assert fused_shaders == {"matvec": 2} and sum(unfused_shaders.values()) == 6
+        assert fused_shaders == {_PRODUCT[quantize]: 2} and sum(unfused_shaders.values()) == 6
     else:  # several rows: nothing to fuse
         assert fused_shaders == unfused_shaders
+    want = _reference(module, [xd], dtype, quantize)
+    assert_close_in(fused, want, dtype, terms=hidden)
+    assert_close_in(unfused, want, dtype, terms=hidden)
+    assert_close_in(fused, unfused, dtype, terms=hidden)
+
+
+class Projections(torch.nn.Module):
+    """An attention's q, k and v products of one input (grouped heads: k and v narrower), each
+    output used on its own; `leak` also returns the input, read by something besides the products."""
+
+    def __init__(self, width: int, leak: bool = False):
+        super().__init__()
+        self.q = torch.nn.Linear(width, 128, bias=False)
+        self.k = torch.nn.Linear(width, 32, bias=False)
+        self.v = torch.nn.Linear(width, 32, bias=False)
+        self.leak = leak
+
+    def forward(self, x):
+        q, k, v = self.q(x), self.k(x), self.v(x)
+        out = (q.view(1, 4, 32).transpose(0, 1) * 2.0, k + 1.0, v)
+        return (*out, x * 3.0) if self.leak else out
+
+
+@pytest.mark.parametrize("quantize", [None, "int4", "int8"], ids=str)
+@pytest.mark.parametrize("dtype", EXPORT_DTYPES, ids=lambda d: _NAMES[d])
+def test_three_products_of_one_row_in_one_dispatch(quantize, dtype, tmp_path, monkeypatch):
+    """q, k and v's products: one dispatch writing the three outputs, equal to the three dispatches and torch."""
+    width = 96
+    module = Projections(width).eval()
+    x = rand(1, width, seed=6) * 2
+    path = _export(module, (x,), tmp_path, dtype, quantize=quantize)
+    xd = x.to(dtype)
+    fused, fused_shaders, unfused, unfused_shaders = _run_both(path, xd, monkeypatch)
+    assert fused_shaders.get(_PRODUCT[quantize]) == 1 and unfused_shaders.get(_PRODUCT[quantize]) == 3
+    want = _reference(module, [xd], dtype, quantize)
+    assert_close_in(fused, want, dtype, terms=width)
+    assert_close_in(unfused, want, dtype, terms=width)
+    assert_close_in(fused, unfused, dtype, terms=width)
+
+
+def test_products_stay_apart_when_their_input_is_read_elsewhere(tmp_path):
+    module = Projections(64, leak=True).eval()
+    x = rand(1, 64, seed=7)
+    export_model(module, (x,), str(tmp_path / "m.pte"))
+    with vkx.load(str(tmp_path / "m.pte")) as program:
+        assert [d.shader for d in program.only._executor.dispatches].count("matvec") == 3
+        got = program(x)
     with torch.no_grad():
-        want = module.to(dtype)(xd)
-    assert_close_in(fused, want, dtype, terms=200)
-    assert_close_in(unfused, want, dtype, terms=200)
-    assert_close_in(fused, unfused, dtype, terms=200)
+        assert_close_in(got, module(x), torch.float32, terms=64)
 
 
 class RotaryIntoCache(torch.nn.Module):
-    """Rotary on k, then k written into a KV cache buffer at the given positions (index_copy_, as
-    export/hf.py's cache layer), the attention reading the cache."""
+    """Rotary on q and k, then k and v written into KV cache buffers at the given positions
+    (index_copy_, as export/hf.py's cache layer), the attention reading the caches."""
 
     def __init__(self, hkv: int, slots: int, d: int):
         super().__init__()
-        self.register_buffer("cache", torch.zeros(1, hkv, slots, d))
+        self.register_buffer("keys", torch.zeros(1, hkv, slots, d))
+        self.register_buffer("values", torch.zeros(1, hkv, slots, d))
 
-    def forward(self, q, k, positions):
+    def forward(self, q, k, v, positions):
         q, k = Rotary()(q, k, positions)
-        self.cache.index_copy_(2, positions[0], k)
-        return torch.nn.functional.scaled_dot_product_attention(q, self.cache, self.cache, enable_gqa=True)
+        rows = positions[0]
+        self.keys.index_copy_(2, rows, k)
+        self.values.index_copy_(2, rows, v)
+        return torch.nn.functional.scaled_dot_product_attention(q, self.keys, self.values, enable_gqa=True)
 
 
 @pytest.mark.parametrize("dtype", EXPORT_DTYPES, ids=lambda d: _NAMES[d])
 @pytest.mark.parametrize("dims", [(4, 2, 1, 64), (2, 1, 5, 32)], ids=lambda d: "x".join(map(str, d)))
-def test_rotary_and_cache_write_in_one_dispatch(dtype, dims, tmp_path, monkeypatch):
-    """k's rotary writes the cache rows itself (no index_copy dispatch for k): the attention over
-    the cache, and the cache after two calls, equal the unfused program's and torch's."""
+def test_rotary_and_cache_writes_in_one_dispatch(dtype, dims, tmp_path, monkeypatch):
+    """q's and k's rotaries, k's and v's cache writes in one dispatch (no index_copy dispatch): the
+    attention over the caches, and the caches after two calls, equal the unfused program's and torch's."""
     hq, hkv, L, D = dims
     module = RotaryIntoCache(hkv, 16, D)
-    q, k = rand(1, hq, L, D, seed=8), rand(1, hkv, L, D, seed=9)
-    path = _export(module, (q, k, torch.arange(L)[None]), tmp_path, dtype)
+    q, k, v = rand(1, hq, L, D, seed=8), rand(1, hkv, L, D, seed=9), rand(1, hkv, L, D, seed=7)
+    path = _export(module, (q, k, v, torch.arange(L)[None]), tmp_path, dtype)
     calls = [(rand(1, hq, L, D, seed=10 + i).to(dtype), rand(1, hkv, L, D, seed=20 + i).to(dtype),
-              torch.arange(3 * i, 3 * i + L)[None]) for i in range(2)]
+              rand(1, hkv, L, D, seed=30 + i).to(dtype), torch.arange(3 * i, 3 * i + L)[None]) for i in range(2)]
     results = {}
     for fused in (True, False):
         with monkeypatch.context() as m:
@@ -259,14 +308,14 @@ def test_rotary_and_cache_write_in_one_dispatch(dtype, dims, tmp_path, monkeypat
                 m.setattr(graph_module, "fuse_chain", lambda graph, limit: list(graph.chain))
             with vkx.load(str(path)) as program:
                 shaders = [d.shader for d in program.only._executor.dispatches]
-                results[fused] = [program(*call) for call in calls], program.state(program.states[0])
-        assert ("index_copy" in shaders) != fused and shaders.count("fused_rotary") == (2 if fused else 0)
+                results[fused] = [program(*call) for call in calls], [program.state(n) for n in program.states]
+        assert shaders.count("index_copy") == (0 if fused else 2) and shaders.count("fused_rotary") == fused
     torch_module = RotaryIntoCache(hkv, 16, D).to(dtype)
     want = [torch_module(*call) for call in calls]
-    for outs, cache in results.values():
+    for outs, caches in results.values():
         for got, ref in zip(outs, want):
             assert_close_in(got, ref, dtype, terms=16)
-        assert_close_in(cache, torch_module.cache, dtype, terms=2)
+        assert_close_in(caches, [torch_module.keys, torch_module.values], dtype, terms=2)
     assert_close_in(results[True][1], results[False][1], dtype, terms=2)
 
 
