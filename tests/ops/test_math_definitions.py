@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from vkx.format import contract, dtypes, opset, op_decls
-from vkx.loader.ops import DTYPE_CODES, GLSL_TYPES, elementwise
+from vkx.loader.ops import DTYPE_CODES, GLSL_TYPES, HELD_IN_WORDS, elementwise
 
 TORCH = {
     "relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh, "silu": F.silu, "neg": torch.neg,
@@ -81,5 +81,6 @@ def test_glsl_tables_cover_the_declarations():
 
 
 def test_glsl_types_cover_the_device_dtypes():
-    """A GLSL type and a specialization-constant code for each dtype a device tensor may hold, no other."""
-    assert set(GLSL_TYPES) == set(DTYPE_CODES) == dtypes.ON_DEVICE
+    """A GLSL type and a specialization-constant code for each dtype a device tensor may hold (the file's
+    dtypes and the 8-bit ones' forms held in 32-bit words), no other."""
+    assert set(GLSL_TYPES) == set(DTYPE_CODES) == dtypes.ON_DEVICE | set(HELD_IN_WORDS)
