@@ -55,6 +55,10 @@ HELD_IN_WORDS: dict[DType, DType] = {_held(d): d for d in (dtypes.BOOL, dtypes.I
 the narrow type's value (a store converts as the narrow type would: bool to 0/1, int8 and uint8
 wrapped), keyed by that form, the narrow type its value."""
 
+_HELD_STORE = {dtypes.BOOL: "int(({}) != 0)", dtypes.INT8: "bitfieldExtract(int({}), 0, 8)",
+               dtypes.UINT8: "int(uint(int({})) & 255u)"}
+"""That store's GLSL, by narrow type."""
+
 GLSL_TYPES: dict[DType, str] = {dtypes.FLOAT32: "float", dtypes.FLOAT16: "float16_t", dtypes.BFLOAT16: "uint16_t",
                                 dtypes.INT32: "int", dtypes.INT8: "int8_t", dtypes.UINT8: "uint8_t",
                                 dtypes.BOOL: "uint8_t", **{held: "int" for held in HELD_IN_WORDS}}
@@ -104,10 +108,6 @@ def elem_defines(prefix: str, buffer: str, dtype: DType) -> dict[str, str]:
 
 STORAGE_FEATURES = {2: "storageBuffer16BitAccess", 1: "storageBuffer8BitAccess"}
 """The device feature a storage buffer of 2- and 1-byte elements needs."""
-
-
-_HELD_STORE = {dtypes.BOOL: "int(({}) != 0)", dtypes.INT8: "bitfieldExtract(int({}), 0, 8)",
-               dtypes.UINT8: "int(uint(int({})) & 255u)"}
 
 
 def narrow_storage(features: frozenset[str]) -> bool:
