@@ -10,7 +10,8 @@ ring), named_data (freeable buffers read from the files with pread), prepack (co
 copy (host copies on a few threads), shaders (SPIR-V by variant + pipelines), spirv (the
 prebuilt SPIR-V archive, built with the package), pipeline_cache (the driver's compiled
 pipelines kept on disk), graph (tensors and the dispatch list), fuse (chains of ops one kernel
-does), ops (one module per op family: an OperatorCall into dispatches), hazards (where a barrier
+does), fuse_rotary (its rotary-and-cache-write pattern), chain (what the patterns read of a graph's
+op chain), ops (one module per op family: an OperatorCall into dispatches), hazards (where a barrier
 is needed), record (the execute command buffer), ports (a call's inputs and outputs), trace
 (memory timeline), report (what a load used, as `program.memory`), generate (token generation),
 et_generate (token generation over ExecuTorch's LLM programs), errors (the typed errors).

@@ -6,17 +6,10 @@ outputs), and the fused step runs at the position of the match's last op, readin
 there: so no op between the match's first and last one may write into the memory object of an
 input (a plan may reuse an input's memory once the match's first op, its last reader, is done).
 
-Patterns:
+Patterns (the rotary embedding's, with its cache writes: vkx.loader.fuse_rotary):
 - RMSNorm as transformers writes it, `w * to(x32 * rsqrt(mean(x32^2, -1) + eps))` with
   `x32 = to(x, fp32)` (the casts and the weight optional): one row kernel (shaders/rms_norm.comp),
   fp32 math, one rounding on the store (the unfused chain rounds before the weight too).
-- Rotary embedding as transformers writes it, `x * cos + cat(-x[..., h:], x[..., :h]) * sin`
-  (neg as a multiply by -1 or neg; cos and sin any broadcast tensors): one elementwise kernel
-  (shaders/fused_rotary.comp) in place of two slices, a negation, a two-piece cat, two products
-  and the sum (nine dispatches); where its result is read only by a KV-cache write
-  (`vkx.index_copy` along dim 2 of a [B, H, S, D] cache), that dispatch writes the cache rows too;
-  a rotation before it from the same cos and sin whose result stays (an attention's q) and the
-  other cache write at the same positions (its v) run in the same dispatch, at the last one's place.
 - Grouped-query attention with its key/value heads repeated first, as transformers' `repeat_kv` does
   where sdpa is not given `enable_gqa` (`view(expand(x[:, :, None]), [B, Hkv * rep, S, D])` of the
   key and of the value, each a copy of a layer's whole cache per call): sdpa reads x's grouped heads
@@ -38,89 +31,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable
 
 from vkx.format import vkgraph as g
+from vkx.loader.chain import CAST, MUL, Fused, OpChain, other_operand, safe, shares_memory, touched_between
+from vkx.loader.fuse_rotary import rotary
 from vkx.loader.ops import OpBuilder, TensorArg
 from vkx.loader.ops.attention import attention
-from vkx.loader.ops.fused import linear_add, rotate_half, swiglu_row
+from vkx.loader.ops.fused import linear_add, swiglu_row
 from vkx.loader.ops.gemm import matvec_products
 from vkx.loader.ops.quant import linear_q_row, products_q_row, swiglu_q_row
 from vkx.loader.ops.reduce import rms_norm_rows
 
 
-@dataclass(frozen=True)
-class Fused:
-    """One step that does the work of several op calls (`node_ids`)."""
-    name: str
-    node_ids: tuple[int, ...]
-    run: Callable[[OpBuilder, Callable[[int], TensorArg]], None]
-    """Records the dispatches, given the builder and a function from value id to TensorArg."""
-    first: bool = False
-    """Runs at its first op's place (else its last's)."""
-
-
-class _Chain:
-    """Who writes and who reads each value of a graph's chain."""
-
-    def __init__(self, graph: g.VkGraph):
-        self.graph = graph
-        self.writer: dict[int, int] = {}
-        self.readers: dict[int, list[int]] = {}
-        for i, op in enumerate(graph.chain):
-            if not op.args:
-                continue
-            for vid in op.args[:-1]:
-                for item in self._items(vid):
-                    self.readers.setdefault(item, []).append(i)
-            for item in self._items(op.args[-1]):
-                self.writer.setdefault(item, i)
-        self.outputs = set(graph.output_ids)
-
-    def _items(self, vid: int) -> tuple[int, ...]:
-        v = self.value(vid)
-        return v.items if isinstance(v, g.ValueList) else (vid,)
-
-    def value(self, vid: int):
-        return self.graph.values[vid] if 0 <= vid < len(self.graph.values) else None
-
-    def op_of(self, vid: int, *names: str) -> int | None:
-        """The index of the op named one of `names` that writes `vid`, if that is how `vid` is made."""
-        i = self.writer.get(vid)
-        if i is None or self.graph.chain[i].name not in names:
-            return None
-        return i
-
-    def only_reader(self, vid: int, i: int) -> bool:
-        """Whether op `i` is the one reader of `vid` (read once) and `vid` is no graph output."""
-        return self.readers.get(vid) == [i] and vid not in self.outputs
-
-    def scalar(self, vid: int) -> float | None:
-        v = self.value(vid)
-        if isinstance(v, (g.Int, g.Double)):
-            return float(v.value)
-        return None
-
-    def tensor(self, vid: int) -> g.Tensor | None:
-        v = self.value(vid)
-        return v if isinstance(v, g.Tensor) else None
-
-
-_CAST = ("aten._to_copy.default",)
-_MUL = ("aten.mul.Tensor",)
-
-
-def _other(op: g.OperatorCall, vid: int) -> int | None:
-    """The other operand of a two-operand op that reads `vid` (None when it reads it twice)."""
-    a, b = op.args[0], op.args[1]
-    if a == vid and b != vid:
-        return b
-    if b == vid and a != vid:
-        return a
-    return None
-
-
-def _rms_norm(c: _Chain, r: int) -> tuple[list[int], list[int], Fused] | None:
+def _rms_norm(c: OpChain, r: int) -> tuple[list[int], list[int], Fused] | None:
     """The RMSNorm whose rsqrt is op `r`: (its op indices, the tensors it reads, the fused step)."""
     chain = c.graph.chain
     mse = chain[r].args[0]
@@ -146,28 +70,28 @@ def _rms_norm(c: _Chain, r: int) -> tuple[list[int], list[int], Fused] | None:
         return None
     rsq = chain[r].args[-1]
     readers = c.readers.get(rsq, [])
-    if len(readers) != 1 or rsq in c.outputs or chain[readers[0]].name not in _MUL:
+    if len(readers) != 1 or rsq in c.outputs or chain[readers[0]].name not in MUL:
         return None
     mul = readers[0]
-    if _other(chain[mul], rsq) != h or sorted(c.readers.get(h, [])) != sorted([pow_, mul]) or h in c.outputs:
+    if other_operand(chain[mul], rsq) != h or sorted(c.readers.get(h, [])) != sorted([pow_, mul]) or h in c.outputs:
         return None
     ops = [pow_, mean, add, r, mul]
     x = h
-    cast_in = c.op_of(h, *_CAST)
+    cast_in = c.op_of(h, *CAST)
     if cast_in is not None and c.tensor(chain[cast_in].args[0]) is not None:
         x = chain[cast_in].args[0]
         ops.insert(0, cast_in)
     y = chain[mul].args[-1]
     last = mul
     nxt = c.readers.get(y, [])
-    if len(nxt) == 1 and y not in c.outputs and chain[nxt[0]].name in _CAST:
+    if len(nxt) == 1 and y not in c.outputs and chain[nxt[0]].name in CAST:
         last = nxt[0]
         y = chain[last].args[-1]
         ops.append(last)
     weight = None
     nxt = c.readers.get(y, [])
-    if len(nxt) == 1 and y not in c.outputs and chain[nxt[0]].name in _MUL:
-        w = _other(chain[nxt[0]], y)
+    if len(nxt) == 1 and y not in c.outputs and chain[nxt[0]].name in MUL:
+        w = other_operand(chain[nxt[0]], y)
         wt = c.tensor(w) if w is not None else None
         fixed = wt is not None and (wt.constant_id >= 0 or c.op_of(w, "et_vk.prepack.default") is not None)
         if fixed and tuple(wt.dims) == (ht.dims[-1],):
@@ -183,245 +107,28 @@ def _rms_norm(c: _Chain, r: int) -> tuple[list[int], list[int], Fused] | None:
     return sorted(ops), inputs, Fused("rms_norm", tuple(chain[i].node_id for i in sorted(ops)), run)
 
 
-def _slice_of(c: _Chain, vid: int, src: int, start: int, length: int) -> int | None:
-    """The op that makes `vid` as src[..., start:start + length] (last dim, step 1), if it is one."""
-    i = c.op_of(vid, "aten.slice_copy.Tensor")
-    if i is None:
-        return None
-    x, dim, first, end, step = c.graph.chain[i].args[:5]
-    t = c.tensor(x)
-    if x != src or t is None or c.scalar(step) != 1.0 or c.scalar(dim) is None:
-        return None
-    if int(c.scalar(dim)) % len(t.dims) != len(t.dims) - 1:
-        return None
-    lo = 0 if isinstance(c.value(first), g.Null) else c.scalar(first)
-    hi = t.dims[-1] if isinstance(c.value(end), g.Null) else c.scalar(end)
-    if lo is None or hi is None:
-        return None
-    lo, hi = int(lo), min(int(hi), t.dims[-1])
-    return i if (lo, hi - lo) == (start, length) else None
-
-
-@dataclass(frozen=True)
-class _Rotation:
-    """A rotary embedding's match: its ops, x, cos, sin, its result y, and the op writing y into a
-    KV cache (None: y stays)."""
-    ops: list[int]
-    x: int
-    cos: int
-    sin: int
-    y: int
-    write: int | None
-
-
-def _rotation(c: _Chain, a: int, max_binding_bytes: int) -> _Rotation | None:
-    """transformers' rotary embedding `x * cos + cat(-x[..., h:], x[..., :h]) * sin` whose add is op `a`."""
-    chain = c.graph.chain
-    left, right, alpha = chain[a].args[:3]
-    if c.scalar(alpha) != 1.0:
-        return None
-    for first, second in ((left, right), (right, left)):
-        found = _rotary_terms(c, a, first, second)
-        if found is not None:
-            ops, x, cos, sin = found
-            break
-    else:
-        return None
-    xt = c.tensor(x)
-    tensors = [xt, c.tensor(cos), c.tensor(sin), c.tensor(chain[a].args[-1])]
-    if any(t is None for t in tensors) or len(xt.dims) > 4 or \
-            any(t.nbytes > max_binding_bytes for t in tensors):
-        return None
-    y = chain[a].args[-1]
-    write = _cache_write(c, y)
-    return _Rotation(sorted(ops + [a] + ([write] if write is not None else [])), x, cos, sin, y, write)
-
-
-def _rotary(c: _Chain, a: int, max_binding_bytes: int) -> tuple[list[int], list[int], Fused] | None:
-    """The rotary embedding whose add is op `a` (`_rotation`); where it writes no cache (an
-    attention's q), with the rotation after it that writes a cache from the same cos and sin (its
-    k) and the other cache write at the same positions (its v), where they can run at the place of
-    the last of them (`_delayable`)."""
-    chain = c.graph.chain
-    r = _rotation(c, a, max_binding_bytes)
-    if r is None:
-        return None
-    q, k, v = (None, r, None) if r.write is not None else (r, _cache_rotation_after(c, r, max_binding_bytes), None)
-    if q is not None and k is not None:
-        v = _value_write(c, k, q.ops[0], max_binding_bytes)
-        if v is not None and not _delayable(c, q, k, v):
-            v = None
-        if not _delayable(c, q, k, v):
-            k = None
-
-    def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
-        if k is None:
-            rotate_half(builder, arg(r.x), arg(r.cos), arg(r.sin), arg(r.y))
-            return
-        target, index, updated = chain[k.write].args[0], chain[k.write].args[2], chain[k.write].args[-1]
-        builder.update(updated, target)
-        copied = None
-        if v is not None:
-            builder.update(chain[v].args[-1], chain[v].args[0])
-            copied = (arg(chain[v].args[3]), arg(chain[v].args[0]))
-        rotate_half(builder, arg(k.x), arg(k.cos), arg(k.sin), arg(target), arg(index),
-                    None if q is None else (arg(q.x), arg(q.y)), copied)
-
-    ops = sorted(set(r.ops + (k.ops if k is not None else []) + ([v] if v is not None else [])))
-    inputs = [t for m in (q, k) if m is not None for t in (m.x, m.cos, m.sin)]
-    if k is not None:
-        inputs += [chain[k.write].args[0], chain[k.write].args[2]]
-    if v is not None:
-        inputs += [chain[v].args[0], chain[v].args[3]]
-    name = "rotary" if k is None else "rotary and cache write" if q is None else \
-        "q and k rotaries, k's cache write" if v is None else "q and k rotaries, k and v cache writes"
-    return ops, inputs, Fused(name, tuple(chain[i].node_id for i in ops), run)
-
-
-def _cache_rotation_after(c: _Chain, r: _Rotation, max_binding_bytes: int) -> _Rotation | None:
-    """The next rotation after `r` from the same cos and sin, when it writes a cache: x's of 4 dims
-    differing in dim 1 at most, cos and sin broadcast over that dim."""
-    chain = c.graph.chain
-    for b in range(r.ops[-1] + 1, len(chain)):
-        if chain[b].name != "aten.add.Tensor":
-            continue
-        other = _rotation(c, b, max_binding_bytes)
-        if other is None or (other.cos, other.sin) != (r.cos, r.sin):
-            continue
-        xr, xo = c.tensor(r.x), c.tensor(other.x)
-        if other.write is None or len(xr.dims) != 4 or len(xo.dims) != 4 or xr.dims[:1] + xr.dims[2:] != \
-                xo.dims[:1] + xo.dims[2:] or tuple(c.tensor(r.y).dims) != tuple(xr.dims) or \
-                any(len(c.tensor(t).dims) >= 3 and c.tensor(t).dims[-3] != 1 for t in (r.cos, r.sin)):
-            return None
-        return other
-    return None
-
-
-def _value_write(c: _Chain, k: _Rotation, after: int, max_binding_bytes: int) -> int | None:
-    """The first other `vkx.index_copy` along dim 2 after op `after` at k's cache positions (an
-    attention's v into its cache), of a value shaped as k's x but for dim 1, into a cache of k's
-    cache's length."""
-    chain = c.graph.chain
-    index = chain[k.write].args[2]
-    kx, kc = c.tensor(k.x), c.tensor(chain[k.write].args[0])
-    for j in sorted(set(c.readers.get(index, []))):
-        op = chain[j]
-        if j <= after or j == k.write or op.name != "vkx.index_copy.default" or len(op.args) < 5 or op.args[2] != index:
-            continue
-        target, value, dim = c.tensor(op.args[0]), c.tensor(op.args[3]), c.scalar(op.args[1])
-        if target is None or value is None or dim is None or int(dim) % 4 != 2 or len(value.dims) != 4:
-            continue
-        if value.dims[:1] + value.dims[2:] == kx.dims[:1] + kx.dims[2:] and target.datatype == value.datatype \
-                and tuple(target.dims) == (*value.dims[:2], kc.dims[2], value.dims[3]) \
-                and max(target.nbytes, value.nbytes) <= max_binding_bytes:
-            return j
-    return None
-
-
-def _delayable(c: _Chain, q: _Rotation, k: _Rotation, v: int | None) -> bool:
-    """Whether q's rotation, k's and v's cache write (op `v`) can all run at the place of the last of
-    them: what each writes earlier than that is read only after it, and no op in between touches
-    the memory it was planned in."""
-    chain = c.graph.chain
-    ops = q.ops + k.ops + ([v] if v is not None else [])
-    last = max(ops)
-    moved = [(q.y, q.ops[-1]), (chain[k.write].args[-1], k.write)]
-    if v is not None:
-        moved.append((chain[v].args[-1], v))
-    return all(own == last or (min(c.readers.get(z, [last + 1])) > last and not _touched_between(c, own, last, z, ops))
-               for z, own in moved)
-
-
-def _touched_between(c: _Chain, lo: int, hi: int, z: int, skip: Sequence[int]) -> bool:
-    """Whether an op after `lo` and before `hi`, not in `skip`, reads or writes memory the plan gave `z`."""
-    chain = c.graph.chain
-    return any(j not in skip and _shares_memory(c, t, z)
-               for j in range(lo + 1, hi) for vid in chain[j].args for t in c._items(vid))
-
-
-def _cache_write(c: _Chain, y: int) -> int | None:
-    """The op that writes `y` [B, H, n, D] into a cache [B, H, S, D] along dim 2 (`vkx.index_copy`),
-    when that is y's one reader."""
-    readers = c.readers.get(y, [])
-    if len(readers) != 1 or y in c.outputs:
-        return None
-    op = c.graph.chain[readers[0]]
-    if op.name != "vkx.index_copy.default" or len(op.args) < 5 or op.args[3] != y:
-        return None
-    target, yt, index = c.tensor(op.args[0]), c.tensor(y), c.tensor(op.args[2])
-    dim = c.scalar(op.args[1])
-    if target is None or yt is None or index is None or dim is None or len(yt.dims) != 4 or \
-            len(target.dims) != 4 or int(dim) % 4 != 2 or target.datatype != yt.datatype or \
-            (tuple(target.dims[:2]), target.dims[3]) != (tuple(yt.dims[:2]), yt.dims[3]) or \
-            tuple(index.dims) != (yt.dims[2],):
-        return None
-    return readers[0]
-
-
-def _rotary_terms(c: _Chain, a: int, plain: int, turned: int) -> tuple[list[int], int, int, int] | None:
-    """(ops, x, cos, sin) when `plain` = x * cos and `turned` = rotate_half(x) * sin, each read by op `a` only."""
-    chain = c.graph.chain
-    m1, m2 = c.op_of(plain, *_MUL), c.op_of(turned, *_MUL)
-    if m1 is None or m2 is None or not c.only_reader(plain, a) or not c.only_reader(turned, a):
-        return None
-    for rot, sin in (chain[m2].args[:2], chain[m2].args[1::-1]):
-        cat = c.op_of(rot, "aten.cat.default")
-        if cat is not None and c.tensor(sin) is not None:
-            break
-    else:
-        return None
-    pieces, dim = c.value(chain[cat].args[0]), chain[cat].args[1]
-    if not isinstance(pieces, g.ValueList) or len(pieces.items) != 2 or not c.only_reader(rot, m2):
-        return None
-    neg_out, low = pieces.items
-    neg = c.op_of(neg_out, "aten.neg.default", *_MUL)
-    if neg is None or not c.only_reader(neg_out, cat) or not c.only_reader(low, cat):
-        return None
-    high = chain[neg].args[0]
-    if chain[neg].name in _MUL and c.scalar(chain[neg].args[1]) != -1.0:
-        return None
-    for x, cos in (chain[m1].args[:2], chain[m1].args[1::-1]):
-        xt = c.tensor(x)
-        if xt is None or c.tensor(cos) is None or not xt.dims or xt.dims[-1] % 2:
-            continue
-        h = xt.dims[-1] // 2
-        lo_op, hi_op = _slice_of(c, low, x, 0, h), _slice_of(c, high, x, h, h)
-        if lo_op is None or hi_op is None or not c.only_reader(high, neg) or c.scalar(dim) is None:
-            continue
-        if int(c.scalar(dim)) % len(xt.dims) != len(xt.dims) - 1 or c.tensor(turned).dims != xt.dims:
-            continue
-        return [m1, m2, cat, neg, lo_op, hi_op], x, cos, sin
-    return None
-
-
 _PRODUCTS = ("aten.linear.default", "vkx.linear_q.default")
 
 
-def _shares_memory(c: _Chain, x: int, z: int) -> bool:
-    """Whether the plan put `z` in the memory object of `x`."""
-    xt, zt = c.tensor(x), c.tensor(z)
-    return xt is not None and zt is not None and 0 <= zt.mem_obj_id == xt.mem_obj_id
-
-
-def _may_own(c: _Chain, x: int, z: int) -> bool:
+def _may_own(c: OpChain, x: int, z: int) -> bool:
     """Whether a fused product's output `z` can be written where `_output` puts it: a plan may give
     it its activations' memory (x's last reader was the product), which the fused step reads while
     it writes; then `z` gets a tensor of its own, which a graph output cannot."""
-    return not (_shares_memory(c, x, z) and z in c.outputs)
+    return not (shares_memory(c, x, z) and z in c.outputs)
 
 
-def _output(c: _Chain, builder: OpBuilder, arg: Callable[[int], TensorArg], x: int, z: int) -> TensorArg:
+def _output(c: OpChain, builder: OpBuilder, arg: Callable[[int], TensorArg], x: int, z: int) -> TensorArg:
     """The tensor a fused product of `x` writes `z` into: `z`'s own, or, where the plan put `z` in
     x's memory, a new tensor that `z` becomes (allocated with the activations; one row, small)."""
     out = arg(z)
-    if not _shares_memory(c, x, z):
+    if not shares_memory(c, x, z):
         return out
     own = builder.temp(out.shape, out.dtype)
     builder.alias(z, own.vid)
     return own
 
 
-def _residual_add(c: _Chain, a: int) -> tuple[list[int], list[int], Fused] | None:
+def _residual_add(c: OpChain, a: int) -> tuple[list[int], list[int], Fused] | None:
     """`linear(x, W) + r` whose add is op `a`: one row of activations, no bias, r of the sum's shape,
     the product read by the add only."""
     chain = c.graph.chain
@@ -469,7 +176,7 @@ class _Weight:
     bits: int = 0
     group: int = 0
 
-    def packing(self, c: _Chain) -> tuple:
+    def packing(self, c: OpChain) -> tuple:
         """What products over one kernel must share: dtypes, K, and the quantized packing."""
         wt, st = c.tensor(self.w), c.tensor(self.scales) if self.scales is not None else None
         return wt.datatype, wt.dims[1:], self.bits, self.group, None if st is None else st.datatype
@@ -478,7 +185,7 @@ class _Weight:
         return arg(self.w) if self.scales is None else (arg(self.w), arg(self.scales))
 
 
-def _row_product(c: _Chain, p: int) -> tuple[int, _Weight] | None:
+def _row_product(c: OpChain, p: int) -> tuple[int, _Weight] | None:
     """(x, weight) when op `p` is a bias-free `linear(x, W)` or `vkx.linear_q` of one row of activations."""
     op = c.graph.chain[p]
     if op.name not in _PRODUCTS:
@@ -497,7 +204,7 @@ def _row_product(c: _Chain, p: int) -> tuple[int, _Weight] | None:
     return x, _Weight(w, op.args[2], int(bits), int(group))
 
 
-def _one_row_linear(c: _Chain, vid: int, reader: int) -> tuple[int, int, _Weight] | None:
+def _one_row_linear(c: OpChain, vid: int, reader: int) -> tuple[int, int, _Weight] | None:
     """(op index, x, weight) when `vid` is made by a `_row_product` and read by op `reader` only."""
     p = c.op_of(vid, *_PRODUCTS)
     if p is None or not c.only_reader(vid, reader):
@@ -506,7 +213,7 @@ def _one_row_linear(c: _Chain, vid: int, reader: int) -> tuple[int, int, _Weight
     return None if found is None else (p, *found)
 
 
-def _swiglu(c: _Chain, m: int, max_binding_bytes: int) -> tuple[list[int], list[int], Fused] | None:
+def _swiglu(c: OpChain, m: int, max_binding_bytes: int) -> tuple[list[int], list[int], Fused] | None:
     """`silu(linear(x, Wg)) * linear(x, Wu)` whose multiply is op `m`."""
     chain = c.graph.chain
     left, right, z = chain[m].args[:3]
@@ -539,7 +246,7 @@ def _swiglu(c: _Chain, m: int, max_binding_bytes: int) -> tuple[list[int], list[
     return ops, inputs, Fused("swiglu", tuple(chain[i].node_id for i in ops), run)
 
 
-def _products(c: _Chain, i: int, max_binding_bytes: int) -> tuple[list[int], list[int], Fused] | None:
+def _products(c: OpChain, i: int, max_binding_bytes: int) -> tuple[list[int], list[int], Fused] | None:
     """Three `_row_product`s of one x that nothing else reads, of one kernel and packing, the first
     of them op `i`: one dispatch at op i's place."""
     chain = c.graph.chain
@@ -564,7 +271,7 @@ def _products(c: _Chain, i: int, max_binding_bytes: int) -> tuple[list[int], lis
     # product's output was planned in (written earlier than planned, it would clobber that op's bytes)
     if any(c.writer.get(t, -1) >= i for _, w in weights for t in (w.w, w.scales) if t is not None):
         return None
-    if any(_touched_between(c, i, r, z, readers) for r, z in zip(readers[1:], outs[1:])):
+    if any(touched_between(c, i, r, z, readers) for r, z in zip(readers[1:], outs[1:])):
         return None
     kernel = [w for _, w in weights]
 
@@ -581,7 +288,7 @@ def _products(c: _Chain, i: int, max_binding_bytes: int) -> tuple[list[int], lis
 _SDPA = "aten.scaled_dot_product_attention.default"
 
 
-def _repeated_heads(c: _Chain, vid: int) -> tuple[list[int], int, tuple[int, ...]] | None:
+def _repeated_heads(c: OpChain, vid: int) -> tuple[list[int], int, tuple[int, ...]] | None:
     """(ops, x, [B, Hkv, S, D]) when `vid` is `view(expand(u), [B, Hkv * rep, S, D])` with
     u [B, Hkv, 1, S, D] (x[:, :, None]: x's bytes, x itself where u is a view of x read by the
     expand only: a view of a KV cache, which is state, would be a copy), the expand read by that
@@ -614,7 +321,7 @@ def _repeated_heads(c: _Chain, vid: int) -> tuple[list[int], int, tuple[int, ...
     return ops, u, (b, hkv, s, d)
 
 
-def _grouped_attention(c: _Chain, i: int) -> tuple[list[int], list[int], Fused] | None:
+def _grouped_attention(c: OpChain, i: int) -> tuple[list[int], list[int], Fused] | None:
     """sdpa (op `i`) whose key and value are `_repeated_heads` of grouped ones, read by it alone."""
     chain = c.graph.chain
     q, k, v, mask, dropout, causal, scale = chain[i].args[:7]
@@ -631,7 +338,7 @@ def _grouped_attention(c: _Chain, i: int) -> tuple[list[int], list[int], Fused] 
         return None
     # the attention kernels read their inputs while they write: a plan may have given the output the
     # memory of an input whose last reader, as planned, was one of the ops fused away
-    if any(_shares_memory(c, x, out) for x in (q, uk, uv, mask)):
+    if any(shares_memory(c, x, out) for x in (q, uk, uv, mask)):
         return None
     node = chain[i].node_id
 
@@ -646,23 +353,9 @@ def _grouped_attention(c: _Chain, i: int) -> tuple[list[int], list[int], Fused] 
     return ops, inputs, Fused("grouped attention", tuple(chain[j].node_id for j in ops), run)
 
 
-def _safe(c: _Chain, ops: Sequence[int], inputs: Sequence[int]) -> bool:
-    """Whether no op outside the match, between its first and last op, writes an input's memory
-    after that input was made (the op that makes an input may sit between them)."""
-    inside = set(ops)
-    for i in range(min(ops), max(ops)):
-        if i in inside:
-            continue
-        for vid in c._items(c.graph.chain[i].args[-1]) if c.graph.chain[i].args else ():
-            for x in inputs:
-                if (vid == x or _shares_memory(c, x, vid)) and i > c.writer.get(x, -1):
-                    return False
-    return True
-
-
 def fuse(graph: g.VkGraph, max_binding_bytes: int) -> list:
     """The graph's chain with every match replaced by one `Fused` step (at its last op's place)."""
-    c = _Chain(graph)
+    c = OpChain(graph)
     taken: set[int] = set()
     at: dict[int, Fused] = {}
     for i, op in enumerate(graph.chain):
@@ -671,7 +364,7 @@ def fuse(graph: g.VkGraph, max_binding_bytes: int) -> list:
         if op.name == "aten.rsqrt.default":
             found = _rms_norm(c, i)
         elif op.name == "aten.add.Tensor":
-            found = _rotary(c, i, max_binding_bytes) or _residual_add(c, i)
+            found = rotary(c, i, max_binding_bytes) or _residual_add(c, i)
         elif op.name == "aten.mul.Tensor":
             found = _swiglu(c, i, max_binding_bytes)
         elif op.name == _SDPA:
@@ -683,7 +376,7 @@ def fuse(graph: g.VkGraph, max_binding_bytes: int) -> list:
         if found is None:
             continue
         ops, inputs, step = found
-        if taken.intersection(ops) or not (step.first or _safe(c, ops, inputs)):
+        if taken.intersection(ops) or not (step.first or safe(c, ops, inputs)):
             continue
         taken.update(ops)
         at[ops[0] if step.first else ops[-1]] = step

@@ -16,8 +16,9 @@ from vkx.format.dtypes import DType
 from vkx.format.errors import FormatError
 from vkx.format.memplan import check_memory_plan
 from vkx.loader import ops
+from vkx.loader.chain import Fused
 from vkx.loader.errors import BadProgramError, LimitError, UnsupportedOpError, as_load_error
-from vkx.loader.fuse import Fused, fuse as fuse_chain
+from vkx.loader.fuse import fuse as fuse_chain
 
 if TYPE_CHECKING:
     from vkx.loader.memory import Buffer  # memory imports vulkan; building a graph does not

@@ -1,0 +1,108 @@
+"""What a fusion pattern (vkx.loader.fuse) reads of a VkGraph's op chain: who writes and who reads
+each value, which values the memory plan put in one memory object, and the `Fused` step a match
+becomes."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from vkx.format import vkgraph as g
+from vkx.loader.ops import OpBuilder, TensorArg
+
+
+@dataclass(frozen=True)
+class Fused:
+    """One step that does the work of several op calls (`node_ids`)."""
+    name: str
+    node_ids: tuple[int, ...]
+    run: Callable[[OpBuilder, Callable[[int], TensorArg]], None]
+    """Records the dispatches, given the builder and a function from value id to TensorArg."""
+    first: bool = False
+    """Runs at its first op's place (else its last's)."""
+
+
+class OpChain:
+    """Who writes and who reads each value of a graph's chain."""
+
+    def __init__(self, graph: g.VkGraph):
+        self.graph = graph
+        self.writer: dict[int, int] = {}
+        self.readers: dict[int, list[int]] = {}
+        for i, op in enumerate(graph.chain):
+            if not op.args:
+                continue
+            for vid in op.args[:-1]:
+                for item in self.items(vid):
+                    self.readers.setdefault(item, []).append(i)
+            for item in self.items(op.args[-1]):
+                self.writer.setdefault(item, i)
+        self.outputs = set(graph.output_ids)
+
+    def items(self, vid: int) -> tuple[int, ...]:
+        v = self.value(vid)
+        return v.items if isinstance(v, g.ValueList) else (vid,)
+
+    def value(self, vid: int):
+        return self.graph.values[vid] if 0 <= vid < len(self.graph.values) else None
+
+    def op_of(self, vid: int, *names: str) -> int | None:
+        """The index of the op named one of `names` that writes `vid`, if that is how `vid` is made."""
+        i = self.writer.get(vid)
+        if i is None or self.graph.chain[i].name not in names:
+            return None
+        return i
+
+    def only_reader(self, vid: int, i: int) -> bool:
+        """Whether op `i` is the one reader of `vid` (read once) and `vid` is no graph output."""
+        return self.readers.get(vid) == [i] and vid not in self.outputs
+
+    def scalar(self, vid: int) -> float | None:
+        v = self.value(vid)
+        if isinstance(v, (g.Int, g.Double)):
+            return float(v.value)
+        return None
+
+    def tensor(self, vid: int) -> g.Tensor | None:
+        v = self.value(vid)
+        return v if isinstance(v, g.Tensor) else None
+
+
+CAST = ("aten._to_copy.default",)
+MUL = ("aten.mul.Tensor",)
+
+
+def other_operand(op: g.OperatorCall, vid: int) -> int | None:
+    """The other operand of a two-operand op that reads `vid` (None when it reads it twice)."""
+    a, b = op.args[0], op.args[1]
+    if a == vid and b != vid:
+        return b
+    if b == vid and a != vid:
+        return a
+    return None
+
+
+def shares_memory(c: OpChain, x: int, z: int) -> bool:
+    """Whether the plan put `z` in the memory object of `x`."""
+    xt, zt = c.tensor(x), c.tensor(z)
+    return xt is not None and zt is not None and 0 <= zt.mem_obj_id == xt.mem_obj_id
+
+
+def touched_between(c: OpChain, lo: int, hi: int, z: int, skip: Sequence[int]) -> bool:
+    """Whether an op after `lo` and before `hi`, not in `skip`, reads or writes memory the plan gave `z`."""
+    chain = c.graph.chain
+    return any(j not in skip and shares_memory(c, t, z)
+               for j in range(lo + 1, hi) for vid in chain[j].args for t in c.items(vid))
+
+
+def safe(c: OpChain, ops: Sequence[int], inputs: Sequence[int]) -> bool:
+    """Whether no op outside the match, between its first and last op, writes an input's memory
+    after that input was made (the op that makes an input may sit between them)."""
+    inside = set(ops)
+    for i in range(min(ops), max(ops)):
+        if i in inside:
+            continue
+        for vid in c.items(c.graph.chain[i].args[-1]) if c.graph.chain[i].args else ():
+            for x in inputs:
+                if (vid == x or shares_memory(c, x, vid)) and i > c.writer.get(x, -1):
+                    return False
+    return True
