@@ -31,7 +31,7 @@ import torch
 
 import vkx
 from vkx.export import hf
-from vkx.loader.generate import LMShape, ProgramDecoder, Timings, generate
+from vkx.loader.generate import LMShape, ProgramDecoder, Timings, generate, greedy_by_calls
 
 _spec = importlib.util.spec_from_file_location("llama_load", Path(__file__).with_name("llama_load.py"))
 llama_load = importlib.util.module_from_spec(_spec)
@@ -57,7 +57,8 @@ class TorchDecoder:
     def prefill_argmax(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
         return self.prefill(input_ids, cache_position).argmax(-1)
 
-    decode_argmax = prefill_argmax
+    def decode_greedy(self, input_ids: np.ndarray, cache_position: np.ndarray, steps: int) -> np.ndarray:
+        return greedy_by_calls(self.prefill_argmax, input_ids, cache_position, steps)
 
     def reset(self) -> None:
         self.lm.reset()

@@ -181,7 +181,10 @@ def build_model(folder: Folder, dtype: torch.dtype | None = None, seed: int = 0,
         # logits too flat to compare token by token).
         config.initializer_range = config.hidden_size ** -0.5
         torch.manual_seed(seed)
-        return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa").eval()
+        # drawn in fp32 whatever `dtype`: transformers versions differ in the dtype they initialise
+        # in, and the draws (so the weights) with it; rounded afterwards, every version gets the same
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="sdpa")
+        return model.to(dtype).eval()
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
     _rebuild_buffers(model)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from vkx.loader.errors import InputError
-from vkx.loader.generate import Decoder, LMShape, ProgramDecoder
+from vkx.loader.generate import Decoder, LMShape, ProgramDecoder, greedy_by_calls
 
 
 class ExecuTorchDecoder:
@@ -26,6 +26,8 @@ class ExecuTorchDecoder:
         (logits_shape, _), = method.output_specs
         self.shape = LMShape(prefill_len=1, max_seq_len=program.llm.max_context_len, vocab_size=logits_shape[-1])
         self.eos_token_ids: tuple[int, ...] = program.eos_token_ids
+        if getattr(method, "chains_greedy", False):
+            method.record_ahead(greedy=True)  # not in the first token's time
 
     def _step(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
         return self.method.run_numpy(input_ids, cache_position[:1])[0]
@@ -37,7 +39,12 @@ class ExecuTorchDecoder:
         is the last token's logits, [1, vocab])."""
         return np.argmax(self._step(input_ids, cache_position), -1)
 
-    prefill_argmax = decode_argmax = _argmax
+    prefill_argmax = _argmax
+
+    def decode_greedy(self, input_ids: np.ndarray, cache_position: np.ndarray, steps: int) -> np.ndarray:
+        if getattr(self.method, "chains_greedy", False):  # on the device
+            return self.method.greedy(input_ids, cache_position[:1], steps)
+        return greedy_by_calls(self._argmax, input_ids, cache_position, steps)
 
     def reset(self) -> None:
         self.program.reset()

@@ -8,14 +8,17 @@ last position: a prompt shorter than a chunk is padded in front, the pads at the
 the prompt's (their slots are written but never seen: a query at position p sees slots 0..p, and
 decode overwrites slot p before any query reaches it); a longer one is cut in chunks, the last one
 ending at the prompt's end and overlapping the one before (rewriting those slots with the same
-values). Sampling is numpy; greedy unless a temperature is given, and greedy steps take the argmax
-on the device (`Method.argmax`: one token id read back per call, not the vocabulary's logits).
+values). Sampling is numpy; greedy unless a temperature is given. Greedy decoding never reads
+logits: the prefill's argmax is taken on the device (`Method.argmax`: one token id read back), and
+decode steps run in bursts chained on the device (`Method.greedy`: one submission and one read
+back for up to MAX_BURST tokens, each step feeding its token to the next).
 """
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
-from typing import Iterator, Protocol, Sequence
+from typing import Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 
@@ -24,8 +27,10 @@ from vkx.loader.errors import InputError
 
 class Decoder(Protocol):
     """What generation calls: both methods on numpy int64 arrays, returning float logits (of the
-    call's last position, or of every position: the last row is read); the `_argmax` forms return
-    those logits' argmax over the vocabulary instead (token ids, what a greedy step reads)."""
+    call's last position, or of every position: the last row is read); `prefill_argmax` returns
+    those logits' argmax over the vocabulary instead (token ids, what a greedy step reads), and
+    `decode_greedy` the next `steps` greedy tokens after one token (int [steps]: `greedy_by_calls`,
+    or chained on the device by `Method.greedy`)."""
 
     def prefill(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray: ...
 
@@ -33,9 +38,20 @@ class Decoder(Protocol):
 
     def prefill_argmax(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray: ...
 
-    def decode_argmax(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray: ...
+    def decode_greedy(self, input_ids: np.ndarray, cache_position: np.ndarray, steps: int) -> np.ndarray: ...
 
     def reset(self) -> None: ...
+
+
+def greedy_by_calls(argmax: Callable[[np.ndarray, np.ndarray], np.ndarray], input_ids: np.ndarray,
+                    cache_position: np.ndarray, steps: int) -> np.ndarray:
+    """`decode_greedy` for a decoder whose steps are host calls: one `argmax(ids, position)` call a token."""
+    token, position = int(input_ids.reshape(-1)[-1]), int(cache_position.reshape(-1)[-1])
+    tokens = []
+    for i in range(steps):
+        token = int(np.asarray(argmax(np.array([[token]], np.int64), np.array([position + i], np.int64))).reshape(-1)[-1])
+        tokens.append(token)
+    return np.array(tokens, np.int64)
 
 
 @dataclass(frozen=True)
@@ -153,16 +169,32 @@ def _tokens(decoder: Decoder, input_ids: list[int], max_new_tokens: int, shape: 
     token = _token(last, shape, sampling, rng)
     timings.first_token_seconds = time.perf_counter() - began
     yield token
-    for position in range(len(input_ids), len(input_ids) + max_new_tokens - 1):
-        if token in stop:
-            return
+    position, left, burst = len(input_ids), max_new_tokens - 1, 1
+    while left and token not in stop:
         step = time.perf_counter()
         ids, at = np.array([[token]], np.int64), np.array([position], np.int64)
-        token = _token(decoder.decode_argmax(ids, at) if greedy else decoder.decode(ids, at), shape, sampling, rng)
-        timings.step_seconds.append(time.perf_counter() - step)
-        timings.decode_tokens += 1
-        timings.decode_seconds += timings.step_seconds[-1]
-        yield token
+        if greedy:
+            tokens = [int(t) for t in decoder.decode_greedy(ids, at, min(burst, left))]
+            burst = min(2 * burst, MAX_BURST)
+        else:
+            tokens = [_token(decoder.decode(ids, at), shape, sampling, rng)]
+        spent = time.perf_counter() - step
+        for token in tokens:
+            timings.step_seconds.append(spent / len(tokens))
+            timings.decode_tokens += 1
+            timings.decode_seconds += spent / len(tokens)
+            yield token
+            if token in stop:
+                return
+        position += len(tokens)
+        left -= len(tokens)
+
+
+MAX_BURST = 16
+"""Greedy tokens decoded per `decode_greedy` call at most: one submission of a vkx program's chained
+steps (loader/stages.py, GREEDY_CHAIN). The bursts double from one, so the first tokens come at once;
+at 16 the host's fixed cost of a call (submit, wait, read back: ~1.3 ms on the H200,
+docs/benchmarks.md) is spread over 16 tokens, and a stop token wastes at most 15 steps."""
 
 
 def _token(out: np.ndarray, shape: LMShape, sampling: Sampling, rng: np.random.Generator) -> int:
@@ -205,6 +237,16 @@ class ProgramDecoder:
         self.shape = LMShape(prefill_len=ids_shape[1], max_seq_len=cache_shape[2], vocab_size=logits_shape[-1])
         self.eos_token_ids: tuple[int, ...] = program.eos_token_ids
         """What the program records as the model's EOS ids (generation stops at one)."""
+        for name, greedy in (("prefill", False), ("decode", True)):
+            method = program[name]
+            if hasattr(method, "record_ahead"):  # a Method: its greedy recordings now, not in the first token's time
+                method.record_ahead(argmax=True, greedy=greedy and method.chains_greedy)
+        ids = np.zeros((1, self.shape.prefill_len), np.int64)
+        token = self.prefill_argmax(ids, np.arange(self.shape.prefill_len))
+        steps = min(MAX_BURST, self.shape.max_seq_len - self.shape.prefill_len)
+        if steps > 0:
+            self.decode_greedy(np.asarray(token, np.int64).reshape(1, -1)[:, -1:], np.array([self.shape.prefill_len]), steps)
+        self.reset()
 
     def prefill(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
         return self.program["prefill"].run_numpy(input_ids, cache_position)[0]
@@ -215,8 +257,11 @@ class ProgramDecoder:
     def prefill_argmax(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
         return self._argmax("prefill", input_ids, cache_position)
 
-    def decode_argmax(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
-        return self._argmax("decode", input_ids, cache_position)
+    def decode_greedy(self, input_ids: np.ndarray, cache_position: np.ndarray, steps: int) -> np.ndarray:
+        method = self.program["decode"]
+        if getattr(method, "chains_greedy", False):  # on the device
+            return method.greedy(input_ids, cache_position, steps)
+        return greedy_by_calls(functools.partial(self._argmax, "decode"), input_ids, cache_position, steps)
 
     def _argmax(self, name: str, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
         method = self.program[name]

@@ -15,6 +15,7 @@ bfloat16 inputs and outputs (rounded to bfloat16 on the way in, as torch rounds)
 """
 from __future__ import annotations
 
+import math
 import threading
 from typing import Callable
 
@@ -74,7 +75,8 @@ class Method(Closes):
     """
 
     def __init__(self, resources, graph: g.VkGraph, executor, io_in, io_out, schedule: str, upload: str,
-                 name: str = "forward", record_argmax: Callable[[], tuple] | None = None):
+                 name: str = "forward", record_argmax: Callable[[], tuple] | None = None,
+                 record_greedy: Callable[[], tuple] | None = None):
         self._resources = resources
         self.name = name
         """The method's name (its execution plan's name)."""
@@ -106,6 +108,10 @@ class Method(Closes):
         """Records, on the first `argmax()`, the call followed by its output's argmax (stages.record_argmax)."""
         self._argmax: tuple | None = None
         """(executor, port) of that recording, once made."""
+        self._record_greedy = record_greedy
+        """Records, on the first `greedy()`, the chained greedy steps (stages.record_greedy)."""
+        self._greedy: tuple | None = None
+        """(steps, view of the [count, tokens...] readback buffer) of that recording, once made."""
         self._in = [Port(t, io) for io, t in io_in]
         self._out = [Port(t, io) for t, io in io_out]
         self.closed = False
@@ -172,21 +178,20 @@ class Method(Closes):
             raise InputError(f"{label}: shape {a.shape}, expected {p.shape}")
         raise InputError(f"{label}: dtype {'bfloat16' if bits else a.dtype.name}, expected {p.dtype}")
 
-    def _execute(self, given: list, torch_out: bool, argmax: bool = False) -> list[np.ndarray]:
+    def _execute(self, given: list, torch_out: bool, argmax: bool = False, steps: int | None = None) -> list[np.ndarray]:
         """Write the inputs, replay the command buffer, and read the outputs (fresh arrays); with
-        `argmax`, the recording that ends in the output's argmax, and that argmax."""
+        `argmax`, the recording that ends in the output's argmax, and that argmax; with `steps`, that
+        many chained greedy steps, and their tokens."""
         with self._lock:
             if self.closed:
                 raise LoadError("program is closed")
             self._resources.source.check_mapped()  # imported weights' files (docs/safety.md)
+            if steps is not None:
+                return [self._run_greedy(given, steps)]
             executor, outputs = self._executor, self._out
             if argmax:
-                if self._argmax is None:
-                    if self._record_argmax is None:
-                        raise LoadError(f"method {self.name!r} has no argmax recording")
-                    tail, t, readback = self._record_argmax()
-                    self._argmax = (tail, Port(t, readback))
-                executor, outputs = self._argmax[0], [self._argmax[1]]
+                executor, port = self._argmax_recording()
+                outputs = [port]
             for p, a, bits in given:
                 p.write(a, bits)
             executor.run()
@@ -194,6 +199,54 @@ class Method(Closes):
                 self._executed = True
                 self.timeline.mark("after execute")
             return [p.read(torch_out) for p in outputs]
+
+    def _argmax_recording(self) -> tuple:
+        """(executor, port) of `argmax`'s recording, made on first use (under the lock)."""
+        if self._argmax is None:
+            if self._record_argmax is None:
+                raise LoadError(f"method {self.name!r} has no argmax recording")
+            tail, t, readback = self._record_argmax()
+            self._argmax = (tail, Port(t, readback))
+        return self._argmax
+
+    def _greedy_recording(self) -> tuple:
+        """(steps, view of [count, tokens...]) of `greedy`'s recording, made on first use (under the lock)."""
+        if self._greedy is None:
+            if self._record_greedy is None or not self.chains_greedy:
+                raise LoadError(f"method {self.name!r} cannot chain greedy steps: that needs inputs (a token id "
+                                "[1, 1], a position [1]) held as int32 and one float output of one row")
+            chained, readback = self._record_greedy()
+            self._greedy = (chained, np.frombuffer(readback.mapped(), np.int32, count=chained.counter.arg.numel))
+        return self._greedy
+
+    def _run_greedy(self, given: list, steps: int) -> np.ndarray:
+        """`greedy`'s work, under the lock: write, submit, read; in turns of the chain's length."""
+        if steps < 1:
+            raise InputError(f"greedy steps must be at least 1, not {steps}")
+        chained, tokens = self._greedy_recording()
+        (ids, _, _), (position, first, _) = given
+        for p, a, bits in given:
+            p.write(a, bits)
+        out = []
+        while len(out) < steps:
+            n = min(steps - len(out), chained.chain)
+            chained.run(n)
+            out.extend(tokens[1:n + 1])
+            ids.view[...] = out[-1]  # the next turn starts where this one ended
+            position.view[...] = int(first.reshape(-1)[0]) + len(out)
+        return np.array(out, np.int32)
+
+    def record_ahead(self, *, argmax: bool = False, greedy: bool = False) -> None:
+        """Make now the recordings that `argmax` and `greedy` make on their first call (command
+        buffers, pipelines), so that a first call costs what later ones do: generation does this
+        before it starts its clock."""
+        with self._lock:
+            if self.closed:
+                raise LoadError("program is closed")
+            if argmax:
+                self._argmax_recording()
+            if greedy:
+                self._greedy_recording()
 
     def run_numpy(self, *arrays, **named) -> list[np.ndarray]:
         """Run on numpy arrays (or anything numpy takes), by position or input name; returns
@@ -207,6 +260,26 @@ class Method(Closes):
         the indices are read back (a greedy decoding step's token id, not the vocabulary's logits).
         The first call records that second command buffer (the method's dispatches, then the argmax)."""
         return self._execute(self._inputs(self._arguments(arrays, named))[0], torch_out=False, argmax=True)[0]
+
+    @property
+    def chains_greedy(self) -> bool:
+        """Whether `greedy` can chain this method's steps: a decode method, (token id [1, 1], position
+        [1]) held as int32 on the device -> one float output of one row (logits)."""
+        ins_ok = [p.device for p in self._in] == [dtypes.INT32] * 2 and [p.shape for p in self._in] == [(1, 1), (1,)]
+        return ins_ok and len(self._out) == 1 and self._out[0].device.is_float and \
+            math.prod(self._out[0].shape[:-1]) == 1
+
+    def greedy(self, input_ids, cache_position, steps: int) -> np.ndarray:
+        """`steps` tokens of greedy decoding after token `input_ids` [1, 1] at `cache_position` [1],
+        chained on the device in one submission: each step runs this (decode) method, takes its
+        logits' argmax as `argmax` does and feeds that token back at the next position, with no host
+        work between steps (a submission chains stages.GREEDY_CHAIN of them; more take turns); the
+        state (the KV cache) advances as `steps` calls would advance it. Returns the tokens, int32
+        [steps]. The first call records the steps (stages.record_greedy)."""
+        if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)):
+            raise InputError(f"greedy steps must be an int, not {type(steps).__name__}")
+        given = self._inputs(self._arguments((input_ids, cache_position), {}))[0]
+        return self._execute(given, torch_out=False, steps=int(steps))[0]
 
     def __call__(self, *inputs, **named):
         """Run on numpy arrays or torch tensors, by position or input name; returns one output,

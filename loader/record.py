@@ -76,33 +76,9 @@ class Executor:
         """Compute->compute barriers between the dispatches of the recording a call replays."""
 
     def record(self) -> None:
-        d = self.device.device
-        nsets = len(self.dispatches)
-        nbind = sum(len(x.bindings) for x in self.dispatches)
-        if nsets:
-            sizes = [vk.VkDescriptorPoolSize(type=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-                                             descriptorCount=max(nbind, 1))]
-            self.pool = vk.vkCreateDescriptorPool(d, vk.VkDescriptorPoolCreateInfo(
-                maxSets=nsets, pPoolSizes=sizes), None)
-        self._sets = []
-        if nsets:
-            self._sets = vk.vkAllocateDescriptorSets(d, vk.VkDescriptorSetAllocateInfo(
-                descriptorPool=self.pool, pSetLayouts=[p.set_layout for p in self.pipelines]))
-            writes = []
-            for i, x in enumerate(self.dispatches):
-                for j, (t, offset, size) in enumerate(x.bindings):
-                    info = vk.VkDescriptorBufferInfo(buffer=t.buffer.handle, offset=offset, range=size)
-                    writes.append(vk.VkWriteDescriptorSet(
-                        dstSet=self._sets[i], dstBinding=j, descriptorCount=1,
-                        descriptorType=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, pBufferInfo=[info]))
-                if len(writes) >= 256:
-                    vk.vkUpdateDescriptorSets(d, len(writes), writes, 0, None)
-                    writes = []
-            if writes:
-                vk.vkUpdateDescriptorSets(d, len(writes), writes, 0, None)
-
+        self._allocate_sets()
         self.cmd = self.device.command_buffer()
-        self.fence = vk.vkCreateFence(d, vk.VkFenceCreateInfo(), None)
+        self.fence = vk.vkCreateFence(self.device.device, vk.VkFenceCreateInfo(), None)
         self._keep = self._commands(self.cmd)
 
         # Prebuilt submit structures for replay.
@@ -114,6 +90,31 @@ class Executor:
         self._fences = ffi.new("VkFence[1]", [self.fence])
         self.device.check()
 
+    def _allocate_sets(self) -> None:
+        """One descriptor set per dispatch, written once."""
+        d = self.device.device
+        self._sets = []
+        if not self.dispatches:
+            return
+        nbind = sum(len(x.bindings) for x in self.dispatches)
+        sizes = [vk.VkDescriptorPoolSize(type=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, descriptorCount=max(nbind, 1))]
+        self.pool = vk.vkCreateDescriptorPool(d, vk.VkDescriptorPoolCreateInfo(
+            maxSets=len(self.dispatches), pPoolSizes=sizes), None)
+        self._sets = vk.vkAllocateDescriptorSets(d, vk.VkDescriptorSetAllocateInfo(
+            descriptorPool=self.pool, pSetLayouts=[p.set_layout for p in self.pipelines]))
+        writes = []
+        for i, x in enumerate(self.dispatches):
+            for j, (t, offset, size) in enumerate(x.bindings):
+                info = vk.VkDescriptorBufferInfo(buffer=t.buffer.handle, offset=offset, range=size)
+                writes.append(vk.VkWriteDescriptorSet(
+                    dstSet=self._sets[i], dstBinding=j, descriptorCount=1,
+                    descriptorType=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, pBufferInfo=[info]))
+            if len(writes) >= 256:
+                vk.vkUpdateDescriptorSets(d, len(writes), writes, 0, None)
+                writes = []
+        if writes:
+            vk.vkUpdateDescriptorSets(d, len(writes), writes, 0, None)
+
     def _commands(self, cmd, queries=None, each: bool = False) -> tuple:
         """Record the execution into `cmd`; returns the structs the recording points at, which
         must live as long as it. With query pool `queries`: timestamps before the first dispatch
@@ -121,6 +122,12 @@ class Executor:
         vk.vkBeginCommandBuffer(cmd, vk.VkCommandBufferBeginInfo())
         if queries is not None:
             lib.vkCmdResetQueryPool(cmd, queries, 0, len(self.dispatches) + 1 if each else 2)
+        keep = (*self._inputs_in(cmd), *self._dispatches(cmd, queries, each), *self._outputs_out(cmd))
+        vk.vkEndCommandBuffer(cmd)
+        return keep
+
+    def _inputs_in(self, cmd) -> tuple:
+        """Prepack uploads and host writes made visible, then the io buffers copied into the input tensors."""
         rw = vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT
         tr = vk.VK_ACCESS_TRANSFER_READ_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT
         start = _barrier(vk.VK_ACCESS_TRANSFER_WRITE_BIT | vk.VK_ACCESS_HOST_WRITE_BIT | rw, rw | tr)
@@ -133,12 +140,19 @@ class Executor:
                 lib.vkCmdCopyBuffer(cmd, io.handle, t.buffer.handle, 1, region)
         after_in = _barrier(vk.VK_ACCESS_TRANSFER_WRITE_BIT, rw)
         lib.vkCmdPipelineBarrier(cmd, _TRANSFER, _COMPUTE, 0, 1, after_in, 0, ffi.NULL, 0, ffi.NULL)
+        return start, after_in, region
+
+    def _dispatches(self, cmd, queries=None, each: bool = False, needed: list[bool] | None = None) -> tuple:
+        """The dispatches, each barrier where `barriers_before` puts one (`needed`, when given:
+        worked out once for several recordings), or timestamped (`_commands`)."""
         if queries is not None:
             lib.vkCmdWriteTimestamp(cmd, _BOTTOM, queries, 0)
+        rw = vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT
         between = _barrier(vk.VK_ACCESS_SHADER_WRITE_BIT, rw)
         set_ptr = ffi.new("VkDescriptorSet[1]")
         stage = vk.VK_SHADER_STAGE_COMPUTE_BIT
-        needed = [False] * len(self.dispatches) if each else barriers_before(self.dispatches)
+        if needed is None:
+            needed = [False] * len(self.dispatches) if each else barriers_before(self.dispatches)
         for i, (x, p) in enumerate(zip(self.dispatches, self.pipelines)):
             if needed[i]:
                 lib.vkCmdPipelineBarrier(cmd, _COMPUTE, _COMPUTE, 0, 1, between, 0, ffi.NULL, 0, ffi.NULL)
@@ -155,17 +169,21 @@ class Executor:
             lib.vkCmdWriteTimestamp(cmd, _BOTTOM, queries, 1)
         if queries is None:
             self.barriers = sum(needed)
+        return between, set_ptr
+
+    def _outputs_out(self, cmd) -> tuple:
+        """The output tensors copied into the readback buffers, then made visible to the host."""
         before_out = _barrier(vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT,
                               vk.VK_ACCESS_TRANSFER_READ_BIT)
         lib.vkCmdPipelineBarrier(cmd, _COMPUTE | _TRANSFER, _TRANSFER, 0, 1, before_out, 0, ffi.NULL, 0, ffi.NULL)
+        region = ffi.new("VkBufferCopy*")
         for t, io in self.outputs:
             region.srcOffset, region.dstOffset, region.size = 0, 0, t.nbytes
             if t.nbytes:
                 lib.vkCmdCopyBuffer(cmd, t.buffer.handle, io.handle, 1, region)
         to_host = _barrier(vk.VK_ACCESS_TRANSFER_WRITE_BIT, vk.VK_ACCESS_HOST_READ_BIT)
         lib.vkCmdPipelineBarrier(cmd, _TRANSFER, _HOST, 0, 1, to_host, 0, ffi.NULL, 0, ffi.NULL)
-        vk.vkEndCommandBuffer(cmd)
-        return (start, after_in, between, before_out, to_host, region, set_ptr)
+        return before_out, to_host, region
 
     def profile(self, runs: int) -> list[float]:
         """GPU seconds of each dispatch, in order: the median over `runs` replays of a
@@ -265,9 +283,12 @@ class Executor:
         dev.check()
 
     def run(self) -> None:
+        self._submit_and_wait(self._submit)
+
+    def _submit_and_wait(self, submit) -> None:
         d = self.device
         with d.submit_lock:
-            r = lib.vkQueueSubmit(d.queue, 1, self._submit, self.fence)
+            r = lib.vkQueueSubmit(d.queue, 1, submit, self.fence)
         if r != vk.VK_SUCCESS:
             raise DeviceError(f"vkQueueSubmit failed ({r})")
         r = self._spin() if not d.is_cpu else vk.VK_NOT_READY
@@ -291,6 +312,73 @@ class Executor:
         if self.pool is not None:
             vk.vkDestroyDescriptorPool(self.device.device, self.pool, None)
             self.pool = None
+
+
+class Steps(Executor):
+    """Greedy decoding steps chained on the device, up to `chain` of them in one submission, with
+    command buffers recorded once: the head copies the inputs in and zeroes `counter`; each of the
+    `chain` step buffers holds the same dispatches of one step (a decode call, its argmax, and the
+    hand-over of the chosen token to the next step: stages.record_greedy) behind a barrier on what
+    came before; the tail copies the outputs out. A submission lists the head, the first `steps`
+    step buffers and the tail: distinct buffers, so none is pending twice (one buffer listed `steps`
+    times would need VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT, which drivers may pay for with a
+    copy per use)."""
+
+    def __init__(self, device: Device, dispatches: list[Dispatch], pipelines: list[Pipeline],
+                 inputs: list[tuple[Buffer, RTensor]], outputs: list[tuple[RTensor, Buffer]], counter: RTensor,
+                 chain: int):
+        super().__init__(device, dispatches, pipelines, inputs, outputs)
+        self.counter = counter
+        self.chain = chain
+        self.head = self.tail = None
+        self.step_cmds: list = []
+
+    def record(self) -> None:
+        self._allocate_sets()
+        dev = self.device
+        self.fence = vk.vkCreateFence(dev.device, vk.VkFenceCreateInfo(), None)
+        self._fences = ffi.new("VkFence[1]", [self.fence])
+        rw = vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT
+        self.head = dev.command_buffer()
+        vk.vkBeginCommandBuffer(self.head, vk.VkCommandBufferBeginInfo())
+        keep = [*self._inputs_in(self.head)]
+        lib.vkCmdFillBuffer(self.head, self.counter.buffer.handle, 0, -(-self.counter.nbytes // 4) * 4, 0)
+        zeroed = _barrier(vk.VK_ACCESS_TRANSFER_WRITE_BIT, rw)
+        lib.vkCmdPipelineBarrier(self.head, _TRANSFER, _COMPUTE, 0, 1, zeroed, 0, ffi.NULL, 0, ffi.NULL)
+        vk.vkEndCommandBuffer(self.head)
+        after_step = _barrier(vk.VK_ACCESS_SHADER_WRITE_BIT, rw)  # the step before, or the head
+        needed = barriers_before(self.dispatches)
+        keep += [zeroed, after_step]
+        for _ in range(self.chain):
+            cmd = dev.command_buffer()
+            self.step_cmds.append(cmd)
+            vk.vkBeginCommandBuffer(cmd, vk.VkCommandBufferBeginInfo())
+            lib.vkCmdPipelineBarrier(cmd, _COMPUTE, _COMPUTE, 0, 1, after_step, 0, ffi.NULL, 0, ffi.NULL)
+            keep += self._dispatches(cmd, needed=needed)
+            vk.vkEndCommandBuffer(cmd)
+        self.tail = dev.command_buffer()
+        vk.vkBeginCommandBuffer(self.tail, vk.VkCommandBufferBeginInfo())
+        keep += self._outputs_out(self.tail)
+        vk.vkEndCommandBuffer(self.tail)
+        self._keep = keep
+        dev.check()
+
+    def run(self, steps: int) -> None:
+        """`steps` (1 to `chain`) steps in one submission, waiting until done."""
+        cmds = ffi.new("VkCommandBuffer[]", [self.head, *self.step_cmds[:steps], self.tail])
+        submit = ffi.new("VkSubmitInfo*")
+        submit.sType = vk.VK_STRUCTURE_TYPE_SUBMIT_INFO
+        submit.commandBufferCount = steps + 2
+        submit.pCommandBuffers = cmds
+        self._submit_and_wait(submit)
+
+    def close(self) -> None:
+        super().close()  # waits for the device
+        for cmd in (self.head, self.tail, *self.step_cmds):
+            if cmd is not None:
+                vk.vkFreeCommandBuffers(self.device.device, self.device.command_pool, 1, [cmd])
+        self.head = self.tail = None
+        self.step_cmds = []
 
 
 class StateStore:

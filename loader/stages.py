@@ -34,15 +34,16 @@ from typing import Callable, Sequence
 
 import vulkan as vk
 
-from vkx.format import vkgraph as g
+from vkx.format import dtypes, vkgraph as g
 from vkx.loader.device import Device, default_device
 from vkx.loader.errors import BadProgramError, DeviceError, LoadError, OutOfDeviceMemoryError
-from vkx.loader.graph import GraphBuilder, RTensor
+from vkx.loader.graph import Dispatch, GraphBuilder, RTensor
 from vkx.loader.memory import Allocator, Buffer, MiB
 from vkx.loader.method import Method
 from vkx.loader.named_data import FreeableBuffer
 from vkx.loader.prepack import Uploader, imports, upload_mode
-from vkx.loader.record import Executor, StateStore
+from vkx.loader.ops import TensorArg
+from vkx.loader.record import Executor, StateStore, Steps
 from vkx.loader.shaders import Pipeline, pipelines_for
 from vkx.loader.staging import MIN_CHUNK, StagingRing, ring_shape
 from vkx.loader.trace import Timeline
@@ -357,12 +358,10 @@ def record(built: Built, res: Resources, io_in: list, io_out: list) -> Executor:
     return executor
 
 
-def record_argmax(built: Built, graph: g.VkGraph, res: Resources, options: Options,
-                  io_in: list) -> tuple[Executor, RTensor, Buffer]:
-    """A second recording of a method of one float output: its dispatches, then that output's
-    argmax over its last dim (`aten.argmax.default`, built as any op is) into a small tensor of
-    its own, the only thing read back (`Method.argmax`). Returns (the executor, that tensor, its
-    readback buffer); everything it allocates is the load's (`res`)."""
+def _argmax_tail(built: Built, graph: g.VkGraph, res: Resources, options: Options) -> tuple[list, list, RTensor]:
+    """The dispatches, pipelines and int32 output of the argmax, over its last dim, of a method's
+    one float output (`aten.argmax.default`, built as any op is), with tensors of its own (the
+    load's: `res`)."""
     if len(graph.output_ids) != 1:
         raise LoadError(f"argmax needs a method of one output, not {len(graph.output_ids)}")
     logits = built.builder.tensors[graph.output_ids[0]]
@@ -380,14 +379,52 @@ def record_argmax(built: Built, graph: g.VkGraph, res: Resources, options: Optio
                                                    for x in builder.dispatches])
     for t in builder.used_tensors():
         t.buffer = logits.buffer if t.vid == 0 else res.allocator.buffer(t.nbytes, "activations", "device")
-    out = builder.tensors[3]
+    return builder.dispatches, pipelines, builder.tensors[3]
+
+
+def record_argmax(built: Built, graph: g.VkGraph, res: Resources, options: Options,
+                  io_in: list) -> tuple[Executor, RTensor, Buffer]:
+    """A second recording of a method of one float output: its dispatches, then that output's
+    argmax over its last dim into a small tensor, the only thing read back (`Method.argmax`).
+    Returns (the executor, that tensor, its readback buffer)."""
+    dispatches, pipelines, out = _argmax_tail(built, graph, res, options)
     readback = res.allocator.buffer(out.nbytes, "io", "readback")
-    executor = Executor(res.device, [*built.builder.dispatches, *builder.dispatches],
+    executor = Executor(res.device, [*built.builder.dispatches, *dispatches],
                         [*built.pipelines, *pipelines], io_in, [(out, readback)])
     res.executors.append(executor)
     executor.record()
     executor.warm_up()
     return executor, out, readback
+
+
+GREEDY_CHAIN = 16
+"""Greedy steps one submission chains (`Method.greedy` submits more in turns): the host's fixed
+cost of a submission (submit, wait, read back: ~1.3 ms on the H200, docs/benchmarks.md) is spread
+over 16 tokens, while the step recordings (one per place in the chain) stay few."""
+
+
+def record_greedy(built: Built, graph: g.VkGraph, res: Resources, options: Options, io_in: list) -> tuple[Steps, Buffer]:
+    """Greedy decoding chained on the device, for a decode method `(input_ids [1, 1], cache_position
+    [1]) -> logits` (`Method.chains_greedy`): a step is the method's dispatches, the argmax of its
+    logits, and shaders/next_token.comp, which appends the token to a buffer and makes it and the
+    next position the method's inputs; `Method.greedy` submits up to GREEDY_CHAIN steps at once
+    (record.Steps). Returns the steps and the readback buffer of [count, tokens...]."""
+    (_, ids), (first_io, position) = io_in  # as Method.chains_greedy checked
+    dispatches, pipelines, chosen = _argmax_tail(built, graph, res, options)
+    tokens = RTensor(TensorArg(-1, (GREEDY_CHAIN + 1,), dtypes.INT32), dtypes.INT32)
+    tokens.buffer = res.allocator.buffer(tokens.nbytes, "activations", "device")
+    first = RTensor(position.arg, position.staging)
+    first.buffer = first_io
+    hand_over = Dispatch("next_token", (), [(t, 0, 4) for t in (chosen, ids, position, first)]
+                         + [(tokens, 0, tokens.nbytes)], b"", (1, 1, 1), "next_token")
+    pipelines += pipelines_for(res.device).get_all([("next_token", {}, 5, ())])
+    readback = res.allocator.buffer(tokens.nbytes, "io", "readback")
+    steps = Steps(res.device, [*built.builder.dispatches, *dispatches, hand_over], [*built.pipelines, *pipelines],
+                  io_in, [(tokens, readback)], counter=tokens, chain=GREEDY_CHAIN)
+    res.executors.append(steps)
+    steps.record()
+    steps.warm_up()
+    return steps, readback
 
 
 # --------------------------------------------------------------------------- the load
@@ -450,7 +487,8 @@ def load_methods(graphs: dict[str, g.VkGraph], source, bases: Sequence[int], sch
             executor = record(built, res, io_in, io_out)
             methods[name] = Method(res, graph, executor, io_in, io_out, options.schedule,
                                    "import" if res.uploader.imports else res.uploader.mode, name,
-                                   functools.partial(record_argmax, built, graph, res, options, io_in))
+                                   functools.partial(record_argmax, built, graph, res, options, io_in),
+                                   functools.partial(record_greedy, built, graph, res, options, io_in))
         dev.check()
         return methods
     except BaseException as error:

@@ -246,3 +246,10 @@ def reduce_stats(builder: OpBuilder, call: Call) -> None:
     defines = {**_types(builder, ("X", "x", src), ("Y", "y", out)), STATS[call.decl.name]: "1"}
     groups, wg = row_dispatch(builder, out.numel, count)
     builder.dispatch("reduce_stats", [src, out], push, groups, {**defines, **wg})
+
+
+@variants("next_token")
+def next_token_variants() -> Iterable[Defines]:
+    """shaders/next_token.comp, the hand-over of an argmax's token to the next greedy step chained on
+    the device (loader/stages.py, record_greedy): no defines."""
+    yield {}

@@ -8,7 +8,7 @@ import torch
 from tests.llm.families import VOCAB, write_folder
 from vkx.export import hf
 from vkx.loader.errors import InputError
-from vkx.loader.generate import LMShape, Sampling, Timings, generate, sample
+from vkx.loader.generate import LMShape, Sampling, Timings, generate, greedy_by_calls, sample
 from vkx.format.errors import VkxError
 
 
@@ -27,7 +27,8 @@ class TorchDecoder:
     def prefill_argmax(self, input_ids, cache_position):
         return self.prefill(input_ids, cache_position).argmax(-1)
 
-    decode_argmax = prefill_argmax
+    def decode_greedy(self, input_ids, cache_position, steps):
+        return greedy_by_calls(self.prefill_argmax, input_ids, cache_position, steps)
 
     def reset(self):
         self.lm.reset()
@@ -100,6 +101,26 @@ def test_generation_matches_transformers_greedy(qwen, prompt_len):
     assert timings.decode_tokens_per_s > 0
     # a second generation starts from a clean cache
     assert list(generate(decoder, prompt[0].tolist(), 32, LMShape(8, 64, VOCAB))) == tokens
+
+
+def test_greedy_decodes_in_doubling_bursts_and_stops_inside_one(qwen):
+    """Decode steps are asked for in bursts of 1, 2, 4, ... MAX_BURST tokens (one device submission
+    each for a vkx program); a stop token inside a burst ends the output there."""
+    decoder = TorchDecoder(hf.CausalLM(qwen, 64))
+    bursts, chained = [], decoder.decode_greedy
+
+    def spy(input_ids, cache_position, steps):
+        bursts.append(steps)
+        return chained(input_ids, cache_position, steps)
+
+    decoder.decode_greedy = spy
+    timings = Timings()
+    tokens = list(generate(decoder, [1, 2, 3], 40, LMShape(8, 64, VOCAB), timings=timings))
+    assert bursts == [1, 2, 4, 8, 16, 8] and len(tokens) == 40
+    assert timings.decode_tokens == 39 == len(timings.step_seconds)
+    stop = tokens[12]  # decoded in the burst of 8
+    assert list(generate(decoder, [1, 2, 3], 40, LMShape(8, 64, VOCAB), stop=[stop])) == \
+        tokens[:tokens.index(stop) + 1]
 
 
 def test_sampled_generation_is_reproducible(qwen):

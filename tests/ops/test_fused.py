@@ -99,8 +99,12 @@ class DecodeAttention(torch.nn.Module):
 
 @pytest.mark.parametrize("dtype", EXPORT_DTYPES, ids=lambda d: _NAMES[d])
 @pytest.mark.parametrize("dims", [(8, 2, 1, 37, 64), (4, 4, 3, 300, 32)], ids=lambda d: "x".join(map(str, d)))
-def test_decode_attention_against_three_dispatches_and_torch(dtype, dims, tmp_path, monkeypatch):
+@pytest.mark.parametrize("split", [False, True], ids=["one-chunk", "split"])
+def test_decode_attention_against_three_dispatches_and_torch(dtype, dims, split, tmp_path, monkeypatch):
+    """One workgroup a query row, or (`split`: as many workgroups a row as 64-position chunks, on
+    any device) the cache split along its positions and the partials merged by attention_combine."""
     hq, hkv, L, S, E = dims
+    monkeypatch.setattr(attention, "DECODE_GROUPS_PER_UNIT", 1 << 16 if split else 0)
     q, k, v = rand(1, hq, L, E, seed=3), rand(1, hkv, S, E, seed=4), rand(1, hkv, S, E, seed=5)
     visible = torch.arange(S)[None, None, None, :] <= torch.tensor([S - 9 + i for i in range(L)])[None, None, :, None]
     path = _export(DecodeAttention(), (q, k, v, visible), tmp_path, dtype)
@@ -109,7 +113,8 @@ def test_decode_attention_against_three_dispatches_and_torch(dtype, dims, tmp_pa
     with monkeypatch.context() as m:
         m.setattr(attention, "_decode", lambda *args: False)
         unfused, unfused_shaders = _run(path, inputs, True, monkeypatch)
-    assert fused_shaders == {"attention_decode": 1} and "attention_decode" not in unfused_shaders
+    chunks = {"attention_combine": 1} if split and S > attention.DECODE_MIN_CHUNK else {}
+    assert fused_shaders == {"attention_decode": 1, **chunks} and "attention_decode" not in unfused_shaders
     want = DecodeAttention()(*inputs)
     assert_close_in(fused, want, dtype, terms=S)
     assert_close_in(unfused, want, dtype, terms=S)
