@@ -19,6 +19,7 @@ from vkx.loader import ops
 from vkx.loader.chain import Fused
 from vkx.loader.errors import BadProgramError, LimitError, UnsupportedOpError, as_load_error
 from vkx.loader.fuse import fuse as fuse_chain
+from vkx.loader.limits import Limits
 
 if TYPE_CHECKING:
     from vkx.loader.memory import Buffer  # memory imports vulkan; building a graph does not
@@ -80,22 +81,15 @@ class Dispatch:
 class GraphBuilder:
     """Builds the dispatch list of a VkGraph (the OpBuilder the ops see)."""
 
-    def __init__(self, graph: g.VkGraph, max_binding_bytes: int, offset_alignment: int,
-                 push_bytes: int = 128, max_groups: tuple = (65535, 65535, 65535),
-                 compute_units: int = 1, shared_memory_bytes: int = 16384, is_cpu: bool = False,
-                 max_invocations: int = 1024, features: frozenset = frozenset(ops.STORAGE_FEATURES.values()),
+    def __init__(self, graph: g.VkGraph, limits: Limits, compute_units: int = 1, is_cpu: bool = False,
                  fp16_cooperative_matrix: bool = False):
+        """`limits`: what the graph is built under (`OpBuilder.limits`); the rest: the device's
+        facts of the same names (vkx.loader.device.Device)."""
         self.graph = graph
-        self.fp16_cooperative_matrix = fp16_cooperative_matrix
-        self.max_invocations = max_invocations
-        self.features = features
+        self.limits = limits
         self.compute_units = compute_units
-        self.shared_memory_bytes = shared_memory_bytes
         self.is_cpu = is_cpu
-        self.max_binding_bytes = max_binding_bytes
-        self.offset_alignment = offset_alignment
-        self.push_bytes = push_bytes
-        self.max_groups = max_groups
+        self.fp16_cooperative_matrix = fp16_cooperative_matrix
         self.tensors: dict[int, RTensor] = {}
         self.temps: list[RTensor] = []
         self._scratch: RTensor | None = None
@@ -126,7 +120,7 @@ class GraphBuilder:
                 if v.staging_datatype != g.DataType.UNSET and v.constant_id < 0:
                     staging = device_dtype(vid, v.staging_datatype)
                 if v.constant_id < 0 and vid not in weights:  # weights stay as stored, read by words
-                    arg = ops.TensorArg(vid, arg.shape, ops.held_dtype(arg.dtype, features))
+                    arg = ops.TensorArg(vid, arg.shape, ops.held_dtype(arg.dtype, limits.features))
                 self.tensors[vid] = RTensor(arg, staging, v.constant_id, v.mem_obj_id)
         for vid in [*graph.input_ids, *graph.output_ids]:
             if vid not in self.tensors:
@@ -167,7 +161,7 @@ class GraphBuilder:
             raise as_load_error(error) from None
         calls = {id(op): (call, fn) for op, call, fn in zip(self.graph.chain, bound, fns)}
         declared = {vid: t.arg for vid, t in self.tensors.items()}  # each value's own shape, as bound
-        for step in fuse_chain(self.graph, self.max_binding_bytes):
+        for step in fuse_chain(self.graph, self.limits.max_storage_buffer_range):
             try:
                 if isinstance(step, Fused):
                     self._node = f"nodes {', '.join(map(str, step.node_ids))} (fused {step.name})"
@@ -301,26 +295,28 @@ class GraphBuilder:
             if t is None:
                 raise BadProgramError(f"{self._node}: binding {i} names unknown tensor {arg.vid}")
             limit = max(-(-t.nbytes // 4) * 4, 16)  # buffers are whole words (Allocator.create_unbound)
-            if offset % self.offset_alignment:
-                raise LimitError(f"{self._node}: binding {i} offset {offset} is not a multiple "
-                                 f"of minStorageBufferOffsetAlignment {self.offset_alignment}")
+            if offset % self.limits.min_storage_buffer_offset_alignment:
+                raise LimitError(f"{self._node}: binding {i} offset {offset} is not a multiple of "
+                                 f"minStorageBufferOffsetAlignment {self.limits.min_storage_buffer_offset_alignment}")
             if offset < 0 or size < 0 or offset + size > limit:
                 raise UnsupportedOpError(f"{self._node}: binding {i} range [{offset}, {offset + size}) "
                                          f"is outside tensor {arg.vid} ({t.nbytes} bytes)")
-            if size > self.max_binding_bytes:
+            if size > self.limits.max_storage_buffer_range:
                 raise LimitError(f"{self._node}: binding {i} covers {size} bytes, over "
-                                 f"maxStorageBufferRange {self.max_binding_bytes}; bind SubRanges")
+                                 f"maxStorageBufferRange {self.limits.max_storage_buffer_range}; bind SubRanges")
             resolved.append((t, offset, max(-(-size // 4) * 4, 4)))  # whole words: read_defines may read by words
         push = bytes(push or b"")
-        if len(push) > self.push_bytes:
-            raise LimitError(f"{self._node}: {len(push)} push-constant bytes, over maxPushConstantsSize {self.push_bytes}")
+        if len(push) > self.limits.max_push_constants_size:
+            raise LimitError(f"{self._node}: {len(push)} push-constant bytes, over maxPushConstantsSize "
+                             f"{self.limits.max_push_constants_size}")
         if len(push) % 4:
             push += b"\0" * (4 - len(push) % 4)
         groups = tuple(int(x) for x in groups)
         if len(groups) != 3 or any(x < 0 for x in groups):
             raise ValueError(f"{self._node}: groups must be three counts, got {groups}")
-        if any(x > m for x, m in zip(groups, self.max_groups)):
-            raise LimitError(f"{self._node}: {groups} workgroups exceed maxComputeWorkGroupCount {self.max_groups}")
+        most = self.limits.max_compute_work_group_count
+        if any(x > m for x, m in zip(groups, most)):
+            raise LimitError(f"{self._node}: {groups} workgroups exceed maxComputeWorkGroupCount {most}")
         if 0 in groups:
             return  # nothing to do (an empty tensor)
         key = tuple(sorted((str(k), str(v)) for k, v in (defines or {}).items()))

@@ -3,10 +3,10 @@
 A `Limits` is what vkx may use on a device: what the device reports, or, under a device profile
 (`VKX_DEVICE_PROFILE`, `--profile`), the lower of the device's figure and the profile's, and only
 the features both have. Kernels choose their workgroup sizes, tilings and binding ranges from it
-(`vkx.loader.device.Device.limits`); `check_pipeline` refuses a pipeline over it, and
-`vkx.loader.graph.GraphBuilder.dispatch` a binding, push constants or a grid over it, each with a
-`LimitError` naming the kernel, the limit and the value. The profiles' figures and their
-sources: docs/profiles.md.
+(`vkx.loader.device.Device.limits`, handed to them as `vkx.loader.ops.OpBuilder.limits`);
+`check_pipeline` refuses a pipeline over it, and `vkx.loader.graph.GraphBuilder.dispatch` a
+binding, push constants or a grid over it, each with a `LimitError` naming the kernel, the limit
+and the value. The profiles' figures and their sources: docs/profiles.md.
 """
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ staging buffer, and keeps the host copies until the end: peak 2W + A + IO + w + 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import vulkan as vk
@@ -191,13 +191,12 @@ def build(graph: g.VkGraph, device: Device, options: Options, source, base: int 
 
 
 def _graph_builder(graph: g.VkGraph, device: Device, options: Options) -> GraphBuilder:
-    """A builder of `graph` for this device's limits."""
-    limits = device.limits
-    limit = min(options.max_binding_bytes or limits.max_storage_buffer_range, limits.max_storage_buffer_range)
-    return GraphBuilder(graph, limit, limits.min_storage_buffer_offset_alignment,
-                        pipelines_for(device).push_bytes, limits.max_compute_work_group_count,
-                        device.compute_units, limits.max_compute_shared_memory_size, device.is_cpu,
-                        limits.max_compute_work_group_invocations, limits.features, device.fp16_cooperative_matrix)
+    """A builder of `graph` for this device: its limits in force, the binding range lowered to the
+    load's `max_binding_bytes`, the push constants to what vkx's pipelines declare."""
+    binding = device.limits.max_storage_buffer_range
+    limits = replace(device.limits, max_storage_buffer_range=min(options.max_binding_bytes or binding, binding),
+                     max_push_constants_size=pipelines_for(device).push_bytes)
+    return GraphBuilder(graph, limits, device.compute_units, device.is_cpu, device.fp16_cooperative_matrix)
 
 
 def share_constants(built: Built, source) -> None:

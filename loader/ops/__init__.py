@@ -26,6 +26,7 @@ from vkx.format import dtypes, opset
 from vkx.format.contract import Call
 from vkx.format.dtypes import DType
 from vkx.loader.errors import UnsupportedOpError
+from vkx.loader.limits import Limits
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,7 @@ def dtype_code(dtype: DType) -> int:
 def reads_by_words(builder: "OpBuilder") -> bool:
     """Whether `builder`'s device lacks narrow storage, so that shaders read 16- and 8-bit inputs
     (weights: what the device writes is held in 32 bits) through 32-bit words."""
-    return not narrow_storage(builder.features)
+    return not narrow_storage(builder.limits.features)
 
 
 def any_dtype_defines(**flags: bool) -> dict[str, int]:
@@ -182,7 +183,7 @@ def read_defines(builder: "OpBuilder", prefix: str, buffer: str, tensor: "Tensor
     reads it through 32-bit words (`<P>_T` is uint), which every device can (buffers and bindings are
     whole words: the last word of an odd tensor has padding beside it)."""
     need = STORAGE_FEATURES.get(tensor.dtype.itemsize)
-    if need is None or need in builder.features:
+    if need is None or need in builder.limits.features:
         return elem_defines(prefix, buffer, tensor.dtype)
     return word_read_defines(prefix, buffer, tensor.dtype)
 
@@ -205,20 +206,13 @@ Binding = Union[TensorArg, SubRange]
 
 
 class OpBuilder(Protocol):
-    max_binding_bytes: int
-    """Largest range one storage-buffer binding may cover (maxStorageBufferRange)."""
-    offset_alignment: int
-    """Required alignment of `SubRange.offset` (minStorageBufferOffsetAlignment)."""
+    limits: Limits
+    """The limits and features a graph is built under (vkx.loader.limits): the device's in force, its
+    binding range lowered to the load's `max_binding_bytes` and its push constants to vkx's pipeline
+    layout's. Kernels split at `max_storage_buffer_range`, align `SubRange.offset` to
+    `min_storage_buffer_offset_alignment`, and choose by `features` (`read_defines`)."""
     compute_units: int
     """The device's compute units (vkx.loader.device.Device.compute_units)."""
-    max_groups: tuple[int, int, int]
-    """Workgroups one dispatch may have along x, y and z (maxComputeWorkGroupCount)."""
-    shared_memory_bytes: int
-    """Shared memory one workgroup may use (maxComputeSharedMemorySize)."""
-    max_invocations: int
-    """Invocations one workgroup may have (maxComputeWorkGroupInvocations in force)."""
-    features: frozenset[str]
-    """The device features in force (vkx.loader.limits.FEATURES), for `read_defines`."""
     is_cpu: bool
     """Whether the device is a CPU (lavapipe): kernels tuned for GPUs may choose otherwise there."""
     fp16_cooperative_matrix: bool

@@ -115,8 +115,8 @@ def attention(builder: OpBuilder, node: str, q: TensorArg, k: TensorArg, v: Tens
     else:
         mbatch, sml, sms = (0,) * len(out_batch), 0, 0
     outer, (nb1, nb2), inner = batch_plan(out_batch, [sr, mbatch])
-    limit = builder.max_binding_bytes - builder.offset_alignment
-    chunk = max(1, limit // (4 * S)) if scores.nbytes > builder.max_binding_bytes else None
+    limit = builder.limits.max_storage_buffer_range - builder.limits.min_storage_buffer_offset_alignment
+    chunk = max(1, limit // (4 * S)) if scores.nbytes > builder.limits.max_storage_buffer_range else None
     for offs in outer:
         nrows = nb1 * nb2 * rows_per_batch
         step = chunk or nrows
@@ -151,13 +151,15 @@ def _decode(builder: OpBuilder, q: TensorArg, k: TensorArg, v: TensorArg, out: T
         return False
     if L > DECODE_ROWS or E > DECODE_MAX_E or E % 8 or S == 0:
         return False
-    if 4 * (DECODE_MAX_CHUNK + DECODE_MAX_E + 64) > builder.shared_memory_bytes:
+    limits = builder.limits
+    if 4 * (DECODE_MAX_CHUNK + DECODE_MAX_E + 64) > limits.max_compute_shared_memory_size:
         return False
-    if any(t.nbytes > builder.max_binding_bytes for t in (q, k, v, out, *([mask] if mask is not None else []))):
+    if any(t.nbytes > limits.max_storage_buffer_range for t in (q, k, v, out, *([mask] if mask is not None else []))):
         return False
     rows = math.prod(lead) * hq * L
     chunk, P = decode_split(rows, S, builder.compute_units)
-    if P > builder.max_groups[0] or rows > builder.max_groups[1] or 4 * rows * P * (Ev + 2) > builder.max_binding_bytes:
+    groups = limits.max_compute_work_group_count
+    if P > groups[0] or rows > groups[1] or 4 * rows * P * (Ev + 2) > limits.max_storage_buffer_range:
         return False
     defines: dict[str, int | str] = {**elem_defines("Q", "q", q.dtype), **elem_defines("K", "k", k.dtype),
                                      **elem_defines("V", "v", v.dtype), **elem_defines("O", "o", out.dtype),

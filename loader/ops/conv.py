@@ -122,11 +122,12 @@ def _convolution(builder: OpBuilder, call: Call, clamp: tuple[float, float] | No
 
     # Samples per dispatch: all of them unless x/out exceed a binding or the grid.
     xn, on = Cin * H * W, Cout * OH * OW
-    limit = builder.max_binding_bytes
+    limit = builder.limits.max_storage_buffer_range
     if x.nbytes <= limit and out.nbytes <= limit:
         step = N
     else:
-        step = max(1, (limit - builder.offset_alignment) // max(xn * x.dtype.itemsize, on * out.dtype.itemsize))
+        step = max(1, (limit - builder.limits.min_storage_buffer_offset_alignment)
+                   // max(xn * x.dtype.itemsize, on * out.dtype.itemsize))
     step = max(1, min(step, MAX_GROUPS // per_n))
     wg_x = min(8, _pow2_at_least(tiles_x))
     wg_y = min(64 // wg_x, _pow2_at_least(OH))
@@ -164,9 +165,9 @@ def pool2d(builder: OpBuilder, call: Call, dilation: Sequence[int], count_includ
     if total == 0:
         return
     for t in (x, out, *([indices] if indices else [])):
-        if t.nbytes > builder.max_binding_bytes:
+        if t.nbytes > builder.limits.max_storage_buffer_range:
             raise UnsupportedOpError(f"{call.node}: a {t.nbytes}-byte tensor exceeds the "
-                                     f"{builder.max_binding_bytes}-byte storage-buffer binding limit")
+                                     f"{builder.limits.max_storage_buffer_range}-byte storage-buffer binding limit")
     push = _POOL_PUSH.pack(total, H, W, OH, OW, kh, kw, sy, sx, py, px, dy, dx,
                            int(count_include_pad), int(divisor_override))
     defines = {**read_defines(builder, "X", "x", x), **elem_defines("O", "o", out.dtype)}

@@ -182,7 +182,7 @@ def binary(builder: OpBuilder, call: Call) -> None:
     if len(sizes) > MAX_DIMS:
         raise UnsupportedOpError(f"broadcast over {len(sizes)} non-mergeable dims (max {MAX_DIMS})")
     for x in (ta, tb, out):
-        if x.nbytes > builder.max_binding_bytes:
+        if x.nbytes > builder.limits.max_storage_buffer_range:
             raise UnsupportedOpError(f"broadcasting on a tensor {x.shape} larger than one storage binding")
     builder.dispatch("binary", [ta, tb, out], push(n, sizes, csa, csb), dispatch_groups(n), defines, spec)
 

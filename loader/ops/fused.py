@@ -22,7 +22,7 @@ def rotate_half(builder: OpBuilder, x: TensorArg, cos: TensorArg, sin: TensorArg
     h3, size, d3] at the rows `index` gives (an attention's v into its cache)."""
     if len(x.shape) > 4 or x.shape[-1] % 2:
         raise UnsupportedOpError(f"rotary over x {x.shape}: at most four dims and an even last one")
-    if any(t.nbytes > builder.max_binding_bytes for t in (x, cos, sin, out)):
+    if any(t.nbytes > builder.limits.max_storage_buffer_range for t in (x, cos, sin, out)):
         raise UnsupportedOpError(f"rotary over x {x.shape}: a tensor larger than one storage binding")
     shape = (1,) * (4 - len(x.shape)) + tuple(x.shape)
     c = broadcast_strides(cos.shape, shape)
@@ -39,7 +39,7 @@ def rotate_half(builder: OpBuilder, x: TensorArg, cos: TensorArg, sin: TensorArg
         shape2 = shape[:1] + (x2.shape[-3],) + shape[2:]
         if (1,) * (4 - len(x2.shape)) + tuple(x2.shape) != shape2 or out2.shape != x2.shape or \
                 (c, s) != (broadcast_strides(cos.shape, shape2), broadcast_strides(sin.shape, shape2)) or \
-                any(t.nbytes > builder.max_binding_bytes for t in second):
+                any(t.nbytes > builder.limits.max_storage_buffer_range for t in second):
             raise UnsupportedOpError(f"rotary of {x2.shape} beside {x.shape}: cos and sin read alike, within a binding")
         defines.update(SECOND=1, **read_defines(builder, "X2", "x2", x2), **elem_defines("Y2", "y2", out2.dtype))
         pairs2, heads2 = x2.numel // 2, shape2[1]
@@ -48,7 +48,7 @@ def rotate_half(builder: OpBuilder, x: TensorArg, cos: TensorArg, sin: TensorArg
         x3, cache3 = copied
         if second is None or len(x3.shape) != 4 or x3.shape[2:] != x.shape[2:] or x3.shape[0] != x.shape[0] \
                 or cache3.shape != x3.shape[:2] + out.shape[2:] \
-                or any(t.nbytes > builder.max_binding_bytes for t in copied):
+                or any(t.nbytes > builder.limits.max_storage_buffer_range for t in copied):
             raise UnsupportedOpError(f"{x3.shape} into a cache {cache3.shape} beside a rotary of {x.shape}")
         defines.update(THIRD=1, **read_defines(builder, "X3", "x3", x3), **elem_defines("Y3", "y3", cache3.dtype))
         pairs3, heads3 = x3.numel // 2, x3.shape[1]

@@ -15,7 +15,7 @@ dtype are described by element strides, so linear's W[N, K] is read in place
 (B[k, n] = W[n, k]) and broadcast batch dims are stride 0; products accumulate in
 fp32 and round once on the store. `gemm()` is the one entry point; it also
 splits a dispatch whose operands do not fit one storage-buffer binding
-(`builder.max_binding_bytes`): W by output rows (each chunk writes its column
+(`builder.limits.max_storage_buffer_range`): W by output rows (each chunk writes its column
 slice of C), A and C by rows, and batches one by one.
 """
 from __future__ import annotations
@@ -97,14 +97,14 @@ def gemm(builder: OpBuilder, a: Operand, b: Operand, c: Operand, M: int, N: int,
 
 def _split(builder, a, b, c, M, N, K, bias, alpha, beta, fit_a, fit_b, fit_c) -> None:
     """One batch whose operands do not all fit a binding: split by output columns or rows."""
-    align = builder.offset_alignment
-    limit = builder.max_binding_bytes - align
+    align = builder.limits.min_storage_buffer_offset_alignment
+    limit = builder.limits.max_storage_buffer_range - align
     if not fit_b and b.sj >= b.si * K and N > 1:
         # B's columns are contiguous blocks (linear's W[N, K] rows): split by output columns.
         # Chunks start on aligned bytes when W's row size and offset are aligned.
         col_bytes = b.tensor.dtype.itemsize * b.sj
         exact = col_bytes % align == 0 and (b.tensor.dtype.itemsize * b.off) % align == 0
-        step = max(1, (builder.max_binding_bytes if exact else limit) // col_bytes)
+        step = max(1, (builder.limits.max_storage_buffer_range if exact else limit) // col_bytes)
         if step >= 4:
             step -= step % 4
         if step < N:
@@ -126,7 +126,7 @@ def _split(builder, a, b, c, M, N, K, bias, alpha, beta, fit_a, fit_b, fit_c) ->
             return
     raise UnsupportedOpError(
         f"matmul operands ({M}x{K} @ {K}x{N}) cannot be split into storage-buffer bindings "
-        f"of at most {builder.max_binding_bytes} bytes")
+        f"of at most {builder.limits.max_storage_buffer_range} bytes")
 
 
 def _row_bytes(op: Operand) -> int:
@@ -181,7 +181,7 @@ def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
         defines.update(B_VEC_K=1, **load4("B", "b4", b.tensor.dtype))
     elif b.sj == 1 and N % 4 == 0 and _vec_ok(boff, [(b.si, K), (b.sb1, nb1), (b.sb2, nb2)]):
         defines.update(B_VEC_N=1, **load4("B", "b4", b.tensor.dtype))
-    if M >= TILED_MIN and N >= TILED_MIN and builder.max_invocations >= TILED_INVOCATIONS:
+    if M >= TILED_MIN and N >= TILED_MIN and builder.limits.max_compute_work_group_invocations >= TILED_INVOCATIONS:
         layout = use_coop(builder, a, aoff, b, boff, c, bias, M, N, K, nb1, nb2)
         if layout is not None:
             record_coop(builder, bindings, layout, M, N, K, nb1, nb2,
@@ -223,7 +223,7 @@ def use_coop(builder: OpBuilder, a: Operand, aoff: int, b: Operand, boff: int, c
     """The B layout define when a tiled product takes shaders/matmul_coop.comp (the device has fp16
     cooperative matrices and the shared memory of its tiles, and the operands suit it:
     vkx.loader.ops.gemm_coop.coop_layout), else None. `aoff` / `boff`: A's and B's offsets in their bindings."""
-    if not builder.fp16_cooperative_matrix or not fits(builder.shared_memory_bytes):
+    if not builder.fp16_cooperative_matrix or not fits(builder.limits.max_compute_shared_memory_size):
         return None
     a_vec = a.sj == 1 and K % 8 == 0 and _vec_ok(aoff, [(a.si, M), (a.sb1, nb1), (a.sb2, nb2)], 8)
     b_vec_k = b.si == 1 and K % 8 == 0 and _vec_ok(boff, [(b.sj, N), (b.sb1, nb1), (b.sb2, nb2)], 8)
@@ -282,11 +282,13 @@ def matvec_shape(builder: OpBuilder, kernel: str, chunks: int) -> tuple[MatvecSh
     device class's, with invocations halved while half of them would still have a chunk (no idle
     invocations on short rows); its defines: ROWS (one of MATVEC_ROWS) and SUBGROUP where the device
     has subgroup operations."""
-    shape = MATVEC_SHAPES[(device_class(builder.is_cpu, builder.features, builder.max_invocations), kernel)]
-    invocations = min(shape.invocations, builder.max_invocations)
+    limits = builder.limits
+    kind = device_class(builder.is_cpu, limits.features, limits.max_compute_work_group_invocations)
+    shape = MATVEC_SHAPES[(kind, kernel)]
+    invocations = min(shape.invocations, limits.max_compute_work_group_invocations)
     while invocations > MIN_INVOCATIONS and invocations // 2 >= chunks:
         invocations //= 2
-    defines = {"ROWS": shape.rows, **({"SUBGROUP": 1} if "subgroupOperations" in builder.features else {})}
+    defines = {"ROWS": shape.rows, **({"SUBGROUP": 1} if "subgroupOperations" in limits.features else {})}
     return MatvecShape(shape.rows, invocations), defines
 
 
@@ -342,7 +344,7 @@ def matvec_glu(builder: OpBuilder, x: TensorArg, gate: TensorArg, up: TensorArg,
     (K a multiple of 8, each tensor within one binding): shaders/matvec.comp's GLU, both weights
     read in one workgroup, fp32 sums, one rounding on the store."""
     n, k = gate.shape
-    if k % 8 or any(t.nbytes > builder.max_binding_bytes for t in (x, gate, up, out)):
+    if k % 8 or any(t.nbytes > builder.limits.max_storage_buffer_range for t in (x, gate, up, out)):
         raise UnsupportedOpError(f"gate/up product of [{n}, {k}] weights: K a multiple of 8 and each "
                                  f"tensor within one binding")
     shape, extra = matvec_shape(builder, "matvec", k // 8)
@@ -360,7 +362,7 @@ def matvec_products(builder: OpBuilder, x: TensorArg, weights: Sequence[TensorAr
     dispatch, each workgroup on one weight's rows."""
     k = x.shape[-1]
     if k % 8 or any(w.shape[1] != k or w.dtype != weights[0].dtype for w in weights) \
-            or any(t.nbytes > builder.max_binding_bytes for t in (x, *weights, *outs)):
+            or any(t.nbytes > builder.limits.max_storage_buffer_range for t in (x, *weights, *outs)):
         raise UnsupportedOpError(f"products of {[list(w.shape) for w in weights]} weights: one dtype, K a "
                                  f"multiple of 8, each tensor within one binding")
     shape, extra = matvec_shape(builder, "matvec", k // 8)

@@ -108,7 +108,7 @@ def record_coop(builder: OpBuilder, bindings: Sequence[Binding], layout: str, M:
                 bias: Optional[tuple[int, int, int, dtypes.DType]], alpha: float, beta: float) -> None:
     """Record C = alpha * A @ B (+ beta * bias) through shaders/matmul_coop.comp (`layout`: from
     `coop_layout`); the other arguments as vkx.loader.ops.gemm_tiled.record_tiled's."""
-    t = choose_coop_tiling(M, N, K, nb1 * nb2, builder.compute_units, builder.shared_memory_bytes)
+    t = choose_coop_tiling(M, N, K, nb1 * nb2, builder.compute_units, builder.limits.max_compute_shared_memory_size)
     record_passes(builder, "matmul_coop", bindings, _defines(t, layout, c_dtype, bias is not None),
                   (t.bm, t.bn, BK, t.split), M, N, K, nb1, nb2, ab, out, c_dtype, bias, alpha, beta)
 

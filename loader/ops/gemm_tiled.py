@@ -105,10 +105,11 @@ def record_tiled(builder: OpBuilder, bindings: Sequence[Binding], defines: dict,
     row stride, batch strides), `bias` its (offset, row stride, column stride, dtype).
     """
     nb = nb1 * nb2
-    t = choose_tiling(M, N, K, nb, builder.compute_units, builder.shared_memory_bytes, builder.is_cpu)
-    if t.shared_bytes > builder.shared_memory_bytes:
+    shared = builder.limits.max_compute_shared_memory_size
+    t = choose_tiling(M, N, K, nb, builder.compute_units, shared, builder.is_cpu)
+    if t.shared_bytes > shared:
         raise UnsupportedOpError(f"matmul tiling {t} needs {t.shared_bytes} bytes of shared memory, "
-                                 f"over the device's {builder.shared_memory_bytes}")
+                                 f"over the device's {shared}")
     record_passes(builder, "matmul_tiled", bindings, {**defines, "RT": t.rt, "CT": t.ct, "BK": t.bk},
                   (t.bm, t.bn, t.bk, t.split), M, N, K, nb1, nb2, ab, out, c_dtype, bias, alpha, beta)
 
@@ -125,7 +126,7 @@ def record_passes(builder: OpBuilder, shader: str, bindings: Sequence[Binding], 
     part = nb * M * N  # elements of one split's partial product
     split = 1  # K == 0 has nothing to split; the reduce's grid has a row of groups per row of C
     if K > 0 and M <= MAX_GROUPS:
-        split = max(1, min(want, builder.max_binding_bytes // (4 * part), MAX_GROUPS // nb))
+        split = max(1, min(want, builder.limits.max_storage_buffer_range // (4 * part), MAX_GROUPS // nb))
     kchunk = K
     if split > 1:
         kchunk = -(-(-(-K // split)) // bk) * bk  # a multiple of BK, so vector loads stay whole

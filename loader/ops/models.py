@@ -52,7 +52,7 @@ def expand_copy(builder: OpBuilder, call: Call) -> None:
 
 def _whole(builder: OpBuilder, *tensors: TensorArg) -> None:
     for t in tensors:
-        if t.nbytes > builder.max_binding_bytes:
+        if t.nbytes > builder.limits.max_storage_buffer_range:
             raise UnsupportedOpError(f"a tensor {t.shape} larger than one storage binding")
 
 

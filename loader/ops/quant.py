@@ -81,7 +81,7 @@ def _matvec_whole(builder: OpBuilder, x: TensorArg, weights: Sequence[tuple[Tens
     vkx's packing: weights [N_i, K / values a byte] with scales [N_i, K / group], each tensor within
     one binding, rows of whole 16-byte chunks inside the scale groups."""
     tensors = [x, *outs, *(t for pair in weights for t in pair)]
-    if group % (128 // bits) or any(t.nbytes > builder.max_binding_bytes for t in tensors) \
+    if group % (128 // bits) or any(t.nbytes > builder.limits.max_storage_buffer_range for t in tensors) \
             or any(w.shape[1] != weights[0][0].shape[1] for w, _ in weights):
         raise UnsupportedOpError(f"{kind} of {[list(w.shape) for w, _ in weights]} {bits}-bit weights: each "
                                  f"tensor within one binding, rows of whole 16-byte chunks a scale group")
@@ -198,7 +198,7 @@ def embedding_q4gsw(builder: OpBuilder, call: Call) -> None:
 def dequantize_affine(builder: OpBuilder, call: Call) -> None:
     """Each call, as ExecuTorch runs it: its output is an activation (planned memory may be shared)."""
     q, s, zp, out = call.tensor("input"), call.tensor("scale"), call["zero_point"], call.out
-    big = [t for t in (q, s, out) if t.nbytes > builder.max_binding_bytes]
+    big = [t for t in (q, s, out) if t.nbytes > builder.limits.max_storage_buffer_range]
     if big:
         raise UnsupportedOpError(f"{call.node}: a {list(big[0].shape)} tensor is larger than one storage binding")
     if out.numel == 0:

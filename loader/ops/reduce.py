@@ -40,7 +40,8 @@ def row_dispatch(builder: OpBuilder, rows: int, n: int) -> tuple[tuple[int, int,
     """(groups, defines) of a shaders/rows.glslh op over `rows` rows of `n` elements."""
     if n < ROW_MIN:
         return dispatch_groups(rows), {}
-    wg = next(w for w in ROW_WGS if w <= builder.max_invocations) if n >= 1024 else ROW_WGS[-1]
+    invocations = builder.limits.max_compute_work_group_invocations
+    wg = next(w for w in ROW_WGS if w <= invocations) if n >= 1024 else ROW_WGS[-1]
     return dispatch_groups(rows, 1), {"ROW_WG": wg}
 
 
@@ -205,7 +206,7 @@ def _walk(builder: OpBuilder, src: TensorArg, out: TensorArg, reduced: set[int])
     if len(kept) > MAX_DIMS or len(red) > MAX_DIMS:
         raise UnsupportedOpError(f"reduction over {shape} by {sorted(reduced)}: too many dims")
     for t in (src, out):
-        if t.nbytes > builder.max_binding_bytes:
+        if t.nbytes > builder.limits.max_storage_buffer_range:
             raise UnsupportedOpError(f"reduction of a tensor {t.shape} larger than one storage binding")
     head = struct.pack("<3I", out.numel, len(kept), len(red))
     tables = struct.pack("<24I", *pad_dims([s for s, _ in kept]), *pad_dims([st for _, st in kept]),

@@ -18,7 +18,7 @@ def upsample(builder: OpBuilder, call: Call) -> None:
     if out.numel == 0:
         return
     for t in (src, out):
-        if t.nbytes > builder.max_binding_bytes:
+        if t.nbytes > builder.limits.max_storage_buffer_range:
             raise UnsupportedOpError(f"resampling a tensor {t.shape} larger than one storage binding")
     defines = {**elem_defines("X", "x", src.dtype), **elem_defines("Y", "y", out.dtype)}
     if call.decl.name == "aten.upsample_bilinear2d.vec":

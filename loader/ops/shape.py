@@ -75,7 +75,7 @@ def normalize_dim(dim: int, ndim: int) -> int:
 
 def _chunk_unit(builder: OpBuilder) -> int:
     """Byte granularity of chunk boundaries: aligned for offsets and for vec4."""
-    return math.lcm(int(builder.offset_alignment), 16)
+    return math.lcm(int(builder.limits.min_storage_buffer_offset_alignment), 16)
 
 
 def bind_elems(builder: OpBuilder, t: TensorArg, start: int, count: int) -> tuple[Binding, int]:
@@ -86,26 +86,26 @@ def bind_elems(builder: OpBuilder, t: TensorArg, start: int, count: int) -> tupl
     is then at index `start - shift + i` of the binding, i.e. `shift` is the
     element index where the binding begins.
     """
-    if t.nbytes <= builder.max_binding_bytes:
+    if t.nbytes <= builder.limits.max_storage_buffer_range:
         return t, 0
     item = t.dtype.itemsize
     off, size = _window_bytes(builder, start, count, item)
-    if size > builder.max_binding_bytes:
+    if size > builder.limits.max_storage_buffer_range:
         raise UnsupportedOpError(
             f"a {size}-byte range of a tensor {t.shape} exceeds one storage binding "
-            f"({builder.max_binding_bytes} bytes)")
+            f"({builder.limits.max_storage_buffer_range} bytes)")
     return SubRange(t, off, size), off // item
 
 
 def fits_binding(builder: OpBuilder, t: TensorArg, start: int, count: int) -> bool:
     """Whether `bind_elems` can bind elements [start, start + count) of `t`."""
-    return (t.nbytes <= builder.max_binding_bytes
-            or _window_bytes(builder, start, count, t.dtype.itemsize)[1] <= builder.max_binding_bytes)
+    return (t.nbytes <= builder.limits.max_storage_buffer_range
+            or _window_bytes(builder, start, count, t.dtype.itemsize)[1] <= builder.limits.max_storage_buffer_range)
 
 
 def _window_bytes(builder: OpBuilder, start: int, count: int, item: int) -> tuple[int, int]:
     """(offset, size) in bytes of the aligned range that holds elements [start, start + count)."""
-    align = int(builder.offset_alignment)
+    align = int(builder.limits.min_storage_buffer_offset_alignment)
     off = (start * item) // align * align
     return off, (start + count) * item - off
 
@@ -118,14 +118,14 @@ def chunk_elems(builder: OpBuilder, n: int, tensors: Sequence[TensorArg]) -> Ite
     """
     if n == 0:
         return
-    if all(t.nbytes <= builder.max_binding_bytes for t in tensors):
+    if all(t.nbytes <= builder.limits.max_storage_buffer_range for t in tensors):
         yield 0, n
         return
     # A piece boundary must be aligned in every tensor: in elements of the narrowest one.
     smallest = min(t.dtype.itemsize for t in tensors)
     widest = max(t.dtype.itemsize for t in tensors)
     unit = _chunk_unit(builder) // smallest
-    step = (builder.max_binding_bytes // widest // unit) * unit
+    step = (builder.limits.max_storage_buffer_range // widest // unit) * unit
     if step <= 0:
         raise UnsupportedOpError("storage binding range too small")
     for start in range(0, n, step):
@@ -141,16 +141,16 @@ def row_chunks(builder: OpBuilder, rows: int, row_elems: int,
     """
     if rows == 0:
         return
-    if all(t.nbytes <= builder.max_binding_bytes for t in tensors):
+    if all(t.nbytes <= builder.limits.max_storage_buffer_range for t in tensors):
         yield 0, rows
         return
-    align = int(builder.offset_alignment)
+    align = int(builder.limits.min_storage_buffer_offset_alignment)
     step = 1  # rows per unit that starts aligned in every tensor
     for t in tensors:
         row_bytes = row_elems * t.dtype.itemsize
         step = math.lcm(step, math.lcm(row_bytes, align) // row_bytes)
     row_bytes = row_elems * max(t.dtype.itemsize for t in tensors)
-    per = (builder.max_binding_bytes // row_bytes) // step * step
+    per = (builder.limits.max_storage_buffer_range // row_bytes) // step * step
     if per <= 0:
         raise UnsupportedOpError(
             f"rows of {row_bytes} bytes cannot be split to fit one storage binding")
@@ -229,11 +229,11 @@ def copy_elems(builder: OpBuilder, src: TensorArg, src_off: int, dst: TensorArg,
         return
     defines = _copy_defines(src, dst)
     item = src.dtype.itemsize
-    if src.nbytes <= builder.max_binding_bytes and dst.nbytes <= builder.max_binding_bytes:
+    if max(src.nbytes, dst.nbytes) <= builder.limits.max_storage_buffer_range:
         pieces = [(0, n)]
     else:
         unit = _chunk_unit(builder)
-        step = ((builder.max_binding_bytes - unit) // unit) * unit // item
+        step = ((builder.limits.max_storage_buffer_range - unit) // unit) * unit // item
         pieces = [(k, min(step, n - k)) for k in range(0, n, step)]
     per_vec = 16 // item  # elements per uvec4
     for k, c in pieces:
@@ -391,7 +391,7 @@ def embedding(builder: OpBuilder, call: Call) -> None:
     n = idx.numel * dim
     if n == 0:
         return
-    if out.nbytes > builder.max_binding_bytes or idx.nbytes > builder.max_binding_bytes:
+    if max(out.nbytes, idx.nbytes) > builder.limits.max_storage_buffer_range:
         raise UnsupportedOpError("embedding output larger than one storage binding")
     defines = {**read_defines(builder, "W", "w", weight), **elem_defines("I", "idx", idx.dtype),
                **elem_defines("Y", "y", out.dtype)}

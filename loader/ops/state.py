@@ -33,7 +33,7 @@ def index_copy(builder: OpBuilder, call: Call) -> None:
     dim = call["dim"] % len(target.shape)
     if source.numel == 0:
         return
-    if max(target.nbytes, source.nbytes) > builder.max_binding_bytes:
+    if max(target.nbytes, source.nbytes) > builder.limits.max_storage_buffer_range:
         raise UnsupportedOpError("index_copy of a state larger than one storage binding")
     inner = math.prod(target.shape[dim + 1:])
     defines = {**elem_defines("T", "t", target.dtype), **elem_defines("I", "idx", index.dtype)}

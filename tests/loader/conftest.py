@@ -54,7 +54,8 @@ def _test_add(b, call):
 def _test_relu_split(b, call):
     """relu over SubRanges of at most max_binding_bytes (how ops handle huge tensors)."""
     x, out = call.tensor("self"), call.out
-    step = (b.max_binding_bytes // 4) // (b.offset_alignment // 4 or 1) * (b.offset_alignment // 4 or 1)
+    words = b.limits.min_storage_buffer_offset_alignment // 4 or 1
+    step = (b.limits.max_storage_buffer_range // 4) // words * words
     for lo in range(0, out.numel, step):
         n = min(step, out.numel - lo)
         b.dispatch("test_relu", [ops.SubRange(x, lo * 4, n * 4), ops.SubRange(out, lo * 4, n * 4)],

@@ -5,7 +5,7 @@ from vkx.format import vkgraph as g
 from vkx.loader import load_graph
 from vkx.loader.errors import UnsupportedOpError
 
-from .helpers import relu_add_graph, weights
+from .helpers import no_device_limits, relu_add_graph, weights
 
 
 @pytest.mark.parametrize("schedule, upload", [("lazy", "auto"), ("lazy", "staging"), ("lazy", "direct"),
@@ -45,7 +45,7 @@ def test_prepack_of_a_weight_used_as_stored_is_free(schedule):
     """Same dtype: the prepack output is the constant's own device tensor; nothing runs per call."""
     from vkx.loader.graph import GraphBuilder
     graph, w = _prepacked_add(g.DataType.FLOAT16)
-    built = GraphBuilder(graph, 1 << 27, 16).build()
+    built = GraphBuilder(graph, no_device_limits()).build()
     assert not built.prepack_dispatches and [d.shader for d in built.dispatches] == ["test_add"]
     with load_graph(graph, [w.tobytes()], schedule=schedule) as p:
         assert p.dispatch_count == 1
@@ -57,7 +57,7 @@ def test_prepack_that_converts_runs_once_at_load():
     """fp16 weight -> fp32 device tensor (older files): one load-time dispatch, none per call."""
     from vkx.loader.graph import GraphBuilder
     graph, w = _prepacked_add(g.DataType.FLOAT32)
-    built = GraphBuilder(graph, 1 << 27, 16).build()
+    built = GraphBuilder(graph, no_device_limits()).build()
     assert [d.shader for d in built.prepack_dispatches] == ["cast"]
     assert [d.shader for d in built.dispatches] == ["test_add"]
     x = np.arange(100, dtype=np.float32)

@@ -16,7 +16,10 @@ from vkx.format import vkgraph as g
 from vkx.loader import ops, shaders, spirv
 from vkx.loader.errors import BadProgramError, ShaderError, VariantNotBuiltError
 from vkx.loader.graph import GraphBuilder
+from vkx.loader.limits import Limits
 from vkx.loader.ops import elementwise
+
+from .helpers import no_device_limits
 
 DEVICE_TYPES = sorted((d for d in dtypes.ALL if d.on_device), key=str)
 
@@ -46,10 +49,11 @@ def test_recorded_requests_merge_into_the_table(tmp_path):
     assert spirv.merge_requests(log, tmp_path) == 0
 
 
-def _requests(name: str, operands: list, out, **device) -> list[tuple[str, tuple]]:
+def _requests(name: str, operands: list, out, limits: Limits = no_device_limits(max_storage_buffer_range=1 << 30),
+              **device) -> list[tuple[str, tuple]]:
     """(shader, defines) of every dispatch the builder of `name` records for `operands` (a
     (shape, dtype) tensor or a number each) and `out` (one, or a list of several), built without a
-    device (GraphBuilder's `device` arguments); [] when the contract refuses."""
+    device (GraphBuilder's `limits` and device arguments); [] when the contract refuses."""
     values: list = []
 
     def add(v) -> int:
@@ -77,7 +81,7 @@ def _requests(name: str, operands: list, out, **device) -> list[tuple[str, tuple
     graph = g.VkGraph(chain=[g.OperatorCall(0, name, (*ids, out_id))], values=values,
                       input_ids=[i for i, a in zip(ids, operands) if isinstance(a, tuple)], output_ids=out_ids)
     try:
-        built = GraphBuilder(graph, 1 << 30, 16, **device).build()
+        built = GraphBuilder(graph, limits, **device).build()
     except (BadProgramError, ops.UnsupportedOpError):
         return []
     return [(d.shader, d.defines) for d in built.dispatches]
@@ -136,7 +140,8 @@ def test_coop_gemm_builders_request_only_declared_variants():
     seen = set()
     f16 = dtypes.FLOAT16
     for units in (1, 132):
-        device = dict(compute_units=units, shared_memory_bytes=49152, fp16_cooperative_matrix=True)
+        device = dict(limits=no_device_limits(max_storage_buffer_range=1 << 30, max_compute_shared_memory_size=49152),
+                      compute_units=units, fp16_cooperative_matrix=True)
         for m, k, n in [(512, 2048, 8192), (512, 2048, 2048), (64, 2048, 512)]:
             seen.update(_requests("aten.linear.default", [((m, k), f16), ((n, k), f16), ((n,), f16)], ((m, n), f16),
                                   **device))

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from vkx.loader.errors import BadProgramError
+from tests.loader.helpers import no_device_limits
 
 from .conftest import FLOAT_DTYPES, Const, assert_close_in, rand, rand_of, run_graph
 
@@ -250,7 +251,7 @@ def test_unread_outputs_are_not_computed():
     chain = [gr.OperatorCall(0, "aten.max_pool2d_with_indices.default", (0, 1, 4)),
              gr.OperatorCall(1, "aten.split_with_sizes_copy.default", (2, 5, 6, 9))]
     graph = gr.VkGraph(chain=chain, values=values, input_ids=[0], output_ids=[8], constants=[])
-    built = GraphBuilder(graph, 1 << 27, 16).build()
+    built = GraphBuilder(graph, no_device_limits()).build()
     assert [d.shader for d in built.dispatches] == ["pool2d", "copy_strided"]
     assert ("INDICES", "1") not in built.dispatches[0].defines
     assert {t.vid for t in built.used_tensors()} == {0, 2, 8}

@@ -18,6 +18,7 @@ from vkx.loader.device import Device, default_device
 from vkx.loader.graph import GraphBuilder
 from vkx.loader.ops import gemm, gemm_coop
 from vkx.loader.ops.gemm_coop import TILINGS, CoopTiling, choose_coop_tiling
+from tests.loader.helpers import no_device_limits
 
 from .conftest import Const, assert_close_in, assert_linear_propagates_nan_and_inf, rand, run_graph
 
@@ -91,8 +92,8 @@ def _linear_shaders(dtype: g.DataType, m: int, k: int, n: int, coop: bool, units
     values = [g.Tensor(dtype, (m, k)), g.Tensor(dtype, (n, k), constant_id=0), g.Null(), g.Tensor(dtype, (m, n))]
     graph = g.VkGraph(chain=[g.OperatorCall(0, "aten.linear.default", (0, 1, 2, 3))], values=values,
                       input_ids=[0], output_ids=[3], constants=[g.ConstantRef(g.NAMED_OFFSET, 2 * n * k, "w")])
-    built = GraphBuilder(graph, 1 << 30, 16, compute_units=units, shared_memory_bytes=shared,
-                         fp16_cooperative_matrix=coop).build()
+    limits = no_device_limits(max_storage_buffer_range=1 << 30, max_compute_shared_memory_size=shared)
+    built = GraphBuilder(graph, limits, compute_units=units, fp16_cooperative_matrix=coop).build()
     return [d.shader for d in built.dispatches]
 
 

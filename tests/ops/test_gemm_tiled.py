@@ -14,6 +14,7 @@ from vkx.loader.device import default_device
 from vkx.loader.graph import GraphBuilder
 from vkx.loader.ops import gemm, gemm_tiled
 from vkx.loader.ops.gemm_tiled import Tiling, choose_tiling
+from tests.loader.helpers import no_device_limits
 
 from .conftest import FLOAT_DTYPES, Const, assert_close_in, rand, run_graph
 
@@ -127,7 +128,7 @@ def test_split_k_scratch_is_shared_and_counted(monkeypatch):
     the load's activation bytes include it."""
     m, k, n = 48, 2048, 160
     graph = _two_linears(m, k, n)
-    built = GraphBuilder(graph, 1 << 27, 16, compute_units=64).build()
+    built = GraphBuilder(graph, no_device_limits(), compute_units=64).build()
     splits = [choose_tiling(m, n, k, 1, 64, 16384).split, choose_tiling(m, k, n, 1, 64, 16384).split]
     assert splits[0] > 1 and [d.shader for d in built.dispatches] == ["matmul_tiled", "matmul_reduce", "matmul_tiled"]
     assert len(built.temps) == 1 and built.temps[0].nbytes == 4 * splits[0] * m * n
