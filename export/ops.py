@@ -412,10 +412,10 @@ def decomposition_table() -> dict:
 
     Building the table walks every registered op (about 0.1 s, a quarter of a small model's
     export), so it is built once per set of registered ops: the op namespaces loaded and the
-    count of composite-implicit kernels, which grow when a package registers custom ops (whose
+    ops with composite-implicit kernels, which change when a package registers custom ops (whose
     composite forms the table decomposes)."""
     registered = (tuple(torch.ops._dir),
-                  len(torch._C._dispatch_get_registrations_for_dispatch_key("CompositeImplicitAutograd")))
+                  frozenset(torch._C._dispatch_get_registrations_for_dispatch_key("CompositeImplicitAutograd")))
     if registered not in _tables:
         table = torch.export.default_decompositions()
         for op in KEPT_WHOLE:
