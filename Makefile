@@ -55,7 +55,7 @@ schemas: $(VENV)/.installed
 # (the wheel's build does the same: setup.py). Rebuilt when a shader or a builder changes.
 shaders: system-packages $(VENV)/.installed shaders/spirv.zip
 
-shaders/spirv.zip: $(wildcard shaders/*.comp shaders/*.glslh shaders/variants.json loader/ops/*.py) $(VENV)/.installed
+shaders/spirv.zip: $(wildcard shaders/*.comp shaders/*.glslh shaders/variants.json loader/ops/*.py) loader/spirv.py $(VENV)/.installed
 	$(PY) -m vkx.loader.spirv $@ --if-stale
 
 # The variants of shaders whose builders declare none: the whole suite (and the profile pass) run once with every request

@@ -17,6 +17,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -34,6 +35,7 @@ Defines = Mapping[str, Union[str, int]]
 ARCHIVE = "spirv.zip"
 SOURCES = "sources.json"
 HEADERS = (".glslh",)
+INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
 GLSLC_ARGS = ("-fshader-stage=compute", "--target-env=vulkan1.2", "-O")
 
 
@@ -100,11 +102,27 @@ def entry_name(shader: str, defines: Defines) -> str:
     return f"{shader}/{hashlib.sha256(variant_text(defines).encode()).hexdigest()[:24]}.spv"
 
 
+def included(root: Path, text: bytes) -> set[str]:
+    """The headers in `root` that a source includes, directly or through other headers (an include
+    inside an `#if` counts: a superset of what a variant reads)."""
+    found: set[str] = set()
+    pending = [text]
+    while pending:
+        for name in INCLUDE.findall(pending.pop()):
+            header = name.decode()
+            if header not in found and header.endswith(HEADERS) and (root / header).is_file():
+                found.add(header)
+                pending.append((root / header).read_bytes())
+    return found
+
+
 def source_digest(root: Path, shader: str) -> str:
-    """What a shader's SPIR-V is built from: its source and every header beside it."""
-    h = hashlib.sha256((root / f"{shader}.comp").read_bytes())
-    for header in sorted(p for p in root.iterdir() if p.name.endswith(HEADERS)):
-        h.update(header.name.encode() + b"\0" + header.read_bytes())
+    """What a shader's SPIR-V is built from: its source and the headers it includes (editing a
+    header rebuilds only the shaders that include it)."""
+    source = (root / f"{shader}.comp").read_bytes()
+    h = hashlib.sha256(source)
+    for header in sorted(included(root, source)):
+        h.update(header.encode() + b"\0" + (root / header).read_bytes())
     return h.hexdigest()
 
 

@@ -32,6 +32,20 @@ def models():
     return {name: load_model_file(EXAMPLES / f"{name}.py") for name in NAMES}
 
 
+@pytest.fixture(scope="module")
+def in_dtype(models, tmp_path_factory):
+    """(name, dtype) -> (path, report) of the example exported with --dtype, once for the module's tests."""
+    folder = tmp_path_factory.mktemp("dtypes")
+    made = {}
+
+    def export(name: str, dtype: torch.dtype):
+        if (name, dtype) not in made:
+            path = folder / f"{name}-{DTYPES[dtype]}.pte"
+            made[name, dtype] = path, vkx.export_model(*models[name], path, dtype=DTYPES[dtype])
+        return made[name, dtype]
+    return export
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("name", NAMES)
 def test_example_exports(name, variant, models, tmp_path):
@@ -60,12 +74,11 @@ def torch_bytes(tensor: torch.Tensor) -> bytes:
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=DTYPES.get)
 @pytest.mark.parametrize("name", NAMES)
-def test_every_tensor_and_constant_has_the_requested_dtype(name, dtype, models, tmp_path):
+def test_every_tensor_and_constant_has_the_requested_dtype(name, dtype, models, in_dtype):
     """Graph tensors (constants, activations, inputs, outputs) carry `dtype`; each constant's bytes
     are a parameter's or buffer's bytes as `module.to(dtype)` holds them; inspect's W is their sum."""
     module, inputs = models[name]
-    path = tmp_path / "m.pte"
-    report = vkx.export_model(module, inputs, path, dtype=DTYPES[dtype])
+    path, report = in_dtype(name, dtype)
     graph = check_file(path)
     want = dtypes.named(str(dtype).removeprefix("torch."))
     tensors = [v for v in graph.values if isinstance(v, Tensor)]
@@ -91,15 +104,14 @@ def test_executorch_parses_the_vkgraph(models, tmp_path):
     assert len(graph.values) == len(ours.values) and list(graph.input_ids) == ours.input_ids
 
 
-def run_like_torch(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], in_dtype: torch.dtype, path,
-                   **options) -> None:
-    """The loaded program's output equals torch running `module.to(in_dtype)` on the CPU, within tolerance().
+def run_like_torch(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], in_dtype: torch.dtype, path) -> None:
+    """The program at `path` (`module` exported), loaded, computes what torch computes running
+    `module.to(in_dtype)` on the CPU, within tolerance().
 
     tolerance(dtype) (terms=1) is 4 eps of the output's magnitude: torch's own 16-bit run of
     these examples and a simulation of vkx's arithmetic (every op computed in fp32 from its
     16-bit operands, its result rounded once) differ by at most 0.61 eps of it.
     """
-    vkx.export_model(module, inputs, path, **options)
     inputs = tuple(t.to(in_dtype) if t.is_floating_point() else t for t in inputs)
     with vkx.load(path) as program:
         result = program(*inputs)
@@ -110,10 +122,10 @@ def run_like_torch(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], in
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=DTYPES.get)
 @pytest.mark.parametrize("name", NAMES)
-def test_examples_run_like_torch(name, dtype, models, tmp_path):
+def test_examples_run_like_torch(name, dtype, models, in_dtype):
     """End to end through the loader, in each --dtype."""
     module, inputs = models[name]
-    run_like_torch(module, inputs, dtype, tmp_path / "m.pte", dtype=DTYPES[dtype])
+    run_like_torch(module, inputs, dtype, in_dtype(name, dtype)[0])
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=DTYPES.get)
@@ -129,7 +141,7 @@ def test_a_16_bit_model_keeps_its_dtype(dtype, models, tmp_path):
     kinds = {dtypes.of(v.datatype) for v in check_file(tmp_path / "fp32.pte").values if isinstance(v, Tensor)}
     assert kinds == {dtypes.FLOAT32}
     assert {p.dtype for p in module.parameters()} == {dtype}
-    run_like_torch(module, inputs, dtype, tmp_path / "run.pte", dtype="keep")
+    run_like_torch(module, inputs, dtype, tmp_path / "keep.pte")
 
 
 class TokenModel(torch.nn.Module):
@@ -152,7 +164,7 @@ def test_int64_inputs_run_as_int32(dtype, tmp_path):
     vkx.export_model(TokenModel(), inputs, tmp_path / "ids.pte", dtype=DTYPES[dtype])
     graph = check_file(tmp_path / "ids.pte")
     assert [dtypes.of(graph.values[i].staging_datatype) for i in graph.input_ids] == [dtypes.INT32] * 2
-    run_like_torch(TokenModel(), inputs, dtype, tmp_path / "run.pte", dtype=DTYPES[dtype])
+    run_like_torch(TokenModel(), inputs, dtype, tmp_path / "ids.pte")
 
 
 def test_the_callers_module_is_not_converted(models, tmp_path):

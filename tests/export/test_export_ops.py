@@ -11,6 +11,7 @@ from torch import nn
 
 import vkx
 from vkx.export.lower import Lowering, classify_placeholders, lower
+from vkx.export.ops import KEPT_WHOLE, decomposition_table
 from vkx.export.trace import trace
 from vkx.format import dtypes
 from vkx.format.vkgraph import Double, Int, Tensor
@@ -199,3 +200,22 @@ def test_int64_input_stages_as_int32(folder):
     graph = check_file(exported("embedding", folder)["named"])
     indices = graph.values[graph.input_ids[0]]
     assert (indices.datatype.name, indices.staging_datatype.name) == ("INT32", "INT32")
+
+
+def test_decomposition_table_follows_the_registered_ops():
+    """The table (built once per set of registered ops) is torch.export's default decompositions
+    minus the ops the contract keeps whole, also after a package registers a composite op."""
+    def fresh() -> set:
+        table = torch.export.default_decompositions()
+        for op in KEPT_WHOLE:
+            table.pop(op, None)
+        return set(table.keys())
+
+    before = decomposition_table()
+    assert before.keys() == fresh() and not set(KEPT_WHOLE) & before.keys()
+    library = torch.library.Library("vkx_test_decompositions", "DEF")
+    library.define("twice(Tensor x) -> Tensor")
+    library.impl("twice", lambda x: x * 2, "CompositeImplicitAutograd")
+    twice = torch.ops.vkx_test_decompositions.twice.default
+    after = decomposition_table()
+    assert twice not in before and twice in after and after.keys() == fresh()

@@ -22,12 +22,24 @@ MAX_SEQ = 64
 LOGIT_TOLERANCE = 1e-3
 
 
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """family -> (model folder, .pte, export report), each exported once for the module's tests."""
+    made = {}
+
+    def export(family: str):
+        if family not in made:
+            folder = tmp_path_factory.mktemp(family) / family
+            write_folder(folder, family)
+            pte = folder.parent / f"{family}.pte"
+            made[family] = folder, pte, hf.export_folder(folder, pte, max_seq_len=MAX_SEQ, prefill_len=PREFILL)
+        return made[family]
+    return export
+
+
 @pytest.mark.parametrize("family", FAMILIES)
-def test_greedy_tokens_and_logits_match_transformers(tmp_path, family):
-    folder = tmp_path / family
-    write_folder(folder, family)
-    pte = tmp_path / f"{family}.pte"
-    report = hf.export_folder(folder, pte, max_seq_len=MAX_SEQ, prefill_len=PREFILL)
+def test_greedy_tokens_and_logits_match_transformers(exported, family):
+    folder, pte, report = exported(family)
     assert report.methods == ["prefill", "decode"]
     model = hf.build_model(hf.read_folder(folder), torch.float32)
     prompt = torch.randint(0, VOCAB, (1, 5), generator=torch.Generator().manual_seed(11))
@@ -55,17 +67,15 @@ def test_greedy_tokens_and_logits_match_transformers(tmp_path, family):
         assert err < LOGIT_TOLERANCE * max(1.0, scale), (step, err)
 
 
-def test_repeated_kv_heads_fuse_away(tmp_path, monkeypatch):
+def test_repeated_kv_heads_fuse_away(exported, tmp_path, monkeypatch):
     """An export whose transformers repeats the key/value heads before sdpa (repeat_kv: expand +
     reshape, what a transformers that ignores export/hf.py's switch writes, as on the H200's)
     loads with sdpa reading the grouped heads in place (loader/fuse.py): no more copies than the
     grouped export, and the same greedy tokens as transformers."""
     import contextlib
 
-    folder = tmp_path / "llama"
-    write_folder(folder, "llama")
-    grouped, repeated = tmp_path / "grouped.pte", tmp_path / "repeated.pte"
-    hf.export_folder(folder, grouped, max_seq_len=MAX_SEQ, prefill_len=PREFILL)
+    folder, grouped, _ = exported("llama")
+    repeated = tmp_path / "repeated.pte"
     monkeypatch.setattr(hf, "_grouped_sdpa", contextlib.nullcontext)
     hf.export_folder(folder, repeated, max_seq_len=MAX_SEQ, prefill_len=PREFILL)
     model = hf.build_model(hf.read_folder(folder), torch.float32)

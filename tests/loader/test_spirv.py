@@ -210,3 +210,23 @@ def test_archive_is_reproducible(tmp_path):
     assert _archive_of(tmp_path / "b").path.read_bytes() == first
     with zipfile.ZipFile(_archive_of(tmp_path / "c").path) as z:
         assert sorted(z.namelist()) == sorted([spirv.SOURCES, spirv.entry_name("test_relu", {})])
+
+
+def test_a_header_rebuilds_only_the_shaders_that_include_it(tmp_path):
+    """A shader's SPIR-V is rebuilt when its source or a header it includes (through another header
+    too) changes; a header it does not include changes nothing."""
+    root = tmp_path / "shaders"
+    shutil.copytree(Path(__file__).parent / "shaders", root)
+    (root / "inner.glslh").write_text("#define BIAS_OF(x) ((x) + 0.0)\n")
+    (root / "outer.glslh").write_text('#include "inner.glslh"\n')
+    relu = (root / "test_relu.comp").read_text()
+    (root / "test_headers.comp").write_text(relu.replace("#version 450\n", '#version 450\n#include "outer.glslh"\n', 1))
+    variants = {"test_relu": [{}], "test_headers": [{}]}
+    archive = root / spirv.ARCHIVE
+    assert spirv.build(root, archive, variants)["compiled"] == 2
+    (root / "unused.glslh").write_text("#define UNUSED 1\n")
+    assert spirv.is_current(archive, root, variants)
+    (root / "inner.glslh").write_text("#define BIAS_OF(x) ((x) + 1.0)\n")
+    assert not spirv.is_current(archive, root, variants)
+    assert spirv.build(root, archive, variants)["compiled"] == 1  # test_headers alone
+    assert spirv.is_current(archive, root, variants)
