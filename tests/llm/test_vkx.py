@@ -93,13 +93,10 @@ def test_repeated_kv_heads_fuse_away(exported, tmp_path, monkeypatch):
     assert shaders[1] == shaders[0]
 
 
-def test_chained_greedy_steps_equal_one_call_each(tmp_path):
+def test_chained_greedy_steps_equal_one_call_each(exported):
     """`Method.greedy` (steps chained on the device, each feeding its argmax to the next) gives the
     tokens and the KV cache that one `argmax` call a step gives, whatever the number of steps."""
-    folder = tmp_path / "llama"
-    write_folder(folder, "llama")
-    pte = tmp_path / "llama.pte"
-    hf.export_folder(folder, pte, max_seq_len=MAX_SEQ, prefill_len=PREFILL)
+    _, pte, _ = exported("llama")
     ids = np.array([[3, 14, 15, 92, 65, 35, 89, 79]])
     with vkx.load(pte) as program:
         decode = program["decode"]
