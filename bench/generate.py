@@ -3,12 +3,14 @@
 The model is a Hugging Face folder (DIR), or, without one, a Llama-shaped config with random
 weights (`--size small`: 4 layers of width 512, vocabulary 32000; `--size 1b`: Llama 3.2 1B).
 Three measurements of the same greedy generation:
-  vkx            the exported program (prefill + decode methods, KV cache on the device);
+  vkx            the exported program (prefill + decode methods, KV cache on the device), twice:
+                 the second generation shows what the first one's one-off costs were;
   torch wrapper  the very module vkx exported (vkx.export.hf.CausalLM) run eagerly by torch,
                  through the same generation loop (loader/generate.py): the same work, op for op;
   transformers   `model.generate(do_sample=False)` with its own cache (decode tokens/s from the
                  whole call minus one forward of the prompt).
-Torch runs on CUDA where it is available, else on the CPU. Then vkx's decode call itself: its
+Torch runs on CUDA where it is available, else on the CPU. Then vkx's greedy bursts: the wall time
+of a submission and of each decode step chained in it (`Method.greedy`). Then vkx's decode call itself: its
 dispatches and barriers per token (and per decoder layer), its GPU time per token as a call runs
 (timestamps), and the per-shader table of one serialised, timestamped decode call; then the same
 for one prefill call (a whole chunk of --prefill-len tokens).
@@ -99,7 +101,11 @@ def main() -> None:
             timings = Timings()
             ours = list(generate(decoder, prompt, args.new_tokens, decoder.shape, timings=timings))
             rows.append(("vkx", timings))
+            timings = Timings()
+            list(generate(decoder, prompt, args.new_tokens, decoder.shape, timings=timings))
+            rows.append(("vkx, a second generation", timings))
             step = (np.array([[ours[-1]]], np.int64), np.array([len(prompt) + len(ours) - 1], np.int64))
+            bursts = burst_report(program["decode"], step)
             call = call_report(program["decode"], step)
             chunk = (np.array([prompt[:args.prefill_len] + [0] * (args.prefill_len - len(prompt))], np.int64),
                      np.arange(args.prefill_len, dtype=np.int64))
@@ -132,13 +138,34 @@ def main() -> None:
     for name, t in rows:
         print(f"  {name:<30} {t.prefill_tokens_per_s:14,.1f} {t.decode_tokens_per_s:13,.1f} "
               f"{t.first_token_seconds * 1e3:15,.1f}")
-    base = rows[1][1]
-    print(f"  vkx / torch wrapper: prefill {rows[0][1].prefill_tokens_per_s / base.prefill_tokens_per_s:.2f}x, "
-          f"decode {rows[0][1].decode_tokens_per_s / base.decode_tokens_per_s:.2f}x")
+    warm, base = rows[1][1], rows[2][1]  # both after a first generation
+    print(f"  vkx (second generation) / torch wrapper: prefill {warm.prefill_tokens_per_s / base.prefill_tokens_per_s:.2f}x, "
+          f"decode {warm.decode_tokens_per_s / base.decode_tokens_per_s:.2f}x")
     layers = hf.load_config(hf.read_folder(folder)).get_text_config().num_hidden_layers if args.folder else \
         llama_load.SIZES[args.size]["num_hidden_layers"]
+    if bursts is not None:
+        fixed, each = bursts
+        print(f"vkx greedy bursts (wall): {fixed * 1e3:.2f} ms a submission + {each * 1e3:.3f} ms a chained step "
+              f"({16 / (fixed + 16 * each):,.0f} tokens/s at 16 steps a submission)")
     print_call_report("decode", call, layers, 1)
     print_call_report("prefill", prefill_call, layers, args.prefill_len)
+
+
+def burst_report(method, inputs) -> tuple[float, float] | None:
+    """(host seconds a submission, seconds a chained step) of `Method.greedy`: the wall time of 1 and
+    of 16 steps in one submission (medians of 5), split by a straight line; None where it cannot chain."""
+    if not getattr(method, "chains_greedy", False):
+        return None
+    median = {}
+    for n in (1, 16):
+        samples = []
+        for _ in range(5):
+            began = time.perf_counter()
+            method.greedy(*inputs, n)
+            samples.append(time.perf_counter() - began)
+        median[n] = sorted(samples)[2]
+    each = (median[16] - median[1]) / 15
+    return median[1] - each, each
 
 
 def call_report(method, inputs) -> dict:
