@@ -12,7 +12,8 @@ paths use raw `vk._vulkan.lib` calls with structs built once.
 timestamp after every dispatch (serialised, so the difference of two neighbouring
 stamps is one dispatch's GPU time) and replays that command buffer;
 `Executor.gpu_seconds` records them as a call does, with a timestamp before the
-first dispatch and after the last.
+first dispatch and after the last. `Steps` splits the same parts over several command
+buffers, so that one submission runs many greedy decoding steps.
 """
 from __future__ import annotations
 
