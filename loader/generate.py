@@ -241,12 +241,6 @@ class ProgramDecoder:
             method = program[name]
             if hasattr(method, "record_ahead"):  # a Method: its greedy recordings now, not in the first token's time
                 method.record_ahead(argmax=True, greedy=greedy and method.chains_greedy)
-        ids = np.zeros((1, self.shape.prefill_len), np.int64)
-        token = self.prefill_argmax(ids, np.arange(self.shape.prefill_len))
-        steps = min(MAX_BURST, self.shape.max_seq_len - self.shape.prefill_len)
-        if steps > 0:
-            self.decode_greedy(np.asarray(token, np.int64).reshape(1, -1)[:, -1:], np.array([self.shape.prefill_len]), steps)
-        self.reset()
 
     def prefill(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
         return self.program["prefill"].run_numpy(input_ids, cache_position)[0]
