@@ -3,8 +3,9 @@
 Modules: files (a .pte and its external data opened, a Program returned), program (Program:
 a loaded file's methods, shared weights and state), method (Method: one loaded graph, called),
 plan (PlanMethod: a whole ExecuTorch execution plan, delegates on the GPU, CPU ops through
-kernels), kernels (a plan's CPU ops bound to torch), stages (the load stages and their one
-driver), device (instance, device, queue, validation), limits (device profiles and the checks
+kernels), kernels (a plan's CPU ops bound to torch), stages (the load stages), loading (the one
+driver that runs them over a file's methods), greedy (what greedy decoding records beside a loaded
+method: its argmax, decode steps chained on the device), device (instance, device, queue, validation), limits (device profiles and the checks
 of every pipeline against the limits in force), memory (allocator + ledger), staging (upload
 ring), named_data (freeable buffers read from the files with pread), prepack (constant upload),
 copy (host copies on a few threads), shaders (SPIR-V by variant + pipelines), spirv (the
@@ -21,7 +22,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_ENTRY_POINTS = {"load": "files", "load_graph": "stages", "Program": "program", "Method": "method",
+_ENTRY_POINTS = {"load": "files", "load_graph": "loading", "Program": "program", "Method": "method",
                  "PlanMethod": "plan", "LoadError": "errors"}
 """Each public name and the module it is imported from on first use (no Vulkan before then)."""
 __all__ = list(_ENTRY_POINTS)

@@ -38,7 +38,7 @@ from vkx.loader.errors import BadFileError, BadProgramError, FileError, LoadErro
 from vkx.loader.named_data import FreeableBuffer
 from vkx.loader.plan import PLAN, load_plan
 from vkx.loader.program import Program
-from vkx.loader.stages import device_of, load_methods
+from vkx.loader.loading import device_of, load_methods
 from vkx.loader.trace import Timeline
 
 

@@ -192,7 +192,7 @@ def _tokens(decoder: Decoder, input_ids: list[int], max_new_tokens: int, shape: 
 
 MAX_BURST = 16
 """Greedy tokens decoded per `decode_greedy` call at most: one submission of a vkx program's chained
-steps (loader/stages.py, GREEDY_CHAIN). The bursts double from one, so the first tokens come at once;
+steps (loader/greedy.py, GREEDY_CHAIN). The bursts double from one, so the first tokens come at once;
 at 16 the host's fixed cost of a call (submit, wait, read back: ~1.3 ms on the H200,
 docs/benchmarks.md) is spread over 16 tokens, and a stop token wastes at most 15 steps."""
 

@@ -105,11 +105,11 @@ class Method(Closes):
         """Barriers between those dispatches (one only where a dispatch depends on an earlier one)."""
         self._executor = executor
         self._record_argmax = record_argmax
-        """Records, on the first `argmax()`, the call followed by its output's argmax (stages.record_argmax)."""
+        """Records, on the first `argmax()`, the call followed by its output's argmax (greedy.record_argmax)."""
         self._argmax: tuple | None = None
         """(executor, port) of that recording, once made."""
         self._record_greedy = record_greedy
-        """Records, on the first `greedy()`, the chained greedy steps (stages.record_greedy)."""
+        """Records, on the first `greedy()`, the chained greedy steps (greedy.record_greedy)."""
         self._greedy: tuple | None = None
         """(steps, view of the [count, tokens...] readback buffer) of that recording, once made."""
         self._in = [Port(t, io) for io, t in io_in]
@@ -273,9 +273,9 @@ class Method(Closes):
         """`steps` tokens of greedy decoding after token `input_ids` [1, 1] at `cache_position` [1],
         chained on the device in one submission: each step runs this (decode) method, takes its
         logits' argmax as `argmax` does and feeds that token back at the next position, with no host
-        work between steps (a submission chains stages.GREEDY_CHAIN of them; more take turns); the
+        work between steps (a submission chains greedy.GREEDY_CHAIN of them; more take turns); the
         state (the KV cache) advances as `steps` calls would advance it. Returns the tokens, int32
-        [steps]. The first call records the steps (stages.record_greedy)."""
+        [steps]. The first call records the steps (greedy.record_greedy)."""
         if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)):
             raise InputError(f"greedy steps must be an int, not {type(steps).__name__}")
         given = self._inputs(self._arguments((input_ids, cache_position), {}))[0]

@@ -29,7 +29,7 @@ from vkx.loader.errors import (BadProgramError, FileError, InputError, LoadError
 from vkx.loader.kernels import Kernel, Refused, bind, op_name, static_value, torch_dtype
 from vkx.loader.method import Closes, Method, TensorSpec
 from vkx.loader.report import MemoryReport
-from vkx.loader.stages import load_source
+from vkx.loader.loading import load_source
 from vkx.loader.trace import Timeline
 
 PLAN = 0

@@ -21,7 +21,7 @@ class Program(Closes):
     """A loaded program: `program(...)` for a file of one method, `program.decode(...)` or
     `program["decode"](...)` for one of several; `close()` (or `with`) releases it all.
 
-    Methods loaded together (`vkx.loader.stages.load_methods`) share one load: the weights
+    Methods loaded together (`vkx.loader.loading.load_methods`) share one load: the weights
     (each once), the state tensors and the activation memory, so their calls run one at a
     time. A plan-driven method (`PlanMethod`) owns its delegates' loads.
     """

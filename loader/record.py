@@ -319,7 +319,7 @@ class Steps(Executor):
     """Greedy decoding steps chained on the device, up to `chain` of them in one submission, with
     command buffers recorded once: the head copies the inputs in and zeroes `counter`; each of the
     `chain` step buffers holds the same dispatches of one step (a decode call, its argmax, and the
-    hand-over of the chosen token to the next step: stages.record_greedy) behind a barrier on what
+    hand-over of the chosen token to the next step: greedy.record_greedy) behind a barrier on what
     came before; the tail copies the outputs out. A submission lists the head, the first `steps`
     step buffers and the tail: distinct buffers, so none is pending twice (one buffer listed `steps`
     times would need VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT, which drivers may pay for with a

@@ -1,5 +1,5 @@
-"""Loading VkGraphs onto the device: four named stages, in the lazy (default) or eager order,
-and `load_methods`, the one driver that runs them (over one graph, or every method of a file).
+"""Loading VkGraphs onto the device: four named stages, run in the lazy (default) or eager order
+by `vkx.loader.loading.load_methods` (over one graph, or every method of a file).
 
     build        every op bound to its contract declaration and built into dispatches; no memory
     weights      each constant's device tensor allocated right before its upload, its host pages
@@ -28,22 +28,16 @@ staging buffer, and keeps the host copies until the end: peak 2W + A + IO + w + 
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field, replace
-from typing import Callable, Sequence
+from typing import Callable
 
-import vulkan as vk
-
-from vkx.format import dtypes, vkgraph as g
-from vkx.loader.device import Device, default_device
-from vkx.loader.errors import BadProgramError, DeviceError, LoadError, OutOfDeviceMemoryError
-from vkx.loader.graph import Dispatch, GraphBuilder, RTensor
+from vkx.format import vkgraph as g
+from vkx.loader.device import Device
+from vkx.loader.errors import BadProgramError, LoadError, OutOfDeviceMemoryError
+from vkx.loader.graph import GraphBuilder, RTensor
 from vkx.loader.memory import Allocator, Buffer, MiB
-from vkx.loader.method import Method
-from vkx.loader.named_data import FreeableBuffer
 from vkx.loader.prepack import Uploader, imports, upload_mode
-from vkx.loader.ops import TensorArg
-from vkx.loader.record import Executor, StateStore, Steps
+from vkx.loader.record import Executor, StateStore
 from vkx.loader.shaders import Pipeline, pipelines_for
 from vkx.loader.staging import MIN_CHUNK, StagingRing, ring_shape
 from vkx.loader.trace import Timeline
@@ -53,33 +47,6 @@ UPLOADS = ("auto", "staging", "direct", "import")
 
 Progress = Callable[[int, int], None]
 """`progress(done_bytes, total_bytes)`, called after each weight's upload."""
-
-
-class InMemoryConstants:
-    """Constants given as bytes-like objects (for graphs built by hand)."""
-
-    def __init__(self, constants: Sequence):
-        self.constants = list(constants)
-
-    def get(self, cid: int) -> FreeableBuffer:
-        if not 0 <= cid < len(self.constants):
-            raise LoadError(f"constant {cid} not given ({len(self.constants)} constants)")
-        return FreeableBuffer.in_memory(self.constants[cid])
-
-    def key(self, cid: int) -> int:
-        return cid
-
-    def in_place(self, cid: int) -> str:
-        return f"constant {cid} is given in memory, not in a mapped file"
-
-    def check_mapped(self) -> None:
-        pass  # nothing is mapped
-
-    def finish_prepack(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.constants = []
 
 
 @dataclass
@@ -170,7 +137,7 @@ def build(graph: g.VkGraph, device: Device, options: Options, source, base: int 
     a tensor once, however many constant_ids name it) get one device tensor. `base`:
     where this graph's constant_ids start in `source` (methods of one file share it).
     """
-    builder = _graph_builder(graph, device, options).build()
+    builder = graph_builder(graph, device, options).build()
     every = pipelines_for(device).get_all([(x.shader, dict(x.defines), len(x.bindings), x.spec)
                                            for x in [*builder.dispatches, *builder.prepack_dispatches]])
     pipelines, prepack = every[:len(builder.dispatches)], every[len(builder.dispatches):]
@@ -190,7 +157,7 @@ def build(graph: g.VkGraph, device: Device, options: Options, source, base: int 
     return built
 
 
-def _graph_builder(graph: g.VkGraph, device: Device, options: Options) -> GraphBuilder:
+def graph_builder(graph: g.VkGraph, device: Device, options: Options) -> GraphBuilder:
     """A builder of `graph` for this device: its limits in force, the binding range lowered to the
     load's `max_binding_bytes`, the push constants to what vkx's pipelines declare."""
     binding = device.limits.max_storage_buffer_range
@@ -350,83 +317,18 @@ def io_buffers(built: Built, graph: g.VkGraph, res: Resources) -> tuple[list, li
 
 def record(built: Built, res: Resources, io_in: list, io_out: list) -> Executor:
     """Stage 4: the execute command buffer, recorded once."""
-    executor = Executor(res.device, built.builder.dispatches, built.pipelines, io_in, io_out)
+    return recorded(Executor(res.device, built.builder.dispatches, built.pipelines, io_in, io_out), res)
+
+
+def recorded(executor: Executor, res: Resources) -> Executor:
+    """`executor` recorded and its pipelines warmed up, owned by the load (`res`: released with it)."""
     res.executors.append(executor)
     executor.record()
     executor.warm_up()
     return executor
 
 
-def _argmax_tail(built: Built, graph: g.VkGraph, res: Resources, options: Options) -> tuple[list, list, RTensor]:
-    """The dispatches, pipelines and int32 output of the argmax, over its last dim, of a method's
-    one float output (`aten.argmax.default`, built as any op is), with tensors of its own (the
-    load's: `res`)."""
-    if len(graph.output_ids) != 1:
-        raise LoadError(f"argmax needs a method of one output, not {len(graph.output_ids)}")
-    logits = built.builder.tensors[graph.output_ids[0]]
-    if not logits.arg.dtype.is_float or not logits.arg.shape:
-        raise LoadError(f"argmax needs a float output of at least one dim, not {logits.arg.dtype} "
-                        f"{list(logits.arg.shape)}")
-    source = graph.values[logits.vid]
-    tail = g.VkGraph(
-        chain=[g.OperatorCall(0, "aten.argmax.default", (0, 1, 2, 3))],
-        values=[g.Tensor(source.datatype, tuple(logits.arg.shape)), g.Int(-1), g.Bool(False),
-                g.Tensor(g.DataType.INT32, tuple(logits.arg.shape[:-1]))],
-        input_ids=[0], output_ids=[3])
-    builder = _graph_builder(tail, res.device, options).build()
-    pipelines = pipelines_for(res.device).get_all([(x.shader, dict(x.defines), len(x.bindings), x.spec)
-                                                   for x in builder.dispatches])
-    for t in builder.used_tensors():
-        t.buffer = logits.buffer if t.vid == 0 else res.allocator.buffer(t.nbytes, "activations", "device")
-    return builder.dispatches, pipelines, builder.tensors[3]
-
-
-def record_argmax(built: Built, graph: g.VkGraph, res: Resources, options: Options,
-                  io_in: list) -> tuple[Executor, RTensor, Buffer]:
-    """A second recording of a method of one float output: its dispatches, then that output's
-    argmax over its last dim into a small tensor, the only thing read back (`Method.argmax`).
-    Returns (the executor, that tensor, its readback buffer)."""
-    dispatches, pipelines, out = _argmax_tail(built, graph, res, options)
-    readback = res.allocator.buffer(out.nbytes, "io", "readback")
-    executor = Executor(res.device, [*built.builder.dispatches, *dispatches],
-                        [*built.pipelines, *pipelines], io_in, [(out, readback)])
-    res.executors.append(executor)
-    executor.record()
-    executor.warm_up()
-    return executor, out, readback
-
-
-GREEDY_CHAIN = 16
-"""Greedy steps one submission chains (`Method.greedy` submits more in turns): the host's fixed
-cost of a submission (submit, wait, read back: ~1.3 ms on the H200, docs/benchmarks.md) is spread
-over 16 tokens, while the step recordings (one per place in the chain) stay few."""
-
-
-def record_greedy(built: Built, graph: g.VkGraph, res: Resources, options: Options, io_in: list) -> tuple[Steps, Buffer]:
-    """Greedy decoding chained on the device, for a decode method `(input_ids [1, 1], cache_position
-    [1]) -> logits` (`Method.chains_greedy`): a step is the method's dispatches, the argmax of its
-    logits, and shaders/next_token.comp, which appends the token to a buffer and makes it and the
-    next position the method's inputs; `Method.greedy` submits up to GREEDY_CHAIN steps at once
-    (record.Steps). Returns the steps and the readback buffer of [count, tokens...]."""
-    (_, ids), (first_io, position) = io_in  # as Method.chains_greedy checked
-    dispatches, pipelines, chosen = _argmax_tail(built, graph, res, options)
-    tokens = RTensor(TensorArg(-1, (GREEDY_CHAIN + 1,), dtypes.INT32), dtypes.INT32)
-    tokens.buffer = res.allocator.buffer(tokens.nbytes, "activations", "device")
-    first = RTensor(position.arg, position.staging)
-    first.buffer = first_io
-    hand_over = Dispatch("next_token", (), [(t, 0, 4) for t in (chosen, ids, position, first)]
-                         + [(tokens, 0, tokens.nbytes)], b"", (1, 1, 1), "next_token")
-    pipelines += pipelines_for(res.device).get_all([("next_token", {}, 5, ())])
-    readback = res.allocator.buffer(tokens.nbytes, "io", "readback")
-    steps = Steps(res.device, [*built.builder.dispatches, *dispatches, hand_over], [*built.pipelines, *pipelines],
-                  io_in, [(tokens, readback)], counter=tokens, chain=GREEDY_CHAIN)
-    res.executors.append(steps)
-    steps.record()
-    steps.warm_up()
-    return steps, readback
-
-
-# --------------------------------------------------------------------------- the load
+# --------------------------------------------------------------------------- several methods as one
 
 @dataclass
 class Merged(Built):
@@ -448,60 +350,6 @@ def merge(builts: list[Built], source) -> Merged:
             merged.constants.setdefault(cid, []).extend(ts)
     share_constants(merged, source)
     return merged
-
-
-def load_methods(graphs: dict[str, g.VkGraph], source, bases: Sequence[int], schedule: str = "lazy",
-                 device=None, upload: str = "auto", *, staging_chunks: int = 4, staging_chunk_bytes: int = 16 * MiB,
-                 memory_budget: int | None = None, timeline: Timeline | None = None, on_close=None,
-                 max_binding_bytes: int | None = None, progress: Progress | None = None) -> dict[str, Method]:
-    """Run the four stages over the methods' graphs at once: method i's constant_ids start at
-    `bases[i]` in `source`. Weights are uploaded once for all of them (a byte range of the
-    files is one device tensor, whichever method reads it), state once per name; the methods'
-    activations take turns in one allocation (calls run one at a time); each method's command
-    buffer is recorded once. Returns each method's `Method`, all sharing one device load."""
-    options = Options(schedule, upload, staging_chunks, staging_chunk_bytes, memory_budget, max_binding_bytes)
-    timeline = timeline or Timeline()
-    if not timeline.phases:
-        timeline.mark("before load")
-    dev, own_device = device_of(device)
-    allocator = Allocator(dev, budget=memory_budget)
-    timeline.ledger = allocator.ledger
-    res = Resources(dev, own_device, allocator, source, timeline, on_close)
-    try:
-        builts = [build(graph, dev, options, source, base) for graph, base in zip(graphs.values(), bases)]
-        weights = builts[0] if len(builts) == 1 else merge(builts, source)
-        check_budget(weights, dev, options)
-        kept = upload_weights(weights, res, options, progress)
-        res.states = allocate_states(builts, res)
-        if options.schedule == "eager":
-            timeline.mark("after graph build")
-        io = allocate_activations(builts[0], next(iter(graphs.values())), res) if len(builts) == 1 else \
-            allocate_shared_activations(builts, list(graphs.values()), res)
-        if options.schedule == "eager":
-            upload_eager(weights, res, kept, progress)                     # M = 2W + A
-        timeline.mark("after activation allocation")
-        res.states.reset()
-        methods = {}
-        for (name, graph), built, (io_in, io_out) in zip(graphs.items(), builts, io):
-            executor = record(built, res, io_in, io_out)
-            methods[name] = Method(res, graph, executor, io_in, io_out, options.schedule,
-                                   "import" if res.uploader.imports else res.uploader.mode, name,
-                                   functools.partial(record_argmax, built, graph, res, options, io_in),
-                                   functools.partial(record_greedy, built, graph, res, options, io_in))
-        dev.check()
-        return methods
-    except BaseException as error:
-        try:
-            res.close()
-        except Exception:  # the original error matters more
-            pass
-        if isinstance(error, LoadError):
-            error.ledger = allocator.ledger.snapshot()  # after cleanup: all zero
-        if isinstance(error, vk.VkError):
-            if isinstance(error, (vk.VkErrorOutOfDeviceMemory, vk.VkErrorOutOfHostMemory)):
-                raise OutOfDeviceMemoryError(f"out of memory in a Vulkan call ({type(error).__name__})") from error
-            raise DeviceError(f"Vulkan call failed: {type(error).__name__}") from error
-        raise
 
 
 def allocate_states(builts: list[Built], res: Resources) -> StateStore:
@@ -537,28 +385,6 @@ def allocate_shared_activations(builts: list[Built], graphs: list[g.VkGraph], re
             for t, b in zip(members, bound):
                 t.buffer = b
     return [io_buffers(built, graph, res) for built, graph in zip(builts, graphs)]
-
-
-def load_graph(graph: g.VkGraph, constants: Sequence = (), schedule: str = "lazy",
-               device: Device | str | int | None = None, upload: str = "auto", **options) -> Method:
-    """Load a hand-built VkGraph whose constant i has the bytes `constants[i]`."""
-    return load_source(graph, InMemoryConstants(constants), schedule, device, upload, **options)
-
-
-def load_source(graph: g.VkGraph, source, schedule: str = "lazy", device=None, upload: str = "auto",
-                **options) -> Method:
-    """Run the four stages over `graph`, whose constants come from `source` (`get(cid)`)."""
-    return load_methods({"forward": graph}, source, [0], schedule, device, upload, **options)["forward"]
-
-
-def device_of(device) -> tuple[Device, bool]:
-    """(the Device a load runs on, whether the load owns it): the default device for None, a Device
-    as given, else one opened by name (the load closes it)."""
-    if device is None:
-        return default_device(), False
-    if isinstance(device, Device):
-        return device, False
-    return Device(str(device)), True
 
 
 def _give(tensors: list[RTensor], buffer: Buffer) -> None:
