@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from vkx.loader.errors import InputError
-from vkx.loader.generate import Decoder, LMShape, ProgramDecoder, greedy_by_calls
+from vkx.loader.generate import Decoder, LMShape, ProgramDecoder, greedy_steps
 
 
 class ExecuTorchDecoder:
@@ -42,9 +42,7 @@ class ExecuTorchDecoder:
     prefill_argmax = _argmax
 
     def decode_greedy(self, input_ids: np.ndarray, cache_position: np.ndarray, steps: int) -> np.ndarray:
-        if getattr(self.method, "chains_greedy", False):  # on the device
-            return self.method.greedy(input_ids, cache_position[:1], steps)
-        return greedy_by_calls(self._argmax, input_ids, cache_position, steps)
+        return greedy_steps(self.method, self._argmax, input_ids, cache_position[:1], steps)
 
     def reset(self) -> None:
         self.program.reset()

@@ -43,6 +43,15 @@ class Decoder(Protocol):
     def reset(self) -> None: ...
 
 
+def greedy_steps(method, argmax: Callable[[np.ndarray, np.ndarray], np.ndarray], input_ids: np.ndarray,
+                 cache_position: np.ndarray, steps: int) -> np.ndarray:
+    """`decode_greedy` over a loaded decode method: chained on the device where it can be
+    (`Method.greedy`), else `greedy_by_calls` with `argmax`."""
+    if getattr(method, "chains_greedy", False):
+        return method.greedy(input_ids, cache_position, steps)
+    return greedy_by_calls(argmax, input_ids, cache_position, steps)
+
+
 def greedy_by_calls(argmax: Callable[[np.ndarray, np.ndarray], np.ndarray], input_ids: np.ndarray,
                     cache_position: np.ndarray, steps: int) -> np.ndarray:
     """`decode_greedy` for a decoder whose steps are host calls: one `argmax(ids, position)` call a token."""
@@ -252,10 +261,8 @@ class ProgramDecoder:
         return self._argmax("prefill", input_ids, cache_position)
 
     def decode_greedy(self, input_ids: np.ndarray, cache_position: np.ndarray, steps: int) -> np.ndarray:
-        method = self.program["decode"]
-        if getattr(method, "chains_greedy", False):  # on the device
-            return method.greedy(input_ids, cache_position, steps)
-        return greedy_by_calls(functools.partial(self._argmax, "decode"), input_ids, cache_position, steps)
+        return greedy_steps(self.program["decode"], functools.partial(self._argmax, "decode"), input_ids,
+                            cache_position, steps)
 
     def _argmax(self, name: str, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
         method = self.program[name]
