@@ -34,6 +34,7 @@ import torch
 import vkx
 from vkx.export import hf
 from vkx.loader.generate import LMShape, ProgramDecoder, Timings, generate, greedy_by_calls
+from vkx.loader.greedy import GREEDY_CHAIN
 
 _spec = importlib.util.spec_from_file_location("llama_load", Path(__file__).with_name("llama_load.py"))
 llama_load = importlib.util.module_from_spec(_spec)
@@ -146,25 +147,26 @@ def main() -> None:
     if bursts is not None:
         fixed, each = bursts
         print(f"vkx greedy bursts (wall): {fixed * 1e3:.2f} ms a submission + {each * 1e3:.3f} ms a chained step "
-              f"({16 / (fixed + 16 * each):,.0f} tokens/s at 16 steps a submission)")
+              f"({GREEDY_CHAIN / (fixed + GREEDY_CHAIN * each):,.0f} tokens/s at {GREEDY_CHAIN} steps a submission)")
     print_call_report("decode", call, layers, 1)
     print_call_report("prefill", prefill_call, layers, args.prefill_len)
 
 
 def burst_report(method, inputs) -> tuple[float, float] | None:
     """(host seconds a submission, seconds a chained step) of `Method.greedy`: the wall time of 1 and
-    of 16 steps in one submission (medians of 5), split by a straight line; None where it cannot chain."""
+    of GREEDY_CHAIN steps in one submission (medians of 5), split by a straight line; None where it
+    cannot chain."""
     if not getattr(method, "chains_greedy", False):
         return None
     median = {}
-    for n in (1, 16):
+    for n in (1, GREEDY_CHAIN):
         samples = []
         for _ in range(5):
             began = time.perf_counter()
             method.greedy(*inputs, n)
             samples.append(time.perf_counter() - began)
         median[n] = sorted(samples)[2]
-    each = (median[16] - median[1]) / 15
+    each = (median[GREEDY_CHAIN] - median[1]) / (GREEDY_CHAIN - 1)
     return median[1] - each, each
 
 
