@@ -10,11 +10,24 @@
 // Defines (one op kind): MAX or MIN (the value), ARGMAX or ARGMIN (its first index; NaN counts
 // as the largest and the smallest, as in torch: NaN wins), VAR (the two-pass variance divided by
 // count - correction); elem_defines for X and Y. Math in fp32.
+// A long row of few outputs (the greedy tail) is cut in two passes, so that more than one
+// workgroup an output reads it: SPLIT (pass 1) gives workgroup w segment w % segments of output
+// w / segments, the seg_len elements of its walk from (w % segments) * seg_len, and writes that
+// segment's (value bits, index) to pairs[w] (binding 1, no Y); COMBINE (pass 2) reads an
+// output's `count` pairs from binding 0 (no X) as it would read elements, each with its index.
 #include "dtype.glslh"
 #include "rows.glslh"
 
+#ifdef COMBINE
+layout(std430, set = 0, binding = 0) readonly buffer BufPairs { uvec2 pairs_in[]; };
+#else
 layout(std430, set = 0, binding = 0) readonly buffer BufIn { X_T x[]; };
+#endif
+#ifdef SPLIT
+layout(std430, set = 0, binding = 1) writeonly buffer BufPairs { uvec2 pairs_out[]; };
+#else
 layout(std430, set = 0, binding = 1) writeonly buffer BufOut { Y_T y[]; };
+#endif
 
 layout(push_constant) uniform Push {
     uint n_out;
@@ -26,6 +39,7 @@ layout(push_constant) uniform Push {
     uint kstride[6];
     uint rsize[6];
     uint rstride[6];
+    uint seg_len;  // SPLIT: the elements of a segment
 } p;
 
 uint offset_of(uint base, uint i) {
@@ -66,7 +80,17 @@ shared uint at_part[ROW_WG];
 #endif
 
 void main() {
+#ifdef SPLIT
+    const uint segments = (p.count + p.seg_len - 1u) / p.seg_len;
+    const uint w = row_index();
+    const uint gid = w / segments;
+    const uint begin = (w - gid * segments) * p.seg_len;
+    const uint end = min(p.count, begin + p.seg_len);
+#else
     const uint gid = row_index();
+    const uint begin = 0u;
+    const uint end = p.count;
+#endif
     if (gid >= p.n_out) {
         return;
     }
@@ -97,11 +121,18 @@ void main() {
 #else
     float best = 0.0;
     uint at = NONE;
-    for (uint i = lane; i < p.count && !isnan(best); i += ROW_LANES) {
+    for (uint i = begin + lane; i < end && !isnan(best); i += ROW_LANES) {
+#ifdef COMBINE
+        const uvec2 pair = pairs_in[gid * p.count + i];
+        const float e = uintBitsToFloat(pair.x);
+        const uint index = pair.y;
+#else
         const float e = LOAD_X(offset_of(base, i));
-        if (before(e, i, best, at)) {
+        const uint index = i;
+#endif
+        if (before(e, index, best, at)) {
             best = e;
-            at = i;
+            at = index;
         }
     }
 #ifdef ROW_WG
@@ -119,14 +150,20 @@ void main() {
     at = at_part[0];
 #endif
     if (lane == 0u) {
+#ifdef SPLIT
+        pairs_out[row_index()] = uvec2(floatBitsToUint(best), at);  // a segment is never empty
+#else
+#ifndef COMBINE
         if (at == NONE) {  // nothing reduced (count 0): element 0, as a walk from it would give
             at = 0u;
             best = LOAD_X(offset_of(base, 0u));
         }
+#endif
 #if defined(MAX) || defined(MIN)
         STORE_Y(gid, best);
 #else
         STORE_Y(gid, int(at));
+#endif
 #endif
     }
 #endif

@@ -233,20 +233,43 @@ STATS = {"aten.amax.default": "MAX", "aten.amin.default": "MIN", "aten.argmax.de
 """The op kind reduce_stats.comp computes for each op."""
 
 
+SPLIT_SEGMENT = 2048
+"""Elements of a segment in the first pass of a split reduction (reduce_stats.comp's SPLIT): 8 a
+lane of a 256-lane workgroup."""
+SPLIT_OUTPUTS = 64
+"""Reductions of fewer outputs than this, over rows of at least two segments, are split (a
+workgroup an output would leave a GPU idle: the argmax of a greedy decode step's logits)."""
+
+
 @builds(*STATS)
 def reduce_stats(builder: OpBuilder, call: Call) -> None:
     """amax/amin (NaN wins), argmax/argmin (the first extreme's index over the reduced dims; every
     dim when `dim` is None), var (correction None is 1) over `dim`: one invocation per output, a
-    workgroup per output reducing at least ROW_MIN elements (row_dispatch)."""
+    workgroup per output reducing at least ROW_MIN elements (row_dispatch); few outputs over long
+    rows (not var) in two passes, SPLIT_SEGMENT elements a workgroup then a workgroup an output."""
     src, out = call.tensor("self"), call.out
     if out.numel == 0:
         return
     count, head, tables = _walk(builder, src, out, _reduced_dims(call, tuple(src.shape)))
     correction = call["correction"] if call.decl.has("correction") else None
-    push = head + struct.pack("<If", count, 1.0 if correction is None else float(correction)) + tables
-    defines = {**_types(builder, ("X", "x", src), ("Y", "y", out)), STATS[call.decl.name]: "1"}
+    kind = {STATS[call.decl.name]: "1"}
+    segments = -(-count // SPLIT_SEGMENT)
+    if kind.keys() != {"VAR"} and out.numel < SPLIT_OUTPUTS and segments >= 2:
+        pairs = builder.scratch(2 * out.numel * segments)
+        push = head + struct.pack("<If", count, 0.0) + tables + struct.pack("<I", SPLIT_SEGMENT)
+        groups, wg = row_dispatch(builder, out.numel * segments, SPLIT_SEGMENT)
+        builder.dispatch("reduce_stats", [src, pairs], push, groups,
+                         {**_types(builder, ("X", "x", src)), **kind, "SPLIT": "1", **wg})
+        push = head + struct.pack("<If", segments, 0.0) + tables + struct.pack("<I", 0)
+        groups, wg = row_dispatch(builder, out.numel, max(segments, ROW_MIN))
+        builder.dispatch("reduce_stats", [pairs, out], push, groups,
+                         {**_types(builder, ("Y", "y", out)), **kind, "COMBINE": "1", **wg})
+        return
+    push = head + struct.pack("<If", count, 1.0 if correction is None else float(correction)) + tables \
+        + struct.pack("<I", 0)
     groups, wg = row_dispatch(builder, out.numel, count)
-    builder.dispatch("reduce_stats", [src, out], push, groups, {**defines, **wg})
+    builder.dispatch("reduce_stats", [src, out], push, groups, {**_types(builder, ("X", "x", src), ("Y", "y", out)),
+                                                                **kind, **wg})
 
 
 @variants("next_token")

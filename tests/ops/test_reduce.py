@@ -346,11 +346,13 @@ def test_module_fp16_constants(case):
 
 @pytest.mark.parametrize("name", ["aten.argmax.default", "aten.argmin.default", "aten.amax.default",
                                   "aten.var.correction"])
-@pytest.mark.parametrize("shape,dim", [((3, 77), -1), ((2, 1031), -1), ((2, 100, 3), 1), ((1, 32000), -1)])
+@pytest.mark.parametrize("shape,dim", [((3, 77), -1), ((2, 1031), -1), ((2, 100, 3), 1), ((1, 32000), -1),
+                                       ((3, 40000), -1), ((2, 5000, 3), 1)])
 @by_dtype
 def test_stats_long_rows(name, shape, dim, dtype):
-    """A workgroup per output over >= 64 elements (64 or 256 lanes): the first extreme's index with
-    ties and NaN as torch has them, wherever in the row they fall."""
+    """A workgroup per output over >= 64 elements (64 or 256 lanes), or (few outputs of rows of two
+    segments or more: the last three shapes) two passes: the first extreme's index with ties and NaN as
+    torch has them, wherever in the row (and in which segment) they fall."""
     x = rand(*shape, seed=4, scale=3.0).to(dtype)
     n = shape[dim]
     row = [slice(None)] * len(shape)
