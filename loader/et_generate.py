@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from vkx.loader.errors import InputError
-from vkx.loader.generate import Decoder, LMShape, ProgramDecoder, greedy_steps
+from vkx.loader.generate import Decoder, LMShape, ProgramDecoder, greedy_steps, warm_up
 
 
 class ExecuTorchDecoder:
@@ -28,6 +28,7 @@ class ExecuTorchDecoder:
         self.eos_token_ids: tuple[int, ...] = program.eos_token_ids
         if getattr(method, "chains_greedy", False):
             method.record_ahead(greedy=True)  # not in the first token's time
+        warm_up(self, self.shape)
 
     def _step(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
         return self.method.run_numpy(input_ids, cache_position[:1])[0]

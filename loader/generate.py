@@ -52,6 +52,16 @@ def greedy_steps(method, argmax: Callable[[np.ndarray, np.ndarray], np.ndarray],
     return greedy_by_calls(argmax, input_ids, cache_position, steps)
 
 
+def warm_up(decoder: Decoder, shape: LMShape) -> None:
+    """One prompt chunk and one burst of greedy steps on zeros, then the state reset: a recording's
+    first submission costs more than later ones on a GPU (the H200, 1B fp16: a 512-token prefill 66
+    against 15 ms, the first 128 greedy tokens at 387 against 522 tokens/s; docs/benchmarks.md), so
+    a decoder pays that once, as it is built, not in its first generation."""
+    decoder.prefill_argmax(np.zeros((1, shape.prefill_len), np.int64), np.arange(shape.prefill_len, dtype=np.int64))
+    decoder.decode_greedy(np.zeros((1, 1), np.int64), np.zeros(1, np.int64), min(MAX_BURST, shape.max_seq_len))
+    decoder.reset()
+
+
 def greedy_by_calls(argmax: Callable[[np.ndarray, np.ndarray], np.ndarray], input_ids: np.ndarray,
                     cache_position: np.ndarray, steps: int) -> np.ndarray:
     """`decode_greedy` for a decoder whose steps are host calls: one `argmax(ids, position)` call a token."""
@@ -202,8 +212,8 @@ def _tokens(decoder: Decoder, input_ids: list[int], max_new_tokens: int, shape: 
 MAX_BURST = 16
 """Greedy tokens decoded per `decode_greedy` call at most: one submission of a vkx program's chained
 steps (loader/greedy.py, GREEDY_CHAIN). The bursts double from one, so the first tokens come at once;
-at 16 the host's fixed cost of a call (submit, wait, read back: ~1.3 ms on the H200,
-docs/benchmarks.md) is spread over 16 tokens, and a stop token wastes at most 15 steps."""
+at 16 the host's fixed cost of a call (submit, wait, read back) is spread over 16 tokens, and a stop
+token wastes at most 15 steps."""
 
 
 def _token(out: np.ndarray, shape: LMShape, sampling: Sampling, rng: np.random.Generator) -> int:
@@ -250,6 +260,7 @@ class ProgramDecoder:
             method = program[name]
             if hasattr(method, "record_ahead"):  # a Method: its greedy recordings now, not in the first token's time
                 method.record_ahead(argmax=True, greedy=greedy and method.chains_greedy)
+        warm_up(self, self.shape)
 
     def prefill(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
         return self.program["prefill"].run_numpy(input_ids, cache_position)[0]
