@@ -247,7 +247,7 @@ class MatvecShape:
 
 
 MATVEC_SHAPES: dict[tuple[str, str], MatvecShape] = {
-    ("gpu", "matvec"): MatvecShape(16, 64),
+    ("gpu", "matvec"): MatvecShape(4, 128),
     ("gpu", "matvec_q"): MatvecShape(16, 128),
     ("cpu", "matvec"): MatvecShape(16, 64),
     ("cpu", "matvec_q"): MatvecShape(16, 128),
@@ -255,13 +255,13 @@ MATVEC_SHAPES: dict[tuple[str, str], MatvecShape] = {
     ("small", "matvec_q"): MatvecShape(8, 64),
 }
 """The workgroup of shaders/matvec.comp and matvec_q.comp by device class (`device_class`): on a
-GPU the shapes of the kernels before their rework (16 rows: the activations read once per 16 rows
-and 16 weight loads in flight per invocation), which read 2.47 GB in 1.74 ms in a 1B decode call on
-the H200, where bench/matvec.py's pick of 4 rows x 128 read at 0.97 TB/s in the same kind of call
-(docs/benchmarks.md: that sweep's own copy baseline was suspect); on a CPU device (lavapipe, where the
-cost is the number of loads) 16 rows, so that the activations are loaded once per 16 rows; on
-devices without subgroup operations or with fewer than 256 invocations a workgroup (the
-android-baseline-2022 profile) 8 rows of 64 invocations, not measured."""
+GPU, matvec 4 rows x 128, the best of eight shapes timed in whole 1B fp16 decode calls on the H200
+(1.43 ms a call against 1.87 ms for 16 x 64, the shape before: more, smaller workgroups keep more
+loads in flight on products of 2,048 rows; docs/benchmarks.md); matvec_q keeps 16 x 128, not
+measured that way; on a CPU device (lavapipe, where the cost is the number of loads) 16 rows, so
+that the activations are loaded once per 16 rows; on devices without subgroup operations or with
+fewer than 256 invocations a workgroup (the android-baseline-2022 profile) 8 rows of 64
+invocations, not measured."""
 MATVEC_ROWS = (1, 2, 4, 8, 16)
 """The rows a matrix-vector workgroup may have (a define: shaders/partials.glslh)."""
 MIN_INVOCATIONS = 32

@@ -4,10 +4,14 @@ with subgroup sums (lavapipe has subgroup arithmetic) and with the shared-memory
 android-baseline-2022 profile has none), against torch in every weight dtype."""
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
 
+import vkx
+from vkx.export import export_model
 from vkx.export.quantize import dequantize, quantize_weight
 from vkx.loader.device import Device
 from vkx.loader.ops import gemm
@@ -52,6 +56,50 @@ def test_matvec_q_every_shape(shape, bits, dtype, monkeypatch, dispatches):
         and defines["SUBGROUP"] == 1
     want = x.double() @ dequantize(q, s, bits, 64).double().T
     assert_norm_close(got.double(), want, rtol=1e-5 if dtype == torch.float32 else 4e-3, atol=1e-5)
+
+
+class Fused(torch.nn.Module):
+    """An attention's q, k, v products of one row (loader/fuse.py: one SEGMENTS dispatch) and a gated
+    MLP of another (the GLU dispatch, then the down product with the residual add)."""
+
+    def __init__(self, width: int = 64, hidden: int = 200):
+        super().__init__()
+        self.q, self.k, self.v = (torch.nn.Linear(width, n, bias=False) for n in (128, 32, 32))
+        self.gate, self.up = (torch.nn.Linear(width, hidden, bias=False) for _ in range(2))
+        self.down = torch.nn.Linear(hidden, width, bias=False)
+
+    def forward(self, x, y):
+        return self.q(x), self.k(x), self.v(x), y + self.down(F.silu(self.gate(y)) * self.up(y))
+
+
+@pytest.fixture(scope="module")
+def fused_files(tmp_path_factory) -> dict:
+    """Fused's module, inputs and file in each export dtype."""
+    torch.manual_seed(0)
+    module = Fused().eval()
+    inputs = (rand(1, 64, seed=3) * 2, rand(1, 64, seed=4) * 2)
+    files = {}
+    for dtype, name in ((torch.float32, "fp32"), (torch.float16, "fp16"), (torch.bfloat16, "bf16")):
+        files[dtype] = tmp_path_factory.mktemp("fused") / f"{name}.pte"
+        export_model(copy.deepcopy(module), inputs, str(files[dtype]), dtype=name)
+    return module, inputs, files
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s.rows}x{s.invocations}")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_fused_products_every_shape(shape, dtype, fused_files, monkeypatch, dispatches):
+    """The three products of one row (SEGMENTS) and SwiGLU's (GLU) at each shape, against torch: a
+    device class's shape takes these variants in every LLM decode."""
+    _shape(monkeypatch, "matvec", shape)
+    module, inputs, files = fused_files
+    with vkx.load(str(files[dtype])) as program:
+        got = program(*(x.to(dtype) for x in inputs))
+    kinds = sorted(("SEGMENTS" in d) + 2 * ("GLU" in d) for s, d, _ in dispatches if s == "matvec")
+    assert kinds == [0, 1, 2] and {d["ROWS"] for s, d, _ in dispatches if s == "matvec"} == {shape.rows}
+    with torch.no_grad():
+        want = copy.deepcopy(module).to(dtype)(*(x.to(dtype) for x in inputs))
+    for g, w in zip(got, want):
+        assert_close_in(g, w, dtype, terms=200)
 
 
 def test_short_rows_take_fewer_invocations(dispatches):
