@@ -39,13 +39,23 @@ from vkx.loader.fuse_rotary import rotary
 from vkx.loader.ops import OpBuilder, TensorArg
 from vkx.loader.ops.attention import attention
 from vkx.loader.ops.fused import linear_add, swiglu_row
-from vkx.loader.ops.gemm import matvec_products
+from vkx.loader.ops.gemm import RowNorm, matvec_glu, matvec_products, matvec_row
 from vkx.loader.ops.quant import linear_q_row, products_q_row, swiglu_q_row
 from vkx.loader.ops.reduce import rms_norm_rows
 
 
-def _rms_norm(c: OpChain, r: int) -> tuple[list[int], list[int], Fused] | None:
-    """The RMSNorm whose rsqrt is op `r`: (its op indices, the tensors it reads, the fused step)."""
+@dataclass(frozen=True)
+class _Norm:
+    """A matched RMSNorm: its op indices, input x, weight (a constant [n], or None), output y, eps."""
+    ops: tuple[int, ...]
+    x: int
+    weight: int | None
+    y: int
+    eps: float
+
+
+def _rms_norm(c: OpChain, r: int) -> tuple[list[int], list[int], Fused, _Norm] | None:
+    """The RMSNorm whose rsqrt is op `r`: (its op indices, the tensors it reads, the fused step, the match)."""
     chain = c.graph.chain
     mse = chain[r].args[0]
     add = c.op_of(mse, "aten.add.Tensor")
@@ -73,12 +83,13 @@ def _rms_norm(c: OpChain, r: int) -> tuple[list[int], list[int], Fused] | None:
     if len(readers) != 1 or rsq in c.outputs or chain[readers[0]].name not in MUL:
         return None
     mul = readers[0]
-    if other_operand(chain[mul], rsq) != h or sorted(c.readers.get(h, [])) != sorted([pow_, mul]) or h in c.outputs:
+    if other_operand(chain[mul], rsq) != h:
         return None
     ops = [pow_, mean, add, r, mul]
-    x = h
+    x = h  # read by others too where it is not the cast's output (in fp32: the residual stream itself)
     cast_in = c.op_of(h, *CAST)
-    if cast_in is not None and c.tensor(chain[cast_in].args[0]) is not None:
+    if cast_in is not None and c.tensor(chain[cast_in].args[0]) is not None \
+            and sorted(c.readers.get(h, [])) == sorted([pow_, mul]) and h not in c.outputs:
         x = chain[cast_in].args[0]
         ops.insert(0, cast_in)
     y = chain[mul].args[-1]
@@ -104,7 +115,8 @@ def _rms_norm(c: OpChain, r: int) -> tuple[list[int], list[int], Fused] | None:
         rms_norm_rows(builder, arg(x), None if weight is None else arg(weight), arg(y), n, eps)
 
     inputs = [x] if weight is None else [x, weight]
-    return sorted(ops), inputs, Fused("rms_norm", tuple(chain[i].node_id for i in sorted(ops)), run)
+    return sorted(ops), inputs, Fused("rms_norm", tuple(chain[i].node_id for i in sorted(ops)), run), \
+        _Norm(tuple(sorted(ops)), x, weight, y, float(eps))
 
 
 _PRODUCTS = ("aten.linear.default", "vkx.linear_q.default")
@@ -118,8 +130,9 @@ def _may_own(c: OpChain, x: int, z: int) -> bool:
 
 
 def _output(c: OpChain, builder: OpBuilder, arg: Callable[[int], TensorArg], x: int, z: int) -> TensorArg:
-    """The tensor a fused product of `x` writes `z` into: `z`'s own, or, where the plan put `z` in
-    x's memory, a new tensor that `z` becomes (allocated with the activations; one row, small)."""
+    """The tensor a fused product of `x` (an RMSNorm's input, where one is folded in) writes `z` into:
+    `z`'s own, or, where the plan put `z` in x's memory, a new tensor that `z` becomes (allocated
+    with the activations; one row, small)."""
     out = arg(z)
     if not shares_memory(c, x, z):
         return out
@@ -213,7 +226,42 @@ def _one_row_linear(c: OpChain, vid: int, reader: int) -> tuple[int, int, _Weigh
     return None if found is None else (p, *found)
 
 
-def _swiglu(c: OpChain, m: int, max_binding_bytes: int) -> tuple[list[int], list[int], Fused] | None:
+def _foldable(c: OpChain, norms: dict[int, _Norm], x: int, products: list[int], weights: list[_Weight],
+              outs: list[int]) -> _Norm | None:
+    """The RMSNorm whose output `x` is, where it folds into these products (matvec.comp's NORM): it
+    has a weight, x is read by them alone, their weights are float, and x's input is intact until
+    the products run and shares no memory with their outputs."""
+    norm = norms.get(x)
+    if norm is None or norm.weight is None or sorted(c.readers.get(x, [])) != sorted(products) \
+            or any(w.scales is not None for w in weights) or any(shares_memory(c, norm.x, z) for z in outs):
+        return None
+    return norm if safe(c, [*norm.ops, *products], [norm.x, norm.weight]) else None
+
+
+def _norm_product(c: OpChain, i: int, norms: dict[int, _Norm],
+                  max_binding_bytes: int) -> tuple[list[int], list[int], Fused] | None:
+    """A `_row_product` (op `i`, float weight) of an RMSNorm's output read by it alone: the norm
+    folded into the product (an LM's final norm and head)."""
+    found = _row_product(c, i)
+    if found is None:
+        return None
+    x, w = found
+    z = c.graph.chain[i].args[-1]
+    norm = _foldable(c, norms, x, [i], [w], [z])
+    wt, zt = c.tensor(w.w), c.tensor(z)
+    if norm is None or zt is None or c.tensor(x).dims[-1] % 8 or math.prod(zt.dims) != wt.dims[0] \
+            or any(t.nbytes > max_binding_bytes for t in (c.tensor(norm.x), wt, zt)):
+        return None
+
+    def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
+        matvec_row(builder, arg(norm.x), arg(w.w), arg(z), RowNorm(arg(norm.weight), norm.eps))
+
+    ops = sorted([*norm.ops, i])
+    return ops, [norm.x, norm.weight, w.w], Fused("rms_norm_linear", tuple(c.graph.chain[j].node_id for j in ops), run)
+
+
+def _swiglu(c: OpChain, m: int, norms: dict[int, _Norm],
+            max_binding_bytes: int) -> tuple[list[int], list[int], Fused] | None:
     """`silu(linear(x, Wg)) * linear(x, Wu)` whose multiply is op `m`."""
     chain = c.graph.chain
     left, right, z = chain[m].args[:3]
@@ -234,19 +282,26 @@ def _swiglu(c: OpChain, m: int, max_binding_bytes: int) -> tuple[list[int], list
             or any(t.nbytes > max_binding_bytes for t in (xt, wgt, wut, zt)):
         return None
 
+    norm = _foldable(c, norms, x, [gate[0], up[0]], [wg, wu], [z])
+    read = x if norm is None else norm.x
+
     def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
-        out = _output(c, builder, arg, x, z)
-        if wg.scales is None:
+        out = _output(c, builder, arg, read, z)
+        if norm is not None:
+            matvec_glu(builder, arg(norm.x), arg(wg.w), arg(wu.w), out, RowNorm(arg(norm.weight), norm.eps))
+        elif wg.scales is None:
             swiglu_row(builder, arg(x), arg(wg.w), arg(wu.w), out)
         else:
             swiglu_q_row(builder, arg(x), wg.args(arg), wu.args(arg), out, wg.bits, wg.group)
 
-    ops = sorted([gate[0], act, up[0], m])
-    inputs = [x] + [t for w in (wg, wu) for t in (w.w, w.scales) if t is not None]
-    return ops, inputs, Fused("swiglu", tuple(chain[i].node_id for i in ops), run)
+    ops = sorted([gate[0], act, up[0], m, *(norm.ops if norm else ())])
+    inputs = [x] if norm is None else [norm.x, norm.weight]
+    inputs += [t for w in (wg, wu) for t in (w.w, w.scales) if t is not None]
+    return ops, inputs, Fused("swiglu" if norm is None else "rms_norm_swiglu", tuple(chain[i].node_id for i in ops), run)
 
 
-def _products(c: OpChain, i: int, max_binding_bytes: int) -> tuple[list[int], list[int], Fused] | None:
+def _products(c: OpChain, i: int, norms: dict[int, _Norm],
+              max_binding_bytes: int) -> tuple[list[int], list[int], Fused] | None:
     """Three `_row_product`s of one x that nothing else reads, of one kernel and packing, the first
     of them op `i`: one dispatch at op i's place."""
     chain = c.graph.chain
@@ -274,15 +329,23 @@ def _products(c: OpChain, i: int, max_binding_bytes: int) -> tuple[list[int], li
     if any(touched_between(c, i, r, z, readers) for r, z in zip(readers[1:], outs[1:])):
         return None
     kernel = [w for _, w in weights]
+    norm = _foldable(c, norms, x, readers, kernel, outs)
+    read = x if norm is None else norm.x
 
     def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
-        stores = [_output(c, builder, arg, x, z) for z in outs]
-        if first.scales is None:
+        stores = [_output(c, builder, arg, read, z) for z in outs]
+        if norm is not None:
+            matvec_products(builder, arg(norm.x), [w.args(arg) for w in kernel], stores,
+                            RowNorm(arg(norm.weight), norm.eps))
+        elif first.scales is None:
             matvec_products(builder, arg(x), [w.args(arg) for w in kernel], stores)
         else:
             products_q_row(builder, arg(x), [w.args(arg) for w in kernel], stores, first.bits, first.group)
 
-    return readers, [x], Fused("products", tuple(chain[r].node_id for r in readers), run, first=True)
+    if norm is None:
+        return readers, [x], Fused("products", tuple(chain[r].node_id for r in readers), run, first=True)
+    ops = sorted([*norm.ops, *readers])
+    return ops, [norm.x, norm.weight], Fused("rms_norm_products", tuple(chain[j].node_id for j in ops), run, first=True)
 
 
 _SDPA = "aten.scaled_dot_product_attention.default"
@@ -354,30 +417,41 @@ def _grouped_attention(c: OpChain, i: int) -> tuple[list[int], list[int], Fused]
 
 
 def fuse(graph: g.VkGraph, max_binding_bytes: int) -> list:
-    """The graph's chain with every match replaced by one `Fused` step (at its last op's place)."""
+    """The graph's chain with every match replaced by one `Fused` step (at its last op's place; a
+    `first` step at its first op's, past the ops of an RMSNorm folded into it)."""
     c = OpChain(graph)
     taken: set[int] = set()
     at: dict[int, Fused] = {}
+    norms: dict[int, _Norm] = {}  # output -> an RMSNorm matched on its own, which a product may fold in
     for i, op in enumerate(graph.chain):
         if i in taken:
             continue
+        norm = None
         if op.name == "aten.rsqrt.default":
             found = _rms_norm(c, i)
+            if found is not None:
+                *found, norm = found
         elif op.name == "aten.add.Tensor":
             found = rotary(c, i, max_binding_bytes) or _residual_add(c, i)
         elif op.name == "aten.mul.Tensor":
-            found = _swiglu(c, i, max_binding_bytes)
+            found = _swiglu(c, i, norms, max_binding_bytes)
         elif op.name == _SDPA:
             found = _grouped_attention(c, i)
         elif op.name in _PRODUCTS:
-            found = _products(c, i, max_binding_bytes)
+            found = _products(c, i, norms, max_binding_bytes) or _norm_product(c, i, norms, max_binding_bytes)
         else:
             continue
         if found is None:
             continue
         ops, inputs, step = found
-        if taken.intersection(ops) or not (step.first or safe(c, ops, inputs)):
+        folded = [n for n in norms.values() if set(n.ops) <= set(ops)]
+        own = set(ops).difference(*(n.ops for n in folded))
+        if taken.intersection(own) or not (step.first or safe(c, ops, inputs)):
             continue
+        for n in folded:  # the norm's own step goes: the products do its work
+            del at[n.ops[-1]], norms[n.y]
         taken.update(ops)
-        at[ops[0] if step.first else ops[-1]] = step
+        at[min(own) if step.first else ops[-1]] = step
+        if norm is not None:
+            norms[norm.y] = norm
     return [at[i] if i in at else op for i, op in enumerate(graph.chain) if i not in taken or i in at]

@@ -21,8 +21,18 @@
 // first ceil(N / ROWS) workgroups, C2 = A B2 (bindings 3, 4) over the next ceil(N2 / ROWS), C3 =
 // A B3 (5, 6) over the rest, each weight laid out as B from its element 0 (an attention's q, k
 // and v products).
+// NORM (with GLU, SEGMENTS or neither; one batch, no bias, no K_TAIL): A is an RMSNorm's input,
+// the products are of its output, A[k] * G[k] * rsqrt(mean(A^2) + p.eps): binding NORM_BINDING =
+// G (the norm's weight, K elements), the squares summed in the same sweep, each sum scaled once.
 #ifdef GLU
-#define PARTIAL_ROWS (2 * ROWS)
+#define SUMS (2 * ROWS)
+#else
+#define SUMS ROWS
+#endif
+#ifdef NORM
+#define PARTIAL_ROWS (SUMS + 1)  // the last: the sum of A's squares
+#else
+#define PARTIAL_ROWS SUMS
 #endif
 #include "partials.glslh"
 #include "dtype.glslh"
@@ -43,6 +53,12 @@ layout(std430, set = 0, binding = 4) writeonly buffer BufC2 { C2_T c2[]; };
 layout(std430, set = 0, binding = 5) readonly buffer BufB3 { B_V w3[]; };
 layout(std430, set = 0, binding = 6) writeonly buffer BufC3 { C3_T c3[]; };
 #endif
+#ifdef NORM
+layout(std430, set = 0, binding = NORM_BINDING) readonly buffer BufG { G_V g[]; };
+#define NORM_A squares += dot(x0, x0) + dot(x1, x1); { vec4 g0, g1; LOAD8_G(k, g0, g1); x0 *= g0; x1 *= g1; }
+#else
+#define NORM_A
+#endif
 #ifdef GLU
 // the up weight's row r beside the gate's, in SWEEP
 #define GLU_STEP(r) LOAD8_B2(brow[r] - p.boff + p.b2off + k, w0, w1); acc2[r] += dot(x0, w0) + dot(x1, w1);
@@ -56,6 +72,7 @@ layout(std430, set = 0, binding = 6) writeonly buffer BufC3 { C3_T c3[]; };
     for (int k = lid * 8; k < K8; k += WG * 8) { \
         vec4 x0, x1, w0, w1; \
         LOAD8_A(abase + k, x0, x1); \
+        NORM_A \
         for (int r = 0; r < ROWS; ++r) { \
             LOAD8(brow[r] + k, w0, w1); \
             acc[r] += dot(x0, w0) + dot(x1, w1); \
@@ -72,6 +89,9 @@ layout(push_constant) uniform Push {
     float alpha, beta;
     int b2off;
     int N2, N3;  // SEGMENTS: the second and third products' columns
+#ifdef NORM
+    float eps;
+#endif
 } p;
 
 void main() {
@@ -111,6 +131,7 @@ void main() {
         acc2[r] = 0.0;
     }
 #endif
+    float squares = 0.0;  // NORM: of A's elements this invocation read
     const int K8 = p.K & ~7;
 #ifdef SEGMENTS
     if (seg == 0) {
@@ -138,13 +159,21 @@ void main() {
         put_partial(ROWS + r, acc2[r]);
 #endif
     }
+#ifdef NORM
+    put_partial(SUMS, squares);
+#endif
     barrier();
     fold_partials();
     if (lid < ROWS && n0 + lid < N) {
         const int n = n0 + lid;
-        float v = p.alpha * row_total(lid);
+#ifdef NORM
+        const float alpha = p.alpha * inversesqrt(row_total(SUMS) / float(p.K) + p.eps);
+#else
+        const float alpha = p.alpha;
+#endif
+        float v = alpha * row_total(lid);
 #ifdef GLU
-        v = v / (1.0 + exp(-v)) * (p.alpha * row_total(ROWS + lid));
+        v = v / (1.0 + exp(-v)) * (alpha * row_total(ROWS + lid));
 #endif
 #ifdef HAS_BIAS
         v += p.beta * LOAD_BIAS(p.biasoff + n * p.sbn);

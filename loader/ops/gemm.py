@@ -339,39 +339,70 @@ def _record_matvec(builder, bindings, defines, a, aoff, b, boff, c, coff, N, K, 
                      (shape.invocations,))
 
 
-def matvec_glu(builder: OpBuilder, x: TensorArg, gate: TensorArg, up: TensorArg, out: TensorArg) -> None:
-    """out[n] = silu(x . gate[n]) * (x . up[n]) for one row x of K elements and weights [N, K]
-    (K a multiple of 8, each tensor within one binding): shaders/matvec.comp's GLU, both weights
-    read in one workgroup, fp32 sums, one rounding on the store."""
-    n, k = gate.shape
-    if k % 8 or any(t.nbytes > builder.limits.max_storage_buffer_range for t in (x, gate, up, out)):
-        raise UnsupportedOpError(f"gate/up product of [{n}, {k}] weights: K a multiple of 8 and each "
-                                 f"tensor within one binding")
+@dataclass(frozen=True)
+class RowNorm:
+    """An RMSNorm folded into the products of its output (shaders/matvec.comp's NORM): the products
+    read its input x and scale by `weight` [K] and rsqrt(mean(x^2) + eps), in fp32."""
+    weight: TensorArg
+    eps: float
+
+
+def _row_dispatch(builder: OpBuilder, x: TensorArg, weights: Sequence[TensorArg], outs: Sequence[TensorArg],
+                  bindings: list[TensorArg], defines: dict, rows: Sequence[int], push: bytes,
+                  norm: RowNorm | None) -> None:
+    """A matvec.comp dispatch over one row x of K elements (K a multiple of 8, each tensor within one
+    binding) and `rows` output rows (of each SEGMENTS product), the RMSNorm `norm` folded in where given."""
+    k = x.shape[-1]
+    tensors = (x, *weights, *outs, *([norm.weight] if norm else ()))
+    if k % 8 or any(w.shape[1] != k or w.dtype != weights[0].dtype for w in weights) \
+            or (norm is not None and norm.weight.shape != (k,)) \
+            or any(t.nbytes > builder.limits.max_storage_buffer_range for t in tensors):
+        raise UnsupportedOpError(f"row products of {[list(w.shape) for w in weights]} weights: one dtype, K a "
+                                 f"multiple of 8, each tensor within one binding")
     shape, extra = matvec_shape(builder, "matvec", k // 8)
-    defines = {**read_defines(builder, "A", "a", x), **read_defines(builder, "B", "b", gate),
-               **elem_defines("C", "c", out.dtype), **load8("A", "a", x.dtype, True),
-               **load8("B", "b", gate.dtype, True), **load8("B2", "bup", up.dtype, True), **extra, "GLU": 1}
-    push = _MATVEC_PUSH.pack(n, k, 1, 0, 0, 0, 0, k, 0, 0, 0, 0, 0, 0, 0, 1.0, 1.0, 0, 0, 0)
-    builder.dispatch("matvec", [x, gate, out, up], push, (-(-n // shape.rows), 1, 1), defines,
+    defines.update(read_defines(builder, "A", "a", x), **read_defines(builder, "B", "b", weights[0]),
+                   **load8("A", "a", x.dtype, True), **extra)
+    if norm is not None:
+        defines.update(read_defines(builder, "G", "g", norm.weight), **load8("G", "g", norm.weight.dtype, True),
+                       NORM=1, NORM_BINDING=len(bindings))
+        bindings = [*bindings, norm.weight]
+        push += struct.pack("<f", norm.eps)
+    builder.dispatch("matvec", bindings, push, (sum(-(-n // shape.rows) for n in rows), 1, 1), defines,
                      (shape.invocations,))
 
 
-def matvec_products(builder: OpBuilder, x: TensorArg, weights: Sequence[TensorArg], outs: Sequence[TensorArg]) -> None:
+def matvec_row(builder: OpBuilder, x: TensorArg, w: TensorArg, out: TensorArg, norm: RowNorm) -> None:
+    """out[n] = norm(x) . w[n] for one row x of K elements: the RMSNorm folded into the product (an
+    LM's final norm and head)."""
+    n, k = w.shape
+    defines = {**elem_defines("C", "c", out.dtype), **load8("B", "b", w.dtype, True)}
+    push = _MATVEC_PUSH.pack(n, k, 1, 0, 0, 0, 0, k, 0, 0, 0, 0, 0, 0, 0, 1.0, 1.0, 0, 0, 0)
+    _row_dispatch(builder, x, [w], [out], [x, w, out], defines, [n], push, norm)
+
+
+def matvec_glu(builder: OpBuilder, x: TensorArg, gate: TensorArg, up: TensorArg, out: TensorArg,
+               norm: RowNorm | None = None) -> None:
+    """out[n] = silu(x . gate[n]) * (x . up[n]) for one row x of K elements and weights [N, K]:
+    shaders/matvec.comp's GLU, both weights read in one workgroup, fp32 sums, one rounding on the
+    store (x the input of an RMSNorm `norm` where given)."""
+    n, k = gate.shape
+    defines = {**elem_defines("C", "c", out.dtype), **load8("B", "b", gate.dtype, True),
+               **load8("B2", "bup", up.dtype, True), "GLU": 1}
+    push = _MATVEC_PUSH.pack(n, k, 1, 0, 0, 0, 0, k, 0, 0, 0, 0, 0, 0, 0, 1.0, 1.0, 0, 0, 0)
+    _row_dispatch(builder, x, [gate, up], [out], [x, gate, out, up], defines, [n], push, norm)
+
+
+def matvec_products(builder: OpBuilder, x: TensorArg, weights: Sequence[TensorArg], outs: Sequence[TensorArg],
+                    norm: RowNorm | None = None) -> None:
     """outs[i][n] = x . weights[i][n] for one row x of K elements and three weights [N_i, K] of one
-    dtype (K a multiple of 8, each tensor within one binding): shaders/matvec.comp's SEGMENTS, one
-    dispatch, each workgroup on one weight's rows."""
+    dtype: shaders/matvec.comp's SEGMENTS, one dispatch, each workgroup on one weight's rows (x the
+    input of an RMSNorm `norm` where given)."""
     k = x.shape[-1]
-    if k % 8 or any(w.shape[1] != k or w.dtype != weights[0].dtype for w in weights) \
-            or any(t.nbytes > builder.limits.max_storage_buffer_range for t in (x, *weights, *outs)):
-        raise UnsupportedOpError(f"products of {[list(w.shape) for w in weights]} weights: one dtype, K a "
-                                 f"multiple of 8, each tensor within one binding")
-    shape, extra = matvec_shape(builder, "matvec", k // 8)
-    defines = {**read_defines(builder, "A", "a", x), **read_defines(builder, "B", "b", weights[0]),
-               **load8("A", "a", x.dtype, True), **extra, "SEGMENTS": 1}
+    defines = {"SEGMENTS": 1}
     for i, suffix in enumerate(("", "2", "3")):
         defines.update(load8("B" + suffix, "b" if i == 0 else "w" + suffix, weights[i].dtype, True))
         defines.update(elem_defines("C" + suffix, "c" + suffix, outs[i].dtype))
     rows = [w.shape[0] for w in weights]
     push = _MATVEC_PUSH.pack(rows[0], k, 1, 0, 0, 0, 0, k, 0, 0, 0, 0, 0, 0, 0, 1.0, 1.0, 0, rows[1], rows[2])
-    builder.dispatch("matvec", [x, weights[0], outs[0], weights[1], outs[1], weights[2], outs[2]], push,
-                     (sum(-(-n // shape.rows) for n in rows), 1, 1), defines, (shape.invocations,))
+    _row_dispatch(builder, x, weights, outs, [x, weights[0], outs[0], weights[1], outs[1], weights[2], outs[2]],
+                  defines, rows, push, norm)

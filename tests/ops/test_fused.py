@@ -267,6 +267,41 @@ def test_three_products_of_one_row_in_one_dispatch(quantize, dtype, tmp_path, mo
     assert_close_in(fused, unfused, dtype, terms=width)
 
 
+class NormedProducts(torch.nn.Module):
+    """transformers' RMSNorms before the products of a decoder layer and of an LM's head: q, k, v of
+    norm(x), the MLP of norm(y) with its residual, the head of norm(z)."""
+
+    def __init__(self, width: int = 64, hidden: int = 200, vocab: int = 96):
+        super().__init__()
+        self.norms = torch.nn.ModuleList(NormThenScale(width).norm for _ in range(3))
+        self.q, self.k, self.v = (torch.nn.Linear(width, n, bias=False) for n in (128, 32, 32))
+        self.gate, self.up = (torch.nn.Linear(width, hidden, bias=False) for _ in range(2))
+        self.down = torch.nn.Linear(hidden, width, bias=False)
+        self.head = torch.nn.Linear(width, vocab, bias=False)
+
+    def forward(self, x, y, z):
+        h, m = self.norms[0](x), self.norms[1](y)
+        mlp = y + self.down(torch.nn.functional.silu(self.gate(m)) * self.up(m))
+        return self.q(h), self.k(h), self.v(h), mlp * 2.0, self.head(self.norms[2](z))
+
+
+@pytest.mark.parametrize("dtype", EXPORT_DTYPES, ids=lambda d: _NAMES[d])
+def test_rms_norm_folded_into_the_products_of_its_output(dtype, tmp_path, monkeypatch):
+    """Each RMSNorm goes into the products that read it (matvec.comp's NORM): four products in all
+    (the down product with its residual the fourth) and the scale, equal to the unfused program and torch."""
+    torch.manual_seed(0)
+    module = NormedProducts().eval()
+    inputs = [rand(1, 1, 64, seed=s) * 3 for s in (1, 2, 3)]
+    path = _export(module, tuple(inputs), tmp_path, dtype)
+    xs = [x.to(dtype) for x in inputs]
+    fused, fused_shaders, unfused, unfused_shaders = _run_both(path, xs, monkeypatch)
+    assert fused_shaders == {"matvec": 4, "binary": 1} and unfused_shaders["reduce_dims"] == 3
+    want = _reference(module, xs, dtype, None)
+    for f, u, w in zip(fused, unfused, want):
+        assert_close_in(f, w, dtype, terms=200)
+        assert_close_in(u, w, dtype, terms=200)
+
+
 def test_products_stay_apart_when_their_input_is_read_elsewhere(tmp_path):
     module = Projections(64, leak=True).eval()
     x = rand(1, 64, seed=7)

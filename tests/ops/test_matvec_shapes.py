@@ -59,17 +59,26 @@ def test_matvec_q_every_shape(shape, bits, dtype, monkeypatch, dispatches):
 
 
 class Fused(torch.nn.Module):
-    """An attention's q, k, v products of one row (loader/fuse.py: one SEGMENTS dispatch) and a gated
-    MLP of another (the GLU dispatch, then the down product with the residual add)."""
+    """transformers' RMSNorms folded into the products of their outputs (loader/fuse.py): an
+    attention's q, k, v of norm(x) (one SEGMENTS dispatch), a gated MLP of norm(y) (GLU, then the
+    down product with its residual add) and an LM head of norm(z)."""
 
-    def __init__(self, width: int = 64, hidden: int = 200):
+    def __init__(self, width: int = 64, hidden: int = 200, vocab: int = 96):
+        from transformers.models.llama.modeling_llama import LlamaRMSNorm  # not at collection: 3 s a worker
+
         super().__init__()
+        self.norms = torch.nn.ModuleList(LlamaRMSNorm(width, eps=1e-5) for _ in range(3))
+        for norm in self.norms:
+            torch.nn.init.normal_(norm.weight, 1.0, 0.3)
         self.q, self.k, self.v = (torch.nn.Linear(width, n, bias=False) for n in (128, 32, 32))
         self.gate, self.up = (torch.nn.Linear(width, hidden, bias=False) for _ in range(2))
         self.down = torch.nn.Linear(hidden, width, bias=False)
+        self.head = torch.nn.Linear(width, vocab, bias=False)
 
-    def forward(self, x, y):
-        return self.q(x), self.k(x), self.v(x), y + self.down(F.silu(self.gate(y)) * self.up(y))
+    def forward(self, x, y, z):
+        h, m = self.norms[0](x), self.norms[1](y)
+        mlp = y + self.down(F.silu(self.gate(m)) * self.up(m))
+        return self.q(h), self.k(h), self.v(h), mlp * 2.0, self.head(self.norms[2](z))
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +86,7 @@ def fused_files(tmp_path_factory) -> dict:
     """Fused's module, inputs and file in each export dtype."""
     torch.manual_seed(0)
     module = Fused().eval()
-    inputs = (rand(1, 64, seed=3) * 2, rand(1, 64, seed=4) * 2)
+    inputs = (rand(1, 64, seed=3) * 2, rand(1, 64, seed=4) * 2, rand(1, 64, seed=5) * 2)
     files = {}
     for dtype, name in ((torch.float32, "fp32"), (torch.float16, "fp16"), (torch.bfloat16, "bf16")):
         files[dtype] = tmp_path_factory.mktemp("fused") / f"{name}.pte"
@@ -88,14 +97,16 @@ def fused_files(tmp_path_factory) -> dict:
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s.rows}x{s.invocations}")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 def test_fused_products_every_shape(shape, dtype, fused_files, monkeypatch, dispatches):
-    """The three products of one row (SEGMENTS) and SwiGLU's (GLU) at each shape, against torch: a
-    device class's shape takes these variants in every LLM decode."""
+    """The three products of one row (SEGMENTS), SwiGLU's (GLU) and a plain product, each with an
+    RMSNorm folded in (NORM), at each shape, against torch: a device class's shape takes these
+    variants in every LLM decode."""
     _shape(monkeypatch, "matvec", shape)
     module, inputs, files = fused_files
     with vkx.load(str(files[dtype])) as program:
         got = program(*(x.to(dtype) for x in inputs))
-    kinds = sorted(("SEGMENTS" in d) + 2 * ("GLU" in d) for s, d, _ in dispatches if s == "matvec")
-    assert kinds == [0, 1, 2] and {d["ROWS"] for s, d, _ in dispatches if s == "matvec"} == {shape.rows}
+    kinds = sorted(("SEGMENTS" in d, "GLU" in d, "NORM" in d) for s, d, _ in dispatches if s == "matvec")
+    assert kinds == [(False, False, False), (False, False, True), (False, True, True), (True, False, True)]
+    assert {d["ROWS"] for s, d, _ in dispatches if s == "matvec"} == {shape.rows}
     with torch.no_grad():
         want = copy.deepcopy(module).to(dtype)(*(x.to(dtype) for x in inputs))
     for g, w in zip(got, want):
