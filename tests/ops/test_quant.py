@@ -70,15 +70,18 @@ def test_linear_q_weight_larger_than_one_binding():
     assert_norm_close(got, _reference(x, q, s, None, 4, 32), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("bits", [4, 8])
-def test_embedding_q_gathers_and_zeroes_out_of_range_rows(bits):
+def test_embedding_q_gathers_and_zeroes_out_of_range_rows(bits, dtype):
+    """Scales and rows in each export dtype (a 16-bit export's table), one rounding of each row."""
     vocab, dim = 100, 64
     q, s = quantize_weight(rand(vocab, dim, seed=8), bits, 32)
+    s = s.to(dtype)
     idx = torch.tensor([[0, 99, 57], [100, -1, 3]], dtype=torch.int32)  # 100 and -1 are outside the table
-    got = run_graph("vkx.embedding_q.default", [Const(q), Const(s), idx, bits, 32], (2, 3, dim),
+    got = run_graph("vkx.embedding_q.default", [Const(q), Const(s), idx, bits, 32], ((2, 3, dim), dtype),
                     max_binding_bytes=2048)  # the table is split into row blocks
-    table = dequantize(q, s, bits, 32)
-    want = torch.zeros(2, 3, dim)
+    table = dequantize(q, s.float(), bits, 32).to(dtype)
+    want = torch.zeros(2, 3, dim, dtype=dtype)
     for (a, b), row in ((p, int(idx[p])) for p in [(i, j) for i in range(2) for j in range(3)]):
         if 0 <= row < vocab:
             want[a, b] = table[row]
