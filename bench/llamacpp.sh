@@ -8,8 +8,10 @@
 # llama-quantize), its convert_hf_to_gguf.py (convert/, with its gguf package as wheels in whl/)
 # and make_model.py, which writes the random folder (the workplace's peer kit). The folder is made
 # once, converted to GGUF f16 and Q4_0, and `llama-bench -p 512 -n 128 -ngl 99 -r 3` runs both;
-# then `vkx export --dtype fp16` of the same folder and `vkx generate --json` with a 512-token prompt
-# and 128 new tokens. Results under $OUT (default /tmp/vkx-llamacpp/out).
+# then bench/generate.py on the same folder, fp16 and int4 (vkx twice, torch eager on the same
+# module, transformers' generate; a 512-token prompt, 128 new tokens), and `vkx generate --json` of
+# the fp16 export in a process of its own, as a user runs it. Results under $OUT (default
+# /tmp/vkx-llamacpp/out).
 set -o pipefail
 D=${1:?usage: bench/llamacpp.sh LLAMACPP_DIR [preset]}; PRESET=${2:-1b}
 W=/tmp/vkx-llamacpp; O=${OUT:-$W/out}; mkdir -p "$W/bin" "$W/site" "$O"; S=$SECONDS
@@ -25,6 +27,10 @@ PYTHONPATH=$W/site:$W/stub:$PYTHONPATH python3 "$D/convert/convert_hf_to_gguf.py
 "$W/bin/llama-quantize" "$W/f16.gguf" "$W/q4_0.gguf" q4_0 > /dev/null 2>&1 || exit 1
 echo "prepared: $((SECONDS - S)) s"
 "$W/bin/llama-bench" -m "$W/f16.gguf" -m "$W/q4_0.gguf" -p 512 -n 128 -ngl 99 -r 3 -o md 2>/dev/null | tee "$O/llamacpp.md"
+for quant in "" int4; do
+    python3 bench/generate.py "$W/model" --dtype fp16 ${quant:+--quantize $quant} --prompt-len 512 --max-seq-len 640 \
+        --prefill-len 512 --new-tokens 128 2>/dev/null | tee "$O/generate_fp16${quant:+_$quant}.txt" || exit 1
+done
 ids=$(python3 -c "import random; r = random.Random(0); print(','.join(str(r.randrange(3, 32000)) for _ in range(512)))")
 python3 -m vkx export "$W/model" -o "$W/fp16.pte" --dtype fp16 --max-seq-len 640 --prefill-len 512 --json > "$O/vkx_export.json" || exit 1
 python3 -m vkx generate "$W/fp16.pte" --prompt-ids "$ids" --max-new-tokens 128 --json > "$O/vkx_generate.json" || exit 1
