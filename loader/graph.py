@@ -92,7 +92,7 @@ class GraphBuilder:
         self.fp16_cooperative_matrix = fp16_cooperative_matrix
         self.tensors: dict[int, RTensor] = {}
         self.temps: list[RTensor] = []
-        self._scratch: RTensor | None = None
+        self._scratch: dict[str, RTensor] = {}
         self.dispatches: list[Dispatch] = []
         self.prepack_dispatches: list[Dispatch] = []
         """Dispatches that run once at load (a weight converted to its device form)."""
@@ -185,18 +185,19 @@ class GraphBuilder:
         self.tensors[vid] = t
         return arg
 
-    def scratch(self, numel: int) -> ops.TensorArg:
-        """The graph's one fp32 scratch tensor, grown to at least `numel` elements.
+    def scratch(self, numel: int, role: str = "partials") -> ops.TensorArg:
+        """The graph's fp32 scratch tensor of `role`, grown to at least `numel` elements.
 
-        Every op that asks shares it: dispatches run one after another, each behind a
-        barrier, so an op's scratch is dead once its last dispatch is done. Bind the
-        returned TensorArg (or SubRanges of it) right away; a later, larger request
+        Every op that asks for a role shares its tensor: an op's scratch is dead once its last
+        dispatch is done (the next op's writes wait behind a barrier: vkx.loader.hazards). One op
+        may hold two roles at once (attention's scores while a product splits K into partials).
+        Bind the returned TensorArg (or SubRanges of it) right away; a later, larger request
         grows the same tensor, which still holds every range bound before.
         """
-        if self._scratch is None:
+        if role not in self._scratch:
             self.temp((numel,))
-            self._scratch = self.temps[-1]
-        t = self._scratch
+            self._scratch[role] = self.temps[-1]
+        t = self._scratch[role]
         if t.arg.numel < numel:
             t.arg = ops.TensorArg(t.arg.vid, (numel,), dtypes.FLOAT32)
         return t.arg

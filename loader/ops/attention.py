@@ -4,7 +4,8 @@ A few query rows (decode: L <= DECODE_ROWS) take shaders/attention_decode.comp, 
 read in place (grouped heads too), split along the sequence (flash-decoding): a workgroup per query
 row and chunk of positions, enough chunks to give every compute unit DECODE_GROUPS_PER_UNIT
 workgroups (`decode_split`), then shaders/attention_combine.comp merging each row's partials (one
-dispatch when one chunk does). Otherwise three dispatches through an fp32 scratch tensor of scores [batch, L, S]:
+dispatch when one chunk does). Otherwise three dispatches through an fp32 tensor of scores [batch, L, S]
+(the graph's "scores" scratch, one for all its attentions: `OpBuilder.scratch`):
   1. scores = scale * q @ k^T      (gemm.gemm; k is read transposed in place, and
      one query row, the decode case, takes the matvec shader)
   2. masked, stable softmax of each scores row, in place (attention_softmax shader, a
@@ -22,6 +23,7 @@ from __future__ import annotations
 import math
 import struct
 
+from vkx.format import dtypes
 from vkx.format.contract import Call
 from vkx.loader.ops import OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines, read_defines
 from vkx.loader.ops.gemm import Operand, gemm, load8
@@ -91,7 +93,8 @@ def attention(builder: OpBuilder, node: str, q: TensorArg, k: TensorArg, v: Tens
     sq = batch_strides(qb, mb, M * E)
     sk = batch_strides(kb, mb, S * E)
     sv = batch_strides(vb, mb, S * Ev)
-    scores = builder.temp(tuple(mb) + (M, S))
+    # the scores live within this op: one tensor for every attention of the graph, not one each
+    scores = TensorArg(builder.scratch(math.prod(mb) * M * S, "scores").vid, tuple(mb) + (M, S), dtypes.FLOAT32)
     ss = contiguous_strides(tuple(mb) + (M * S,))[:-1]
     so = contiguous_strides(tuple(mb) + (M * Ev,))[:-1]
 
