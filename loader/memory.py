@@ -5,8 +5,8 @@ Kinds: "weights", "activations", "staging", "io", and "imported": host memory
 VK_EXT_external_memory_host; it is counted apart because vkx allocated none of
 it (the memory budget does not count it). Every tensor is its own
 VkBuffer. Small buffers (< `small_limit`) are bound at aligned offsets inside
-shared blocks (4 MiB, doubling up to 64 MiB, one pool per kind and memory
-type) so that glibc returns their memory on free (lavapipe's vkAllocateMemory
+shared blocks (4 MiB, doubling up to 64 MiB, or sized to what `expect` says
+is to come; one pool per kind and memory type) so that glibc returns their memory on free (lavapipe's vkAllocateMemory
 is malloc); large ones get a dedicated VkDeviceMemory. Activation tensors of
 one shared memory object alias a single allocation at offset 0 (`alias_group`).
 Nothing is allocated before a caller asks.
@@ -114,6 +114,7 @@ class Allocator:
         self.max_block = max_block
         self.ledger = Ledger()
         self._pools: dict[tuple[str, int], list[Allocation]] = {}
+        self._expected: dict[str, int] = {}
         self._dedicated: set[Allocation] = set()
         self._buffers: set[Buffer] = set()
 
@@ -183,6 +184,13 @@ class Allocator:
         except _OOM as error:
             raise OutOfDeviceMemoryError(f"cannot create a buffer of {size} bytes") from error
         return handle, vk.vkGetBufferMemoryRequirements(self.device.device, handle)
+
+    def expect(self, kind: str, nbytes: int) -> None:
+        """That about `nbytes` of small buffers (under small_limit) of `kind` are to come: the blocks
+        made for them are sized to what is left (up to max_block), not doubled, so that a load's
+        small weights leave at most a MiB of a block empty (2,472 MB of 1B weights took 2,534 MB
+        of buffers with doubling blocks). 0: back to doubling."""
+        self._expected[kind] = nbytes
 
     def buffer(self, size: int, kind: str, want: str = "device", dedicated: bool = False) -> Buffer:
         """A new buffer of `size` bytes in memory of kind `want` ("device", "direct", "host", "readback")."""
@@ -337,12 +345,18 @@ class Allocator:
 
     def _suballocate(self, size: int, align: int, mtype: MemoryType, kind: str):
         pool = self._pools.setdefault((kind, mtype.index), [])
+        left = self._expected.get(kind, 0)  # this buffer's bytes included
+        if left:
+            self._expected[kind] = max(0, left - size)
         for block in reversed(pool):
             offset = -(-block.cursor // align) * align
             if offset + size <= block.size:
                 block.cursor = offset + size
                 return block, offset
-        block_size = self.first_block if not pool else min(self.max_block, pool[-1].size * 2)
+        if left > 0:
+            block_size = min(self.max_block, -(-left // MiB) * MiB)
+        else:
+            block_size = self.first_block if not pool else min(self.max_block, pool[-1].size * 2)
         block_size = max(block_size, -(-size // MiB) * MiB)
         block = self._allocate(block_size, mtype, kind)
         pool.append(block)

@@ -224,6 +224,8 @@ def upload_weights(built: Built, res: Resources, options: Options, progress: Pro
     dev, allocator = res.device, res.allocator
     mode = upload_mode(options.upload, options.schedule, allocator, dev)
     total = sum(ts[0].nbytes for ts in built.constants.values())
+    allocator.expect("weights", sum(t.nbytes for t in [ts[0] for ts in built.constants.values()] + built.dedicated
+                                    if t.nbytes < allocator.small_limit))
     if mode == "ring":
         res.ring = StagingRing(dev, allocator, *ring_shape(total, options.staging_chunks, options.staging_chunk_bytes))
     res.uploader = up = Uploader(dev, allocator, mode, res.ring, imports(options.upload, dev))
@@ -254,6 +256,7 @@ def upload_weights(built: Built, res: Resources, options: Options, progress: Pro
         res.ring.close()                                                     # staging back to 0
         res.ring = None
     _run_prepack(built, res)
+    allocator.expect("weights", 0)
     res.source.finish_prepack()                                              # legacy blob freed
     res.timeline.mark("after prepack")
     return kept
