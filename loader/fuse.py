@@ -229,10 +229,11 @@ def _one_row_linear(c: OpChain, vid: int, reader: int) -> tuple[int, int, _Weigh
 def _foldable(c: OpChain, norms: dict[int, _Norm], x: int, products: list[int], weights: list[_Weight],
               outs: list[int]) -> _Norm | None:
     """The RMSNorm whose output `x` is, where it folds into these products (matvec.comp's NORM): it
-    has a weight, x is read by them alone, their weights are float, and x's input is intact until
-    the products run and shares no memory with their outputs."""
+    has a weight, x is read by them alone and is no graph output (the fold writes no x), their
+    weights are float, and x's input is intact until the products run and shares no memory with
+    their outputs."""
     norm = norms.get(x)
-    if norm is None or norm.weight is None or sorted(c.readers.get(x, [])) != sorted(products) \
+    if norm is None or norm.weight is None or x in c.outputs or sorted(c.readers.get(x, [])) != sorted(products) \
             or any(w.scales is not None for w in weights) or any(shares_memory(c, norm.x, z) for z in outs):
         return None
     return norm if safe(c, [*norm.ops, *products], [norm.x, norm.weight]) else None

@@ -302,6 +302,32 @@ def test_rms_norm_folded_into_the_products_of_its_output(dtype, tmp_path, monkey
         assert_close_in(u, w, dtype, terms=200)
 
 
+class NormAlsoReturned(torch.nn.Module):
+    """q, k, v of an RMSNorm's output that is a graph output as well."""
+
+    def __init__(self, width: int = 64):
+        super().__init__()
+        self.norm = NormThenScale(width).norm
+        self.q, self.k, self.v = (torch.nn.Linear(width, n, bias=False) for n in (128, 32, 32))
+
+    def forward(self, x):
+        h = self.norm(x)
+        return self.q(h), self.k(h), self.v(h), h
+
+
+def test_an_rms_norm_whose_output_is_returned_stays_a_dispatch(tmp_path, monkeypatch):
+    """The fold writes no norm output: where the graph returns it, the norm keeps its own dispatch."""
+    torch.manual_seed(0)
+    module = NormAlsoReturned().eval()
+    x = rand(1, 1, 64, seed=4) * 3
+    path = _export(module, (x,), tmp_path, torch.float16)
+    xd = x.to(torch.float16)
+    got, shaders = _run(path, xd, True, monkeypatch)
+    assert shaders == {"rms_norm": 1, "matvec": 1}
+    for g, w in zip(got, _reference(module, [xd], torch.float16, None)):
+        assert_close_in(g, w, torch.float16, terms=64)
+
+
 def test_products_stay_apart_when_their_input_is_read_elsewhere(tmp_path):
     module = Projections(64, leak=True).eval()
     x = rand(1, 64, seed=7)
