@@ -17,6 +17,7 @@ from vkx.loader.device import Device
 from vkx.loader.ops import gemm
 
 from .conftest import Const, assert_close_in, assert_norm_close, rand, run_graph
+from .test_fused import NormedProducts
 
 pytestmark = pytest.mark.vulkan
 
@@ -58,34 +59,12 @@ def test_matvec_q_every_shape(shape, bits, dtype, monkeypatch, dispatches):
     assert_norm_close(got.double(), want, rtol=1e-5 if dtype == torch.float32 else 4e-3, atol=1e-5)
 
 
-class Fused(torch.nn.Module):
-    """transformers' RMSNorms folded into the products of their outputs (loader/fuse.py): an
-    attention's q, k, v of norm(x) (one SEGMENTS dispatch), a gated MLP of norm(y) (GLU, then the
-    down product with its residual add) and an LM head of norm(z)."""
-
-    def __init__(self, width: int = 64, hidden: int = 200, vocab: int = 96):
-        from transformers.models.llama.modeling_llama import LlamaRMSNorm  # not at collection: 3 s a worker
-
-        super().__init__()
-        self.norms = torch.nn.ModuleList(LlamaRMSNorm(width, eps=1e-5) for _ in range(3))
-        for norm in self.norms:
-            torch.nn.init.normal_(norm.weight, 1.0, 0.3)
-        self.q, self.k, self.v = (torch.nn.Linear(width, n, bias=False) for n in (128, 32, 32))
-        self.gate, self.up = (torch.nn.Linear(width, hidden, bias=False) for _ in range(2))
-        self.down = torch.nn.Linear(hidden, width, bias=False)
-        self.head = torch.nn.Linear(width, vocab, bias=False)
-
-    def forward(self, x, y, z):
-        h, m = self.norms[0](x), self.norms[1](y)
-        mlp = y + self.down(F.silu(self.gate(m)) * self.up(m))
-        return self.q(h), self.k(h), self.v(h), mlp * 2.0, self.head(self.norms[2](z))
-
-
 @pytest.fixture(scope="module")
 def fused_files(tmp_path_factory) -> dict:
-    """Fused's module, inputs and file in each export dtype."""
+    """test_fused.NormedProducts (RMSNorms folded into q/k/v's SEGMENTS, a GLU and an LM head; a
+    down product with its residual), its inputs and its file in each export dtype."""
     torch.manual_seed(0)
-    module = Fused().eval()
+    module = NormedProducts().eval()
     inputs = (rand(1, 64, seed=3) * 2, rand(1, 64, seed=4) * 2, rand(1, 64, seed=5) * 2)
     files = {}
     for dtype, name in ((torch.float32, "fp32"), (torch.float16, "fp16"), (torch.bfloat16, "bf16")):
