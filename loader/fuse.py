@@ -39,9 +39,10 @@ from vkx.loader.fuse_rotary import rotary
 from vkx.loader.ops import OpBuilder, TensorArg
 from vkx.loader.ops.attention import attention
 from vkx.loader.ops.fused import linear_add, swiglu_row
-from vkx.loader.ops.gemm import RowNorm, matvec_glu, matvec_products, matvec_row
+from vkx.loader.ops.gemm import MAX_MATVEC_ROWS, RowNorm, matvec_glu, matvec_products, matvec_row
 from vkx.loader.ops.quant import linear_q_row, products_q_row, swiglu_q_row
 from vkx.loader.ops.reduce import rms_norm_rows
+from vkx.loader.ops.shape import MAX_GROUPS
 
 
 @dataclass(frozen=True)
@@ -228,21 +229,21 @@ def _one_row_linear(c: OpChain, vid: int, reader: int) -> tuple[int, int, _Weigh
 
 def _foldable(c: OpChain, norms: dict[int, _Norm], x: int, products: list[int], weights: list[_Weight],
               outs: list[int]) -> _Norm | None:
-    """The RMSNorm whose output `x` is, where it folds into these products (matvec.comp's NORM): it
-    has a weight, x is read by them alone and is no graph output (the fold writes no x), their
-    weights are float, and x's input is intact until the products run and shares no memory with
-    their outputs."""
+    """The RMSNorm whose output `x` is, where it folds into these products (matvec.comp's and
+    matvec_q.comp's NORM): it has a weight, x is read by them alone and is no graph output (the fold
+    writes no x), and x's input is intact until the products run and shares no memory with their
+    outputs."""
     norm = norms.get(x)
     if norm is None or norm.weight is None or x in c.outputs or sorted(c.readers.get(x, [])) != sorted(products) \
-            or any(w.scales is not None for w in weights) or any(shares_memory(c, norm.x, z) for z in outs):
+            or any(shares_memory(c, norm.x, z) for z in outs):
         return None
     return norm if safe(c, [*norm.ops, *products], [norm.x, norm.weight]) else None
 
 
 def _norm_product(c: OpChain, i: int, norms: dict[int, _Norm],
                   max_binding_bytes: int) -> tuple[list[int], list[int], Fused] | None:
-    """A `_row_product` (op `i`, float weight) of an RMSNorm's output read by it alone: the norm
-    folded into the product (an LM's final norm and head)."""
+    """A `_row_product` (op `i`) of an RMSNorm's output read by it alone: the norm folded into the
+    product (an LM's final norm and head)."""
     found = _row_product(c, i)
     if found is None:
         return None
@@ -251,14 +252,20 @@ def _norm_product(c: OpChain, i: int, norms: dict[int, _Norm],
     norm = _foldable(c, norms, x, [i], [w], [z])
     wt, zt = c.tensor(w.w), c.tensor(z)
     if norm is None or zt is None or c.tensor(x).dims[-1] % 8 or math.prod(zt.dims) != wt.dims[0] \
-            or any(t.nbytes > max_binding_bytes for t in (c.tensor(norm.x), wt, zt)):
-        return None
+            or -(-wt.dims[0] // MAX_MATVEC_ROWS) > MAX_GROUPS \
+            or (w.scales is None and any(t.nbytes > max_binding_bytes for t in (c.tensor(norm.x), wt, zt))):
+        return None  # a float product in one binding, or a packed one in row blocks (matvec_q.comp)
 
     def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
-        matvec_row(builder, arg(norm.x), arg(w.w), arg(z), RowNorm(arg(norm.weight), norm.eps))
+        fold = RowNorm(arg(norm.weight), norm.eps)
+        if w.scales is None:
+            matvec_row(builder, arg(norm.x), arg(w.w), arg(z), fold)
+        else:
+            linear_q_row(builder, arg(norm.x), arg(w.w), arg(w.scales), None, arg(z), w.bits, w.group, fold)
 
     ops = sorted([*norm.ops, i])
-    return ops, [norm.x, norm.weight, w.w], Fused("rms_norm_linear", tuple(c.graph.chain[j].node_id for j in ops), run)
+    inputs = [norm.x, norm.weight] + [t for t in (w.w, w.scales) if t is not None]
+    return ops, inputs, Fused("rms_norm_linear", tuple(c.graph.chain[j].node_id for j in ops), run)
 
 
 def _swiglu(c: OpChain, m: int, norms: dict[int, _Norm],
@@ -288,12 +295,13 @@ def _swiglu(c: OpChain, m: int, norms: dict[int, _Norm],
 
     def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
         out = _output(c, builder, arg, read, z)
-        if norm is not None:
-            matvec_glu(builder, arg(norm.x), arg(wg.w), arg(wu.w), out, RowNorm(arg(norm.weight), norm.eps))
-        elif wg.scales is None:
-            swiglu_row(builder, arg(x), arg(wg.w), arg(wu.w), out)
+        fold = None if norm is None else RowNorm(arg(norm.weight), norm.eps)
+        if wg.scales is not None:
+            swiglu_q_row(builder, arg(read), wg.args(arg), wu.args(arg), out, wg.bits, wg.group, fold)
+        elif norm is not None:
+            matvec_glu(builder, arg(read), arg(wg.w), arg(wu.w), out, fold)
         else:
-            swiglu_q_row(builder, arg(x), wg.args(arg), wu.args(arg), out, wg.bits, wg.group)
+            swiglu_row(builder, arg(x), arg(wg.w), arg(wu.w), out)
 
     ops = sorted([gate[0], act, up[0], m, *(norm.ops if norm else ())])
     inputs = [x] if norm is None else [norm.x, norm.weight]
@@ -335,13 +343,11 @@ def _products(c: OpChain, i: int, norms: dict[int, _Norm],
 
     def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
         stores = [_output(c, builder, arg, read, z) for z in outs]
-        if norm is not None:
-            matvec_products(builder, arg(norm.x), [w.args(arg) for w in kernel], stores,
-                            RowNorm(arg(norm.weight), norm.eps))
-        elif first.scales is None:
-            matvec_products(builder, arg(x), [w.args(arg) for w in kernel], stores)
+        fold = None if norm is None else RowNorm(arg(norm.weight), norm.eps)
+        if first.scales is None:
+            matvec_products(builder, arg(read), [w.args(arg) for w in kernel], stores, fold)
         else:
-            products_q_row(builder, arg(x), [w.args(arg) for w in kernel], stores, first.bits, first.group)
+            products_q_row(builder, arg(read), [w.args(arg) for w in kernel], stores, first.bits, first.group, fold)
 
     if norm is None:
         return readers, [x], Fused("products", tuple(chain[r].node_id for r in readers), run, first=True)

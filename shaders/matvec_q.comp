@@ -25,8 +25,18 @@
 // ceil(rows / ROWS) workgroups on weight 1 (bindings 1-3), the next ceil(rows2 / ROWS) on weight 2
 // (4 = rows, 5 = scales S2, 6 = out O2), the rest on weight 3 (7, 8 = S3, 9 = O3): an attention's
 // q, k and v products; the weights share K, the packing and the scale layout.
+// NORM (GLU, SEGMENTS or one row block): x is an RMSNorm's input, the products are of its output,
+// x[k] * G[k] * rsqrt(mean(x^2) + p.eps): binding NORM_BINDING = G (the norm's weight, K elements),
+// the squares summed in the same sweep, each sum scaled once (as matvec.comp's NORM).
 #ifdef GLU
-#define PARTIAL_ROWS (2 * ROWS)
+#define SUMS (2 * ROWS)
+#else
+#define SUMS ROWS
+#endif
+#ifdef NORM
+#define PARTIAL_ROWS (SUMS + 1)  // the last: the sum of x's squares
+#else
+#define PARTIAL_ROWS SUMS
 #endif
 #include "partials.glslh"
 #include "dtype.glslh"
@@ -74,6 +84,14 @@ layout(std430, set = 0, binding = 9) writeonly buffer BufO3 { O3_T o3[]; };
 #define SCALE(i) LOAD_S(i)
 #endif
 
+#ifdef NORM
+layout(std430, set = 0, binding = NORM_BINDING) readonly buffer BufG { G_V g[]; };
+float squares = 0.0;  // of the elements of x this invocation read
+#define NORM_X(v, i) squares += dot(v, v); v *= LOAD4_G(i);
+#else
+#define NORM_X(v, i)
+#endif
+
 layout(push_constant) uniform Push {
     uint chunks;        // 16-byte chunks per weight row (K / VALS)
     uint groups;        // scale groups per row
@@ -82,6 +100,9 @@ layout(push_constant) uniform Push {
     uint rows;          // weight rows bound
     uint scale_stride;  // SCALE_STRIDE: the scales' row length
     uint rows2, rows3;  // SEGMENTS: the second and third weights' rows
+#ifdef NORM
+    float eps;
+#endif
 } p;
 
 // The bits `mask` of `word` (a field u at bit e, e + 4 <= 20) as the float u * 2^e: OR-ed into the
@@ -155,7 +176,9 @@ void sweep(const int seg, const uint lid, const uint row[ROWS], inout float acc[
         const uint xi = c * VALS;
         for (int i = 0; i < 4; ++i) {
 #if BITS == 4
-            const vec4 xa = LOAD4_X(xi + 8u * uint(i)), xb = LOAD4_X(xi + 8u * uint(i) + 4u);
+            vec4 xa = LOAD4_X(xi + 8u * uint(i)), xb = LOAD4_X(xi + 8u * uint(i) + 4u);
+            NORM_X(xa, xi + 8u * uint(i))
+            NORM_X(xb, xi + 8u * uint(i) + 4u)
             const float xv[8] = float[8](xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w);
             xsum += ((xa.x + xa.y) + (xa.z + xa.w)) + ((xb.x + xb.y) + (xb.z + xb.w));
             for (int r = 0; r < ROWS; ++r) {
@@ -165,7 +188,8 @@ void sweep(const int seg, const uint lid, const uint row[ROWS], inout float acc[
 #endif
             }
 #else
-            const vec4 xa = LOAD4_X(xi + 4u * uint(i));
+            vec4 xa = LOAD4_X(xi + 4u * uint(i));
+            NORM_X(xa, xi + 4u * uint(i))
             xsum += (xa.x + xa.y) + (xa.z + xa.w);
             for (int r = 0; r < ROWS; ++r) {
                 add_word(q[r][i], xa, e[r], e4[r]);
@@ -238,16 +262,24 @@ void main() {
         put_partial(ROWS + r, acc2[r]);
 #endif
     }
+#ifdef NORM
+    put_partial(SUMS, squares);
+#endif
     barrier();
     fold_partials();
     if (lid < uint(ROWS) && first + lid < rows) {
-        float sum = row_total(int(lid));
+#ifdef NORM
+        const float scale = inversesqrt(row_total(SUMS) / float(p.chunks * uint(VALS)) + p.eps);
+#else
+        const float scale = 1.0;
+#endif
+        float sum = scale * row_total(int(lid));
         const uint n = p.row0 + first + lid;
 #ifdef HAS_BIAS
         sum += LOAD_B(n);
 #endif
 #ifdef GLU
-        sum = sum / (1.0 + exp(-sum)) * row_total(ROWS + int(lid));
+        sum = sum / (1.0 + exp(-sum)) * (scale * row_total(ROWS + int(lid)));
 #endif
 #ifdef SEGMENTS
         if (seg == 1) {

@@ -19,14 +19,14 @@ from vkx.format.contract import Call
 from vkx.format.op_quant import VALUES_PER_WORD
 
 from . import OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines, read_defines
-from .gemm import MAX_MATVEC_ROWS, load4, matvec_shape
+from .gemm import MAX_MATVEC_ROWS, RowNorm, load4, matvec_shape
 from .shape import MAX_GROUPS, dispatch_groups, row_chunks, rows_binding
 
 ROWS = 4
 """Output rows per linear_q workgroup (ROWS in shaders/linear_q.comp)."""
 
 def _linear(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: TensorArg | None,
-            out: TensorArg, bits: int, group: int, **variant: str | int) -> None:
+            out: TensorArg, bits: int, group: int, norm: RowNorm | None = None, **variant: str | int) -> None:
     """A linear over a packed weight [N, K / values a byte] (`variant`: its packing defines):
     matvec_q.comp for one row of activations whose weight rows are whole 16-byte chunks, each
     inside one scale group; linear_q.comp for the rest."""
@@ -40,8 +40,10 @@ def _linear(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: 
     if m == 0 or n_rows == 0:
         return
     if m == 1 and group % (128 // bits) == 0 and -(-n_rows // MAX_MATVEC_ROWS) <= MAX_GROUPS:  # whole 16-byte chunks a group
-        _matvec(builder, x, w, s, bias, out, bits, group, defines)
+        _matvec(builder, x, w, s, bias, out, bits, group, defines, norm)
         return
+    if norm is not None:
+        raise UnsupportedOpError(f"an RMSNorm folded into a {bits}-bit product of {m} rows of {k}")
     words = k // VALUES_PER_WORD[bits]
     # int8: 16-byte weight loads, each inside one scale group. int4 keeps word loads: read 16 bytes
     # at a time here, an invocation's 32 activations a load were scattered across the workgroup.
@@ -54,9 +56,18 @@ def _linear(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: 
         builder.dispatch("linear_q", bindings, push, (-(-rc // ROWS), m, 1), defines)
 
 
+def _norm(defines: dict, bindings: list[TensorArg], push: bytes, norm: RowNorm | None) -> tuple[list, bytes]:
+    """matvec_q.comp's NORM where an RMSNorm is folded in: its weight bound after `bindings`, eps pushed."""
+    if norm is None:
+        return bindings, push
+    defines.update(load4("G", "g", norm.weight.dtype), NORM=1, NORM_BINDING=len(bindings))
+    return [*bindings, norm.weight], push + struct.pack("<f", norm.eps)
+
+
 def _matvec(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: TensorArg | None,
-            out: TensorArg, bits: int, group: int, defines: dict[str, str | int]) -> None:
-    """matvec_q.comp: one row of activations, rows of whole 16-byte chunks each inside a scale group."""
+            out: TensorArg, bits: int, group: int, defines: dict[str, str | int], norm: RowNorm | None) -> None:
+    """matvec_q.comp: one row of activations, rows of whole 16-byte chunks each inside a scale group
+    (x an RMSNorm's input where `norm` is given)."""
     n_rows, stored = w.shape
     chunks = stored // 16
     shape, extra = matvec_shape(builder, "matvec_q", chunks)
@@ -65,18 +76,20 @@ def _matvec(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: 
     for r0, rc in row_chunks(builder, n_rows, stored, [w]):
         push = struct.pack("<8I", chunks, x.shape[-1] // group, group * bits // 128, r0, rc, stride, 0, 0)
         bindings = [x, rows_binding(w, r0, rc, stored), s, out] + ([bias] if bias is not None else [])
+        bindings, push = _norm(defines, bindings, push, norm)
         builder.dispatch("matvec_q", bindings, push, (-(-rc // shape.rows), 1, 1), defines,
                          (shape.invocations,))
 
 
 def linear_q_row(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: TensorArg | None,
-                 out: TensorArg, bits: int, group: int) -> None:
-    """vkx.linear_q's kernels on tensors (a fused step's: vkx.loader.fuse reads a residual as `bias`)."""
-    _linear(builder, x, w, s, bias, out, bits, group)
+                 out: TensorArg, bits: int, group: int, norm: RowNorm | None = None) -> None:
+    """vkx.linear_q's kernels on tensors (a fused step's: vkx.loader.fuse reads a residual as `bias`,
+    or folds an RMSNorm of x in)."""
+    _linear(builder, x, w, s, bias, out, bits, group, norm)
 
 
 def _matvec_whole(builder: OpBuilder, x: TensorArg, weights: Sequence[tuple[TensorArg, TensorArg]],
-                  outs: Sequence[TensorArg], bits: int, group: int, kind: str) -> None:
+                  outs: Sequence[TensorArg], bits: int, group: int, kind: str, norm: RowNorm | None) -> None:
     """matvec_q.comp's GLU (two weights, one output) or SEGMENTS (three weights, three outputs) over
     vkx's packing: weights [N_i, K / values a byte] with scales [N_i, K / group], each tensor within
     one binding, rows of whole 16-byte chunks inside the scale groups."""
@@ -101,21 +114,23 @@ def _matvec_whole(builder: OpBuilder, x: TensorArg, weights: Sequence[tuple[Tens
     push = struct.pack("<8I", chunks, x.shape[-1] // group, group * bits // 128, 0, rows[0], 0,
                        *(rows[1:] + [0, 0])[:2])
     workgroups = sum(-(-n // shape.rows) for n in (rows if kind == "SEGMENTS" else rows[:1]))
+    bindings, push = _norm(defines, bindings, push, norm)
     builder.dispatch("matvec_q", bindings, push, (workgroups, 1, 1), defines, (shape.invocations,))
 
 
 def swiglu_q_row(builder: OpBuilder, x: TensorArg, gate: tuple[TensorArg, TensorArg],
-                 up: tuple[TensorArg, TensorArg], out: TensorArg, bits: int, group: int) -> None:
-    """out = silu(x @ gate^T) * (x @ up^T) for one row x, each weight (rows, scales) of vkx.linear_q's
-    packing and of one shape: one dispatch."""
-    _matvec_whole(builder, x, [gate, up], [out], bits, group, "GLU")
+                 up: tuple[TensorArg, TensorArg], out: TensorArg, bits: int, group: int,
+                 norm: RowNorm | None = None) -> None:
+    """out = silu(x @ gate^T) * (x @ up^T) for one row x (an RMSNorm's input where `norm` is given),
+    each weight (rows, scales) of vkx.linear_q's packing and of one shape: one dispatch."""
+    _matvec_whole(builder, x, [gate, up], [out], bits, group, "GLU", norm)
 
 
 def products_q_row(builder: OpBuilder, x: TensorArg, weights: Sequence[tuple[TensorArg, TensorArg]],
-                   outs: Sequence[TensorArg], bits: int, group: int) -> None:
-    """outs[i] = x @ weights[i]^T for one row x and three weights (rows, scales) of vkx.linear_q's
-    packing over the same K: one dispatch."""
-    _matvec_whole(builder, x, weights, outs, bits, group, "SEGMENTS")
+                   outs: Sequence[TensorArg], bits: int, group: int, norm: RowNorm | None = None) -> None:
+    """outs[i] = x @ weights[i]^T for one row x (an RMSNorm's input where `norm` is given) and three
+    weights (rows, scales) of vkx.linear_q's packing over the same K: one dispatch."""
+    _matvec_whole(builder, x, weights, outs, bits, group, "SEGMENTS", norm)
 
 
 @builds("vkx.linear_q.default")

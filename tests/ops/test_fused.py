@@ -285,21 +285,24 @@ class NormedProducts(torch.nn.Module):
         return self.q(h), self.k(h), self.v(h), mlp * 2.0, self.head(self.norms[2](z))
 
 
+@pytest.mark.parametrize("quantize", [None, "int4", "int8"], ids=str)
 @pytest.mark.parametrize("dtype", EXPORT_DTYPES, ids=lambda d: _NAMES[d])
-def test_rms_norm_folded_into_the_products_of_its_output(dtype, tmp_path, monkeypatch):
-    """Each RMSNorm goes into the products that read it (matvec.comp's NORM): four products in all
-    (the down product with its residual the fourth) and the scale, equal to the unfused program and torch."""
+def test_rms_norm_folded_into_the_products_of_its_output(quantize, dtype, tmp_path, monkeypatch):
+    """Each RMSNorm goes into the products that read it (matvec.comp's and matvec_q.comp's NORM): four
+    products in all (the down product with its residual the fourth) and the scale, equal to the
+    unfused program and torch."""
     torch.manual_seed(0)
-    module = NormedProducts().eval()
+    hidden = 200 if quantize is None else 256  # int4's groups of 32 split the down product's K
+    module = NormedProducts(hidden=hidden).eval()
     inputs = [rand(1, 1, 64, seed=s) * 3 for s in (1, 2, 3)]
-    path = _export(module, tuple(inputs), tmp_path, dtype)
+    path = _export(module, tuple(inputs), tmp_path, dtype, quantize=quantize)
     xs = [x.to(dtype) for x in inputs]
     fused, fused_shaders, unfused, unfused_shaders = _run_both(path, xs, monkeypatch)
-    assert fused_shaders == {"matvec": 4, "binary": 1} and unfused_shaders["reduce_dims"] == 3
-    want = _reference(module, xs, dtype, None)
+    assert fused_shaders == {_PRODUCT[quantize]: 4, "binary": 1} and unfused_shaders["reduce_dims"] == 3
+    want = _reference(module, xs, dtype, quantize)
     for f, u, w in zip(fused, unfused, want):
-        assert_close_in(f, w, dtype, terms=200)
-        assert_close_in(u, w, dtype, terms=200)
+        assert_close_in(f, w, dtype, terms=hidden)
+        assert_close_in(u, w, dtype, terms=hidden)
 
 
 class NormAlsoReturned(torch.nn.Module):
