@@ -19,7 +19,7 @@ from vkx.format.contract import Call
 from vkx.format.op_quant import VALUES_PER_WORD
 
 from . import OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines, read_defines
-from .gemm import MAX_MATVEC_ROWS, RowNorm, load4, matvec_shape
+from .gemm import MAX_MATVEC_ROWS, Operand, RowNorm, gemm, load4, matvec_shape
 from .shape import MAX_GROUPS, dispatch_groups, row_chunks, rows_binding
 
 ROWS = 4
@@ -29,7 +29,8 @@ def _linear(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: 
             out: TensorArg, bits: int, group: int, norm: RowNorm | None = None, **variant: str | int) -> None:
     """A linear over a packed weight [N, K / values a byte] (`variant`: its packing defines):
     matvec_q.comp for one row of activations whose weight rows are whole 16-byte chunks, each
-    inside one scale group; linear_q.comp for the rest."""
+    inside one scale group; for DEQUANT_ROWS rows or more, the weight dequantized, then the float
+    products (`_dequantized`); linear_q.comp for the rest."""
     n_rows, stored = w.shape
     k = x.shape[-1]
     m = x.numel // k if k else 0
@@ -44,6 +45,8 @@ def _linear(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: 
         return
     if norm is not None:
         raise UnsupportedOpError(f"an RMSNorm folded into a {bits}-bit product of {m} rows of {k}")
+    if m >= DEQUANT_ROWS and _dequantized(builder, x, w, s, bias, out, bits, group, variant):
+        return
     words = k // VALUES_PER_WORD[bits]
     # int8: 16-byte weight loads, each inside one scale group. int4 keeps word loads: read 16 bytes
     # at a time here, an invocation's 32 activations a load were scattered across the workgroup.
@@ -54,6 +57,39 @@ def _linear(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: 
         push = struct.pack("<8I", n_rows, k, k // VALUES_PER_WORD[bits], k // group, group, r0, rc, stride)
         bindings = [x, rows_binding(w, r0, rc, stored), s, out] + ([bias] if bias is not None else [])
         builder.dispatch("linear_q", bindings, push, (-(-rc // ROWS), m, 1), defines)
+
+
+DEQUANT_ROWS = 16
+"""Products of at least this many rows of activations dequantize the weight once a call
+(shaders/dequant_q.comp, into the graph's "dequant" scratch, in the activations' dtype) and take
+the float product kernels (tiles; the tensor cores for fp16 where the device has them): linear_q.comp
+reads every weight byte once a row (the H200's int4 prefill of 512 tokens: 163 of 167 ms)."""
+
+
+def _dequantized(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: TensorArg | None,
+                 out: TensorArg, bits: int, group: int, variant: dict) -> bool:
+    """The product through a dequantized weight, where its rows are exactly K values in whole words
+    of one scale group each and the weight and its float form fit one binding; False: not taken."""
+    n_rows, stored = w.shape
+    k = x.shape[-1]
+    per_word = VALUES_PER_WORD[bits]
+    m = x.numel // k
+    limit = builder.limits.max_storage_buffer_range
+    if stored * 8 // bits != k or k % per_word or group % per_word or w.nbytes > limit \
+            or n_rows * k * x.dtype.itemsize > limit \
+            or (bias is not None and bias.numel not in (n_rows, m * n_rows)):
+        return False
+    flat = builder.scratch(-(-n_rows * k * x.dtype.itemsize // 4), "dequant")
+    weight = TensorArg(flat.vid, (n_rows, k), x.dtype)
+    words = k // per_word
+    defines = {"BITS": bits, **variant, **read_defines(builder, "S", "s", s), **elem_defines("O", "o", x.dtype)}
+    push = struct.pack("<5I", n_rows * words, words, k // group, group, s.shape[1] if "SCALE_STRIDE" in variant else 0)
+    builder.dispatch("dequant_q", [w, s, weight], push, dispatch_groups(n_rows * words), defines)
+    if bias is not None:
+        bias = Operand(bias, 0, 0 if bias.numel == n_rows else n_rows, 1)
+    gemm(builder, Operand(x, 0, k, 1), Operand(weight, 0, 1, k), Operand(out, 0, n_rows, 1), m, n_rows, k,
+         bias=bias)
+    return True
 
 
 def _norm(defines: dict, bindings: list[TensorArg], push: bytes, norm: RowNorm | None) -> tuple[list, bytes]:

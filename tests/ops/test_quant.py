@@ -37,6 +37,22 @@ def test_linear_q_matches_dequantized_torch(bits, group, m):
     assert_norm_close(got, _reference(x, q, s, bias, bits, g), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("bits,group", [(4, 32), (8, 64)])
+@pytest.mark.parametrize("m", [15, 16, 40])
+def test_linear_q_of_many_rows_dequantizes_the_weight_once(bits, group, m, dtype, shaders):
+    """From quant.DEQUANT_ROWS rows on, the weight is dequantized into the scratch (in the activations'
+    dtype) and the float product kernels multiply; fewer rows take linear_q.comp. Both against torch."""
+    n, k = 37, 256
+    q, s = quantize_weight(rand(n, k, seed=1), bits, group)
+    x, bias = rand(m, k, seed=2).to(dtype), rand(n, seed=3).to(dtype)
+    got = run_graph("vkx.linear_q.default", [x, Const(q), Const(s), Const(bias), bits, group], ((m, n), dtype))
+    assert ("dequant_q" in shaders) == (m >= 16) and ("linear_q" in shaders) == (m < 16)
+    want = _reference(x.float(), q, s, bias.float(), bits, group)
+    tol = 1e-5 if dtype == torch.float32 else 2 * torch.finfo(dtype).eps * (k ** 0.5)  # 16-bit: weights rounded too
+    assert_norm_close(got.double(), want, rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("bits,k", [(8, 40), (4, 72)])
 def test_linear_q_by_words_where_16_bytes_do_not_divide_a_row(bits, k):
     """Rows of 40 int8 or 36 bytes of int4 values are read a word at a time (16-byte loads need

@@ -1,0 +1,59 @@
+#version 450
+// A packed weight as floats, for products of many rows of activations (loader/ops/quant.py: the
+// weight is dequantized into the graph's "dequant" scratch, then multiplied by the 16-bit or fp32
+// product kernels, which read each weight byte once a tile instead of once an activation row):
+//   o[n, k] = q[n, k] * s[n, k / group]   (packing as in linear_q.comp)
+// One invocation a 32-bit word of the weight: PER_WORD values of one scale group (group % PER_WORD
+// == 0). HIGH_FIRST (BITS 4): each byte holds its even value in the high nibble. Scales are
+// [N, groups]; with SCALE_STRIDE [groups, p.scale_stride].
+// Bindings: 0 = the weight as uint words, 1 = scales, 2 = out [N, K].
+layout(local_size_x = 64) in;
+#include "dtype.glslh"
+
+#if BITS == 4
+#define PER_WORD 8u
+#else
+#define PER_WORD 4u
+#endif
+#ifdef SCALE_STRIDE
+#define SCALE_AT(n, g) ((g) * p.scale_stride + (n))
+#else
+#define SCALE_AT(n, g) ((n) * p.groups + (g))
+#endif
+
+layout(std430, set = 0, binding = 0) readonly buffer BufW { uint w[]; };
+layout(std430, set = 0, binding = 1) readonly buffer BufS { S_T s[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer BufO { O_T o[]; };
+
+layout(push_constant) uniform Push {
+    uint words;         // of the whole weight
+    uint row_words;     // words a row (K / PER_WORD)
+    uint groups;        // scale groups a row
+    uint group;
+    uint scale_stride;  // SCALE_STRIDE: the scales' row length
+} p;
+
+float value(uint word, uint j) {
+#if BITS == 4 && defined(HIGH_FIRST)
+    return float(int((word >> (4u * (j ^ 1u))) & 15u) - 8);
+#elif BITS == 4
+    return float(int((word >> (4u * j)) & 15u) - 8);
+#else
+    return float(bitfieldExtract(int(word), int(8u * j), 8));
+#endif
+}
+
+void main() {
+    const uint gid = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * gl_WorkGroupSize.x
+                     + gl_LocalInvocationID.x;
+    if (gid >= p.words) {
+        return;
+    }
+    const uint n = gid / p.row_words;
+    const uint k0 = (gid - n * p.row_words) * PER_WORD;
+    const float scale = LOAD_S(SCALE_AT(n, k0 / p.group));
+    const uint word = w[gid];
+    for (uint j = 0u; j < PER_WORD; ++j) {
+        STORE_O(n * p.row_words * PER_WORD + k0 + j, value(word, j) * scale);
+    }
+}
