@@ -53,10 +53,10 @@ def greedy_steps(method, argmax: Callable[[np.ndarray, np.ndarray], np.ndarray],
 
 
 def warm_up(decoder: Decoder, shape: LMShape) -> None:
-    """One prompt chunk and one burst of greedy steps on zeros, then the state reset: a recording's
-    first submission costs more than later ones on a GPU (the H200, 1B fp16: a 512-token prefill 66
-    against 15 ms, the first 128 greedy tokens at 387 against 522 tokens/s; docs/benchmarks.md), so
-    a decoder pays that once, as it is built, not in its first generation."""
+    """One prompt chunk and one burst of greedy steps on zeros, then the state reset: a load's first
+    calls ran slower than later ones on a GPU (the H200, 1B fp16: the first 128 greedy tokens at 387
+    against 522 tokens/s, 471 after this warm-up; docs/benchmarks.md), so a decoder pays that once,
+    as it is built, not in its first generation."""
     decoder.prefill_argmax(np.zeros((1, shape.prefill_len), np.int64), np.arange(shape.prefill_len, dtype=np.int64))
     decoder.decode_greedy(np.zeros((1, 1), np.int64), np.zeros(1, np.int64), min(MAX_BURST, shape.max_seq_len))
     decoder.reset()
