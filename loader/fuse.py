@@ -38,7 +38,7 @@ from vkx.loader.chain import CAST, MUL, Fused, OpChain, other_operand, safe, sha
 from vkx.loader.fuse_rotary import rotary
 from vkx.loader.ops import OpBuilder, TensorArg
 from vkx.loader.ops.attention import attention
-from vkx.loader.ops.fused import linear_add, swiglu_row
+from vkx.loader.ops.fused import linear_add
 from vkx.loader.ops.gemm import MAX_MATVEC_ROWS, RowNorm, matvec_glu, matvec_products, matvec_row
 from vkx.loader.ops.quant import linear_q_row, products_q_row, swiglu_q_row
 from vkx.loader.ops.reduce import rms_norm_rows
@@ -296,12 +296,10 @@ def _swiglu(c: OpChain, m: int, norms: dict[int, _Norm],
     def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
         out = _output(c, builder, arg, read, z)
         fold = None if norm is None else RowNorm(arg(norm.weight), norm.eps)
-        if wg.scales is not None:
-            swiglu_q_row(builder, arg(read), wg.args(arg), wu.args(arg), out, wg.bits, wg.group, fold)
-        elif norm is not None:
+        if wg.scales is None:
             matvec_glu(builder, arg(read), arg(wg.w), arg(wu.w), out, fold)
         else:
-            swiglu_row(builder, arg(x), arg(wg.w), arg(wu.w), out)
+            swiglu_q_row(builder, arg(read), wg.args(arg), wu.args(arg), out, wg.bits, wg.group, fold)
 
     ops = sorted([gate[0], act, up[0], m, *(norm.ops if norm else ())])
     inputs = [x] if norm is None else [norm.x, norm.weight]

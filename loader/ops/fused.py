@@ -4,7 +4,7 @@ from __future__ import annotations
 import struct
 
 from vkx.loader.ops import OpBuilder, TensorArg, UnsupportedOpError, elem_defines, read_defines
-from vkx.loader.ops.gemm import Operand, gemm, matvec_glu
+from vkx.loader.ops.gemm import Operand, gemm
 from vkx.loader.ops.shape import broadcast_strides, dispatch_groups
 
 _ROTARY_PUSH = struct.Struct("<17I")
@@ -70,8 +70,3 @@ def linear_add(builder: OpBuilder, x: TensorArg, w: TensorArg, residual: TensorA
     n, k = w.shape
     gemm(builder, Operand(x, 0, k, 1), Operand(w, 0, 1, k), Operand(out, 0, n, 1), x.numel // k, n, k,
          bias=Operand(residual, 0, n, 1))
-
-
-def swiglu_row(builder: OpBuilder, x: TensorArg, gate: TensorArg, up: TensorArg, out: TensorArg) -> None:
-    """out = silu(x @ gate^T) * (x @ up^T) for one row of activations, in one dispatch."""
-    matvec_glu(builder, x, gate, up, out)
