@@ -24,16 +24,6 @@
 // NORM (with GLU, SEGMENTS or neither; one batch, no bias, no K_TAIL): A is an RMSNorm's input,
 // the products are of its output, A[k] * G[k] * rsqrt(mean(A^2) + p.eps): binding NORM_BINDING =
 // G (the norm's weight, K elements), the squares summed in the same sweep, each sum scaled once.
-#ifdef GLU
-#define SUMS (2 * ROWS)
-#else
-#define SUMS ROWS
-#endif
-#ifdef NORM
-#define PARTIAL_ROWS (SUMS + 1)  // the last: the sum of A's squares
-#else
-#define PARTIAL_ROWS SUMS
-#endif
 #include "partials.glslh"
 #include "dtype.glslh"
 #include "pairs.glslh"

@@ -28,16 +28,6 @@
 // NORM (GLU, SEGMENTS or one row block): x is an RMSNorm's input, the products are of its output,
 // x[k] * G[k] * rsqrt(mean(x^2) + p.eps): binding NORM_BINDING = G (the norm's weight, K elements),
 // the squares summed in the same sweep, each sum scaled once (as matvec.comp's NORM).
-#ifdef GLU
-#define SUMS (2 * ROWS)
-#else
-#define SUMS ROWS
-#endif
-#ifdef NORM
-#define PARTIAL_ROWS (SUMS + 1)  // the last: the sum of x's squares
-#else
-#define PARTIAL_ROWS SUMS
-#endif
 #include "partials.glslh"
 #include "dtype.glslh"
 #include "pairs.glslh"
