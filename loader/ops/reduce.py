@@ -253,23 +253,25 @@ def reduce_stats(builder: OpBuilder, call: Call) -> None:
     count, head, tables = _walk(builder, src, out, _reduced_dims(call, tuple(src.shape)))
     correction = call["correction"] if call.decl.has("correction") else None
     kind = {STATS[call.decl.name]: "1"}
+
+    def push(walked: int, seg_len: int = 0) -> bytes:
+        """reduce_stats.comp's push constants over `walked` elements (or pairs) an output."""
+        divisor = 1.0 if correction is None else float(correction)  # read by VAR only
+        return head + struct.pack("<If", walked, divisor) + tables + struct.pack("<I", seg_len)
+
     segments = -(-count // SPLIT_SEGMENT)
     if kind.keys() != {"VAR"} and out.numel < SPLIT_OUTPUTS and segments >= 2:
         pairs = builder.scratch(2 * out.numel * segments)
-        push = head + struct.pack("<If", count, 0.0) + tables + struct.pack("<I", SPLIT_SEGMENT)
         groups, wg = row_dispatch(builder, out.numel * segments, SPLIT_SEGMENT)
-        builder.dispatch("reduce_stats", [src, pairs], push, groups,
+        builder.dispatch("reduce_stats", [src, pairs], push(count, SPLIT_SEGMENT), groups,
                          {**_types(builder, ("X", "x", src)), **kind, "SPLIT": "1", **wg})
-        push = head + struct.pack("<If", segments, 0.0) + tables + struct.pack("<I", 0)
         groups, wg = row_dispatch(builder, out.numel, max(segments, ROW_MIN))
-        builder.dispatch("reduce_stats", [pairs, out], push, groups,
+        builder.dispatch("reduce_stats", [pairs, out], push(segments), groups,
                          {**_types(builder, ("Y", "y", out)), **kind, "COMBINE": "1", **wg})
         return
-    push = head + struct.pack("<If", count, 1.0 if correction is None else float(correction)) + tables \
-        + struct.pack("<I", 0)
     groups, wg = row_dispatch(builder, out.numel, count)
-    builder.dispatch("reduce_stats", [src, out], push, groups, {**_types(builder, ("X", "x", src), ("Y", "y", out)),
-                                                                **kind, **wg})
+    builder.dispatch("reduce_stats", [src, out], push(count), groups,
+                     {**_types(builder, ("X", "x", src), ("Y", "y", out)), **kind, **wg})
 
 
 @variants("next_token")
