@@ -6,8 +6,9 @@ VK_EXT_external_memory_host; it is counted apart because vkx allocated none of
 it (the memory budget does not count it). Every tensor is its own
 VkBuffer. Small buffers (< `small_limit`) are bound at aligned offsets inside
 shared blocks (4 MiB, doubling up to 64 MiB, or sized to what `expect` says
-is to come; one pool per kind and memory type) so that glibc returns their memory on free (lavapipe's vkAllocateMemory
-is malloc); large ones get a dedicated VkDeviceMemory. Activation tensors of
+is to come; one pool per kind and memory type) so that glibc returns their
+memory on free (lavapipe's vkAllocateMemory is malloc); large ones get a
+dedicated VkDeviceMemory. Activation tensors of
 one shared memory object alias a single allocation at offset 0 (`alias_group`).
 Nothing is allocated before a caller asks.
 """
