@@ -20,15 +20,18 @@ matmuls need no repeated copies of k and v.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import struct
+from typing import Iterable
 
 from vkx.format import dtypes
 from vkx.format.contract import Call
-from vkx.loader.ops import OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines, read_defines
+from vkx.loader.ops import (Defines, OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines,
+                            held_dtype, read_defines, variants, word_read_defines)
 from vkx.loader.ops.gemm import Operand, gemm, load8
 from vkx.loader.ops.matmul import batch_plan, batch_strides
-from vkx.loader.ops.reduce import row_dispatch
+from vkx.loader.ops.reduce import ROW_WGS, row_dispatch
 from vkx.loader.ops.shape import bind_elems, broadcast_strides, contiguous_strides, dispatch_groups
 
 _SOFTMAX_PUSH = struct.Struct("<11i")
@@ -53,6 +56,25 @@ def decode_split(rows: int, S: int, units: int) -> tuple[int, int]:
     chunk = -(-S // wanted)
     chunk = min(DECODE_MAX_CHUNK, max(DECODE_MIN_CHUNK, -(-chunk // DECODE_MIN_CHUNK) * DECODE_MIN_CHUNK))
     return chunk, -(-S // chunk)
+
+
+def _mask_kind(dtype: dtypes.DType) -> Defines:
+    return {"MASK_FLOAT" if dtype.is_float else "MASK_BOOL": 1}
+
+
+@variants("attention_softmax")
+def softmax_variants() -> Iterable[Defines]:
+    """Causal or not; no mask, or a float or bool one as the device holds it (held_dtype; a constant
+    mask of 16 or 8 bits read through 32-bit words without narrow storage); a row per invocation
+    or per workgroup (reduce.row_dispatch)."""
+    masks: list[Defines] = [{}]
+    for dtype in (dtypes.FLOAT32, dtypes.FLOAT16, dtypes.BFLOAT16, dtypes.BOOL):
+        for held in {dtype, held_dtype(dtype, frozenset())}:
+            masks.append({**_mask_kind(held), **elem_defines("M", "mask", held)})
+        if dtype.itemsize < 4:
+            masks.append({**_mask_kind(dtype), **word_read_defines("M", "mask", dtype)})
+    for causal, mask, wg in itertools.product(({}, {"CAUSAL": 1}), masks, (None, *ROW_WGS)):
+        yield {**causal, **mask, **({} if wg is None else {"ROW_WG": wg})}
 
 
 @builds("aten.scaled_dot_product_attention.default")
@@ -105,14 +127,11 @@ def attention(builder: OpBuilder, node: str, q: TensorArg, k: TensorArg, v: Tens
              Operand(scores, offs[2], S, 1, *inner[2]), M, S, E, nb1, nb2, alpha=scale)
 
     # 2. softmax rows, in place; rows are [out_batch..., L].
-    defines: dict[str, int | str] = {}
-    if is_causal:
-        defines["CAUSAL"] = 1
+    defines: dict[str, int | str] = {"CAUSAL": 1} if is_causal else {}
     rows_per_batch = L
     sr = contiguous_strides(tuple(out_batch) + (L * S,))[:-1]
     if mask is not None:
-        defines["MASK_FLOAT" if mask.dtype.is_float else "MASK_BOOL"] = 1
-        defines.update(read_defines(builder, "M", "mask", mask))
+        defines.update(_mask_kind(mask.dtype), **read_defines(builder, "M", "mask", mask))
         *mbatch, sml, sms = broadcast_strides(mask.shape, out_batch + (L, S))
         mbind, _ = bind_elems(builder, mask, 0, mask.numel)
     else:

@@ -32,7 +32,9 @@ def _inputs(graph: g.VkGraph) -> list[np.ndarray]:
         if t.dtype.is_float:
             out.append(rng.standard_normal(shape).astype(t.dtype.name if t.dtype.name != "bfloat16" else np.float32))
         else:
-            out.append(rng.integers(0, 4, shape).astype(np.int32))
+            # distinct, ascending: an index_copy given one position twice has no defined result
+            # (torch's neither), so repeated positions would make the answer depend on the device
+            out.append(np.arange(t.numel, dtype=np.int32).reshape(shape))
     return out
 
 
