@@ -10,7 +10,7 @@
 # once, converted to GGUF f16 and Q4_0, and `llama-bench -p 512 -n 128 -ngl 99 -r 3` runs both;
 # then bench/generate.py on the same folder, fp16 and int4 (vkx twice, torch eager on the same
 # module, transformers' generate; a 512-token prompt, 128 new tokens), and `vkx generate --json` of
-# the fp16 export in a process of its own, as a user runs it. Results under $OUT (default
+# the fp16 and int4 exports, each in a process of its own, as a user runs it. Results under $OUT (default
 # /tmp/vkx-llamacpp/out).
 set -o pipefail
 D=${1:?usage: bench/llamacpp.sh LLAMACPP_DIR [preset]}; PRESET=${2:-1b}
@@ -32,8 +32,12 @@ for quant in "" int4; do
         --prefill-len 512 --new-tokens 128 2>/dev/null | tee "$O/generate_fp16${quant:+_$quant}.txt" || exit 1
 done
 ids=$(python3 -c "import random; r = random.Random(0); print(','.join(str(r.randrange(3, 32000)) for _ in range(512)))")
-python3 -m vkx export "$W/model" -o "$W/fp16.pte" --dtype fp16 --max-seq-len 640 --prefill-len 512 --json > "$O/vkx_export.json" || exit 1
-python3 -m vkx generate "$W/fp16.pte" --prompt-ids "$ids" --max-new-tokens 128 --json > "$O/vkx_generate.json" || exit 1
-python3 -c "import json, sys; t = open(sys.argv[1]).read(); d = json.loads(t[:t.rindex('}') + 1]); d.pop('tokens'); print(d)" \
-    "$O/vkx_generate.json"
+for quant in "" int4; do
+    f=fp16${quant:+_$quant}
+    python3 -m vkx export "$W/model" -o "$W/$f.pte" --dtype fp16 ${quant:+--quantize $quant} --max-seq-len 640 \
+        --prefill-len 512 --json > "$O/vkx_export_$f.json" || exit 1
+    python3 -m vkx generate "$W/$f.pte" --prompt-ids "$ids" --max-new-tokens 128 --json > "$O/vkx_generate_$f.json" || exit 1
+    python3 -c "import json, sys; t = open(sys.argv[1]).read(); d = json.loads(t[:t.rindex('}') + 1]); d.pop('tokens'); print(d)" \
+        "$O/vkx_generate_$f.json"
+done
 echo "total: $((SECONDS - S)) s"

@@ -15,8 +15,12 @@
 // a NaN score makes it NaN (as shaders/attention_softmax.comp and torch's reference SDPA).
 // Bindings: 0 = q, 1 = k, 2 = v, 3 = out, 4 = mask (a placeholder without a mask), 5 = part (a
 // placeholder with one split).
-// Defines: elem_defines for Q, K, V, O, M; LOAD8_K(i, lo, hi) and K_V (gemm.py's 8-element loads:
-// 16-byte ones when E % 8 == 0); MASK_FLOAT / MASK_BOOL; CAUSAL.
+// Defines: elem_defines for Q, K, V, O, M; LOAD8_K(i, lo, hi), K_V, LOAD8_V(i, lo, hi) and V_V
+// (gemm.py's 16-byte loads of 8 elements; E and Ev are multiples of 8); MASK_FLOAT / MASK_BOOL;
+// CAUSAL.
+// The weighted sum of values gives each position Ev / 8 lanes (one 16-byte load each) and the
+// workgroup's 64 / (Ev / 8) such groups take every that-many-th position, so many loads are in
+// flight at once; the groups' sums meet in shared memory.
 layout(local_size_x = 64) in;
 #include "dtype.glslh"
 #include "pairs.glslh"
@@ -24,10 +28,11 @@ layout(local_size_x = 64) in;
 #define WG 64
 #define MAX_CHUNK 1024
 #define MAX_E 256
+#define UNROLL 4
 
 layout(std430, set = 0, binding = 0) readonly buffer BufQ { Q_T q[]; };
 layout(std430, set = 0, binding = 1) readonly buffer BufK { K_V k[]; };
-layout(std430, set = 0, binding = 2) readonly buffer BufV { V_T v[]; };
+layout(std430, set = 0, binding = 2) readonly buffer BufV { V_V v[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer BufO { O_T o[]; };
 layout(std430, set = 0, binding = 4) readonly buffer BufM { M_T mask[]; };
 layout(std430, set = 0, binding = 5) writeonly buffer BufP { float part[]; };
@@ -41,12 +46,38 @@ layout(push_constant) uniform Push {
 
 #define NEG_INF uintBitsToFloat(0xff800000u)
 
-shared float qs[MAX_E];
+shared vec4 qs[MAX_E / 4];  // q * scale
 shared float sc[MAX_CHUNK];
 shared float red[WG];
+shared vec4 vsum[WG * 2];  // each lane's two vec4s of its group's weighted sum
 
 float combine_max(float a, float b) {
     return (b > a || isnan(b)) && !isnan(a) ? b : a;
+}
+
+// scale * q . k[s] plus the mask's addend, -inf where masked (its key then not read)
+float position_score(int s, int l, int kbase, int mbase) {
+    bool masked = false;
+    float add = 0.0;
+#if defined(MASK_FLOAT)
+    add = LOAD_M(mbase + s * p.sms);
+    masked = add == NEG_INF;
+#elif defined(MASK_BOOL)
+    masked = LOADI_M(mbase + s * p.sms) == 0;
+#endif
+#ifdef CAUSAL
+    masked = masked || s > l;
+#endif
+    if (masked) {
+        return NEG_INF;
+    }
+    float score = add;
+    for (int e = 0; e < p.E; e += 8) {
+        vec4 lo, hi;
+        LOAD8_K(kbase + s * p.E + e, lo, hi);
+        score += dot(lo, qs[e >> 2]) + dot(hi, qs[(e >> 2) + 1]);
+    }
+    return score;
 }
 
 void main() {
@@ -65,36 +96,15 @@ void main() {
     const int n = min(p.S - s0, p.chunk);
 
     for (int e = lane; e < p.E; e += WG) {
-        qs[e] = LOAD_Q(r * p.E + e) * p.scale;
+        qs[e >> 2][e & 3] = LOAD_Q(r * p.E + e) * p.scale;
     }
     barrier();
 
     float mx = NEG_INF;
     for (int i = lane; i < n; i += WG) {
-        const int s = s0 + i;
-        bool masked = false;
-        float add = 0.0;
-#if defined(MASK_FLOAT)
-        add = LOAD_M(mbase + s * p.sms);
-        masked = add == NEG_INF;
-#elif defined(MASK_BOOL)
-        masked = LOADI_M(mbase + s * p.sms) == 0;
-#endif
-#ifdef CAUSAL
-        masked = masked || s > l;
-#endif
-        float dotp = NEG_INF;
-        if (!masked) {
-            dotp = add;
-            for (int e = 0; e < p.E; e += 8) {
-                vec4 lo, hi;
-                LOAD8_K(kbase + s * p.E + e, lo, hi);
-                dotp += dot(lo, vec4(qs[e], qs[e + 1], qs[e + 2], qs[e + 3]))
-                      + dot(hi, vec4(qs[e + 4], qs[e + 5], qs[e + 6], qs[e + 7]));
-            }
-        }
-        sc[i] = dotp;
-        mx = combine_max(mx, dotp);
+        const float score = position_score(s0 + i, l, kbase, mbase);
+        sc[i] = score;
+        mx = combine_max(mx, score);
     }
     red[lane] = mx;
     barrier();
@@ -135,13 +145,39 @@ void main() {
         barrier();
     }
     sum = red[0];
-    for (int e = lane; e < p.Ev; e += WG) {
-        float acc = 0.0;
-        for (int i = 0; i < n; ++i) {
-            const float w = sc[i];
-            if (w != 0.0) {  // the same for every lane: masked positions' values are not read
-                acc += w * LOAD_V(vbase + (s0 + i) * p.Ev + e);
+    const int lanes = p.Ev >> 3;  // per position: 8 elements of v a lane
+    const int groups = WG / lanes;
+    const int group = lane / lanes;
+    const int e8 = (lane - group * lanes) * 8;
+    vec4 acc0 = vec4(0.0), acc1 = vec4(0.0);
+    if (group < groups) {
+        // UNROLL positions' loads issued before their sums: a chain of dependent loads was most of
+        // the kernel's time
+        for (int i0 = group; i0 < n; i0 += UNROLL * groups) {
+            float w[UNROLL];
+            vec4 lo[UNROLL], hi[UNROLL];
+            for (int u = 0; u < UNROLL; ++u) {
+                const int i = i0 + u * groups;
+                w[u] = i < n ? sc[i] : 0.0;
+                lo[u] = hi[u] = vec4(0.0);
+                if (w[u] != 0.0) {  // masked positions' values are not read
+                    LOAD8_V(vbase + (s0 + i) * p.Ev + e8, lo[u], hi[u]);
+                }
             }
+            for (int u = 0; u < UNROLL; ++u) {
+                acc0 += w[u] * lo[u];
+                acc1 += w[u] * hi[u];
+            }
+        }
+    }
+    vsum[2 * lane] = acc0;
+    vsum[2 * lane + 1] = acc1;
+    barrier();
+    for (int e = lane; e < p.Ev; e += WG) {
+        const int slot = (e >> 3) * 2 + ((e >> 2) & 1);  // lane e / 8 of group 0, its lo or hi vec4
+        float acc = 0.0;
+        for (int g = 0; g < groups; ++g) {
+            acc += vsum[slot + g * lanes * 2][e & 3];
         }
         if (p.P == 1) {
             STORE_O(r * p.Ev + e, acc / sum);

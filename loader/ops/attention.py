@@ -44,6 +44,10 @@ DECODE_MAX_CHUNK, DECODE_MAX_E = 1024, 256
 memory), the longest head."""
 DECODE_MIN_CHUNK = 64
 """The fewest positions a workgroup takes (a multiple of its 64 invocations)."""
+DECODE_SPLIT_CHUNK = 128
+"""The most positions a workgroup takes once the split has DECODE_GROUPS_PER_UNIT workgroups a
+compute unit: a longer cache takes more chunks, not longer ones (each lane's walk is a chain of
+loads)."""
 DECODE_GROUPS_PER_UNIT = 4
 """Workgroups per compute unit the split aims at (H200: 32 query heads x 16 chunks for 132 SMs)."""
 
@@ -51,10 +55,10 @@ DECODE_GROUPS_PER_UNIT = 4
 def decode_split(rows: int, S: int, units: int) -> tuple[int, int]:
     """(chunk, P): positions per workgroup and chunks per query row of a decode attention over S
     positions, so that rows * P reaches DECODE_GROUPS_PER_UNIT workgroups per compute unit, each
-    chunk a multiple of DECODE_MIN_CHUNK within DECODE_MAX_CHUNK."""
+    chunk a multiple of DECODE_MIN_CHUNK, at most DECODE_SPLIT_CHUNK."""
     wanted = max(1, -(-DECODE_GROUPS_PER_UNIT * units // rows))
     chunk = -(-S // wanted)
-    chunk = min(DECODE_MAX_CHUNK, max(DECODE_MIN_CHUNK, -(-chunk // DECODE_MIN_CHUNK) * DECODE_MIN_CHUNK))
+    chunk = min(DECODE_SPLIT_CHUNK, max(DECODE_MIN_CHUNK, -(-chunk // DECODE_MIN_CHUNK) * DECODE_MIN_CHUNK))
     return chunk, -(-S // chunk)
 
 
@@ -62,19 +66,52 @@ def _mask_kind(dtype: dtypes.DType) -> Defines:
     return {"MASK_FLOAT" if dtype.is_float else "MASK_BOOL": 1}
 
 
-@variants("attention_softmax")
-def softmax_variants() -> Iterable[Defines]:
-    """Causal or not; no mask, or a float or bool one as the device holds it (held_dtype; a constant
-    mask of 16 or 8 bits read through 32-bit words without narrow storage); a row per invocation
-    or per workgroup (reduce.row_dispatch)."""
-    masks: list[Defines] = [{}]
+def _masks() -> list[Defines]:
+    """The defines of each mask a device may hold (held_dtype), float or bool, as itself or, a
+    constant of 16 or 8 bits without narrow storage, read through 32-bit words."""
+    out: list[Defines] = []
     for dtype in (dtypes.FLOAT32, dtypes.FLOAT16, dtypes.BFLOAT16, dtypes.BOOL):
         for held in {dtype, held_dtype(dtype, frozenset())}:
-            masks.append({**_mask_kind(held), **elem_defines("M", "mask", held)})
+            out.append({**_mask_kind(held), **elem_defines("M", "mask", held)})
         if dtype.itemsize < 4:
-            masks.append({**_mask_kind(dtype), **word_read_defines("M", "mask", dtype)})
-    for causal, mask, wg in itertools.product(({}, {"CAUSAL": 1}), masks, (None, *ROW_WGS)):
+            out.append({**_mask_kind(dtype), **word_read_defines("M", "mask", dtype)})
+    return out
+
+
+@variants("attention_softmax")
+def softmax_variants() -> Iterable[Defines]:
+    """Causal or not; no mask or any (_masks); a row per invocation or per workgroup
+    (reduce.row_dispatch)."""
+    for causal, mask, wg in itertools.product(({}, {"CAUSAL": 1}), [{}, *_masks()], (None, *ROW_WGS)):
         yield {**causal, **mask, **({} if wg is None else {"ROW_WG": wg})}
+
+
+_FLOATS = (dtypes.FLOAT32, dtypes.FLOAT16, dtypes.BFLOAT16)
+
+
+@variants("attention_decode")
+def decode_variants() -> Iterable[Defines]:
+    """q, k, v and out of one float dtype; causal or not; any mask (_masks), or none (the M
+    defines then those of q, bound in the mask's place)."""
+    for dtype, causal in itertools.product(_FLOATS, ({}, {"CAUSAL": 1})):
+        base = {**_decode_defines(dtype), **causal}
+        yield {**base, **elem_defines("M", "mask", dtype)}
+        if dtype.itemsize < 4:
+            yield {**base, **word_read_defines("M", "mask", dtype)}
+        for mask in _masks():
+            yield {**base, **mask}
+
+
+@variants("attention_combine")
+def combine_variants() -> Iterable[Defines]:
+    for dtype in _FLOATS:
+        yield elem_defines("O", "o", dtype)
+
+
+def _decode_defines(dtype: dtypes.DType) -> Defines:
+    """attention_decode's defines of q, k, v and out of `dtype` (16-byte loads of k and v)."""
+    return {**elem_defines("Q", "q", dtype), **elem_defines("K", "k", dtype), **elem_defines("V", "v", dtype),
+            **elem_defines("O", "o", dtype), **load8("K", "k", dtype, True), **load8("V", "v", dtype, True)}
 
 
 @builds("aten.scaled_dot_product_attention.default")
@@ -171,10 +208,10 @@ def _decode(builder: OpBuilder, q: TensorArg, k: TensorArg, v: TensorArg, out: T
         return False
     if hq != hkv and not (enable_gqa and hq % hkv == 0):
         return False
-    if L > DECODE_ROWS or E > DECODE_MAX_E or E % 8 or S == 0:
+    if L > DECODE_ROWS or max(E, Ev) > DECODE_MAX_E or E % 8 or Ev % 8 or S == 0:
         return False
     limits = builder.limits
-    if 4 * (DECODE_MAX_CHUNK + DECODE_MAX_E + 64) > limits.max_compute_shared_memory_size:
+    if 4 * (DECODE_MAX_CHUNK + DECODE_MAX_E + 64 + 512) > limits.max_compute_shared_memory_size:
         return False
     if any(t.nbytes > limits.max_storage_buffer_range for t in (q, k, v, out, *([mask] if mask is not None else []))):
         return False
@@ -183,14 +220,14 @@ def _decode(builder: OpBuilder, q: TensorArg, k: TensorArg, v: TensorArg, out: T
     groups = limits.max_compute_work_group_count
     if P > groups[0] or rows > groups[1] or 4 * rows * P * (Ev + 2) > limits.max_storage_buffer_range:
         return False
-    defines: dict[str, int | str] = {**elem_defines("Q", "q", q.dtype), **elem_defines("K", "k", k.dtype),
-                                     **elem_defines("V", "v", v.dtype), **elem_defines("O", "o", out.dtype),
-                                     **load8("K", "k", k.dtype, True)}
+    if not q.dtype == k.dtype == v.dtype == out.dtype:
+        return False
+    defines: dict[str, int | str] = dict(_decode_defines(q.dtype))
     if is_causal:
         defines["CAUSAL"] = 1
     smb = smh = sml = sms = 0
     if mask is not None:
-        defines["MASK_FLOAT" if mask.dtype.is_float else "MASK_BOOL"] = 1
+        defines.update(_mask_kind(mask.dtype))
         strides = broadcast_strides(mask.shape, tuple(out.shape[:-1]) + (S,))
         *mlead, smh, sml, sms = strides
         smb = mlead[0] if mlead else 0

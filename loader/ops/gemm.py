@@ -257,8 +257,8 @@ MATVEC_SHAPES: dict[tuple[str, str], MatvecShape] = {
 """The workgroup of shaders/matvec.comp and matvec_q.comp by device class (`device_class`): on a
 GPU, matvec 4 rows x 128, the best of eight shapes timed in whole 1B fp16 decode calls on the H200
 (1.43 ms a call against 1.87 ms for 16 x 64, the shape before: more, smaller workgroups keep more
-loads in flight on products of 2,048 rows; docs/benchmarks.md); matvec_q keeps 16 x 128, not
-measured that way; on a CPU device (lavapipe, where the cost is the number of loads) 16 rows, so
+loads in flight on products of 2,048 rows; docs/benchmarks.md); matvec_q 16 x 128, cut down by
+MATVEC_GROUPS_PER_UNIT on products of few rows (4 x 128 as the start timed the same); on a CPU device (lavapipe, where the cost is the number of loads) 16 rows, so
 that the activations are loaded once per 16 rows; on devices without subgroup operations or with
 fewer than 256 invocations a workgroup (the android-baseline-2022 profile) 8 rows of 64
 invocations, not measured."""
@@ -266,6 +266,11 @@ MATVEC_ROWS = (1, 2, 4, 8, 16)
 """The rows a matrix-vector workgroup may have (a define: shaders/partials.glslh)."""
 MIN_INVOCATIONS = 32
 """The fewest invocations a matrix-vector workgroup is cut down to for short rows."""
+MATVEC_GROUPS_PER_UNIT = 4
+"""Workgroups a compute unit a GPU's product keeps (fewer rows a workgroup below it). Timed in whole
+1B decode calls on the H200 against 0 (rows fixed), 8 and 16: int4 1.40 ms a call against 2.03 ms
+(its 16-row workgroups left 2,048-row products 128 workgroups), fp16 1.20 against 1.23 ms
+(docs/benchmarks.md)."""
 
 
 def device_class(is_cpu: bool, features: Collection[str], max_invocations: int) -> str:
@@ -277,23 +282,27 @@ def device_class(is_cpu: bool, features: Collection[str], max_invocations: int) 
     return "small"
 
 
-def matvec_shape(builder: OpBuilder, kernel: str, chunks: int) -> tuple[MatvecShape, dict[str, int]]:
-    """The workgroup of `kernel` (matvec or matvec_q) for rows of `chunks` 16-byte loads each: the
-    device class's, with invocations halved while half of them would still have a chunk (no idle
-    invocations on short rows); its defines: ROWS (one of MATVEC_ROWS) and SUBGROUP where the device
-    has subgroup operations."""
+def matvec_shape(builder: OpBuilder, kernel: str, chunks: int, n: int) -> tuple[MatvecShape, dict[str, int]]:
+    """The workgroup of `kernel` (matvec or matvec_q) for `n` output rows of `chunks` 16-byte loads
+    each: the device class's; on a GPU, rows halved while the product would have fewer than
+    MATVEC_GROUPS_PER_UNIT workgroups a compute unit; invocations halved while half of them would
+    still have a chunk (no idle invocations on short rows). Its defines: ROWS (one of MATVEC_ROWS)
+    and SUBGROUP where the device has subgroup operations."""
     limits = builder.limits
     kind = device_class(builder.is_cpu, limits.features, limits.max_compute_work_group_invocations)
-    shape = MATVEC_SHAPES[(kind, kernel)]
-    invocations = min(shape.invocations, limits.max_compute_work_group_invocations)
+    rows, invocations = MATVEC_SHAPES[(kind, kernel)].rows, MATVEC_SHAPES[(kind, kernel)].invocations
+    while kind == "gpu" and rows > 1 and -(-n // rows) < MATVEC_GROUPS_PER_UNIT * builder.compute_units:
+        rows //= 2
+    invocations = min(invocations, limits.max_compute_work_group_invocations)
     while invocations > MIN_INVOCATIONS and invocations // 2 >= chunks:
         invocations //= 2
-    defines = {"ROWS": shape.rows, **({"SUBGROUP": 1} if "subgroupOperations" in limits.features else {})}
-    return MatvecShape(shape.rows, invocations), defines
+    defines = {"ROWS": rows, **({"SUBGROUP": 1} if "subgroupOperations" in limits.features else {})}
+    return MatvecShape(rows, invocations), defines
 
 
 MAX_MATVEC_ROWS = min(s.rows for s in MATVEC_SHAPES.values())
-"""The fewest rows of any matrix-vector workgroup: the grid's bound on N."""
+"""The fewest rows of a matrix-vector workgroup over a long product: the grid's bound on N (fewer
+rows only where the grid is under MATVEC_GROUPS_PER_UNIT workgroups a compute unit)."""
 
 
 def use_matvec(a: Operand, b: Operand, M: int, N: int, K: int) -> bool:
@@ -331,7 +340,7 @@ def _record_matvec(builder, bindings, defines, a, aoff, b, boff, c, coff, N, K, 
             defines[f"{prefix}_V"] = "uint"
     if K % 8:
         defines["K_TAIL"] = 1
-    shape, extra = matvec_shape(builder, "matvec", -(-K // 8))
+    shape, extra = matvec_shape(builder, "matvec", -(-K // 8), N)
     defines.update(extra)
     push = _MATVEC_PUSH.pack(N, K, nb2, aoff, a.sb1, a.sb2, boff, b.sj, b.sb1, b.sb2,
                              coff, c.sb1, c.sb2, biasoff, sbn, float(alpha), float(beta), 0, 0, 0)
@@ -359,7 +368,7 @@ def _row_dispatch(builder: OpBuilder, x: TensorArg, weights: Sequence[TensorArg]
             or any(t.nbytes > builder.limits.max_storage_buffer_range for t in tensors):
         raise UnsupportedOpError(f"row products of {[list(w.shape) for w in weights]} weights: one dtype, K a "
                                  f"multiple of 8, each tensor within one binding")
-    shape, extra = matvec_shape(builder, "matvec", k // 8)
+    shape, extra = matvec_shape(builder, "matvec", k // 8, sum(rows))
     defines.update(read_defines(builder, "A", "a", x), **read_defines(builder, "B", "b", weights[0]),
                    **load8("A", "a", x.dtype, True), **extra)
     if norm is not None:

@@ -106,7 +106,7 @@ def _matvec(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: 
     (x an RMSNorm's input where `norm` is given)."""
     n_rows, stored = w.shape
     chunks = stored // 16
-    shape, extra = matvec_shape(builder, "matvec_q", chunks)
+    shape, extra = matvec_shape(builder, "matvec_q", chunks, n_rows)
     defines = {**defines, **load4("X", "x", x.dtype), **extra}
     stride = s.shape[1] if "SCALE_STRIDE" in defines else 0
     for r0, rc in row_chunks(builder, n_rows, stored, [w]):
@@ -135,9 +135,10 @@ def _matvec_whole(builder: OpBuilder, x: TensorArg, weights: Sequence[tuple[Tens
         raise UnsupportedOpError(f"{kind} of {[list(w.shape) for w, _ in weights]} {bits}-bit weights: each "
                                  f"tensor within one binding, rows of whole 16-byte chunks a scale group")
     chunks = weights[0][0].shape[1] // 16
-    shape, extra = matvec_shape(builder, "matvec_q", chunks)
-    defines = {"BITS": bits, kind: 1, **elem_defines("X", "x", x.dtype), **load4("X", "x", x.dtype), **extra}
     rows = [w.shape[0] for w, _ in weights]
+    grid = rows if kind == "SEGMENTS" else rows[:1]  # GLU: a workgroup's rows of both weights
+    shape, extra = matvec_shape(builder, "matvec_q", chunks, sum(grid))
+    defines = {"BITS": bits, kind: 1, **elem_defines("X", "x", x.dtype), **load4("X", "x", x.dtype), **extra}
     bindings: list[TensorArg] = [x]
     stores: list[TensorArg | None] = [*outs, *[None] * (len(weights) - len(outs))]  # GLU: one output
     for i, ((w, s), out) in enumerate(zip(weights, stores)):
@@ -149,7 +150,7 @@ def _matvec_whole(builder: OpBuilder, x: TensorArg, weights: Sequence[tuple[Tens
             bindings.append(out)
     push = struct.pack("<8I", chunks, x.shape[-1] // group, group * bits // 128, 0, rows[0], 0,
                        *(rows[1:] + [0, 0])[:2])
-    workgroups = sum(-(-n // shape.rows) for n in (rows if kind == "SEGMENTS" else rows[:1]))
+    workgroups = sum(-(-n // shape.rows) for n in grid)
     bindings, push = _norm(defines, bindings, push, norm)
     builder.dispatch("matvec_q", bindings, push, (workgroups, 1, 1), defines, (shape.invocations,))
 

@@ -22,6 +22,7 @@ from vkx.loader.ops import elementwise
 from .helpers import no_device_limits
 
 DEVICE_TYPES = sorted((d for d in dtypes.ALL if d.on_device), key=str)
+FLOATS = (dtypes.FLOAT32, dtypes.FLOAT16, dtypes.BFLOAT16)
 
 
 def test_archive_holds_every_declared_variant_of_the_current_sources():
@@ -156,20 +157,23 @@ def test_coop_gemm_builders_request_only_declared_variants():
     assert seen <= declared, sorted(seen - declared)[:3]
 
 
-def test_attention_softmax_builders_request_only_declared_variants():
-    """Prefill attention's softmax over short and long rows (a 4,160-position cache asked for an
-    undeclared variant once), with each mask dtype, read as itself and through 32-bit words."""
+def test_attention_builders_request_only_declared_variants():
+    """Prefill attention's softmax over short and long rows (a 4,160-position cache once asked for a
+    variant no test had recorded) and decode attention, split or not, in each dtype, with each
+    mask dtype, read as itself and through 32-bit words."""
     declared, seen = _declared(), set()
     narrow = no_device_limits(max_storage_buffer_range=1 << 30, features=frozenset())
-    for limits, S, causal in itertools.product((no_device_limits(max_storage_buffer_range=1 << 30), narrow),
-                                               (48, 640, 4160), (False, True)):
-        q, kv = ((1, 4, 16, 32), dtypes.FLOAT32), ((1, 4, S, 32), dtypes.FLOAT32)
-        for mask in (None, *(((16, S), dt) for dt in (dtypes.FLOAT32, dtypes.FLOAT16, dtypes.BFLOAT16,
-                                                      dtypes.BOOL))):
-            seen.update(_requests("aten.scaled_dot_product_attention.default",
-                                  [q, kv, kv, mask, 0.0, causal and mask is None, None, False], q, limits))
-    seen = {(s, d) for s, d in seen if s == "attention_softmax"}
-    assert len(seen) > 20 and seen <= declared, sorted(seen - declared)[:3]
+    for limits, S, causal, dtype in itertools.product((no_device_limits(max_storage_buffer_range=1 << 30), narrow),
+                                                      (48, 640, 4160), (False, True), FLOATS):
+        for L in (1, 16):
+            q, kv = ((1, 4, L, 32), dtype), ((1, 4, S, 32), dtype)
+            for mask in (None, *(((L, S), dt) for dt in (*FLOATS, dtypes.BOOL))):
+                seen.update(_requests("aten.scaled_dot_product_attention.default",
+                                      [q, kv, kv, mask, 0.0, causal and mask is None, None, False], q, limits,
+                                      compute_units=132))
+    seen = {(s, d) for s, d in seen if s.startswith("attention_")}
+    assert {s for s, _ in seen} == {"attention_softmax", "attention_decode", "attention_combine"}
+    assert seen <= declared, sorted(seen - declared)[:3]
 
 
 def test_et_case_builders_request_only_declared_variants():

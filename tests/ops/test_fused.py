@@ -105,6 +105,8 @@ def test_decode_attention_against_three_dispatches_and_torch(dtype, dims, split,
     any device) the cache split along its positions and the partials merged by attention_combine."""
     hq, hkv, L, S, E = dims
     monkeypatch.setattr(attention, "DECODE_GROUPS_PER_UNIT", 1 << 16 if split else 0)
+    monkeypatch.setattr(attention, "DECODE_SPLIT_CHUNK", attention.DECODE_MIN_CHUNK if split else
+                        attention.DECODE_MAX_CHUNK)
     q, k, v = rand(1, hq, L, E, seed=3), rand(1, hkv, S, E, seed=4), rand(1, hkv, S, E, seed=5)
     visible = torch.arange(S)[None, None, None, :] <= torch.tensor([S - 9 + i for i in range(L)])[None, None, :, None]
     path = _export(DecodeAttention(), (q, k, v, visible), tmp_path, dtype)

@@ -17,7 +17,7 @@ from vkx.loader.device import Device
 from vkx.loader.ops import gemm
 
 from .conftest import Const, assert_close_in, assert_norm_close, rand, run_graph
-from .test_fused import NormedProducts
+from .test_fused import NormedProducts, _reference
 
 pytestmark = pytest.mark.vulkan
 
@@ -62,32 +62,39 @@ def test_matvec_q_every_shape(shape, bits, dtype, monkeypatch, dispatches):
 @pytest.fixture(scope="module")
 def fused_files(tmp_path_factory) -> dict:
     """test_fused.NormedProducts (RMSNorms folded into q/k/v's SEGMENTS, a GLU and an LM head; a
-    down product with its residual), its inputs and its file in each export dtype."""
+    down product with its residual), its inputs and its file in each export dtype, with float
+    weights and with int4 and int8 ones."""
     torch.manual_seed(0)
-    module = NormedProducts().eval()
+    modules = {None: NormedProducts().eval(), "q": NormedProducts(hidden=256).eval()}  # int4's groups of 32 split 256
     inputs = (rand(1, 64, seed=3) * 2, rand(1, 64, seed=4) * 2, rand(1, 64, seed=5) * 2)
     files = {}
     for dtype, name in ((torch.float32, "fp32"), (torch.float16, "fp16"), (torch.bfloat16, "bf16")):
-        files[dtype] = tmp_path_factory.mktemp("fused") / f"{name}.pte"
-        export_model(copy.deepcopy(module), inputs, str(files[dtype]), dtype=name)
-    return module, inputs, files
+        for quantize in (None, "int4", "int8"):
+            module = modules[quantize and "q"]
+            path = tmp_path_factory.mktemp("fused") / f"{name}-{quantize}.pte"
+            export_model(copy.deepcopy(module), inputs, str(path), dtype=name, quantize=quantize)
+            files[dtype, quantize] = module, path
+    return inputs, files
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s.rows}x{s.invocations}")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
-def test_fused_products_every_shape(shape, dtype, fused_files, monkeypatch, dispatches):
+@pytest.mark.parametrize("quantize", [None, "int4", "int8"], ids=str)
+def test_fused_products_every_shape(shape, dtype, quantize, fused_files, monkeypatch, dispatches):
     """The three products of one row (SEGMENTS), SwiGLU's (GLU) and a plain product, each with an
-    RMSNorm folded in (NORM), at each shape, against torch: a device class's shape takes these
-    variants in every LLM decode."""
-    _shape(monkeypatch, "matvec", shape)
-    module, inputs, files = fused_files
-    with vkx.load(str(files[dtype])) as program:
+    RMSNorm folded in (NORM), at each shape, against torch, float weights and int4/int8 ones: a
+    device class's shape, or fewer rows on a product of few rows (gemm.MATVEC_GROUPS_PER_UNIT), takes
+    these variants in every LLM decode."""
+    kernel = "matvec" if quantize is None else "matvec_q"
+    _shape(monkeypatch, kernel, shape)
+    inputs, files = fused_files
+    module, path = files[dtype, quantize]
+    with vkx.load(str(path)) as program:
         got = program(*(x.to(dtype) for x in inputs))
-    kinds = sorted(("SEGMENTS" in d, "GLU" in d, "NORM" in d) for s, d, _ in dispatches if s == "matvec")
+    kinds = sorted(("SEGMENTS" in d, "GLU" in d, "NORM" in d) for s, d, _ in dispatches if s == kernel)
     assert kinds == [(False, False, False), (False, False, True), (False, True, True), (True, False, True)]
-    assert {d["ROWS"] for s, d, _ in dispatches if s == "matvec"} == {shape.rows}
-    with torch.no_grad():
-        want = copy.deepcopy(module).to(dtype)(*(x.to(dtype) for x in inputs))
+    assert {d["ROWS"] for s, d, _ in dispatches if s == kernel} == {shape.rows}
+    want = _reference(copy.deepcopy(module), [x.to(dtype) for x in inputs], dtype, quantize)
     for g, w in zip(got, want):
         assert_close_in(g, w, dtype, terms=200)
 
