@@ -151,8 +151,7 @@ void main() {
     const int e8 = (lane - group * lanes) * 8;
     vec4 acc0 = vec4(0.0), acc1 = vec4(0.0);
     if (group < groups) {
-        // UNROLL positions' loads issued before their sums: a chain of dependent loads was most of
-        // the kernel's time
+        // UNROLL positions' loads issued before their sums (H200: 13.0 -> 12.6 us a layer)
         for (int i0 = group; i0 < n; i0 += UNROLL * groups) {
             float w[UNROLL];
             vec4 lo[UNROLL], hi[UNROLL];

@@ -257,8 +257,9 @@ MATVEC_SHAPES: dict[tuple[str, str], MatvecShape] = {
 """The workgroup of shaders/matvec.comp and matvec_q.comp by device class (`device_class`): on a
 GPU, matvec 4 rows x 128, the best of eight shapes timed in whole 1B fp16 decode calls on the H200
 (1.43 ms a call against 1.87 ms for 16 x 64, the shape before: more, smaller workgroups keep more
-loads in flight on products of 2,048 rows; docs/benchmarks.md); matvec_q 16 x 128, cut down by
-MATVEC_GROUPS_PER_UNIT on products of few rows (4 x 128 as the start timed the same); on a CPU device (lavapipe, where the cost is the number of loads) 16 rows, so
+loads in flight on products of 2,048 rows; docs/benchmarks.md); matvec_q 16 x 128 (4 x 128 timed
+the same, both cut down by MATVEC_GROUPS_PER_UNIT); on a GPU, fewer rows on products of few rows
+(`matvec_shape`); on a CPU device (lavapipe, where the cost is the number of loads) 16 rows, so
 that the activations are loaded once per 16 rows; on devices without subgroup operations or with
 fewer than 256 invocations a workgroup (the android-baseline-2022 profile) 8 rows of 64
 invocations, not measured."""

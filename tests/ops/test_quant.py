@@ -39,11 +39,12 @@ def test_linear_q_matches_dequantized_torch(bits, group, m):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("bits,group", [(4, 32), (8, 64)])
-@pytest.mark.parametrize("m", [15, 16, 40])
-def test_linear_q_of_many_rows_dequantizes_the_weight_once(bits, group, m, dtype, shaders):
+@pytest.mark.parametrize("m,n", [(15, 37), (16, 37), (40, 37), (64, 128)])
+def test_linear_q_of_many_rows_dequantizes_the_weight_once(bits, group, m, n, dtype, shaders):
     """From quant.DEQUANT_ROWS rows on, the weight is dequantized into the scratch (in the activations'
-    dtype) and the float product kernels multiply; fewer rows take linear_q.comp. Both against torch."""
-    n, k = 37, 256
+    dtype) and the float product kernels multiply (64 x 128: whole tiles, fp16's tensor cores where the
+    device has them); fewer rows take linear_q.comp. Both against torch."""
+    k = 256
     q, s = quantize_weight(rand(n, k, seed=1), bits, group)
     x, bias = rand(m, k, seed=2).to(dtype), rand(n, seed=3).to(dtype)
     got = run_graph("vkx.linear_q.default", [x, Const(q), Const(s), Const(bias), bits, group], ((m, n), dtype))
