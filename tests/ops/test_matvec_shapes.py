@@ -5,6 +5,7 @@ android-baseline-2022 profile has none), against torch in every weight dtype."""
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -14,7 +15,8 @@ import vkx
 from vkx.export import export_model
 from vkx.export.quantize import dequantize, quantize_weight
 from vkx.loader.device import Device
-from vkx.loader.ops import gemm
+from vkx.loader.ops import STORAGE_FEATURES, gemm
+from tests.loader.helpers import no_device_limits
 
 from .conftest import Const, assert_close_in, assert_norm_close, rand, run_graph
 from .test_fused import NormedProducts, _reference
@@ -26,8 +28,25 @@ SHAPES = [gemm.MatvecShape(1, 32), gemm.MatvecShape(2, 256), gemm.MatvecShape(4,
 
 
 def _shape(monkeypatch, kernel: str, shape: gemm.MatvecShape) -> None:
+    """Every device class takes `shape` as it is (a GPU's rows are not cut for small products)."""
     for cls in ("cpu", "gpu", "small"):
         monkeypatch.setitem(gemm.MATVEC_SHAPES, (cls, kernel), shape)
+    monkeypatch.setattr(gemm, "MATVEC_GROUPS_PER_UNIT", 0)
+
+
+def test_a_gpu_cuts_rows_to_keep_its_compute_units_busy():
+    """gemm.MATVEC_GROUPS_PER_UNIT on a GPU of 132 compute units (an H200): rows a workgroup halve
+    while a product would have fewer than 4 x 132 workgroups; a CPU device keeps its shape."""
+    gpu = SimpleNamespace(limits=no_device_limits(features=frozenset({*STORAGE_FEATURES.values(),
+                                                                      "subgroupOperations"})),
+                          is_cpu=False, compute_units=132)
+    rows = {(kernel, n): gemm.matvec_shape(gpu, kernel, 256, n)[0].rows
+            for kernel, n in [("matvec", 128256), ("matvec", 3072), ("matvec", 2048), ("matvec_q", 8192),
+                              ("matvec_q", 2048), ("matvec_q", 37)]}
+    assert rows == {("matvec", 128256): 4, ("matvec", 3072): 4, ("matvec", 2048): 2, ("matvec_q", 8192): 8,
+                    ("matvec_q", 2048): 2, ("matvec_q", 37): 1}
+    cpu = SimpleNamespace(limits=gpu.limits, is_cpu=True, compute_units=132)
+    assert gemm.matvec_shape(cpu, "matvec", 256, 37)[0].rows == gemm.MATVEC_SHAPES["cpu", "matvec"].rows
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s.rows}x{s.invocations}")
