@@ -8,6 +8,7 @@ allocated), then runs them; each `dispatch()` is checked and appended to
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, Sequence, Union
 
@@ -185,8 +186,10 @@ class GraphBuilder:
         self.tensors[vid] = t
         return arg
 
-    def scratch(self, numel: int, role: str = "partials") -> ops.TensorArg:
-        """The graph's fp32 scratch tensor of `role`, grown to at least `numel` elements.
+    def scratch(self, shape: int | Sequence[int], role: str = "partials",
+                dtype: DType = dtypes.FLOAT32) -> ops.TensorArg:
+        """A tensor of `shape` (a number: that many elements) and `dtype` at the start of the graph's
+        scratch of `role`, an fp32 tensor grown to hold it.
 
         Every op that asks for a role shares its tensor: an op's scratch is dead once its last
         dispatch is done (the next op's writes wait behind a barrier: vkx.loader.hazards). One op
@@ -194,13 +197,15 @@ class GraphBuilder:
         Bind the returned TensorArg (or SubRanges of it) right away; a later, larger request
         grows the same tensor, which still holds every range bound before.
         """
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        words = -(-math.prod(shape) * dtype.itemsize // 4)
         if role not in self._scratch:
-            self.temp((numel,))
+            self.temp((words,))
             self._scratch[role] = self.temps[-1]
         t = self._scratch[role]
-        if t.arg.numel < numel:
-            t.arg = ops.TensorArg(t.arg.vid, (numel,), dtypes.FLOAT32)
-        return t.arg
+        if t.arg.numel < words:
+            t.arg = ops.TensorArg(t.arg.vid, (words,), dtypes.FLOAT32)
+        return ops.TensorArg(t.arg.vid, shape, dtype)
 
     def alias(self, vid: int, of: int) -> None:
         """Make tensor `vid` the very device tensor of `of` (a prepack whose weight is used as stored)."""

@@ -220,10 +220,10 @@ class OpBuilder(Protocol):
 
     def temp(self, shape: Sequence[int], dtype: DType = dtypes.FLOAT32) -> TensorArg:
         """Scratch tensor, allocated with the activations, alive for the whole graph."""
-    def scratch(self, numel: int, role: str = "partials") -> TensorArg:
-        """The graph's fp32 scratch of `role` (one tensor a role, shared by every op) of at least
-        `numel` elements, for data that lives within one op's dispatches (grown by later
-        requests; bind it right away)."""
+    def scratch(self, shape: int | Sequence[int], role: str = "partials", dtype: DType = dtypes.FLOAT32) -> TensorArg:
+        """A tensor of `shape` (a number: that many elements) and `dtype` in the graph's scratch of
+        `role` (one tensor a role, shared by every op), for data that lives within one op's
+        dispatches (grown by later requests; bind it right away)."""
     def dispatch(self, shader: str, bindings: Sequence[Binding], push: bytes,
                  groups: tuple[int, int, int], defines: Mapping[str, Union[str, int]] = ...,
                  spec: Sequence[int] = ...) -> None:

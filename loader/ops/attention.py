@@ -153,7 +153,7 @@ def attention(builder: OpBuilder, node: str, q: TensorArg, k: TensorArg, v: Tens
     sk = batch_strides(kb, mb, S * E)
     sv = batch_strides(vb, mb, S * Ev)
     # the scores live within this op: one tensor for every attention of the graph, not one each
-    scores = TensorArg(builder.scratch(math.prod(mb) * M * S, "scores").vid, tuple(mb) + (M, S), dtypes.FLOAT32)
+    scores = builder.scratch(tuple(mb) + (M, S), "scores")
     ss = contiguous_strides(tuple(mb) + (M * S,))[:-1]
     so = contiguous_strides(tuple(mb) + (M * Ev,))[:-1]
 

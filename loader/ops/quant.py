@@ -79,8 +79,7 @@ def _dequantized(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, b
             or n_rows * k * x.dtype.itemsize > limit \
             or (bias is not None and bias.numel not in (n_rows, m * n_rows)):
         return False
-    flat = builder.scratch(-(-n_rows * k * x.dtype.itemsize // 4), "dequant")
-    weight = TensorArg(flat.vid, (n_rows, k), x.dtype)
+    weight = builder.scratch((n_rows, k), "dequant", x.dtype)
     words = k // per_word
     defines = {"BITS": bits, **variant, **read_defines(builder, "S", "s", s), **elem_defines("O", "o", x.dtype)}
     push = struct.pack("<5I", n_rows * words, words, k // group, group, s.shape[1] if "SCALE_STRIDE" in variant else 0)
