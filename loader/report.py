@@ -11,8 +11,9 @@ from vkx.loader.trace import Phase
 DEVICE_KINDS = ("weights", "imported", "state", "activations", "staging", "io")
 """The device columns, in load order (loader/memory.py's kinds)."""
 FOOTNOTE = ("device memory in MiB as allocated: buffers under 4 MiB share blocks (the weights' sized to "
-            "the load's small weights, up to 64 MiB; others 4 MiB, doubling), so a small model shows whole blocks; imported: file pages the device "
-            "uses in place (upload=import), no device memory allocated for them")
+            "the load's small weights, up to 64 MiB; others 4 MiB, doubling), so a small model shows whole "
+            "blocks; imported: file pages the device uses in place (upload=import), no device memory "
+            "allocated for them")
 
 
 class MemoryReport(dict):

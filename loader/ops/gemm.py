@@ -291,10 +291,11 @@ def matvec_shape(builder: OpBuilder, kernel: str, chunks: int, n: int) -> tuple[
     and SUBGROUP where the device has subgroup operations."""
     limits = builder.limits
     kind = device_class(builder.is_cpu, limits.features, limits.max_compute_work_group_invocations)
-    rows, invocations = MATVEC_SHAPES[(kind, kernel)].rows, MATVEC_SHAPES[(kind, kernel)].invocations
+    shape = MATVEC_SHAPES[(kind, kernel)]
+    rows = shape.rows
     while kind == "gpu" and rows > 1 and -(-n // rows) < MATVEC_GROUPS_PER_UNIT * builder.compute_units:
         rows //= 2
-    invocations = min(invocations, limits.max_compute_work_group_invocations)
+    invocations = min(shape.invocations, limits.max_compute_work_group_invocations)
     while invocations > MIN_INVOCATIONS and invocations // 2 >= chunks:
         invocations //= 2
     defines = {"ROWS": rows, **({"SUBGROUP": 1} if "subgroupOperations" in limits.features else {})}
