@@ -9,17 +9,7 @@
 // Bindings: 0 = the weight as uint words, 1 = scales, 2 = out [N, K].
 layout(local_size_x = 64) in;
 #include "dtype.glslh"
-
-#if BITS == 4
-#define PER_WORD 8u
-#else
-#define PER_WORD 4u
-#endif
-#ifdef SCALE_STRIDE
-#define SCALE_AT(n, g) ((g) * p.scale_stride + (n))
-#else
-#define SCALE_AT(n, g) ((n) * p.groups + (g))
-#endif
+#include "packed.glslh"
 
 layout(std430, set = 0, binding = 0) readonly buffer BufW { uint w[]; };
 layout(std430, set = 0, binding = 1) readonly buffer BufS { S_T s[]; };
@@ -33,16 +23,6 @@ layout(push_constant) uniform Push {
     uint scale_stride;  // SCALE_STRIDE: the scales' row length
 } p;
 
-float value(uint word, uint j) {
-#if BITS == 4 && defined(HIGH_FIRST)
-    return float(int((word >> (4u * (j ^ 1u))) & 15u) - 8);
-#elif BITS == 4
-    return float(int((word >> (4u * j)) & 15u) - 8);
-#else
-    return float(bitfieldExtract(int(word), int(8u * j), 8));
-#endif
-}
-
 void main() {
     const uint gid = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * gl_WorkGroupSize.x
                      + gl_LocalInvocationID.x;
@@ -54,6 +34,6 @@ void main() {
     const float scale = LOAD_S(SCALE_AT(n, k0 / p.group));
     const uint word = w[gid];
     for (uint j = 0u; j < PER_WORD; ++j) {
-        STORE_O(n * p.row_words * PER_WORD + k0 + j, value(word, j) * scale);
+        STORE_O(n * p.row_words * PER_WORD + k0 + j, packed_value(word, j) * scale);
     }
 }

@@ -9,15 +9,7 @@
 // One invocation per output element.
 layout(local_size_x = 64) in;
 #include "dtype.glslh"
-
-#ifndef BITS
-#define BITS 4
-#endif
-#if BITS == 4
-#define PER_WORD 8u
-#else
-#define PER_WORD 4u
-#endif
+#include "packed.glslh"
 
 layout(std430, set = 0, binding = 0) readonly buffer BufW { uint w[]; };
 layout(std430, set = 0, binding = 1) readonly buffer BufS { S_T s[]; };
@@ -55,14 +47,6 @@ void main() {
         return;
     }
     uint word = w[(uint(row) - p.row0) * p.words + k / PER_WORD];
-    uint j = k % PER_WORD;
-#if BITS == 4
-#ifdef HIGH_FIRST
-    j ^= 1u;
-#endif
-    float q = float(int((word >> (4u * j)) & 15u) - 8);
-#else
-    float q = float(bitfieldExtract(int(word), int(8u * j), 8));
-#endif
+    float q = packed_value(word, k % PER_WORD);
     STORE_O(gid, q * LOAD_S(uint(row) * p.groups + k / p.group));
 }

@@ -13,22 +13,10 @@
 // linear_q4gsw stores them transposed, N padded to a multiple of 4).
 layout(local_size_x = 64) in;
 #include "dtype.glslh"
+#include "packed.glslh"
 
-#ifndef BITS
-#define BITS 4
-#endif
-#if BITS == 4
-#define PER_WORD 8
-#else
-#define PER_WORD 4
-#endif
 #define ROWS 4
 #define WG 64
-#ifdef SCALE_STRIDE
-#define SCALE_AT(n, g) ((g) * p.scale_stride + (n))
-#else
-#define SCALE_AT(n, g) ((n) * p.groups + (g))
-#endif
 
 layout(std430, set = 0, binding = 0) readonly buffer BufX { X_T x[]; };
 #ifdef VEC
@@ -59,16 +47,6 @@ layout(push_constant) uniform Push {
 
 shared float part[ROWS][WG];
 
-float dequant(uint word, uint j) {
-#if BITS == 4 && defined(HIGH_FIRST)
-    return float(int((word >> (4u * (j ^ 1u))) & 15u) - 8);
-#elif BITS == 4
-    return float(int((word >> (4u * j)) & 15u) - 8);
-#else
-    return float(bitfieldExtract(int(word), int(8u * j), 8));
-#endif
-}
-
 void main() {
     uint t = gl_LocalInvocationID.x;
     uint local0 = gl_WorkGroupID.x * ROWS;     // first row of this workgroup, within the block
@@ -97,7 +75,7 @@ void main() {
                 float dot = 0.0;
                 for (uint i = 0u; i < PER_LOAD / PER_WORD; ++i) {
                     for (uint j = 0u; j < PER_WORD; ++j) {
-                        dot += dequant(words[i], j) * xv[i * PER_WORD + j];
+                        dot += packed_value(words[i], j) * xv[i * PER_WORD + j];
                     }
                 }
                 acc[r] += dot * LOAD_S(SCALE_AT(p.row0 + local, g));
