@@ -6,15 +6,18 @@
 // positions [j * chunk, (j + 1) * chunk) of its keys and values, head hk = hq / rep of
 // k [B, Hkv, S, E] and v [B, Hkv, S, Ev] (rep = Hq / Hkv: grouped heads read their group's cache,
 // no copies); the chunk's scores live in shared memory (chunk <= MAX_CHUNK). With one split
-// (P == 1) it writes out[r]; with several it writes its partial, part[(r * P + j) * (Ev + 2) + ...]
-// = (max score m, sum of exp(score - m), sum of exp(score - m) * v[s] over Ev), fp32, and
-// shaders/attention_combine.comp merges a row's P partials. A masked position's key and value are
-// not read (a cache longer than the context costs its mask, not its bytes).
+// (P == 1) it writes out[r]. With several it writes its partial, part[(r * P + j) * (Ev + 2) + ...]
+// = (max score m, sum of exp(score - m), sum of exp(score - m) * v[s] over Ev), fp32, and counts
+// itself in arrivals[r]; the row's last workgroup to arrive merges the P partials into out[r]
+// (with M = max m_i: out[r][e] = sum_i exp(m_i - M) * a_i[e] / sum_i exp(m_i - M) * l_i) and sets
+// arrivals[r] back to 0, so the counters stay zero between dispatches (zeroed once, at load).
+// A masked position's key and value are not read (a cache longer than the context costs its
+// mask, not its bytes).
 // Mask value of (b, hq, l, s): mask[moff + b*smb + hq*smh + l*sml + s*sms] (MASK_FLOAT: added;
 // MASK_BOOL: 0 = -inf); CAUSAL: -inf where s > l. A row whose every score is -inf is all zeros,
 // a NaN score makes it NaN (as shaders/attention_softmax.comp and torch's reference SDPA).
-// Bindings: 0 = q, 1 = k, 2 = v, 3 = out, 4 = mask (a placeholder without a mask), 5 = part (a
-// placeholder with one split).
+// Bindings: 0 = q, 1 = k, 2 = v, 3 = out, 4 = mask (a placeholder without a mask), 5 = part and
+// 6 = arrivals (placeholders with one split).
 // Defines: elem_defines for Q, K, V, O, M; LOAD8_K(i, lo, hi), K_V, LOAD8_V(i, lo, hi) and V_V
 // (gemm.py's 16-byte loads of 8 elements; E and Ev are multiples of 8); MASK_FLOAT / MASK_BOOL;
 // CAUSAL.
@@ -35,7 +38,9 @@ layout(std430, set = 0, binding = 1) readonly buffer BufK { K_V k[]; };
 layout(std430, set = 0, binding = 2) readonly buffer BufV { V_V v[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer BufO { O_T o[]; };
 layout(std430, set = 0, binding = 4) readonly buffer BufM { M_T mask[]; };
-layout(std430, set = 0, binding = 5) writeonly buffer BufP { float part[]; };
+// coherent: partials and counts cross workgroups within the dispatch
+layout(std430, set = 0, binding = 5) coherent buffer BufP { float part[]; };
+layout(std430, set = 0, binding = 6) coherent buffer BufA { uint arrivals[]; };
 
 layout(push_constant) uniform Push {
     int L, S, E, Ev, Hq, rep, Hkv;
@@ -50,6 +55,7 @@ shared vec4 qs[MAX_E / 4];  // q * scale
 shared float sc[MAX_CHUNK];
 shared float red[WG];
 shared vec4 vsum[WG * 2];  // each lane's two vec4s of its group's weighted sum
+shared bool last;
 
 float combine_max(float a, float b) {
     return (b > a || isnan(b)) && !isnan(a) ? b : a;
@@ -78,6 +84,51 @@ float position_score(int s, int l, int kbase, int mbase) {
         score += dot(lo, qs[e >> 2]) + dot(hi, qs[(e >> 2) + 1]);
     }
     return score;
+}
+
+// After every lane wrote its share of this workgroup's partial of row r: the row's last workgroup
+// to arrive merges the row's P partials into out[r] and zeroes its count.
+void merge_if_last(int r, int lane) {
+    memoryBarrierBuffer();  // this lane's partial visible device-wide before the count says so
+    barrier();
+    if (lane == 0) {
+        last = atomicAdd(arrivals[r], 1u) == uint(p.P - 1);
+    }
+    barrier();
+    if (!last) {
+        return;
+    }
+    memoryBarrierBuffer();
+    const int stride = p.Ev + 2;
+    const int base = r * p.P * stride;
+    float top = NEG_INF;
+    bool nan_ = false;
+    for (int i = 0; i < p.P; ++i) {
+        const float m = part[base + i * stride];
+        nan_ = nan_ || isnan(m);
+        top = isnan(m) ? top : max(top, m);
+    }
+    if (nan_ || top == NEG_INF) {  // NaN: the row is NaN; every score masked: zeros
+        const float fill = nan_ ? uintBitsToFloat(0x7FC00000u) : 0.0;
+        for (int e = lane; e < p.Ev; e += WG) {
+            STORE_O(r * p.Ev + e, fill);
+        }
+    } else {
+        float den = 0.0;
+        for (int i = 0; i < p.P; ++i) {
+            den += exp(part[base + i * stride] - top) * part[base + i * stride + 1];
+        }
+        for (int e = lane; e < p.Ev; e += WG) {
+            float num = 0.0;
+            for (int i = 0; i < p.P; ++i) {
+                num += exp(part[base + i * stride] - top) * part[base + i * stride + 2 + e];
+            }
+            STORE_O(r * p.Ev + e, num / den);
+        }
+    }
+    if (lane == 0) {
+        arrivals[r] = 0u;
+    }
 }
 
 void main() {
@@ -123,11 +174,12 @@ void main() {
             for (int e = lane; e < p.Ev; e += WG) {
                 STORE_O(r * p.Ev + e, fill);
             }
-        } else {
-            for (int e = lane; e < p.Ev + 2; e += WG) {
-                part[pbase + e] = e == 0 ? mx : 0.0;
-            }
+            return;
         }
+        for (int e = lane; e < p.Ev + 2; e += WG) {
+            part[pbase + e] = e == 0 ? mx : 0.0;
+        }
+        merge_if_last(r, lane);
         return;
     }
     float sum = 0.0;
@@ -184,8 +236,11 @@ void main() {
             part[pbase + 2 + e] = acc;
         }
     }
-    if (p.P > 1 && lane == 0) {
-        part[pbase] = mx;
-        part[pbase + 1] = sum;
+    if (p.P > 1) {
+        if (lane == 0) {
+            part[pbase] = mx;
+            part[pbase + 1] = sum;
+        }
+        merge_if_last(r, lane);
     }
 }

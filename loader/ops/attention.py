@@ -3,8 +3,8 @@
 A few query rows (decode: L <= DECODE_ROWS) take shaders/attention_decode.comp, the key/value cache
 read in place (grouped heads too), split along the sequence (flash-decoding): a workgroup per query
 row and chunk of positions, enough chunks to give every compute unit DECODE_GROUPS_PER_UNIT
-workgroups (`decode_split`), then shaders/attention_combine.comp merging each row's partials (one
-dispatch when one chunk does). Otherwise three dispatches through an fp32 tensor of scores [batch, L, S]
+workgroups (`decode_split`), the last workgroup of a row to finish merging the row's partials
+(`_arrivals`: counters the shader keeps at zero between dispatches). Otherwise three dispatches through an fp32 tensor of scores [batch, L, S]
 (the graph's "scores" scratch, one for all its attentions: `OpBuilder.scratch`):
   1. scores = scale * q @ k^T      (gemm.gemm; k is read transposed in place, and
      one query row, the decode case, takes the matvec shader)
@@ -31,12 +31,12 @@ from vkx.loader.ops import (Defines, OpBuilder, TensorArg, UnsupportedOpError, b
                             held_dtype, read_defines, variants, word_read_defines)
 from vkx.loader.ops.gemm import Operand, gemm, load8
 from vkx.loader.ops.matmul import batch_plan, batch_strides
+from vkx.loader.ops.models import fill
 from vkx.loader.ops.reduce import ROW_WGS, row_dispatch
-from vkx.loader.ops.shape import bind_elems, broadcast_strides, contiguous_strides, dispatch_groups
+from vkx.loader.ops.shape import bind_elems, broadcast_strides, contiguous_strides
 
 _SOFTMAX_PUSH = struct.Struct("<11i")
 _DECODE_PUSH = struct.Struct("<12if2i")
-_COMBINE_PUSH = struct.Struct("<3i")
 DECODE_ROWS = 8
 """Query rows per head up to which attention takes shaders/attention_decode.comp."""
 DECODE_MAX_CHUNK, DECODE_MAX_E = 1024, 256
@@ -100,12 +100,6 @@ def decode_variants() -> Iterable[Defines]:
             yield {**base, **word_read_defines("M", "mask", dtype)}
         for mask in _masks():
             yield {**base, **mask}
-
-
-@variants("attention_combine")
-def combine_variants() -> Iterable[Defines]:
-    for dtype in _FLOATS:
-        yield elem_defines("O", "o", dtype)
 
 
 def _decode_defines(dtype: dtypes.DType) -> Defines:
@@ -233,9 +227,19 @@ def _decode(builder: OpBuilder, q: TensorArg, k: TensorArg, v: TensorArg, out: T
         smb = mlead[0] if mlead else 0
     defines.update(read_defines(builder, "M", "mask", mask or q))
     push = _DECODE_PUSH.pack(L, S, E, Ev, hq, hq // hkv, hkv, 0, smb, smh, sml, sms, scale, chunk, P)
-    part = builder.scratch(rows * P * (Ev + 2)) if P > 1 else out  # one chunk: a placeholder, never written
-    builder.dispatch("attention_decode", [q, k, v, out, mask or q, part], push, (P, rows, 1), defines)
     if P > 1:
-        builder.dispatch("attention_combine", [part, out], _COMBINE_PUSH.pack(rows, P, Ev),
-                         dispatch_groups(rows, 1), elem_defines("O", "o", out.dtype))
+        part, arrivals = builder.scratch(rows * P * (Ev + 2)), _arrivals(builder, rows)
+    else:  # one chunk: placeholders, never touched
+        part = arrivals = out
+    builder.dispatch("attention_decode", [q, k, v, out, mask or q, part, arrivals], push, (P, rows, 1), defines)
     return True
+
+
+def _arrivals(builder: OpBuilder, rows: int) -> TensorArg:
+    """A count per query row of the workgroups done with it (attention_decode.comp): zeroed once
+    at load, then each row's last workgroup sets it back to zero. Written by a load-time dispatch,
+    it has memory of its own, which no other tensor or method shares."""
+    arrivals = builder.scratch(rows, "arrivals", dtypes.INT32)
+    with builder.at_load():
+        fill(builder, arrivals, 0, 0)
+    return arrivals

@@ -172,7 +172,7 @@ def test_attention_builders_request_only_declared_variants():
                                       [q, kv, kv, mask, 0.0, causal and mask is None, None, False], q, limits,
                                       compute_units=132))
     seen = {(s, d) for s, d in seen if s.startswith("attention_")}
-    assert {s for s, _ in seen} == {"attention_softmax", "attention_decode", "attention_combine"}
+    assert {s for s, _ in seen} == {"attention_softmax", "attention_decode"}
     assert seen <= declared, sorted(seen - declared)[:3]
 
 

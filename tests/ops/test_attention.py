@@ -247,8 +247,8 @@ def test_sdpa_long_rows_bool_mask_and_masked_row(dtype):
 @pytest.mark.parametrize("S,seen", [(72, 72), (640, 513), (4100, 4100), (1200, 3)], ids=str)
 @pytest.mark.parametrize("units", [1, 64])
 def test_sdpa_decode_split_along_the_sequence(monkeypatch, dtype, S, seen, units):
-    """Decode attention split along the sequence (attention_decode.comp's chunks, then
-    attention_combine.comp) against torch, with one chunk per row and with several: grouped heads, a bool
+    """Decode attention split along the sequence (attention_decode.comp's chunks, the last of a
+    row merging them) against torch, with one chunk per row and with several: grouped heads, a bool
     mask showing the first `seen` positions (whole chunks masked out), NaN in the masked values
     (never read: torch's 0 * NaN would poison the row), a cache longer than one workgroup's chunk."""
     from vkx.loader.device import default_device
