@@ -272,7 +272,8 @@ class Device:
             "shaderIntegerDotProduct": self._has_dot_product and dot.shaderIntegerDotProduct,
             "subgroupOperations": self._subgroups,
             "cooperativeMatrix": self._has_cooperative_matrix and coop.cooperativeMatrix,
-            "vulkanMemoryModel": self._has_cooperative_matrix and model.vulkanMemoryModel,
+            "vulkanMemoryModel": (self._has_cooperative_matrix and model.vulkanMemoryModel
+                                  and model.vulkanMemoryModelDeviceScope),
         }
         self.device_limits = Limits(**self._reported, features=frozenset(k for k in FEATURES if reported[k]))
         """The limits and features the device reports."""
@@ -292,7 +293,8 @@ class Device:
         coop_on = {"cooperativeMatrix", "vulkanMemoryModel"} <= on
         chain = edot if dot_on else ei
         ecoop = vk.VkPhysicalDeviceCooperativeMatrixFeaturesNV(pNext=chain, cooperativeMatrix=True)
-        emodel = vk.VkPhysicalDeviceVulkanMemoryModelFeatures(pNext=ecoop, vulkanMemoryModel=True)
+        emodel = vk.VkPhysicalDeviceVulkanMemoryModelFeatures(pNext=ecoop, vulkanMemoryModel=True,
+                                                              vulkanMemoryModelDeviceScope=True)
         enabled = vk.VkPhysicalDeviceFeatures2(pNext=emodel if coop_on else chain, features=base)
         exts = ["VK_EXT_memory_budget"] if self.has_memory_budget else []
         if self.import_alignment is not None:

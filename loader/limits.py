@@ -22,7 +22,8 @@ FEATURES = ("storageBuffer16BitAccess", "storageBuffer8BitAccess", "shaderFloat1
 """The device features vkx's kernels may need (Vulkan's names; `subgroupOperations`: the basic and
 arithmetic subgroup operations in the compute stage, VkPhysicalDeviceSubgroupProperties;
 `cooperativeMatrix`: VK_NV_cooperative_matrix's, whose shaders glslang writes in the Vulkan memory
-model)."""
+model; `vulkanMemoryModel`: with its device scope, which shaders' device-wide barriers and atomics
+use once the model is enabled)."""
 
 
 @dataclass(frozen=True)
