@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Protocol, Sequence
+from typing import Callable, Iterable, Iterator, Protocol, Sequence
 
 import numpy as np
 
@@ -239,15 +239,20 @@ def _prefill(decoder: Decoder, input_ids: list[int], chunk: int, greedy: bool) -
     return out
 
 
+def require_lm_methods(methods: Iterable[str]) -> None:
+    """InputError unless the methods include prefill and decode (a vkx causal LM program)."""
+    methods = set(methods)
+    if not {"prefill", "decode"} <= methods:
+        raise InputError("not a causal LM program: it needs methods prefill and decode "
+                         f"(it has {', '.join(sorted(methods)) or 'one unnamed method'}); "
+                         "export a Hugging Face folder with vkx export DIR")
+
+
 class ProgramDecoder:
     """The Decoder over a loaded vkx program of methods `prefill` and `decode` (what `vkx export DIR` writes)."""
 
     def __init__(self, program):
-        methods = set(getattr(program, "methods", ()))
-        if not {"prefill", "decode"} <= methods:
-            raise InputError("not a causal LM program: it needs methods prefill and decode "
-                             f"(it has {', '.join(sorted(methods)) or 'one unnamed method'}); "
-                             "export a Hugging Face folder with vkx export DIR")
+        require_lm_methods(getattr(program, "methods", ()))
         self.program = program
         (ids_shape, _), _ = program["prefill"].input_specs
         (logits_shape, _), = program["prefill"].output_specs

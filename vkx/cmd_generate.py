@@ -9,6 +9,8 @@ from typing import List, Optional
 import typer
 
 from vkx import paths
+from vkx.format import ProgramFile
+from vkx.format.et_llm import llm_info
 from vkx.cmd_run import EXTERNAL, FILE
 from vkx.console import note, plain_lines, size, user_errors
 
@@ -93,8 +95,11 @@ def generate(
     from vkx.loader import load
     from vkx.loader.device import Device, default_device
     from vkx.loader.et_generate import decoder_for
-    from vkx.loader.generate import Sampling, Timings, generate as generated
+    from vkx.loader.generate import Sampling, Timings, generate as generated, require_lm_methods
 
+    with ProgramFile.open(model) as pf:  # refused before any work: no pipeline is compiled for it
+        if llm_info(pf.program) is None:
+            require_lm_methods(plan.name for plan in pf.program.execution_plan)
     sampling = Sampling(temperature, top_k, top_p, seed)
     sampling.check()
     text_tokenizer = _read_tokenizer(tokenizer) if tokenizer is not None else None
