@@ -6,7 +6,7 @@ outputs), and the fused step runs at the position of the match's last op, readin
 there: so no op between the match's first and last one may write into the memory object of an
 input (a plan may reuse an input's memory once the match's first op, its last reader, is done).
 
-Patterns (the rotary embedding's, with its cache writes: vkx.loader.fuse_rotary):
+Patterns (the rotary embedding's, with its cache writes, and its tables': vkx.loader.fuse_rotary):
 - RMSNorm as transformers writes it, `w * to(x32 * rsqrt(mean(x32^2, -1) + eps))` with
   `x32 = to(x, fp32)` (the casts and the weight optional): one row kernel (shaders/rms_norm.comp),
   fp32 math, one rounding on the store (the unfused chain rounds before the weight too).
@@ -35,7 +35,7 @@ from typing import Callable
 
 from vkx.format import vkgraph as g
 from vkx.loader.chain import CAST, MUL, Fused, OpChain, other_operand, safe, shares_memory, touched_between
-from vkx.loader.fuse_rotary import rotary
+from vkx.loader.fuse_rotary import rotary, tables
 from vkx.loader.ops import OpBuilder, TensorArg
 from vkx.loader.ops.attention import attention
 from vkx.loader.ops.fused import linear_add
@@ -442,6 +442,8 @@ def fuse(graph: g.VkGraph, max_binding_bytes: int) -> list:
             found = _swiglu(c, i, norms, max_binding_bytes)
         elif op.name == _SDPA:
             found = _grouped_attention(c, i)
+        elif op.name == "aten.cat.default":
+            found = tables(c, i, max_binding_bytes)
         elif op.name in _PRODUCTS:
             found = _products(c, i, norms, max_binding_bytes) or _norm_product(c, i, norms, max_binding_bytes)
         else:

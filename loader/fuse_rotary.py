@@ -6,16 +6,20 @@ by a KV-cache write (`vkx.index_copy` along dim 2 of a [B, H, S, D] cache), that
 cache rows too; a rotation before it from the same cos and sin whose result stays (an attention's q)
 and the other cache write at the same positions (its v) run in the same dispatch, at the last one's
 place.
+The tables' pattern: transformers' rotary module, `cos = to(cat(f, f) .cos() * scale)` and likewise
+sin, of `f = to(pos, fp32) * inv_freq` (the cast, the scales and the final casts optional; every
+intermediate fp32): one kernel (shaders/rotary_table.comp) writing both tables in place of a cast,
+a product, a cat, the cos and sin, their scales and casts (nine dispatches a call).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
-from vkx.format import vkgraph as g
-from vkx.loader.chain import MUL, Fused, OpChain, touched_between
+from vkx.format import dtypes, vkgraph as g
+from vkx.loader.chain import CAST, MUL, Fused, OpChain, shares_memory, touched_between
 from vkx.loader.ops import OpBuilder, TensorArg
-from vkx.loader.ops.fused import rotate_half
+from vkx.loader.ops.fused import rotary_tables, rotate_half
 
 
 def _slice_of(c: OpChain, vid: int, src: int, start: int, length: int) -> int | None:
@@ -220,3 +224,84 @@ def _rotary_terms(c: OpChain, a: int, plain: int, turned: int) -> tuple[list[int
             continue
         return [m1, m2, cat, neg, lo_op, hi_op], x, cos, sin
     return None
+
+
+def tables(c: OpChain, i: int, max_binding_bytes: int) -> tuple[list[int], list[int], Fused] | None:
+    """The rotary tables whose cat is op `i` (the module's docstring): (ops, inputs, the fused step)."""
+    chain = c.graph.chain
+    emb, et = chain[i].args[-1], c.tensor(chain[i].args[-1])
+    pieces, dim = c.value(chain[i].args[0]), c.scalar(chain[i].args[1])
+    if et is None or not isinstance(pieces, g.ValueList) or len(pieces.items) != 2 or dim is None \
+            or int(dim) % len(et.dims) != len(et.dims) - 1:
+        return None
+    f, again = pieces.items
+    m = c.op_of(f, *MUL)
+    if f != again or m is None or set(c.readers[f]) != {i} or f in c.outputs or not _fp32(c, f, emb):
+        return None
+    half = et.dims[-1] // 2
+    for pos, inv in (chain[m].args[:2], chain[m].args[1::-1]):
+        pt, it = c.tensor(pos), c.tensor(inv)
+        fixed = it is not None and (it.constant_id >= 0 or c.op_of(inv, "et_vk.prepack.default") is not None)
+        if fixed and pt is not None and tuple(it.dims) == (half,) and _fp32(c, inv) and pt.dims and pt.dims[-1] == 1 \
+                and tuple(pt.dims[:-1]) == tuple(et.dims[:-1]):
+            break
+    else:
+        return None
+    ops = [m, i]
+    cast = c.op_of(pos, *CAST)
+    if cast is not None and c.only_reader(pos, m) and _fp32(c, pos):
+        ops.append(cast)
+        pos = chain[cast].args[0]
+    if not _fp32(c, pos) and c.tensor(pos).datatype != dtypes.INT32.datatype:
+        return None
+    readers = sorted(c.readers.get(emb, []))
+    if len(readers) != 2 or emb in c.outputs or {chain[j].name for j in readers} != set(_TRIG):
+        return None
+    made = {}
+    for j in readers:
+        y, scale = _table_tail(c, j, ops)
+        if y is None:
+            return None
+        made[_TRIG[chain[j].name]] = (y, scale)
+    (cos, cos_scale), (sin, sin_scale) = made["cos"], made["sin"]
+    ct, st = c.tensor(cos), c.tensor(sin)
+    last = max(ops)
+    if (tuple(ct.dims), ct.datatype) != (tuple(st.dims), st.datatype) or tuple(ct.dims) != tuple(et.dims) \
+            or not dtypes.of(ct.datatype).is_float or max(t.nbytes for t in (ct, et)) > max_binding_bytes:
+        return None
+    for y in (cos, sin):  # written at the last op's place: read only after it, its memory not the positions'
+        if min(c.readers.get(y, [last + 1])) <= last or shares_memory(c, pos, y) \
+                or touched_between(c, c.writer[y], last, y, ops):
+            return None
+
+    def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
+        rotary_tables(builder, arg(pos), arg(inv), arg(cos), arg(sin), cos_scale, sin_scale)
+
+    ops.sort()
+    return ops, [pos, inv], Fused("rotary tables", tuple(chain[j].node_id for j in ops), run)
+
+
+_TRIG = {"aten.cos.default": "cos", "aten.sin.default": "sin"}
+
+
+def _fp32(c: OpChain, *vids: int) -> bool:
+    return all(c.tensor(v) is not None and c.tensor(v).datatype == dtypes.FLOAT32.datatype for v in vids)
+
+
+def _table_tail(c: OpChain, j: int, ops: list[int]) -> tuple[int | None, float]:
+    """After the cos or sin op `j` (fp32): a multiply by a number and a cast, each optional, each
+    the one reader of what it reads; (the table, the number), ops appended. (None, 0): no table."""
+    chain = c.graph.chain
+    y, scale = chain[j].args[-1], 1.0
+    ops.append(j)
+    m = c.readers.get(y, [])
+    if len(m) == 1 and y not in c.outputs and chain[m[0]].name in MUL and _fp32(c, y):
+        number = c.scalar(chain[m[0]].args[1])
+        if number is not None and chain[m[0]].args[0] == y:
+            scale, y = number, chain[m[0]].args[-1]
+            ops.append(m[0])
+    cast = c.readers.get(y, [])
+    if len(cast) == 1 and y not in c.outputs and chain[cast[0]].name in CAST and _fp32(c, y):
+        y = chain[cast[0]].args[-1]
+        ops.append(cast[0])
+    return (y, scale) if c.tensor(y) is not None else (None, 0.0)

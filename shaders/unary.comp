@@ -86,42 +86,7 @@ T pow_(T x) {
     return mix(r, x, isnan(x));
 }
 
-// sin and cos from the quadrant: x = q * pi/2 + r with |r| <= pi/4 (Cody-Waite: pi/2 split in
-// parts of 8 significant bits, so every q * part is exact for |q| < 2^16, |x| < 1e5, whether or
-// not the driver fuses a multiply-add), then minimax polynomials of r. Drivers' own sin/cos are
-// accurate in absolute terms only (Vulkan asks 2^-11 on [-pi, pi]; the H200's lose 6e-4 at 5000
-// and ~3e-7 near sin's zeros), and rotary embeddings take angles in the thousands.
-T sin_poly(T r) {
-    T z = r * r;
-    return r + r * z * (-1.6666654611e-1 + z * (8.3321608736e-3 + z * -1.9515295891e-4));
-}
-
-T cos_poly(T r) {
-    T z = r * r;
-    return 1.0 - 0.5 * z + z * z * (4.166664568298827e-2 + z * (-1.388731625493765e-3 + z * 2.443315711809948e-5));
-}
-
-// sin(x + quarters * pi/2)
-T sin_quadrant(T x, float quarters) {
-    T q = round(x * 0.63661977236758134);
-    precise T r = x - q * 1.5703125;
-    r = r - q * 4.825592041015625e-4;
-    r = r - q * 1.2665987014770508e-6;
-    r = r - q * 9.92093629470503e-10;
-    T m = q + quarters;
-    m = m - 4.0 * floor(m * 0.25);  // the quadrant, 0..3
-    T odd = m - 2.0 * floor(m * 0.5);
-    T v = mix(sin_poly(r), cos_poly(r), EQ(odd, T(1.0)));
-    return mix(v, -v, GE(m, T(2.0)));
-}
-
-T sin_(T x) {
-    return sin_quadrant(x, 0.0);
-}
-
-T cos_(T x) {
-    return sin_quadrant(x, 1.0);
-}
+#include "trig.glslh"
 
 // erfc(z) for z >= 0 with fractional error < 1.2e-7 everywhere
 // (Chebyshev-fitted rational form, Numerical Recipes "erfcc").

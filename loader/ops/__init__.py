@@ -296,7 +296,7 @@ def all_variants() -> dict[str, list[dict[str, Union[str, int]]]]:
 
 
 _OP_MODULES = ("elementwise", "reduce", "shape", "matmul", "conv", "attention", "prepack", "quant", "models",
-               "executorch", "state", "layout", "sampling", "act_quant")
+               "executorch", "state", "layout", "sampling", "act_quant", "fused")
 
 
 def lookup(name: str) -> Builder:

@@ -1,13 +1,18 @@
 """Kernels of fused steps (vkx.loader.fuse) that no single op of the contract has."""
 from __future__ import annotations
 
+import itertools
 import struct
+from typing import Iterable
 
-from vkx.loader.ops import OpBuilder, TensorArg, UnsupportedOpError, elem_defines, read_defines
+from vkx.format import dtypes
+from vkx.format.dtypes import DType
+from vkx.loader.ops import Defines, OpBuilder, TensorArg, UnsupportedOpError, elem_defines, read_defines, variants
 from vkx.loader.ops.gemm import Operand, gemm
 from vkx.loader.ops.shape import broadcast_strides, dispatch_groups
 
 _ROTARY_PUSH = struct.Struct("<17I")
+_TABLE_PUSH = struct.Struct("<2I2f")
 
 
 def rotate_half(builder: OpBuilder, x: TensorArg, cos: TensorArg, sin: TensorArg, out: TensorArg,
@@ -62,6 +67,34 @@ def rotate_half(builder: OpBuilder, x: TensorArg, cos: TensorArg, sin: TensorArg
     push = _ROTARY_PUSH.pack(pairs, shape[1], shape[2], shape[3], *c, *s, out.shape[2] if index is not None else 0,
                              pairs2, heads2, pairs3, heads3)
     builder.dispatch("fused_rotary", bindings, push, dispatch_groups(pairs + pairs2 + pairs3), defines)
+
+
+def rotary_tables(builder: OpBuilder, pos: TensorArg, inv: TensorArg, cos: TensorArg, sin: TensorArg,
+                  cos_scale: float, sin_scale: float) -> None:
+    """A rotary embedding's tables: cos = cat(c, c) * cos_scale and sin = cat(s, s) * sin_scale over
+    the last dim, of c, s = cos and sin of float(pos) * inv, for positions pos [..., 1] and
+    inverse frequencies inv [h] (fp32), cos and sin [..., 2h] of one dtype
+    (shaders/rotary_table.comp: one dispatch)."""
+    half, rows = inv.numel, pos.numel
+    if (cos.shape, cos.dtype) != (sin.shape, sin.dtype) or cos.numel != rows * 2 * half or inv.dtype != dtypes.FLOAT32:
+        raise UnsupportedOpError(f"rotary tables {cos.shape} of {pos.shape} positions and {inv.shape} frequencies")
+    if any(t.nbytes > builder.limits.max_storage_buffer_range for t in (pos, inv, cos, sin)):
+        raise UnsupportedOpError(f"rotary tables {cos.shape}: a tensor larger than one storage binding")
+    builder.dispatch("rotary_table", [pos, inv, cos, sin], _TABLE_PUSH.pack(rows, half, cos_scale, sin_scale),
+                     dispatch_groups(rows * half), _table_defines(pos.dtype, cos.dtype))
+
+
+def _table_defines(pos: DType, out: DType) -> Defines:
+    return {**elem_defines("P", "pos", pos), **elem_defines("F", "inv", dtypes.FLOAT32),
+            **elem_defines("C", "cos_out", out), **elem_defines("S", "sin_out", out)}
+
+
+@variants("rotary_table")
+def table_variants() -> Iterable[Defines]:
+    """Positions of int32 or fp32; tables of a float dtype (16-bit ones held as fp32 too: their
+    held_dtype without narrow storage)."""
+    for pos, out in itertools.product((dtypes.INT32, dtypes.FLOAT32), (dtypes.FLOAT32, dtypes.FLOAT16, dtypes.BFLOAT16)):
+        yield _table_defines(pos, out)
 
 
 def linear_add(builder: OpBuilder, x: TensorArg, w: TensorArg, residual: TensorArg, out: TensorArg) -> None:

@@ -158,6 +158,40 @@ def test_rotary_fused_against_unfused_and_torch(dtype, dims, tmp_path, monkeypat
     assert_close_in(fused, unfused, dtype, terms=2)
 
 
+class RotaryTables(torch.nn.Module):
+    """transformers' rotary module: the cos and sin tables of the positions (yarn's scaled by its
+    attention factor, 1.14 here)."""
+
+    def __init__(self, rope_scaling: dict | None):
+        from transformers import LlamaConfig
+        from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+        super().__init__()
+        self.rotary = LlamaRotaryEmbedding(LlamaConfig(hidden_size=256, num_attention_heads=4, max_position_embeddings=8192,
+                                                       rope_scaling=rope_scaling))
+
+    def forward(self, x, positions):
+        return self.rotary(x, positions)
+
+
+@pytest.mark.parametrize("dtype", EXPORT_DTYPES, ids=lambda d: _NAMES[d])
+@pytest.mark.parametrize("rope", [None, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048}],
+                         ids=["default", "yarn"])
+@pytest.mark.parametrize("positions", [[4093], [0, 1, 2, 700, 2047, 4095, 8191]], ids=["decode", "prefill"])
+def test_rotary_tables_in_one_dispatch(dtype, rope, positions, tmp_path, monkeypatch):
+    """The cast, product, cat, cos, sin, scales and casts of the tables: one dispatch, the unfused
+    ops' values exactly (one rounding, the same sin and cos), torch's within the dtype."""
+    x, ids = rand(1, len(positions), 64, seed=9), torch.tensor([positions])
+    path = _export(RotaryTables(rope), (x, ids), tmp_path, dtype)
+    inputs = [x.to(dtype), ids]
+    fused, fused_shaders, unfused, unfused_shaders = _run_both(path, inputs, monkeypatch)
+    assert fused_shaders == {"rotary_table": 1} and sum(unfused_shaders.values()) >= 7
+    # the export computes as module.to(dtype): its inverse frequencies rounded to dtype, then fp32
+    for got, same, want in zip(fused, unfused, RotaryTables(rope).to(dtype)(*inputs)):
+        assert torch.equal(got, same)
+        assert_close_in(got, want, dtype)
+
+
 class ProductPlusResidual(torch.nn.Module):
     """A decoder layer's o_proj / down_proj and its residual add, the add's operands either way."""
 
