@@ -26,6 +26,7 @@ from vkx.export.api import ExportReport, export_model
 from vkx.export.constants import Reference, identity
 from vkx.export.dtypes import torch_dtype
 from vkx.export.errors import ExportError
+from vkx.export.trace import convert
 from vkx.format import dtypes
 from vkx.format.metadata import ProgramMetadata
 
@@ -119,11 +120,17 @@ def export_folder(path: str | Path, output: str | Path, *, max_seq_len: int | No
     folder = read_folder(path)
     by_reference = external_data is not None and checkpoint_files(folder, external_data)
     references: dict[tuple, Reference] = {}
-    model = build_model(folder, torch_dtype(dtypes.DTYPE_CHOICES[dtype]) if dtypes.DTYPE_CHOICES.get(dtype) else None, references=references)
+    if dtype not in dtypes.DTYPE_CHOICES:
+        raise ExportError(f"dtype must be {', '.join(dtypes.DTYPE_CHOICES)}, not {dtype!r}")
+    stored = dtypes.DTYPE_CHOICES[dtype]
+    model = build_model(folder, torch_dtype(stored) if stored else None, references=references)
     lm = CausalLM(model, max_seq_len)
+    if stored is not None:  # converted here, not by export_model: the rotary tables stay fp32
+        lm, _ = convert(lm, (), stored)
+        _fp32_rotary(lm)
     methods = {"prefill": (torch.zeros(1, prefill_len, dtype=torch.long), torch.arange(prefill_len)),
                "decode": (torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, dtype=torch.long))}
-    return export_model(lm, methods, output, dtype=dtype, external_data=None if by_reference else external_data,
+    return export_model(lm, methods, output, external_data=None if by_reference else external_data,
                         references=references if by_reference else None,
                         metadata=ProgramMetadata(eos_token_ids=eos_token_ids(folder, model.config)), **options)
 
@@ -190,6 +197,17 @@ def build_model(folder: Folder, dtype: torch.dtype | None = None, seed: int = 0,
     _rebuild_buffers(model)
     assign_weights(model, folder.weights, references)
     return model.eval()
+
+
+def _fp32_rotary(lm: torch.nn.Module) -> None:
+    """Build each rotary embedding of `lm` (converted to a 16-bit dtype) again, its inverse
+    frequencies fp32, as transformers' own 16-bit models keep them (from_pretrained computes
+    them in fp32 and never casts them). Rounded to 16 bits, they turn a position in the
+    thousands by a wrong angle: cos and sin off by up to 0.46 (fp16) and 1.6 (bf16) at 4,093."""
+    config = lm._causal_lm.config.get_text_config()
+    for name, module in list(lm.named_modules()):
+        if type(module).__name__.endswith("RotaryEmbedding"):
+            lm.set_submodule(name, type(module)(config))
 
 
 def _rebuild_buffers(model: torch.nn.Module) -> None:

@@ -15,6 +15,8 @@ import vkx
 from tests.llm.families import config, write_folder
 from vkx.export import hf
 from vkx.export.quantize import quantize_module
+from vkx.format import ProgramFile, dtypes, resolve_constants
+from vkx.format.methods import methods
 from vkx.loader.generate import ProgramDecoder
 
 pytestmark = pytest.mark.vulkan
@@ -67,3 +69,20 @@ def test_each_export_dtype_runs_prefill_and_decode(tmp_path, folder, dtype):
     for step, (ours, theirs) in enumerate(zip(steps, reference)):
         err = float(np.abs(np.asarray(ours, np.float32) - theirs).max())
         assert err < TOLERANCE[dtype] * scale, (dtype, step, err, scale)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_16_bit_exports_keep_the_rotary_frequencies_fp32(tmp_path, folder, dtype):
+    """As transformers' own 16-bit models do: rounded to 16 bits, they turn a position in the
+    thousands by a wrong angle. The decode method's one fp32 constant is transformers' fp32
+    inverse frequencies, bit for bit."""
+    pte = tmp_path / f"{dtype}.pte"
+    hf.export_folder(folder, pte, max_seq_len=MAX_SEQ, prefill_len=PREFILL, dtype=dtype)
+    want = hf.build_model(hf.read_folder(folder), torch.float32).model.rotary_emb.inv_freq
+    with ProgramFile.open(pte) as pf:
+        decode = methods(pf)[1]
+        ranges = resolve_constants(pf, (), decode)
+        fp32 = [np.frombuffer(bytes(pf.read_range(ranges[v.constant_id])), np.float32)
+                for v in decode.graph.values if getattr(v, "constant_id", -1) >= 0
+                and dtypes.of(v.datatype) is dtypes.FLOAT32]
+    assert len(fp32) == 1 and np.array_equal(fp32[0], want.numpy())
