@@ -6,13 +6,14 @@ by a KV-cache write (`vkx.index_copy` along dim 2 of a [B, H, S, D] cache), that
 cache rows too; a rotation before it from the same cos and sin whose result stays (an attention's q)
 and the other cache write at the same positions (its v) run in the same dispatch, at the last one's
 place.
-The tables' pattern: transformers' rotary module, `cos = to(cat(f, f) .cos() * scale)` and likewise
-sin, of `f = to(pos, fp32) * inv_freq` (the cast, the scales and the final casts optional; every
-intermediate fp32): one kernel (shaders/rotary_table.comp) writing both tables in place of a cast,
+The tables' pattern: transformers' rotary module, `cos = to(cat(f, f).cos() * scale)` and likewise
+sin, of f = to(pos, fp32) times the inverse frequencies (`_frequencies`; the cast, the scales and
+the final casts optional; every intermediate fp32): one kernel (shaders/rotary_table.comp) writing both tables in place of a cast,
 a product, a cat, the cos and sin, their scales and casts (nine dispatches a call).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -231,25 +232,19 @@ def tables(c: OpChain, i: int, max_binding_bytes: int) -> tuple[list[int], list[
     chain = c.graph.chain
     emb, et = chain[i].args[-1], c.tensor(chain[i].args[-1])
     pieces, dim = c.value(chain[i].args[0]), c.scalar(chain[i].args[1])
-    if et is None or not isinstance(pieces, g.ValueList) or len(pieces.items) != 2 or dim is None \
-            or int(dim) % len(et.dims) != len(et.dims) - 1:
+    if et is None or len(et.dims) < 2 or not isinstance(pieces, g.ValueList) or len(pieces.items) != 2 \
+            or dim is None or int(dim) % len(et.dims) != len(et.dims) - 1:
         return None
     f, again = pieces.items
-    m = c.op_of(f, *MUL)
-    if f != again or m is None or set(c.readers[f]) != {i} or f in c.outputs or not _fp32(c, f, emb):
+    if f != again or set(c.readers[f]) != {i} or f in c.outputs or not _fp32(c, f, emb):
         return None
-    half = et.dims[-1] // 2
-    for pos, inv in (chain[m].args[:2], chain[m].args[1::-1]):
-        pt, it = c.tensor(pos), c.tensor(inv)
-        fixed = it is not None and (it.constant_id >= 0 or c.op_of(inv, "et_vk.prepack.default") is not None)
-        if fixed and pt is not None and tuple(it.dims) == (half,) and _fp32(c, inv) and pt.dims and pt.dims[-1] == 1 \
-                and tuple(pt.dims[:-1]) == tuple(et.dims[:-1]):
-            break
-    else:
+    found = _frequencies(c, f, et.dims[-1] // 2)
+    if found is None:
         return None
-    ops = [m, i]
+    ops, pos, inv = found
+    ops.append(i)
     cast = c.op_of(pos, *CAST)
-    if cast is not None and c.only_reader(pos, m) and _fp32(c, pos):
+    if cast is not None and c.only_reader(pos, c.readers[pos][0]) and c.readers[pos][0] in ops and _fp32(c, pos):
         ops.append(cast)
         pos = chain[cast].args[0]
     if not _fp32(c, pos) and c.tensor(pos).datatype != dtypes.INT32.datatype:
@@ -279,6 +274,64 @@ def tables(c: OpChain, i: int, max_binding_bytes: int) -> tuple[list[int], list[
 
     ops.sort()
     return ops, [pos, inv], Fused("rotary tables", tuple(chain[j].node_id for j in ops), run)
+
+
+def _frequencies(c: OpChain, f: int, half: int) -> tuple[list[int], int, int] | None:
+    """f [..., n, half] = positions * inverse frequencies, as transformers writes it (5.24: a
+    product, `pos [..., n, 1] * inv [half]`; 5.17: a matrix product, `(inv [1, half, 1] expanded
+    @ pos [b, 1, n]).transpose(1, 2)`), fp32: (its ops, the positions, the frequencies), the
+    positions' n and the tables' rows in one order."""
+    chain, ft = c.graph.chain, c.tensor(f)
+    rows = math.prod(ft.dims[:-1])
+    m = c.op_of(f, *MUL)
+    if m is not None:
+        for pos, inv in (chain[m].args[:2], chain[m].args[1::-1]):
+            ops = [m]
+            inv, pt = _unviewed(c, inv, ops), c.tensor(pos)
+            if _fixed(c, inv, half) and pt is not None and pt.dims and pt.dims[-1] == 1 \
+                    and tuple(pt.dims[:-1]) == tuple(ft.dims[:-1]):
+                return ops, pos, inv
+        return None
+    turn = c.op_of(f, "aten.permute_copy.default")
+    order = c.value(chain[turn].args[1]) if turn is not None else None
+    if not isinstance(order, g.IntList) or len(ft.dims) != 3 or list(order.items) != [0, 2, 1]:
+        return None
+    product = chain[turn].args[0]
+    mm = c.op_of(product, "aten.matmul.default", "aten.bmm.default")
+    if mm is None or not c.only_reader(product, turn):
+        return None
+    inv, pos = chain[mm].args[:2]
+    it = c.tensor(inv)
+    if it is None or list(it.dims[-2:]) != [half, 1]:
+        return None
+    ops = [turn, mm]
+    grow = c.op_of(inv, "aten.expand_copy.default")
+    if grow is not None and c.only_reader(inv, mm):
+        ops.append(grow)
+        inv = chain[grow].args[0]
+    inv = _unviewed(c, inv, ops)
+    pt = c.tensor(pos)
+    if not _fixed(c, inv, half) or pt is None or len(pt.dims) != 3 \
+            or pt.dims[1] != 1 or pt.dims[0] * pt.dims[2] != rows or pt.dims[2] != ft.dims[1]:
+        return None
+    return ops, pos, inv
+
+
+def _unviewed(c: OpChain, vid: int, ops: list[int]) -> int:
+    """What `vid` views (`aten.view_copy` read by nothing else, each appended to ops), else `vid`."""
+    view = c.op_of(vid, "aten.view_copy.default")
+    while view is not None and len(c.readers.get(vid, [])) == 1 and vid not in c.outputs:
+        ops.append(view)
+        vid = c.graph.chain[view].args[0]
+        view = c.op_of(vid, "aten.view_copy.default")
+    return vid
+
+
+def _fixed(c: OpChain, vid: int, n: int) -> bool:
+    """Whether `vid` is a weight (a constant, or a load-time prepack's output) of n fp32 elements."""
+    t = c.tensor(vid)
+    return t is not None and (t.constant_id >= 0 or c.op_of(vid, "et_vk.prepack.default") is not None) \
+        and math.prod(t.dims) == n and _fp32(c, vid)
 
 
 _TRIG = {"aten.cos.default": "cos", "aten.sin.default": "sin"}

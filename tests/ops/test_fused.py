@@ -159,35 +159,39 @@ def test_rotary_fused_against_unfused_and_torch(dtype, dims, tmp_path, monkeypat
 
 
 class RotaryTables(torch.nn.Module):
-    """transformers' rotary module: the cos and sin tables of the positions (yarn's scaled by its
-    attention factor, 1.14 here)."""
+    """A rotary module's cos and sin tables of the positions, as transformers writes them: 5.24's
+    product of the positions and the inverse frequencies, or 5.17's matrix product; `scale`: its
+    attention factor (yarn's 1.14 at a factor of 4)."""
 
-    def __init__(self, rope_scaling: dict | None):
-        from transformers import LlamaConfig
-        from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
-
+    def __init__(self, form: str, scale: float):
         super().__init__()
-        self.rotary = LlamaRotaryEmbedding(LlamaConfig(hidden_size=256, num_attention_heads=4, max_position_embeddings=8192,
-                                                       rope_scaling=rope_scaling))
+        self.register_buffer("inv_freq", 1 / 10000 ** (torch.arange(0, 64, 2).float() / 64), persistent=False)
+        self.form, self.scale = form, scale
 
     def forward(self, x, positions):
-        return self.rotary(x, positions)
+        if self.form == "product":
+            freqs = positions[:, :, None].float() * self.inv_freq[None, None, :].float()
+        else:
+            grown = self.inv_freq[None, :, None].float().expand(positions.shape[0], -1, 1)
+            freqs = (grown @ positions[:, None, :].float()).transpose(1, 2)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return (emb.cos() * self.scale).to(x.dtype), (emb.sin() * self.scale).to(x.dtype)
 
 
 @pytest.mark.parametrize("dtype", EXPORT_DTYPES, ids=lambda d: _NAMES[d])
-@pytest.mark.parametrize("rope", [None, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048}],
-                         ids=["default", "yarn"])
+@pytest.mark.parametrize("form,scale", [("product", 1.0), ("matmul", 1.0), ("product", 1.1386), ("matmul", 1.1386)],
+                         ids=str)
 @pytest.mark.parametrize("positions", [[4093], [0, 1, 2, 700, 2047, 4095, 8191]], ids=["decode", "prefill"])
-def test_rotary_tables_in_one_dispatch(dtype, rope, positions, tmp_path, monkeypatch):
+def test_rotary_tables_in_one_dispatch(dtype, form, scale, positions, tmp_path, monkeypatch):
     """The cast, product, cat, cos, sin, scales and casts of the tables: one dispatch, the unfused
     ops' values exactly (one rounding, the same sin and cos), torch's within the dtype."""
     x, ids = rand(1, len(positions), 64, seed=9), torch.tensor([positions])
-    path = _export(RotaryTables(rope), (x, ids), tmp_path, dtype)
+    path = _export(RotaryTables(form, scale), (x, ids), tmp_path, dtype)
     inputs = [x.to(dtype), ids]
     fused, fused_shaders, unfused, unfused_shaders = _run_both(path, inputs, monkeypatch)
     assert fused_shaders == {"rotary_table": 1} and sum(unfused_shaders.values()) >= 7
     # the export computes as module.to(dtype): its inverse frequencies rounded to dtype, then fp32
-    for got, same, want in zip(fused, unfused, RotaryTables(rope).to(dtype)(*inputs)):
+    for got, same, want in zip(fused, unfused, RotaryTables(form, scale).to(dtype)(*inputs)):
         assert torch.equal(got, same)
         assert_close_in(got, want, dtype)
 
