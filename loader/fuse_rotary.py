@@ -8,8 +8,9 @@ and the other cache write at the same positions (its v) run in the same dispatch
 place.
 The tables' pattern: transformers' rotary module, `cos = to(cat(f, f).cos() * scale)` and likewise
 sin, of f = to(pos, fp32) times the inverse frequencies (`_frequencies`; the cast, the scales and
-the final casts optional; every intermediate fp32): one kernel (shaders/rotary_table.comp) writing both tables in place of a cast,
-a product, a cat, the cos and sin, their scales and casts (nine dispatches a call).
+the final casts optional; every intermediate fp32): one kernel (shaders/rotary_table.comp) writing
+both tables in place of a cast, a product, a cat, the cos and sin, their scales and casts (nine
+dispatches a call).
 """
 from __future__ import annotations
 

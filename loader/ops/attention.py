@@ -4,8 +4,9 @@ A few query rows (decode: L <= DECODE_ROWS) take shaders/attention_decode.comp, 
 read in place (grouped heads too), split along the sequence (flash-decoding): a workgroup per query
 row and chunk of positions, enough chunks to give every compute unit DECODE_GROUPS_PER_UNIT
 workgroups (`decode_split`), the last workgroup of a row to finish merging the row's partials
-(`_arrivals`: counters the shader keeps at zero between dispatches). Otherwise three dispatches through an fp32 tensor of scores [batch, L, S]
-(the graph's "scores" scratch, one for all its attentions: `OpBuilder.scratch`):
+(`_arrivals`: counters the shader keeps at zero between dispatches). Otherwise three dispatches
+through an fp32 tensor of scores [batch, L, S] (the graph's "scores" scratch, one for all its
+attentions: `OpBuilder.scratch`):
   1. scores = scale * q @ k^T      (gemm.gemm; k is read transposed in place, and
      one query row, the decode case, takes the matvec shader)
   2. masked, stable softmax of each scores row, in place (attention_softmax shader, a
