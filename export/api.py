@@ -22,6 +22,7 @@ from vkx.export.quantize import quantize_module
 from vkx.export.target_executorch import for_executorch
 from vkx.export.trace import convert, convert_inputs, to_eval, trace
 from vkx.format import IOSpec, MethodSpec, WriteReport, dtypes, write_methods
+from vkx.format.dtypes import DType
 from vkx.format.external import EXTERNAL_SUFFIXES
 from vkx.format.metadata import ProgramMetadata
 
@@ -192,8 +193,7 @@ def check_options(path: str | os.PathLike, *, layout: str, external_data: str | 
         raise ExportError(f"target must be vkx or executorch, not {target!r}")
     if layout not in ("named", "legacy"):
         raise ExportError(f"layout must be named or legacy, not {layout!r}")
-    if dtype not in dtypes.DTYPE_CHOICES:
-        raise ExportError(f"dtype must be {', '.join(dtypes.DTYPE_CHOICES)}, not {dtype!r}")
+    check_dtype(dtype)
     if alignment is not None and (alignment <= 0 or alignment & (alignment - 1)):
         raise ExportError(f"alignment must be a positive power of two, not {alignment}")
     if external_data is not None:
@@ -205,6 +205,13 @@ def check_options(path: str | os.PathLike, *, layout: str, external_data: str | 
             raise ExportError(f"external data and the program are the same file: {path}")
         check_writable(external_data)
     check_writable(path)
+
+
+def check_dtype(dtype: str) -> DType | None:
+    """The dtype `dtype` names (None: keep); ExportError for a name that is none of the choices."""
+    if dtype not in dtypes.DTYPE_CHOICES:
+        raise ExportError(f"dtype must be {', '.join(dtypes.DTYPE_CHOICES)}, not {dtype!r}")
+    return dtypes.DTYPE_CHOICES[dtype]
 
 
 def check_writable(path: str | os.PathLike) -> None:

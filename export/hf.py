@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 import torch
 
-from vkx.export.api import ExportReport, export_model
+from vkx.export.api import ExportReport, check_dtype, export_model
 from vkx.export.constants import Reference, identity
 from vkx.export.dtypes import torch_dtype
 from vkx.export.errors import ExportError
@@ -120,9 +120,7 @@ def export_folder(path: str | Path, output: str | Path, *, max_seq_len: int | No
     folder = read_folder(path)
     by_reference = external_data is not None and checkpoint_files(folder, external_data)
     references: dict[tuple, Reference] = {}
-    if dtype not in dtypes.DTYPE_CHOICES:
-        raise ExportError(f"dtype must be {', '.join(dtypes.DTYPE_CHOICES)}, not {dtype!r}")
-    stored = dtypes.DTYPE_CHOICES[dtype]
+    stored = check_dtype(dtype)
     model = build_model(folder, torch_dtype(stored) if stored else None, references=references)
     lm = CausalLM(model, max_seq_len)
     if stored is not None:  # converted here, not by export_model: the rotary tables stay fp32

@@ -52,6 +52,11 @@ class OpChain:
             return None
         return i
 
+    def is_weight(self, vid: int) -> bool:
+        """Whether `vid` is a weight: a constant, or a load-time prepack's output."""
+        t = self.tensor(vid)
+        return t is not None and (t.constant_id >= 0 or self.op_of(vid, "et_vk.prepack.default") is not None)
+
     def only_reader(self, vid: int, i: int) -> bool:
         """Whether op `i` is the one reader of `vid` (read once) and `vid` is no graph output."""
         return self.readers.get(vid) == [i] and vid not in self.outputs

@@ -104,9 +104,7 @@ def _rms_norm(c: OpChain, r: int) -> tuple[list[int], list[int], Fused, _Norm] |
     nxt = c.readers.get(y, [])
     if len(nxt) == 1 and y not in c.outputs and chain[nxt[0]].name in MUL:
         w = other_operand(chain[nxt[0]], y)
-        wt = c.tensor(w) if w is not None else None
-        fixed = wt is not None and (wt.constant_id >= 0 or c.op_of(w, "et_vk.prepack.default") is not None)
-        if fixed and tuple(wt.dims) == (ht.dims[-1],):
+        if w is not None and c.is_weight(w) and tuple(c.tensor(w).dims) == (ht.dims[-1],):
             weight, last = w, nxt[0]
             y = chain[last].args[-1]
             ops.append(last)

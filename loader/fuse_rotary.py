@@ -244,8 +244,8 @@ def tables(c: OpChain, i: int, max_binding_bytes: int) -> tuple[list[int], list[
         return None
     ops, pos, inv = found
     ops.append(i)
-    cast = c.op_of(pos, *CAST)
-    if cast is not None and c.only_reader(pos, c.readers[pos][0]) and c.readers[pos][0] in ops and _fp32(c, pos):
+    cast, reader = c.op_of(pos, *CAST), c.readers[pos][0]
+    if cast is not None and reader in ops and c.only_reader(pos, reader) and _fp32(c, pos):
         ops.append(cast)
         pos = chain[cast].args[0]
     if not _fp32(c, pos) and c.tensor(pos).datatype != dtypes.INT32.datatype:
@@ -255,10 +255,7 @@ def tables(c: OpChain, i: int, max_binding_bytes: int) -> tuple[list[int], list[
         return None
     made = {}
     for j in readers:
-        y, scale = _table_tail(c, j, ops)
-        if y is None:
-            return None
-        made[_TRIG[chain[j].name]] = (y, scale)
+        made[_TRIG[chain[j].name]] = _table_tail(c, j, ops)
     (cos, cos_scale), (sin, sin_scale) = made["cos"], made["sin"]
     ct, st = c.tensor(cos), c.tensor(sin)
     last = max(ops)
@@ -329,10 +326,8 @@ def _unviewed(c: OpChain, vid: int, ops: list[int]) -> int:
 
 
 def _fixed(c: OpChain, vid: int, n: int) -> bool:
-    """Whether `vid` is a weight (a constant, or a load-time prepack's output) of n fp32 elements."""
-    t = c.tensor(vid)
-    return t is not None and (t.constant_id >= 0 or c.op_of(vid, "et_vk.prepack.default") is not None) \
-        and math.prod(t.dims) == n and _fp32(c, vid)
+    """Whether `vid` is a weight (`OpChain.is_weight`) of n fp32 elements."""
+    return c.is_weight(vid) and math.prod(c.tensor(vid).dims) == n and _fp32(c, vid)
 
 
 _TRIG = {"aten.cos.default": "cos", "aten.sin.default": "sin"}
@@ -342,9 +337,9 @@ def _fp32(c: OpChain, *vids: int) -> bool:
     return all(c.tensor(v) is not None and c.tensor(v).datatype == dtypes.FLOAT32.datatype for v in vids)
 
 
-def _table_tail(c: OpChain, j: int, ops: list[int]) -> tuple[int | None, float]:
+def _table_tail(c: OpChain, j: int, ops: list[int]) -> tuple[int, float]:
     """After the cos or sin op `j` (fp32): a multiply by a number and a cast, each optional, each
-    the one reader of what it reads; (the table, the number), ops appended. (None, 0): no table."""
+    the one reader of what it reads; (the table, the number), ops appended."""
     chain = c.graph.chain
     y, scale = chain[j].args[-1], 1.0
     ops.append(j)
@@ -358,4 +353,4 @@ def _table_tail(c: OpChain, j: int, ops: list[int]) -> tuple[int | None, float]:
     if len(cast) == 1 and y not in c.outputs and chain[cast[0]].name in CAST and _fp32(c, y):
         y = chain[cast[0]].args[-1]
         ops.append(cast[0])
-    return (y, scale) if c.tensor(y) is not None else (None, 0.0)
+    return y, scale

@@ -86,6 +86,14 @@ float position_score(int s, int l, int kbase, int mbase) {
     return score;
 }
 
+// out[r] of a row whose scores are all -inf (zeros) or hold a NaN (NaNs)
+void fill_row(int r, int lane, bool nan_) {
+    const float fill = nan_ ? uintBitsToFloat(0x7FC00000u) : 0.0;
+    for (int e = lane; e < p.Ev; e += WG) {
+        STORE_O(r * p.Ev + e, fill);
+    }
+}
+
 // After every lane wrote its share of this workgroup's partial of row r: the row's last workgroup
 // to arrive merges the row's P partials into out[r] and zeroes its count.
 void merge_if_last(int r, int lane) {
@@ -108,11 +116,8 @@ void merge_if_last(int r, int lane) {
         nan_ = nan_ || isnan(m);
         top = isnan(m) ? top : max(top, m);
     }
-    if (nan_ || top == NEG_INF) {  // NaN: the row is NaN; every score masked: zeros
-        const float fill = nan_ ? uintBitsToFloat(0x7FC00000u) : 0.0;
-        for (int e = lane; e < p.Ev; e += WG) {
-            STORE_O(r * p.Ev + e, fill);
-        }
+    if (nan_ || top == NEG_INF) {
+        fill_row(r, lane, nan_);
     } else {
         float den = 0.0;
         for (int i = 0; i < p.P; ++i) {
@@ -170,10 +175,7 @@ void main() {
     const int pbase = (r * p.P + j) * (p.Ev + 2);
     if (isnan(mx) || mx == NEG_INF) {  // NaN: the row is NaN; all masked: nothing to add
         if (p.P == 1) {
-            const float fill = isnan(mx) ? uintBitsToFloat(0x7FC00000u) : 0.0;
-            for (int e = lane; e < p.Ev; e += WG) {
-                STORE_O(r * p.Ev + e, fill);
-            }
+            fill_row(r, lane, isnan(mx));
             return;
         }
         for (int e = lane; e < p.Ev + 2; e += WG) {
