@@ -96,6 +96,7 @@ def main() -> None:
                          quantize=args.quantize)
         progress(began, "exported")
         model = hf.build_model(hf.read_folder(folder), DTYPES[args.dtype]).to(DTYPES[args.dtype])
+        hf.fp32_rotary(model, model.config)  # as export_folder and transformers' own 16-bit models
         prompt = np.random.default_rng(0).integers(0, model.config.vocab_size, args.prompt_len).tolist()
         rows = []
         with vkx.load(pte) as program:
@@ -134,9 +135,11 @@ def main() -> None:
         hf_timings = Timings(prompt_tokens=len(prompt), prefill_seconds=prefill, first_token_seconds=prefill,
                              decode_tokens=args.new_tokens - 1, decode_seconds=max(whole - prefill, 1e-9))
         rows.append((f"transformers generate ({device})", hf_timings))
+    same = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), len(ours))
     print(f"{args.size if args.folder is None else args.folder}, {args.dtype}, prompt {len(prompt)} tokens, "
-          f"{args.new_tokens} new; vkx's greedy tokens equal the torch wrapper's for the first "
-          f"{next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), len(ours))} of {len(ours)}")
+          f"{args.new_tokens} new; " + (f"vkx's greedy tokens equal the torch wrapper's for the first {same} of "
+                                        f"{len(ours)}" if args.quantize is None else
+                                        f"vkx's {args.quantize} tokens not compared (torch runs the 16-bit model)"))
     print(f"  {'':<30} {'prefill tok/s':>14} {'decode tok/s':>13} {'first token ms':>15}")
     for name, t in rows:
         print(f"  {name:<30} {t.prefill_tokens_per_s:14,.1f} {t.decode_tokens_per_s:13,.1f} "

@@ -125,7 +125,7 @@ def export_folder(path: str | Path, output: str | Path, *, max_seq_len: int | No
     lm = CausalLM(model, max_seq_len)
     if stored is not None:  # converted here, not by export_model: the rotary tables stay fp32
         lm, _ = convert(lm, (), stored)
-        _fp32_rotary(lm)
+        fp32_rotary(lm, model.config)
     methods = {"prefill": (torch.zeros(1, prefill_len, dtype=torch.long), torch.arange(prefill_len)),
                "decode": (torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, dtype=torch.long))}
     return export_model(lm, methods, output, external_data=None if by_reference else external_data,
@@ -197,15 +197,16 @@ def build_model(folder: Folder, dtype: torch.dtype | None = None, seed: int = 0,
     return model.eval()
 
 
-def _fp32_rotary(lm: torch.nn.Module) -> None:
-    """Build each rotary embedding of `lm` (converted to a 16-bit dtype) again, its inverse
-    frequencies fp32, as transformers' own 16-bit models keep them (from_pretrained computes
-    them in fp32 and never casts them). Rounded to 16 bits, they turn a position in the
-    thousands by a wrong angle: cos and sin off by up to 0.46 (fp16) and 1.6 (bf16) at 4,093."""
-    config = lm._causal_lm.config.get_text_config()
-    for name, module in list(lm.named_modules()):
+def fp32_rotary(model: torch.nn.Module, config) -> None:
+    """Build each rotary embedding of `model` (converted to a 16-bit dtype) again from its
+    transformers `config`, its inverse frequencies fp32, as transformers' own 16-bit models keep
+    them (from_pretrained computes them in fp32 and never casts them). Rounded to 16 bits, they
+    turn a position in the thousands by a wrong angle: cos and sin off by up to 0.46 (fp16) and
+    1.6 (bf16) at 4,093."""
+    config = config.get_text_config()
+    for name, module in list(model.named_modules()):
         if type(module).__name__.endswith("RotaryEmbedding"):
-            lm.set_submodule(name, type(module)(config))
+            model.set_submodule(name, type(module)(config))
 
 
 def _rebuild_buffers(model: torch.nn.Module) -> None:

@@ -24,10 +24,6 @@ N = 128 * 1024  # float32 weights of 512 KiB: pages of their own under the defau
 
 needs_import = pytest.mark.skipif(default_device().import_alignment is None,
                                   reason="the device has no VK_EXT_external_memory_host")
-host_memory_device = pytest.mark.skipif(
-    not default_device().integrated,
-    reason="a discrete GPU's driver pins imported pages (measured on an H200: RssAnon grows by W), "
-           "so file-page semantics hold on integrated and CPU devices only")
 
 
 def two_weights_graph(n: int) -> g.VkGraph:
@@ -164,7 +160,6 @@ print(json.dumps({"load_anon": loaded["RssAnon"] - before["RssAnon"], "run_anon"
 
 
 @needs_import
-@host_memory_device
 def test_rss_anon_grows_by_activations_only_weights_are_file_pages(tmp_path):
     layers, elems = 8, 2 * MiB                        # W = 64 MiB
     W, A_IO = layers * elems * 4, 4 * elems * 4        # two shared objects + input + output: 32 MiB
@@ -174,6 +169,8 @@ def test_rss_anon_grows_by_activations_only_weights_are_file_pages(tmp_path):
     direct = json.loads(run_py(RSS, str(path), "direct"))
     assert imp["paths"]["imported"] == W and direct["paths"]["direct"] == W
     assert imp["sum"] == direct["sum"]
+    if not default_device().integrated:
+        return  # a discrete GPU's driver pins imported pages (measured on an H200: RssAnon grows by W)
     assert imp["load_anon"] < 16 * MiB                 # nothing of W in anonymous memory
     assert imp["run_anon"] < A_IO + 32 * MiB           # A + IO (+ the pipelines' JIT), never W
     assert imp["run_file"] > 0.9 * W                   # the device read the weights as file pages
@@ -224,11 +221,10 @@ def test_a_file_changed_under_a_default_load_changes_nothing(tmp_path, how):
 
 
 @needs_import
-@host_memory_device
 def test_a_file_changed_under_an_import_is_a_typed_error_at_the_next_call(tmp_path):
     """upload="import": a replaced file changes nothing (the old inode stays mapped); one truncated
     (SIGBUS before) or overwritten in place is a BadFileError at the next call, before the device
-    reads a page."""
+    reads a page. The check is the file's size and mtime, so it holds on every kind of device."""
     assert _change(tmp_path, "replace", "import") == ["ran", True]
     for how in ("truncate", "overwrite"):
         kind, text = _change(tmp_path, how, "import")
