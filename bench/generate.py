@@ -135,11 +135,13 @@ def main() -> None:
         hf_timings = Timings(prompt_tokens=len(prompt), prefill_seconds=prefill, first_token_seconds=prefill,
                              decode_tokens=args.new_tokens - 1, decode_seconds=max(whole - prefill, 1e-9))
         rows.append((f"transformers generate ({device})", hf_timings))
-    same = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), len(ours))
+    if args.quantize is None:
+        same = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), len(ours))
+        tokens = f"vkx's greedy tokens equal the torch wrapper's for the first {same} of {len(ours)}"
+    else:
+        tokens = f"vkx's {args.quantize} tokens not compared (torch runs the 16-bit model)"
     print(f"{args.size if args.folder is None else args.folder}, {args.dtype}, prompt {len(prompt)} tokens, "
-          f"{args.new_tokens} new; " + (f"vkx's greedy tokens equal the torch wrapper's for the first {same} of "
-                                        f"{len(ours)}" if args.quantize is None else
-                                        f"vkx's {args.quantize} tokens not compared (torch runs the 16-bit model)"))
+          f"{args.new_tokens} new; {tokens}")
     print(f"  {'':<30} {'prefill tok/s':>14} {'decode tok/s':>13} {'first token ms':>15}")
     for name, t in rows:
         print(f"  {name:<30} {t.prefill_tokens_per_s:14,.1f} {t.decode_tokens_per_s:13,.1f} "

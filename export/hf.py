@@ -198,29 +198,31 @@ def build_model(folder: Folder, dtype: torch.dtype | None = None, seed: int = 0,
 
 
 def fp32_rotary(model: torch.nn.Module, config) -> None:
-    """Build each rotary embedding of `model` (converted to a 16-bit dtype) again from its
-    transformers `config`, its inverse frequencies fp32, as transformers' own 16-bit models keep
-    them (from_pretrained computes them in fp32 and never casts them). Rounded to 16 bits, they
-    turn a position in the thousands by a wrong angle: cos and sin off by up to 0.46 (fp16) and
-    1.6 (bf16) at 4,093."""
+    """Build each rotary embedding of `model` again, on the CPU, from its transformers `config`:
+    its inverse frequencies fp32, as transformers' own 16-bit models keep them (from_pretrained
+    computes them in fp32 and never casts them). After a conversion to 16 bits, rounded, they
+    would turn a position in the thousands by a wrong angle: cos and sin off by up to 0.46 (fp16)
+    and 1.6 (bf16) at 4,093."""
     config = config.get_text_config()
     for name, module in list(model.named_modules()):
-        if type(module).__name__.endswith("RotaryEmbedding"):
+        if _is_rotary(module):
             model.set_submodule(name, type(module)(config))
 
 
+def _is_rotary(module: torch.nn.Module) -> bool:
+    return type(module).__name__.endswith("RotaryEmbedding")
+
+
 def _rebuild_buffers(model: torch.nn.Module) -> None:
-    """Build again, on the CPU, each module whose buffers the meta device left without values.
+    """Build again each module whose buffers the meta device left without values.
 
     In these families that is the rotary embedding (its frequency tables are computed from the
     config, never stored in a checkpoint); anything else would be a family vkx does not know.
     """
-    config = model.config.get_text_config()
-    for name, module in list(model.named_modules()):
-        if any(b.is_meta for b in module.buffers(recurse=False)):
-            if not type(module).__name__.endswith("RotaryEmbedding"):
-                raise ExportError(f"{type(model).__name__}: {name} has buffers vkx cannot rebuild")
-            model.set_submodule(name, type(module)(config))
+    for name, module in model.named_modules():
+        if any(b.is_meta for b in module.buffers(recurse=False)) and not _is_rotary(module):
+            raise ExportError(f"{type(model).__name__}: {name} has buffers vkx cannot rebuild")
+    fp32_rotary(model, model.config)
 
 
 def map_safetensors(path: Path) -> dict[str, torch.Tensor]:
