@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 SYSTEM_PACKAGES := libvulkan1 mesa-vulkan-drivers glslc vulkan-validationlayers
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: demo test test-profile wheel-test device-wheels variants schemas shaders system-packages clean
+.PHONY: demo test test-profile wheel-test device-wheels schemas shaders system-packages clean
 
 demo: system-packages $(VENV)/.installed shaders
 	$(VENV)/bin/vkx export examples/transformer.py -o examples/transformer.pte
@@ -19,17 +19,21 @@ test: system-packages $(VENV)/.installed shaders
 	VKX_VALIDATION=1 $(PY) -m pytest -q -n 2 --dist loadscope
 	$(MAKE) --no-print-directory test-profile
 
-# The device tests that choose kernels (row workgroups, gemm, attention, binding splits) once more
-# under the Android baseline profile (docs/profiles.md): a kernel that fits only a desktop GPU fails
-# here. Without 16/8-bit storage there, 16/8-bit weights are read by words and activations held in
-# 32 bits, so every dtype case runs; and a causal LM (Llama, fp32) generates against transformers.
-# Left out: a test that asserts the desktop choice (a 1 KiB binding at 16-byte alignment).
-PROFILE_TESTS := tests/loader/test_limits.py tests/ops/test_reduce.py tests/ops/test_attention.py \
+# tests/ops and tests/models once more under each device profile vkx declares (docs/profiles.md):
+# every shape and dtype must find its shader variant there too (a kernel over a profile's limits is a
+# LimitError, counted and listed apart), with the device tests that choose kernels by limits and a
+# causal LM (Llama, fp32) generating against transformers. Without 16/8-bit storage, 16/8-bit weights
+# are read by words and activations held in 32 bits. Left out: a test that asserts the desktop choice
+# (a 1 KiB binding at 16-byte alignment).
+PROFILES := android-baseline-2022 adreno-7xx
+PROFILE_TESTS := tests/ops tests/models tests/export/test_export_examples.py tests/loader/test_limits.py \
 	"tests/llm/test_vkx.py::test_greedy_tokens_and_logits_match_transformers[llama]"
 PROFILE_LEFT_OUT := row_ops_split_small_limit
 test-profile: system-packages $(VENV)/.installed shaders
-	VKX_VALIDATION=1 $(PY) -m pytest -q -n 2 --dist loadscope --device-profile android-baseline-2022 $(PROFILE_TESTS) \
-		-k "not ($(PROFILE_LEFT_OUT))"
+	set -e; for profile in $(PROFILES); do \
+		VKX_VALIDATION=1 $(PY) -m pytest -q -n 2 --dist loadscope --device-profile $$profile $(PROFILE_TESTS) \
+			-k "not ($(PROFILE_LEFT_OUT))"; \
+	done
 
 # The wheel as users get it: built from this clone, installed without torch, glslc or caches (.ci/wheel_test.py).
 wheel-test: system-packages $(VENV)/.installed shaders
@@ -55,17 +59,8 @@ schemas: $(VENV)/.installed
 # (the wheel's build does the same: setup.py). Rebuilt when a shader or a builder changes.
 shaders: system-packages $(VENV)/.installed shaders/spirv.zip
 
-shaders/spirv.zip: $(wildcard shaders/*.comp shaders/*.glslh shaders/variants.json loader/ops/*.py) loader/spirv.py $(VENV)/.installed
+shaders/spirv.zip: $(wildcard shaders/*.comp shaders/*.glslh loader/ops/*.py) loader/spirv.py $(VENV)/.installed
 	$(PY) -m vkx.loader.spirv $@ --if-stale
-
-# The variants of shaders whose builders declare none: the whole suite (and the profile pass) run once with every request
-# logged (unbuilt ones compiled from the sources), added to shaders/variants.json, the archive rebuilt
-# (a failing test does not stop it: what it requested is logged all the same).
-variants: system-packages $(VENV)/.installed shaders
-	rm -f .variants.log
-	-VKX_RECORD_VARIANTS=$(CURDIR)/.variants.log VKX_VALIDATION=1 $(PY) -m pytest -q -n 2 --dist loadscope
-	-VKX_RECORD_VARIANTS=$(CURDIR)/.variants.log $(MAKE) --no-print-directory test-profile
-	$(PY) -m vkx.loader.spirv shaders/spirv.zip --merge-requests .variants.log
 
 # Debian packages: the Vulkan loader, lavapipe (the CPU device), glslc, validation layers.
 system-packages:

@@ -118,11 +118,18 @@ _CAPABILITY_FEATURES = {
 }
 """SPIR-V capabilities (their enumerants) and the device feature each needs."""
 _UNSUPPORTED_CAPABILITIES = {10: "shaderFloat64", 4434: "uniformAndStorageBuffer16BitAccess",
-                             4449: "uniformAndStorageBuffer8BitAccess", 5116: "shaderBFloat16Type",
+                             4435: "storagePushConstant16", 4449: "uniformAndStorageBuffer8BitAccess",
+                             4450: "storagePushConstant8", 5116: "shaderBFloat16Type",
                              6022: "cooperativeMatrix (VK_KHR_cooperative_matrix)"}
 """Capabilities needing a feature vkx never enables."""
 
 _WORKGROUP = 4  # StorageClass Workgroup
+_SPEC_OPS = {128: lambda a, b: a + b, 130: lambda a, b: a - b, 132: lambda a, b: a * b,
+             134: lambda a, b: a // b if b else 0, 135: lambda a, b: int(a / b) if b else 0,
+             137: lambda a, b: a % b if b else 0, 194: lambda a, b: a >> b, 195: lambda a, b: a >> b,
+             196: lambda a, b: a << b, 197: lambda a, b: a | b, 199: lambda a, b: a & b}
+"""The integer OpSpecConstantOp operations a size may be written with (IAdd, ISub, IMul, UDiv, SDiv,
+UMod, the shifts, BitwiseOr, BitwiseAnd; operands as unsigned words, which sizes are)."""
 _BUILTIN, _WORKGROUP_SIZE, _SPEC_ID = 11, 25, 1  # Decoration BuiltIn, BuiltIn WorkgroupSize, Decoration SpecId
 
 
@@ -137,7 +144,8 @@ class PipelineNeeds:
 def pipeline_needs(spirv: bytes, spec: Sequence[int] = ()) -> PipelineNeeds:
     """Workgroup size (LocalSize, or the WorkgroupSize built-in's constant), shared-memory bytes
     (Workgroup variables, tightly packed) and the features its capabilities need; specialization
-    constant i (SpecId i) is spec[i] where given, else its default."""
+    constant i (SpecId i) is spec[i] where given, else its default, and an array sized by an
+    expression of them (OpSpecConstantOp) has the expression's value."""
     if len(spirv) < 20 or len(spirv) % 4:
         raise LimitError("not a SPIR-V module")
     words = struct.unpack(f"<{len(spirv) // 4}I", spirv)
@@ -185,6 +193,14 @@ def pipeline_needs(spirv: bytes, spec: Sequence[int] = ()) -> PipelineNeeds:
         elif op == 50:  # OpSpecConstant
             index = spec_ids.get(a[1], len(spec))
             constants[a[1]] = spec[index] if index < len(spec) else a[2]
+        elif op == 52 and a[2] in _SPEC_OPS and len(a) == 5:  # OpSpecConstantOp on two integers
+            constants[a[1]] = _SPEC_OPS[a[2]](constants.get(a[3], 0), constants.get(a[4], 0)) & 0xFFFFFFFF
+        elif op == 52 and a[2] == 169 and len(a) == 6:  # OpSpecConstantOp Select
+            constants[a[1]] = constants.get(a[4] if constants.get(a[3], 0) else a[5], 0)
+        elif op == 52 and 170 <= a[2] <= 179 and len(a) == 5:  # integer comparisons (IEqual .. SLessThanEqual)
+            x, y = constants.get(a[3], 0), constants.get(a[4], 0)
+            constants[a[1]] = int({170: x == y, 171: x != y, 172: x > y, 173: x > y, 174: x >= y, 175: x >= y,
+                                   176: x < y, 177: x < y, 178: x <= y, 179: x <= y}[a[2]])
         elif op in (44, 51):  # OpConstantComposite, OpSpecConstantComposite
             composites[a[1]] = tuple(a[2:])
         elif op == 59 and a[2] == _WORKGROUP:  # OpVariable in Workgroup storage

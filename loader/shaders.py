@@ -3,8 +3,8 @@
 The SPIR-V of a variant (a shader and its defines) comes from the archive built with the package
 (vkx.loader.spirv; `make shaders` in a checkout): the installed runtime runs no compiler. Shaders
 in development folders (VKX_SHADER_PATH, `add_shader_dir`) are compiled with glslc instead, cached
-by content hash under $XDG_CACHE_HOME/vkx/spirv (or ~/.cache/vkx/spirv), and so are shaders whose
-variants no builder declares yet (docs/architecture.md, "Shader variants").
+by content hash under $XDG_CACHE_HOME/vkx/spirv (or ~/.cache/vkx/spirv), and so is a checkout's
+shader before `make shaders` (docs/architecture.md, "Shader variants").
 Pipelines are created once per process per device and cached on it; the driver's
 compiled code is kept between processes by vkx.loader.pipeline_cache, and creating
 pipelines that are not in it is announced on stderr (it happens at load, once).
@@ -93,8 +93,10 @@ class Prebuilt:
             return archive.read(spirv.entry_name(shader, defines))
         except KeyError:
             variant = spirv.variant_text(defines).replace("\n", " ") or "no defines"
-            raise VariantNotBuiltError(f"shader {shader}: variant not prebuilt ({variant}); its builder must "
-                                       "declare it (docs/architecture.md, 'Shader variants')") from None
+            why = ("the archive lacks a declared variant: the install is incomplete (reinstall vkx, or "
+                   "`make shaders` in a checkout)") if spirv.is_declared(shader, defines) else \
+                "its builder requests a variant it does not declare (docs/architecture.md, 'Shader variants')"
+            raise VariantNotBuiltError(f"shader {shader}: variant not prebuilt ({variant}): {why}") from None
 
 
 _prebuilt = Prebuilt(packaged_dir() / spirv.ARCHIVE)
@@ -115,24 +117,19 @@ def glslc_version() -> str | None:
 
 def compile_spirv(name: str, defines: Mapping[str, Union[str, int]] | None = None) -> bytes:
     """SPIR-V words of the variant (shader `name`, `defines`): compiled from a development folder,
-    else prebuilt, else (a shader no builder declares variants of) compiled from the package."""
+    else prebuilt; a checkout with no archive yet compiles the package's sources. Outside the
+    archive only declared variants of a declared shader are compiled: what the package would
+    refuse is refused here too."""
     defines = dict(defines or {})
-    for root in development_dirs():
-        if (root / f"{name}.comp").is_file():
-            return _compiled(root, name, defines)
-    log = os.environ.get("VKX_RECORD_VARIANTS")
-    if log:
-        spirv.note_request(Path(log), name, defines)
-    if _prebuilt.holds(name):
-        try:
-            return _prebuilt.get(name, defines)
-        except VariantNotBuiltError:
-            if not log or not (packaged_dir() / f"{name}.comp").is_file():
-                raise
-            return _compiled(packaged_dir(), name, defines)  # `make variants` records it for the archive
-    root = packaged_dir()
+    if _prebuilt.holds(name) and not any((root / f"{name}.comp").is_file() for root in development_dirs()):
+        return _prebuilt.get(name, defines)
+    root = next((r for r in development_dirs() if (r / f"{name}.comp").is_file()), packaged_dir())
     if not (root / f"{name}.comp").is_file():
         raise ShaderError(f"shader {name!r} not found (no shaders/{name}.comp)")
+    if not spirv.is_declared(name, defines):
+        variant = spirv.variant_text(defines).replace("\n", " ") or "no defines"
+        raise VariantNotBuiltError(f"shader {name}: variant not declared ({variant}); its builder must "
+                                   "declare it (docs/architecture.md, 'Shader variants')")
     return _compiled(root, name, defines)
 
 

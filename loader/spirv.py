@@ -1,15 +1,13 @@
 """Prebuilt SPIR-V: every shader variant the op builders can request, compiled once with glslc at
 build time into one archive shipped as package data (`vkx/shaders/spirv.zip`).
 
-A variant is a shader and the `#define`s its builder passes (`variant_text`). Builders declare every
-variant they can request next to themselves (`vkx.loader.ops.variants`); the variants of shaders
-whose builders declare none yet are those the test suite requested, recorded in
-`shaders/variants.json` by `make variants` (VKX_RECORD_VARIANTS; docs/architecture.md, "Shader
-variants"): installed, such a shader runs the variants the suite runs, and refuses any other with
-VariantNotBuiltError. The archive holds
-one `<shader>/<digest of the variant's text>.spv` per variant and `sources.json`, the digest of
-each shader's source (with the headers it may include) it was built from. Nothing here imports
-Vulkan: `python -m vkx.loader.spirv OUT` runs in the package build (setup.py) and `make shaders`.
+A variant is a shader and the `#define`s its builder passes (`variant_text`): element types, flags,
+fused epilogues, never a shape (sizes are specialization or push constants). Every shader's builders
+declare its whole variant space next to themselves (`vkx.loader.ops.variants`), and the archive is
+that space, enumerated in full (docs/architecture.md, "Shader variants"). It holds one
+`<shader>/<digest of the variant's text>.spv` per variant and `sources.json`, the digest of each
+shader's source (with the headers it may include) it was built from. Nothing here imports Vulkan:
+`python -m vkx.loader.spirv OUT` runs in the package build (setup.py) and `make shaders`.
 """
 from __future__ import annotations
 
@@ -39,62 +37,28 @@ INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
 GLSLC_ARGS = ("-fshader-stage=compute", "--target-env=vulkan1.2", "-O")
 
 
-RECORDED = "variants.json"
-"""The recorded variants beside the shader sources: {shader: [variant_text, ...]}."""
-
 
 def variant_text(defines: Defines) -> str:
     """The canonical spelling of a variant's defines: one `NAME=value` a line, sorted."""
     return "\n".join(f"{k}={v}" for k, v in sorted((str(k), str(v)) for k, v in defines.items()))
 
 
-def parse_variant(text: str) -> dict[str, str]:
-    """The defines of a `variant_text`."""
-    return dict(line.split("=", 1) for line in text.splitlines() if line)
+
+_declared: dict[str, frozenset[str]] = {}
 
 
-def recorded_variants(root: Path) -> dict[str, list[dict[str, str]]]:
-    """The variants `make variants` recorded for the shaders in `root` (none when there is no file)."""
-    try:
-        table = json.loads((root / RECORDED).read_text())
-    except FileNotFoundError:
-        return {}
-    return {shader: [parse_variant(t) for t in texts] for shader, texts in table.items()}
-
-
-def every_variant(root: Path) -> dict[str, list[Defines]]:
-    """What the archive holds: each shader's declared variants, else its recorded ones."""
-    return {**recorded_variants(root), **ops.all_variants()}
-
-
-def note_request(log: Path, shader: str, defines: Defines) -> None:
-    """Append one requested variant to `log` (one JSON line; appends of several processes interleave
-    by whole lines)."""
-    line = json.dumps({"shader": shader, "variant": variant_text(defines)}) + "\n"
-    try:
-        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line.encode())
-        finally:
-            os.close(fd)
-    except OSError:  # the run's own limits (a test's file-size cap) must not change what it does
-        pass
-
-
-def merge_requests(log: Path, root: Path) -> int:
-    """Add the variants in `log` of shaders no builder declares to `root`'s RECORDED table; returns
-    how many were new."""
-    declared = ops.all_variants()
-    table = {s: set(texts) for s, texts in json.loads((root / RECORDED).read_text()).items()} \
-        if (root / RECORDED).is_file() else {}
-    before = sum(map(len, table.values()))
-    for line in log.read_text().splitlines():
-        request = json.loads(line)
-        if request["shader"] not in declared and (root / f"{request['shader']}.comp").is_file():
-            table.setdefault(request["shader"], set()).add(request["variant"])
-    text = json.dumps({s: sorted(v) for s, v in sorted(table.items())}, indent=1) + "\n"
-    (root / RECORDED).write_text(text)
-    return sum(map(len, table.values())) - before
+def is_declared(shader: str, defines: Defines) -> bool:
+    """Whether `defines` is one of `shader`'s declared variants (True for a shader no builder declares:
+    a test's own). A miss enumerates the declaration again: a test may declare a variant after the
+    first look."""
+    if not ops.VARIANTS:
+        ops.all_variants()  # registers every builder's declarations
+    if shader not in ops.VARIANTS:
+        return True
+    text = variant_text(defines)
+    if text not in _declared.get(shader, ()):
+        _declared[shader] = frozenset(variant_text(d) for d in ops.VARIANTS[shader]())
+    return text in _declared[shader]
 
 
 def entry_name(shader: str, defines: Defines) -> str:
@@ -205,14 +169,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shaders", type=Path, help="the shader sources (default: the package's)")
     parser.add_argument("--if-stale", action="store_true",
                         help="leave an archive that already holds every variant of the sources as they are")
-    parser.add_argument("--merge-requests", type=Path, metavar="LOG",
-                        help=f"first add the variants a VKX_RECORD_VARIANTS run logged to {RECORDED}")
     args = parser.parse_args(argv)
     root = args.shaders or Path(vkx.shaders.__file__).parent
     began = time.perf_counter()
-    if args.merge_requests:
-        print(f"{root / RECORDED}: {merge_requests(args.merge_requests, root)} new recorded variants")
-    variants = every_variant(root)
+    variants = ops.all_variants()
+    undeclared = sorted(p.stem for p in root.glob("*.comp") if p.stem not in variants)
+    if undeclared:
+        print(f"vkx: error: shaders no builder declares the variants of: {', '.join(undeclared)}", file=sys.stderr)
+        return 2
     if args.if_stale and is_current(args.out, root, variants):
         print(f"{args.out}: current")
         return 0

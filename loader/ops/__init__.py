@@ -20,7 +20,7 @@ import importlib
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Callable, ContextManager, Iterable, Mapping, Protocol, Sequence, Union
+from typing import Callable, ContextManager, Iterable, Iterator, Mapping, Protocol, Sequence, Union
 
 from vkx.format import dtypes, opset
 from vkx.format.contract import Call
@@ -192,6 +192,39 @@ def word_read_defines(prefix: str, buffer: str, dtype: DType) -> dict[str, str]:
     """read_defines of a 16- or 8-bit binding read through 32-bit words (`<P>_T` is uint)."""
     as_float, as_int = _word_load(dtype, buffer)
     return {f"{prefix}_T": "uint", f"LOAD_{prefix}(i)": as_float, f"LOADI_{prefix}(i)": as_int}
+
+
+FLOATS: tuple[DType, ...] = (dtypes.FLOAT32, dtypes.FLOAT16, dtypes.BFLOAT16)
+"""The float dtypes a tensor may have (vkx.format.dtypes.FLOATS, in a fixed order)."""
+
+WORDS_MODES = (False, True)
+"""A device with narrow (16/8-bit) storage, and one without: the two storage modes every variant
+space covers (`binding_forms`)."""
+
+
+def binding_forms(prefix: str, buffer: str, kinds: Iterable[DType], words: bool, writes: bool = False
+                  ) -> list[dict[str, str]]:
+    """Every define set `read_defines` / `elem_defines` may give a binding of one of `kinds` in a storage
+    mode: with narrow storage (`words` False) each dtype itself; without, what the device writes held
+    in 32 bits (held_dtype) and, for a binding only read, a stored 16/8-bit constant read by words."""
+    forms: dict[tuple, dict[str, str]] = {}
+    for dtype in kinds:
+        held = held_dtype(dtype, frozenset() if words else frozenset(STORAGE_FEATURES.values()))
+        found = [elem_defines(prefix, buffer, held)]
+        if words and not writes and dtype.itemsize < 4:
+            found.append(word_read_defines(prefix, buffer, dtype))
+        for f in found:
+            forms[tuple(sorted(f.items()))] = f
+    return list(forms.values())
+
+
+def product(*choices: Iterable[Defines]) -> Iterator[dict[str, Union[str, int]]]:
+    """Every merge of one define set from each of `choices` (a variant space's product)."""
+    for picked in itertools.product(*map(list, choices)):
+        merged: dict[str, Union[str, int]] = {}
+        for d in picked:
+            merged.update(d)
+        yield merged
 
 
 @dataclass(frozen=True)

@@ -27,27 +27,15 @@ FLOATS = (dtypes.FLOAT32, dtypes.FLOAT16, dtypes.BFLOAT16)
 
 def test_archive_holds_every_declared_variant_of_the_current_sources():
     archive = shaders.packaged_dir() / spirv.ARCHIVE
-    assert spirv.is_current(archive, shaders.packaged_dir(), spirv.every_variant(shaders.packaged_dir())), \
+    assert spirv.is_current(archive, shaders.packaged_dir(), ops.all_variants()), \
         f"{archive} is missing or stale: run `make shaders`"
 
 
-def test_every_shader_is_prebuilt():
-    """The installed runtime never compiles: each shader has declared or recorded variants."""
+def test_every_shader_declares_its_variants():
+    """The installed runtime never compiles: every shader's builders declare its variant space."""
     root = shaders.packaged_dir()
-    missing = sorted(p.stem for p in root.glob("*.comp") if p.stem not in spirv.every_variant(root))
-    assert not missing, f"shaders with no prebuilt variant (declare them, or `make variants`): {missing}"
-
-
-def test_recorded_requests_merge_into_the_table(tmp_path):
-    (tmp_path / "mine.comp").write_text("#version 450\nvoid main() {}\n")
-    log = tmp_path / "requests.jsonl"
-    spirv.note_request(log, "mine", {"B": 2, "A": "x(i)=y"})
-    spirv.note_request(log, "mine", {"A": "x(i)=y", "B": 2})
-    spirv.note_request(log, "unary", {"X": 1})  # declared by its builder: not recorded
-    spirv.note_request(log, "gone", {})  # no source here: not recorded
-    assert spirv.merge_requests(log, tmp_path) == 1
-    assert spirv.recorded_variants(tmp_path) == {"mine": [{"A": "x(i)=y", "B": "2"}]}
-    assert spirv.merge_requests(log, tmp_path) == 0
+    missing = sorted(p.stem for p in root.glob("*.comp") if p.stem not in ops.all_variants())
+    assert not missing, f"shaders whose builders declare no variants: {missing}"
 
 
 def _requests(name: str, operands: list, out, limits: Limits = no_device_limits(max_storage_buffer_range=1 << 30),
@@ -137,7 +125,7 @@ def test_coop_gemm_builders_request_only_declared_variants():
     a bias, fp32 attention scores; split-K's reduce after them is a recorded shader."""
     root = shaders.packaged_dir()
     declared = {(s, tuple(sorted((str(k), str(v)) for k, v in d.items())))
-                for s, ds in spirv.every_variant(root).items() for d in ds}
+                for s, ds in ops.all_variants().items() for d in ds}
     seen = set()
     f16 = dtypes.FLOAT16
     for units in (1, 132):
