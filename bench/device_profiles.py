@@ -37,17 +37,11 @@ _spec = importlib.util.spec_from_file_location("llama_load", Path(__file__).with
 llama_load = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(llama_load)
 ROOT = Path(__file__).resolve().parent.parent
-CHOICE_DEFINES = ("ROW_WG", "WG", "WG_X", "WG_Y", "WG_Z", "RT", "CT", "BK")
-"""The defines that are kernel choices (workgroup sizes, tilings), not dtypes."""
-
-
 def kernels(dev: Device) -> set[str]:
-    """Each pipeline made on `dev` as `shader(choices)`."""
-    out = set()
-    for name, defines, _ in pipelines_for(dev)._pipelines:
-        picked = ",".join(f"{k}={v}" for k, v in defines if k in CHOICE_DEFINES)
-        out.add(f"{name}({picked})" if picked else name)
-    return out
+    """Each pipeline made on `dev` as `shader(spec)`: its kernel choices (workgroup sizes, tiles, rows)
+    are its specialization constants."""
+    return {f"{name}({','.join(map(str, spec))})" if spec else name
+            for name, _, _, spec in pipelines_for(dev)._pipelines}
 
 
 def run_forward(pte: Path, profile: str | None):

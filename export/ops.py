@@ -403,6 +403,27 @@ KEPT_WHOLE = (
 """Ops that torch.export's default decompositions would break up but the contract keeps."""
 
 
+def _batch_statistics_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                           training: bool, momentum: float, eps: float) -> tuple[torch.Tensor, ...]:
+    """aten._native_batch_norm_legit.no_stats as mean.dim and var.correction over every dim but the
+    channels' (BiT's and ResNetV2's weight-standardized convolutions standardize their weights with it:
+    a parameter's values, computed on the device, never folded into a second copy)."""
+    dims = [0, *range(2, x.dim())]
+    channels = [1, x.shape[1], *([1] * (x.dim() - 2))]
+    mean = A.mean.dim(x, dims, True)
+    rstd = A.rsqrt.default(A.var.correction(x, dims, correction=0, keepdim=True) + eps)
+    out = (x - mean) * rstd
+    if weight is not None:
+        out = out * weight.reshape(channels)
+    if bias is not None:
+        out = out + bias.reshape(channels)
+    return out, mean.reshape(-1), rstd.reshape(-1)
+
+
+BROKEN_UP = {A._native_batch_norm_legit.no_stats: _batch_statistics_norm}
+"""Ops the default decompositions keep whole that the contract has no kernel for, as ops it has."""
+
+
 _tables: dict[tuple, dict] = {}
 """decomposition_table's tables by the registered ops they were built from (see there)."""
 
@@ -420,5 +441,7 @@ def decomposition_table() -> dict:
         table = torch.export.default_decompositions()
         for op in KEPT_WHOLE:
             table.pop(op, None)
-        _tables[registered] = table.materialize()
+        table = table.materialize()
+        table.update(BROKEN_UP)
+        _tables[registered] = table
     return dict(_tables[registered])

@@ -52,9 +52,9 @@ def matmul_shape(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...] | None:
 
 
 def window_size(size: int, kernel: int, stride: int, pad: int, dilation: int, ceil: bool) -> int:
+    """Windows along one dim, as torch counts them (rounding down, also below zero: a ceil-mode window
+    larger than the input is one window over all of it); 0 or less when none fits."""
     span = size + 2 * pad - dilation * (kernel - 1) - 1
-    if span < 0:
-        return -1
     out = (span + (stride - 1 if ceil else 0)) // stride + 1
     if ceil and (out - 1) * stride >= size + pad:  # the last window must start inside the input
         out -= 1

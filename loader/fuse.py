@@ -18,11 +18,11 @@ Patterns (the rotary embedding's, with its cache writes, and its tables': vkx.lo
   `vkx.linear_q` too): the add in the product's epilogue (r read as its bias), one dispatch for two
   (a decoder layer's o_proj and down_proj).
 - SwiGLU of one row of activations, `silu(linear(x, Wg)) * linear(x, Wu)` (no biases, the weights of
-  one shape and dtype; `vkx.linear_q` too, of one packing): the gate and up products read in one
+  one shape and of x's dtype; `vkx.linear_q` too, of one packing): the gate and up products read in one
   workgroup and `silu(gate) * up` stored (shaders/matvec.comp's and matvec_q.comp's GLU), one
   dispatch for four.
 - Three bias-free products of one row of activations x and nothing else reading x, `linear(x, Wq)`,
-  `linear(x, Wk)`, `linear(x, Wv)` (weights of one dtype and K, or `vkx.linear_q` of one packing):
+  `linear(x, Wk)`, `linear(x, Wv)` (weights of x's dtype and one K, or `vkx.linear_q` of one packing):
   one dispatch writing the three outputs (matvec.comp's and matvec_q.comp's SEGMENTS), at the
   first product's place (the others' outputs written earlier than planned: no op between the first
   and the last product may touch their memory).
@@ -225,15 +225,28 @@ def _one_row_linear(c: OpChain, vid: int, reader: int) -> tuple[int, int, _Weigh
     return None if found is None else (p, *found)
 
 
+def _one_dtype(c: OpChain, x: int, weights: list[int]) -> bool:
+    """Whether `x`, an activation, and `weights` have one dtype: the rule of the fused row kernels, whose
+    x and weights are typed together (vkx.loader.ops.gemm.one_dtype); otherwise they stay unfused."""
+    dtype = c.tensor(x).datatype
+    return not c.is_weight(x) and all(c.is_weight(w) and c.tensor(w).datatype == dtype for w in weights)
+
+
+def _float_weights(weights: list[_Weight]) -> list[int]:
+    """The float weights among `weights` (a linear's W: typed with x; vkx.linear_q's scales are not)."""
+    return [w.w for w in weights if w.scales is None]
+
+
 def _foldable(c: OpChain, norms: dict[int, _Norm], x: int, products: list[int], weights: list[_Weight],
               outs: list[int]) -> _Norm | None:
     """The RMSNorm whose output `x` is, where it folds into these products (matvec.comp's and
     matvec_q.comp's NORM): it has a weight, x is read by them alone and is no graph output (the fold
-    writes no x), and x's input is intact until the products run and shares no memory with their
-    outputs."""
+    writes no x), its input, its weight and the float weights are of one dtype (`_one_dtype`), and x's
+    input is intact until the products run and shares no memory with their outputs."""
     norm = norms.get(x)
     if norm is None or norm.weight is None or x in c.outputs or sorted(c.readers.get(x, [])) != sorted(products) \
-            or any(shares_memory(c, norm.x, z) for z in outs):
+            or any(shares_memory(c, norm.x, z) for z in outs) \
+            or not _one_dtype(c, norm.x, [norm.weight, *_float_weights(weights)]):
         return None
     return norm if safe(c, [*norm.ops, *products], [norm.x, norm.weight]) else None
 
@@ -290,6 +303,8 @@ def _swiglu(c: OpChain, m: int, norms: dict[int, _Norm],
 
     norm = _foldable(c, norms, x, [gate[0], up[0]], [wg, wu], [z])
     read = x if norm is None else norm.x
+    if wg.scales is None and not _one_dtype(c, read, [wg.w, wu.w]):
+        return None
 
     def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
         out = _output(c, builder, arg, read, z)
@@ -336,6 +351,8 @@ def _products(c: OpChain, i: int, norms: dict[int, _Norm],
     kernel = [w for _, w in weights]
     norm = _foldable(c, norms, x, readers, kernel, outs)
     read = x if norm is None else norm.x
+    if first.scales is None and not _one_dtype(c, read, [w.w for w in kernel]):
+        return None
 
     def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
         stores = [_output(c, builder, arg, read, z) for z in outs]

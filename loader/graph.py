@@ -38,6 +38,12 @@ def device_dtype(vid: int, datatype: g.DataType) -> DType:
     return dtype
 
 
+def _same_datatype(values: Sequence[g.Value], a: int, b: int) -> bool:
+    """Whether values `a` and `b` are tensors of one datatype."""
+    return all(0 <= v < len(values) and isinstance(values[v], g.Tensor) for v in (a, b)) \
+        and values[a].datatype == values[b].datatype
+
+
 @dataclass(eq=False, slots=True)
 class RTensor:
     """A runtime tensor: shape and dtype now, a Buffer once memory is given (one object per tensor:
@@ -105,7 +111,9 @@ class GraphBuilder:
         self._writes_by_vid: dict[int, int] | None = None  # alias_view's write counts, made on first use
         self._declared: dict[int, ops.TensorArg] = {}
         """Each tensor as the file declares it (the contract binds these; builders get `tensors`')."""
-        weights = {op.args[-1] for op in graph.chain if op.name == "et_vk.prepack.default" and op.args}
+        weights = {op.args[-1] for op in graph.chain if op.name == "et_vk.prepack.default" and len(op.args) == 2
+                   and _same_datatype(graph.values, *op.args)}
+        """Prepacked weights that are their constant's own bytes (one converted at load is device-written)."""
         for vid, v in enumerate(graph.values):
             if isinstance(v, g.Tensor):
                 try:

@@ -8,7 +8,8 @@
 // mask[moff + b1*smb1 + b2*smb2 + l*sml + s*sms].
 // Bindings: 0 = scores (fp32, read-write), 1 = mask (only with MASK_FLOAT / MASK_BOOL;
 // elem_defines for M: a bool mask is one byte per element, a float mask any float type).
-// Each row by a workgroup (ROW_WG) or an invocation (shaders/rows.glslh).
+// Each row by a workgroup (ROW_GROUP) or an invocation (shaders/rows.glslh); specialization
+// constant 0 = ROW_WG.
 #include "dtype.glslh"
 #include "rows.glslh"
 

@@ -3,18 +3,19 @@
 //   y = (x - mean[c]) * rsqrt(var[c] + eps) [* w[c]] [+ b[c]]
 // Bindings: 0 = in, 1 = out, 2 = running_mean, 3 = running_var, 4 = weight, 5 = bias
 // (weight/bias are placeholders unless HAS_W / HAS_B).
-// Defines: elem_defines for X, Y, M, V, W, B; HAS_W, HAS_B.
+// Defines: elem_defines for X (the stream read); HAS_W, HAS_B. The output and the per-channel
+// tables are of any dtype (ANY_OUT / ANY_IN, specialization constants 0..4 in binding order).
 // One invocation per element; a tensor larger than one binding is split into
 // element ranges (in/out bound as sub-ranges starting at `first`).
 layout(local_size_x = 64) in;
 #include "dtype.glslh"
 
 layout(std430, set = 0, binding = 0) readonly buffer BufIn { X_T x[]; };
-layout(std430, set = 0, binding = 1) writeonly buffer BufOut { Y_T y[]; };
-layout(std430, set = 0, binding = 2) readonly buffer BufMean { M_T rmean[]; };
-layout(std430, set = 0, binding = 3) readonly buffer BufVar { V_T rvar[]; };
-layout(std430, set = 0, binding = 4) readonly buffer BufW { W_T w[]; };
-layout(std430, set = 0, binding = 5) readonly buffer BufB { B_T b[]; };
+ANY_OUT(1, Y, y_out, 0)
+ANY_IN(2, M, rmean, 1)
+ANY_IN(3, V, rvar, 2)
+ANY_IN(4, W, w_in, 3)
+ANY_IN(5, B, b_in, 4)
 
 layout(push_constant) uniform Push {
     uint n;      // elements in this dispatch
@@ -31,12 +32,12 @@ void main() {
         return;
     }
     uint ch = ((p.first + gid) / p.inner) % p.c;
-    float v = (LOAD_X(gid) - LOAD_M(ch)) * inversesqrt(LOAD_V(ch) + p.eps);
+    float v = (LOAD_X(gid) - load_M(ch)) * inversesqrt(load_V(ch) + p.eps);
 #ifdef HAS_W
-    v *= LOAD_W(ch);
+    v *= load_W(ch);
 #endif
 #ifdef HAS_B
-    v += LOAD_B(ch);
+    v += load_B(ch);
 #endif
-    STORE_Y(gid, v);
+    store_Y(gid, v);
 }

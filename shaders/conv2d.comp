@@ -6,28 +6,18 @@
 // Bindings: 0 = x, 1 = w, 2 = out, 3 = bias (only with HAS_BIAS).
 // Each invocation computes OCB output channels (of one group) x 4 output columns:
 // gid.x = column tile, gid.y = oy, gid.z = (n * groups + g) * oc_tiles + oc_tile.
-// Defines: elem_defines for X, W, O, BIAS (any float type; fp32 accumulation), OCB (1..4),
-// HAS_BIAS, CLAMP (clamp to [out_min, out_max], NaN stays NaN), WG_X, WG_Y, WG_Z.
-#ifndef OCB
-#define OCB 4
-#endif
-#ifndef WG_X
-#define WG_X 8
-#endif
-#ifndef WG_Y
-#define WG_Y 8
-#endif
-#ifndef WG_Z
-#define WG_Z 1
-#endif
-layout(local_size_x = WG_X, local_size_y = WG_Y, local_size_z = WG_Z) in;
+// Defines: elem_defines for X, W, O (any float type; fp32 accumulation), HAS_BIAS, CLAMP (clamp to
+// [out_min, out_max], NaN stays NaN), WORDS and DT_* (dtype.glslh: the bias is an ANY_IN buffer).
+// Specialization constants: 0..2 the workgroup size, 3 OCB (1..4), 4 the bias's dtype (HAS_BIAS).
+layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
+layout(constant_id = 3) const int OCB = 4;
 #include "dtype.glslh"
 
 layout(std430, set = 0, binding = 0) readonly buffer BufX { X_T x[]; };
 layout(std430, set = 0, binding = 1) readonly buffer BufW { W_T w[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer BufO { O_T o[]; };
 #ifdef HAS_BIAS
-layout(std430, set = 0, binding = 3) readonly buffer BufBias { BIAS_T bias[]; };
+ANY_IN(3, BIAS, bias_in, 4)
 #endif
 
 layout(push_constant) uniform Push {
@@ -105,7 +95,7 @@ void main() {
         if (ocg0 + j < p.cout_g) {
             const int oc = oc0 + j;
 #ifdef HAS_BIAS
-            const float bv = LOAD_BIAS(p.boff + oc);
+            const float bv = load_BIAS(uint(p.boff + oc));
 #else
             const float bv = 0.0;
 #endif

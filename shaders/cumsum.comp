@@ -1,15 +1,16 @@
 #version 450
 // Running sum along one dim: out[.., k, ..] = sum of src[.., 0..k, ..].
 // The tensor is viewed as [outer, len, inner]; one invocation per (outer, inner) line
-// walks it in order. Bindings: 0 = src, 1 = out, contiguous.
-// Defines: elem_defines for S and O; INT_PATH: an integer output (sums in int32, wrapping
-// like the int32 on the device), else sums in fp32.
+// walks it in order. Bindings: 0 = src, 1 = out, contiguous, each of any dtype (ANY_IN / ANY_OUT
+// in dtype.glslh; specialization constants S_DT, O_DT = 0, 1).
+// Defines: INT_PATH: an integer output (sums in int32, wrapping like the int32 on the device),
+// else sums in fp32.
 // Groups fold into y.
 layout(local_size_x = 64) in;
 #include "dtype.glslh"
 
-layout(std430, set = 0, binding = 0) readonly buffer BufS { S_T s[]; };
-layout(std430, set = 0, binding = 1) writeonly buffer BufO { O_T o[]; };
+ANY_IN(0, S, s, 0)
+ANY_OUT(1, O, o, 1)
 
 layout(push_constant) uniform Push {
     uint lines;  // outer * inner
@@ -32,10 +33,10 @@ void main() {
 #endif
     for (uint k = 0u; k < p.len; ++k, i += p.inner) {
 #ifdef INT_PATH
-        acc += LOADI_S(i);
+        acc += loadi_S(i);
 #else
-        acc += LOAD_S(i);
+        acc += load_S(i);
 #endif
-        STORE_O(i, acc);
+        store_O(i, acc);
     }
 }

@@ -6,14 +6,15 @@
 // One invocation a 32-bit word of the weight: PER_WORD values of one scale group (group % PER_WORD
 // == 0). HIGH_FIRST (BITS 4): each byte holds its even value in the high nibble. Scales are
 // [N, groups]; with SCALE_STRIDE [groups, p.scale_stride].
-// Bindings: 0 = the weight as uint words, 1 = scales, 2 = out [N, K].
+// Bindings: 0 = the weight as uint words, 1 = scales, 2 = out [N, K]; scales and out of any dtype
+// (ANY_IN / ANY_OUT, specialization constants 0 and 1; WORDS and DT_* defines).
 layout(local_size_x = 64) in;
 #include "dtype.glslh"
 #include "packed.glslh"
 
 layout(std430, set = 0, binding = 0) readonly buffer BufW { uint w[]; };
-layout(std430, set = 0, binding = 1) readonly buffer BufS { S_T s[]; };
-layout(std430, set = 0, binding = 2) writeonly buffer BufO { O_T o[]; };
+ANY_IN(1, S, s, 0)
+ANY_OUT(2, O, o, 1)
 
 layout(push_constant) uniform Push {
     uint words;         // of the whole weight
@@ -31,9 +32,9 @@ void main() {
     }
     const uint n = gid / p.row_words;
     const uint k0 = (gid - n * p.row_words) * PER_WORD;
-    const float scale = LOAD_S(SCALE_AT(n, k0 / p.group));
+    const float scale = load_S(SCALE_AT(n, k0 / p.group));
     const uint word = w[gid];
     for (uint j = 0u; j < PER_WORD; ++j) {
-        STORE_O(n * p.row_words * PER_WORD + k0 + j, packed_value(word, j) * scale);
+        store_O(n * p.row_words * PER_WORD + k0 + j, packed_value(word, j) * scale);
     }
 }

@@ -5,16 +5,17 @@
 // with is_linear_weight false). `words` is the row stride, which may exceed K / PER_WORD
 // (ExecuTorch pads rows to whole words).
 // Bindings: 0 = weight rows [row0, row0 + rows) as uint words, 1 = scales, 2 = indices,
-// 3 = out. Each dispatch writes only the outputs whose index falls in its row block.
+// 3 = out; scales, indices and out of any dtype (ANY_IN / ANY_OUT, specialization constants 0..2;
+// WORDS and DT_* defines). Each dispatch writes only the outputs whose index falls in its row block.
 // One invocation per output element.
 layout(local_size_x = 64) in;
 #include "dtype.glslh"
 #include "packed.glslh"
 
 layout(std430, set = 0, binding = 0) readonly buffer BufW { uint w[]; };
-layout(std430, set = 0, binding = 1) readonly buffer BufS { S_T s[]; };
-layout(std430, set = 0, binding = 2) readonly buffer BufI { I_T idx[]; };
-layout(std430, set = 0, binding = 3) writeonly buffer BufO { O_T o[]; };
+ANY_IN(1, S, s, 0)
+ANY_IN(2, I, idx, 1)
+ANY_OUT(3, O, o, 2)
 
 layout(push_constant) uniform Push {
     uint n;       // outputs: indices * K
@@ -36,10 +37,10 @@ void main() {
     }
     uint i = gid / p.K;
     uint k = gid - i * p.K;
-    int row = LOADI_I(i);
+    int row = loadi_I(i);
     if (row < 0 || uint(row) >= p.vocab) {
         if (p.last == 1u) {
-            STORE_O(gid, 0.0);
+            store_O(gid, 0.0);
         }
         return;
     }
@@ -48,5 +49,5 @@ void main() {
     }
     uint word = w[(uint(row) - p.row0) * p.words + k / PER_WORD];
     float q = packed_value(word, k % PER_WORD);
-    STORE_O(gid, q * LOAD_S(uint(row) * p.groups + k / p.group));
+    store_O(gid, q * load_S(uint(row) * p.groups + k / p.group));
 }

@@ -15,25 +15,26 @@
 // tensor x3 [d0, p.d1c, d2, d3], not rotated, into its cache y3 [d0, p.d1c, size, d3] at the rows
 // idx gives (vkx.index_copy along dim 2).
 // Bindings: 0 = x, 1 = cos, 2 = sin, 3 = y, 4 = idx (INDEXED), 5 = x2, 6 = y2 (SECOND), 7 = x3,
-// 8 = y3 (THIRD). Defines: elem_defines for X, C, S, Y (and I with INDEXED, X2 and Y2 with SECOND,
-// X3 and Y3 with THIRD); INDEXED; SECOND; THIRD.
+// 8 = y3 (THIRD), each of any dtype (ANY_IN / ANY_OUT in dtype.glslh; specialization constants
+// X_DT, C_DT, S_DT, Y_DT = 0-3, I_DT = 4 with INDEXED, X2_DT, Y2_DT = 5, 6 with SECOND, X3_DT, Y3_DT
+// = 7, 8 with THIRD). Defines: INDEXED; SECOND (with INDEXED); THIRD (with SECOND).
 layout(local_size_x = 64) in;
 #include "dtype.glslh"
 
-layout(std430, set = 0, binding = 0) readonly buffer BufX { X_T x[]; };
-layout(std430, set = 0, binding = 1) readonly buffer BufC { C_T cs[]; };
-layout(std430, set = 0, binding = 2) readonly buffer BufS { S_T sn[]; };
-layout(std430, set = 0, binding = 3) writeonly buffer BufY { Y_T y[]; };
+ANY_IN(0, X, x, 0)
+ANY_IN(1, C, cs, 1)
+ANY_IN(2, S, sn, 2)
+ANY_OUT(3, Y, y, 3)
 #ifdef INDEXED
-layout(std430, set = 0, binding = 4) readonly buffer BufI { I_T idx[]; };
+ANY_IN(4, I, idx, 4)
 #endif
 #ifdef SECOND
-layout(std430, set = 0, binding = 5) readonly buffer BufX2 { X2_T x2[]; };
-layout(std430, set = 0, binding = 6) writeonly buffer BufY2 { Y2_T y2[]; };
+ANY_IN(5, X2, x2, 5)
+ANY_OUT(6, Y2, y2, 6)
 #endif
 #ifdef THIRD
-layout(std430, set = 0, binding = 7) readonly buffer BufX3 { X3_T x3[]; };
-layout(std430, set = 0, binding = 8) writeonly buffer BufY3 { Y3_T y3[]; };
+ANY_IN(7, X3, x3, 7)
+ANY_OUT(8, Y3, y3, 8)
 #endif
 
 layout(push_constant) uniform Push {
@@ -81,21 +82,21 @@ void main() {
     float a, b;
 #ifdef THIRD
     if (part == 2) {
-        a = LOAD_X3(lo);
-        b = LOAD_X3(lo + h);
+        a = load_X3(lo);
+        b = load_X3(lo + h);
     } else
 #endif
 #ifdef SECOND
     if (part == 1) {
-        a = LOAD_X2(lo);
-        b = LOAD_X2(lo + h);
+        a = load_X2(lo);
+        b = load_X2(lo + h);
     } else
 #endif
     {
-        a = LOAD_X(lo);
-        b = LOAD_X(lo + h);
+        a = load_X(lo);
+        b = load_X(lo + h);
     }
-    float ya = a * LOAD_C(c) - b * LOAD_S(s), yb = b * LOAD_C(c + h * p.c3) + a * LOAD_S(s + h * p.s3);
+    float ya = a * load_C(c) - b * load_S(s), yb = b * load_C(c + h * p.c3) + a * load_S(s + h * p.s3);
 #ifdef THIRD
     if (part == 2) {
         ya = a;
@@ -104,13 +105,13 @@ void main() {
 #endif
 #ifdef SECOND
     if (part == 1) {
-        STORE_Y2(lo, ya);
-        STORE_Y2(lo + h, yb);
+        store_Y2(lo, ya);
+        store_Y2(lo + h, yb);
         return;
     }
 #endif
 #ifdef INDEXED
-    const int position = LOADI_I(i2);
+    const int position = loadi_I(i2);
     if (position < 0 || position >= int(p.size)) {
         return;
     }
@@ -120,11 +121,11 @@ void main() {
 #endif
 #ifdef THIRD
     if (part == 2) {
-        STORE_Y3(to, ya);
-        STORE_Y3(to + h, yb);
+        store_Y3(to, ya);
+        store_Y3(to + h, yb);
         return;
     }
 #endif
-    STORE_Y(to, ya);
-    STORE_Y(to + h, yb);
+    store_Y(to, ya);
+    store_Y(to + h, yb);
 }

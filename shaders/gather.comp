@@ -1,15 +1,16 @@
 #version 450
 // Gather along one dim: out[i] = src[i with its coordinate on DIM replaced by index[i]].
-// Bindings: 0 = src, 1 = index (any integer type), 2 = out (index's shape), contiguous.
-// Defines: elem_defines for S, I and O; INT_PATH: an integer output (through int), else
-// through float. An index outside [-len, len) gives 0 (torch raises; the file may not).
+// Bindings: 0 = src, 1 = index (any integer type), 2 = out (index's shape), contiguous, each of any
+// dtype (ANY_IN / ANY_OUT in dtype.glslh; specialization constants S_DT, I_DT, O_DT = 0-2).
+// Defines: INT_PATH: an integer output (through int), else through float. An index outside
+// [-len, len) gives 0 (torch raises; the file may not).
 // One invocation per output element. Groups fold into y.
 layout(local_size_x = 64) in;
 #include "dtype.glslh"
 
-layout(std430, set = 0, binding = 0) readonly buffer BufS { S_T s[]; };
-layout(std430, set = 0, binding = 1) readonly buffer BufI { I_T idx[]; };
-layout(std430, set = 0, binding = 2) writeonly buffer BufO { O_T o[]; };
+ANY_IN(0, S, s, 0)
+ANY_IN(1, I, idx, 1)
+ANY_OUT(2, O, o, 2)
 
 layout(push_constant) uniform Push {
     uint n;
@@ -26,10 +27,10 @@ void main() {
     if (gid >= p.n) {
         return;
     }
-    int j = LOADI_I(gid);
+    int j = loadi_I(gid);
     j = j < 0 ? j + p.len : j;
     if (j < 0 || j >= p.len) {
-        STORE_O(gid, 0);
+        store_O(gid, 0);
         return;
     }
     uint src = 0u;
@@ -41,8 +42,8 @@ void main() {
         r = q;
     }
 #ifdef INT_PATH
-    STORE_O(gid, LOADI_S(src));
+    store_O(gid, loadi_S(src));
 #else
-    STORE_O(gid, LOAD_S(src));
+    store_O(gid, load_S(src));
 #endif
 }

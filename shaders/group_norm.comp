@@ -1,11 +1,13 @@
 #version 450
 // Group norm (aten.native_group_norm) of x [N, C, *]: row r = (n, g) is the contiguous C/G * HW
-// elements of group g of sample n (shaders/rows.glslh: a workgroup per row with ROW_WG, else an
+// elements of group g of sample n (shaders/rows.glslh: a workgroup per row with ROW_GROUP, else an
 // invocation per row), normalised by its mean and biased variance, then each element of channel
 // c = g * C/G + k / HW times weight[c] plus bias[c].
 // Bindings: 0 = x, 1 = y, 2 = weight[C], 3 = bias[C], 4 = mean[rows], 5 = rstd[rows], each of any
 // dtype (ANY_IN / ANY_OUT, specialization constants 0..5 in binding order). Absent weight/bias are
-// bound to a placeholder and never read. Defines: HAS_W, HAS_B; ROW_WG.
+// bound to a placeholder and never read. Defines: HAS_W, HAS_B; ROW_GROUP. Specialization
+// constant 6 = ROW_WG (rows.glslh).
+#define ROW_WG_ID 6
 #include "dtype.glslh"
 #include "rows.glslh"
 

@@ -3,18 +3,19 @@
 //   out[b, r] = src[i0[b], ..., i{K-1}[b], r]
 // b runs over the index tensors' broadcast shape (collapsed to at most 4 dims), r over the
 // elements of src past its first K dims.
-// Bindings: 0 = src, 1..3 = the index tensors (unused ones bind index 0 again), 4 = out.
-// Defines: elem_defines for S, I0..I2 and O; INT_PATH: an integer output (through int), else
-// through float. An index outside [-size, size) gives 0 (torch raises; the file may not).
+// Bindings: 0 = src, 1..3 = the index tensors (unused ones bind index 0 again), 4 = out, each of
+// any dtype (ANY_IN / ANY_OUT in dtype.glslh; specialization constants S_DT, I0_DT..I2_DT, O_DT = 0-4).
+// Defines: INT_PATH: an integer output (through int), else through float. An index outside
+// [-size, size) gives 0 (torch raises; the file may not).
 // One invocation per output element. Groups fold into y.
 layout(local_size_x = 64) in;
 #include "dtype.glslh"
 
-layout(std430, set = 0, binding = 0) readonly buffer BufS { S_T s[]; };
-layout(std430, set = 0, binding = 1) readonly buffer BufI0 { I0_T i0[]; };
-layout(std430, set = 0, binding = 2) readonly buffer BufI1 { I1_T i1[]; };
-layout(std430, set = 0, binding = 3) readonly buffer BufI2 { I2_T i2[]; };
-layout(std430, set = 0, binding = 4) writeonly buffer BufO { O_T o[]; };
+ANY_IN(0, S, s, 0)
+ANY_IN(1, I0, i0, 1)
+ANY_IN(2, I1, i1, 2)
+ANY_IN(3, I2, i2, 3)
+ANY_OUT(4, O, o, 4)
 
 layout(push_constant) uniform Push {
     uint n;
@@ -29,12 +30,12 @@ layout(push_constant) uniform Push {
 
 int index_at(uint j, uint e) {
     if (j == 0u) {
-        return LOADI_I0(e);
+        return loadi_I0(e);
     }
     if (j == 1u) {
-        return LOADI_I1(e);
+        return loadi_I1(e);
     }
-    return LOADI_I2(e);
+    return loadi_I2(e);
 }
 
 void main() {
@@ -58,14 +59,14 @@ void main() {
         int i = index_at(j, e[j]);
         i = i < 0 ? i + p.size[j] : i;
         if (i < 0 || i >= p.size[j]) {
-            STORE_O(gid, 0);
+            store_O(gid, 0);
             return;
         }
         src += uint(i) * p.stride[j];
     }
 #ifdef INT_PATH
-    STORE_O(gid, LOADI_S(src));
+    store_O(gid, loadi_S(src));
 #else
-    STORE_O(gid, LOAD_S(src));
+    store_O(gid, load_S(src));
 #endif
 }

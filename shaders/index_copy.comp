@@ -1,17 +1,19 @@
 #version 450
 // In-place cache update: t[o, index[j], k] = s[o, j, k] over the dims of t collapsed to
 // [outer, size, inner] around the written dim (vkx.index_copy.default).
-// Bindings: 0 = t (the state, read and written), 1 = index (int32 [n]), 2 = s [outer, n, inner].
-// Defines: elem_defines for T and I (T and s share a dtype: a bit copy).
+// Bindings: 0 = t (the state, written), 1 = index (int32 [n]), 2 = s [outer, n, inner], each of any
+// dtype (ANY_OUT / ANY_IN in dtype.glslh; specialization constants T_DT, I_DT, S_DT = 0-2).
+// t and s of one dtype: a bit copy of its element size; else (a 16- or 8-bit constant s read by
+// words into a state held in 32 bits) converted as s's type is read: through float or through int.
 // The positions are data: the command buffer is recorded once and each call writes where
 // that call's index says. A position outside [0, size) writes nothing (torch raises).
 // One invocation per source element.
 layout(local_size_x = 64) in;
 #include "dtype.glslh"
 
-layout(std430, set = 0, binding = 0) buffer BufT { T_T t[]; };
-layout(std430, set = 0, binding = 1) readonly buffer BufIdx { I_T idx[]; };
-layout(std430, set = 0, binding = 2) readonly buffer BufS { T_T s[]; };
+ANY_OUT(0, T, t, 0)
+ANY_IN(1, I, idx, 1)
+ANY_IN(2, S, s, 2)
 
 layout(push_constant) uniform Push {
     uint count;   // outer * n * inner
@@ -30,9 +32,26 @@ void main() {
     uint k = gid - row * p.inner;
     uint o = row / p.n;
     uint j = row - o * p.n;
-    int position = LOADI_I(j);
+    int position = loadi_I(j);
     if (position < 0 || position >= p.size) {
         return;
     }
-    t[(o * uint(p.size) + uint(position)) * p.inner + k] = s[gid];
+    uint to = (o * uint(p.size) + uint(position)) * p.inner + k;
+    if (T_DT == S_DT) {
+#ifndef WORDS  // without narrow storage, t (written) has 32-bit elements
+        if (T_DT == DT_FLOAT16 || T_DT == DT_BFLOAT16) {
+            t_u16[to] = s_u16[gid];
+            return;
+        }
+        if (T_DT == DT_INT8 || T_DT == DT_UINT8 || T_DT == DT_BOOL) {
+            t_u8[to] = s_u8[gid];
+            return;
+        }
+#endif
+        t_i32[to] = s_i32[gid];
+    } else if (S_DT == DT_FLOAT16 || S_DT == DT_BFLOAT16) {
+        store_T(to, load_S(gid));
+    } else {
+        store_T(to, loadi_S(gid));
+    }
 }

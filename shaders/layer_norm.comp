@@ -1,19 +1,21 @@
 #version 450
 // Layer norm over the last N elements of each contiguous row (shaders/rows.glslh: a
-// workgroup per row with ROW_WG, else an invocation per row).
+// workgroup per row with ROW_GROUP, else an invocation per row).
 // Bindings: 0 = in, 1 = out, 2 = weight[N], 3 = bias[N], 4 = mean[rows], 5 = rstd[rows].
 // Absent weight/bias are bound to a placeholder and never touched.
-// Defines: elem_defines for X, Y, W, B, M (mean), R (rstd); HAS_W, HAS_B; ROW_WG.
+// Defines: elem_defines for X and Y (the row's reads and writes); HAS_W, HAS_B; ROW_GROUP.
+// Specialization constants: 0 = ROW_WG (rows.glslh); weight, bias, mean and rstd are of any dtype
+// (ANY_IN / ANY_OUT, 1..4 in binding order).
 // Two passes for the statistics (mean, then the centred sum of squares), biased variance.
 #include "dtype.glslh"
 #include "rows.glslh"
 
 layout(std430, set = 0, binding = 0) readonly buffer BufIn { X_T x[]; };
 layout(std430, set = 0, binding = 1) writeonly buffer BufOut { Y_T y[]; };
-layout(std430, set = 0, binding = 2) readonly buffer BufW { W_T w[]; };
-layout(std430, set = 0, binding = 3) readonly buffer BufB { B_T b[]; };
-layout(std430, set = 0, binding = 4) writeonly buffer BufMean { M_T mean_out[]; };
-layout(std430, set = 0, binding = 5) writeonly buffer BufRstd { R_T rstd_out[]; };
+ANY_IN(2, W, w_in, 1)
+ANY_IN(3, B, b_in, 2)
+ANY_OUT(4, M, mean_out, 3)
+ANY_OUT(5, R, rstd_out, 4)
 
 layout(push_constant) uniform Push {
     uint rows;
@@ -43,15 +45,15 @@ void main() {
     for (uint k = lane; k < p.n; k += ROW_LANES) {
         float v = (LOAD_X(base + k) - mean) * rstd;
 #ifdef HAS_W
-        v *= LOAD_W(k);
+        v *= load_W(k);
 #endif
 #ifdef HAS_B
-        v += LOAD_B(k);
+        v += load_B(k);
 #endif
         STORE_Y(base + k, v);
     }
     if (lane == 0u) {
-        STORE_M(p.stat_off + row, mean);
-        STORE_R(p.stat_off + row, rstd);
+        store_M(p.stat_off + row, mean);
+        store_R(p.stat_off + row, rstd);
     }
 }

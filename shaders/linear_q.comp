@@ -5,7 +5,8 @@
 // stored as q + 8), BITS 8 packs 4 (signed bytes). Each workgroup computes ROWS outputs of one
 // row m: its 64 invocations stride over the words of those weight rows (adjacent invocations read
 // adjacent words, so the weight streams), then one shared-memory reduction gives the sums.
-// Accumulation is fp32; x, s, o and bias are any float type (elem_defines X, S, O, B).
+// Accumulation is fp32; x is any float type (read defines X), s, o and bias any dtype (ANY_IN /
+// ANY_OUT: specialization constants 0, 1 and 2; WORDS and DT_* defines).
 // Bindings: 0 = x, 1 = weight rows [row0, row0 + rows) as uint words, 2 = scales, 3 = out,
 // 4 = bias (HAS_BIAS). A weight larger than one binding is dispatched in row blocks (row0).
 // HIGH_FIRST (BITS 4): each byte holds its even value in the high nibble (ExecuTorch's
@@ -28,10 +29,10 @@ layout(std430, set = 0, binding = 1) readonly buffer BufW { uvec4 w[]; };
 layout(std430, set = 0, binding = 1) readonly buffer BufW { uint w[]; };
 #define PER_LOAD PER_WORD
 #endif
-layout(std430, set = 0, binding = 2) readonly buffer BufS { S_T s[]; };
-layout(std430, set = 0, binding = 3) writeonly buffer BufO { O_T o[]; };
+ANY_IN(2, S, s, 0)
+ANY_OUT(3, O, o, 1)
 #ifdef HAS_BIAS
-layout(std430, set = 0, binding = 4) readonly buffer BufB { B_T bias[]; };
+ANY_IN(4, B, bias, 2)
 #endif
 
 layout(push_constant) uniform Push {
@@ -78,7 +79,7 @@ void main() {
                         dot += packed_value(words[i], j) * xv[i * PER_WORD + j];
                     }
                 }
-                acc[r] += dot * LOAD_S(SCALE_AT(p.row0 + local, g));
+                acc[r] += dot * load_S(SCALE_AT(p.row0 + local, g));
             }
         }
     }
@@ -98,8 +99,8 @@ void main() {
         uint n = p.row0 + local0 + t;
         float v = part[t][0];
 #ifdef HAS_BIAS
-        v += LOAD_B(n);
+        v += load_B(n);
 #endif
-        STORE_O(m * p.N + n, v);
+        store_O(m * p.N + n, v);
     }
 }

@@ -6,28 +6,21 @@
 // The batch index is two-level: z = b1*nb2 + b2. C is row-major with row stride ldc
 // (ldc > N when a dispatch writes a column slice; the slice start is folded into coff).
 // Bindings: 0 = A, 1 = B, 2 = C, 3 = BIAS (only with HAS_BIAS).
+// Specialization constants: 0, 1 = the workgroup's x (over column tiles) and y (over row tiles);
+// 2 = TM, rows per invocation tile (4, or 1 for M == 1, e.g. one token); 3, 4 = the dtypes of C and
+// BIAS (ANY_OUT / ANY_IN: any dtype).
 // Defines:
-//   elem_defines for A, B, C and BIAS (any float type; accumulation is fp32)
+//   read defines for A and B (any float type; accumulation is fp32); WORDS and DT_* (dtype.glslh)
 //   A_VEC    A is k-contiguous (sAk == 1) and K, sAm, sAb*, aoff are multiples of 4
 //   B_VEC_K  B is k-contiguous (sBk == 1) and K, sBn, sBb*, boff are multiples of 4
 //   B_VEC_N  B is n-contiguous (sBn == 1) and N, sBk, sBb*, boff are multiples of 4
 //   with each: A_V / B_V (the array element type) and LOAD4_A(i) / LOAD4_B(i), elements
 //   i..i+3 (i a multiple of 4) as a vec4 in one load: a vec4, or a uvec2 of 16-bit pairs
 //   HAS_BIAS add beta * bias[biasoff + m*sbm + n*sbn]
-//   WG_X, WG_Y  workgroup size (x over column tiles, y over row tiles)
-//   TM       rows per invocation tile: 4 (default) or 1 (for M == 1, e.g. one token)
 // Each invocation owns a TMx4 output tile; edge tiles clamp their load indices (no
 // branches in the k loop) and skip out-of-range stores.
-#ifndef TM
-#define TM 4
-#endif
-#ifndef WG_X
-#define WG_X 8
-#endif
-#ifndef WG_Y
-#define WG_Y 8
-#endif
-layout(local_size_x = WG_X, local_size_y = WG_Y, local_size_z = 1) in;
+layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z = 1) in;
+layout(constant_id = 2) const int TM = 4;
 #include "dtype.glslh"
 #include "pairs.glslh"
 
@@ -41,9 +34,9 @@ layout(std430, set = 0, binding = 1) readonly buffer BufB { B_V b4[]; };
 #else
 layout(std430, set = 0, binding = 1) readonly buffer BufB { B_T b[]; };
 #endif
-layout(std430, set = 0, binding = 2) writeonly buffer BufC { C_T c[]; };
+ANY_OUT(2, C, c, 3)
 #ifdef HAS_BIAS
-layout(std430, set = 0, binding = 3) readonly buffer BufBias { BIAS_T bias[]; };
+ANY_IN(3, BIAS, bias, 4)
 #endif
 
 layout(push_constant) uniform Push {
@@ -142,9 +135,9 @@ void main() {
                 if (n < p.N) {
                     float v = p.alpha * acc[i][j];
 #ifdef HAS_BIAS
-                    v += p.beta * LOAD_BIAS(p.biasoff + m * p.sbm + n * p.sbn);
+                    v += p.beta * load_BIAS(uint(p.biasoff + m * p.sbm + n * p.sbn));
 #endif
-                    STORE_C(cbase + m * p.ldc + n, v);
+                    store_C(uint(cbase + m * p.ldc + n), v);
                 }
             }
         }

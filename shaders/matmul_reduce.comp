@@ -4,14 +4,15 @@
 // P is the fp32 scratch of nsplit partial products, each contiguous [batch, M, N] and sPs
 // elements apart; C is addressed as in shaders/matmul.comp (coff, ldc, batch strides).
 // One invocation per element of C: x over n, y over m, z over the batch (b1 * nb2 + b2).
-// Bindings: 0 = P, 1 = C, 2 = BIAS (only with HAS_BIAS). Defines: elem_defines for C and BIAS.
+// Bindings: 0 = P, 1 = C, 2 = BIAS (only with HAS_BIAS); C and BIAS of any dtype (ANY_OUT / ANY_IN,
+// specialization constants 0 and 1). Defines: HAS_BIAS; WORDS and DT_* (dtype.glslh).
 layout(local_size_x = 64, local_size_y = 1, local_size_z = 1) in;
 #include "dtype.glslh"
 
 layout(std430, set = 0, binding = 0) readonly buffer BufP { float part[]; };
-layout(std430, set = 0, binding = 1) writeonly buffer BufC { C_T c[]; };
+ANY_OUT(1, C, c, 0)
 #ifdef HAS_BIAS
-layout(std430, set = 0, binding = 2) readonly buffer BufBias { BIAS_T bias[]; };
+ANY_IN(2, BIAS, bias, 1)
 #endif
 
 layout(push_constant) uniform Push {
@@ -35,8 +36,8 @@ void main() {
     }
     float v = p.alpha * sum;
 #ifdef HAS_BIAS
-    v += p.beta * LOAD_BIAS(p.biasoff + m * p.sbm + n * p.sbn);
+    v += p.beta * load_BIAS(uint(p.biasoff + m * p.sbm + n * p.sbn));
 #endif
     const int b1 = bz / p.nb2;
-    STORE_C(p.coff + b1 * p.sCb1 + (bz - b1 * p.nb2) * p.sCb2 + m * p.ldc + n, v);
+    store_C(uint(p.coff + b1 * p.sCb1 + (bz - b1 * p.nb2) * p.sCb2 + m * p.ldc + n), v);
 }

@@ -13,19 +13,14 @@
 // Split-K (nsplit > 1): workgroup z = batch * nsplit + s walks k in [s * kchunk, (s+1) * kchunk)
 // and stores its partial tile at C + s * sCs (the caller binds an fp32 scratch as C, with
 // alpha 1 and no bias); shaders/matmul_reduce.comp sums the partials into the real C.
-// Defines: elem_defines for A, B, C and BIAS; A_VEC, B_VEC_K, B_VEC_N with A_V / B_V and
-// LOAD4_A / LOAD4_B as in shaders/matmul.comp; HAS_BIAS; RT and CT (4 or 8, default 8);
-// BK (8, 16 or 32, default 8). Edge tiles clamp their load rows/columns into range and skip
-// out-of-range stores; k past the split's end loads zeros.
-#ifndef RT
-#define RT 8
-#endif
-#ifndef CT
-#define CT 8
-#endif
-#ifndef BK
-#define BK 8
-#endif
+// Specialization constants: 0, 1 = RT and CT (4 or 8), 2 = BK (8, 16 or 32); 3, 4 = the dtypes of
+// C and BIAS (ANY_OUT / ANY_IN: any dtype). Defines: read defines for A and B; A_VEC, B_VEC_K,
+// B_VEC_N with A_V / B_V and LOAD4_A / LOAD4_B as in shaders/matmul.comp; HAS_BIAS; WORDS and
+// DT_* (dtype.glslh). Edge tiles clamp their load rows/columns into range and skip out-of-range
+// stores; k past the split's end loads zeros.
+layout(constant_id = 0) const int RT = 8;
+layout(constant_id = 1) const int CT = 8;
+layout(constant_id = 2) const int BK = 8;
 #define BM (16 * RT)
 #define BN (16 * CT)
 #define THREADS 256
@@ -47,9 +42,9 @@ layout(std430, set = 0, binding = 1) readonly buffer BufB { B_V b4[]; };
 #else
 layout(std430, set = 0, binding = 1) readonly buffer BufB { B_T b[]; };
 #endif
-layout(std430, set = 0, binding = 2) writeonly buffer BufC { C_T c[]; };
+ANY_OUT(2, C, c, 3)
 #ifdef HAS_BIAS
-layout(std430, set = 0, binding = 3) readonly buffer BufBias { BIAS_T bias[]; };
+ANY_IN(3, BIAS, bias, 4)
 #endif
 
 layout(push_constant) uniform Push {
@@ -217,9 +212,9 @@ void main() {
                 if (n < p.N) {
                     float v = p.alpha * acc[i][j >> 2][j & 3];
 #ifdef HAS_BIAS
-                    v += p.beta * LOAD_BIAS(p.biasoff + m * p.sbm + n * p.sbn);
+                    v += p.beta * load_BIAS(uint(p.biasoff + m * p.sbm + n * p.sbn));
 #endif
-                    STORE_C(cbase + m * p.ldc + n, v);
+                    store_C(uint(cbase + m * p.ldc + n), v);
                 }
             }
         }

@@ -8,19 +8,20 @@
 // eight elements (invocation i reads chunks i, i + WG, ...: neighbours read neighbouring
 // bytes, 16 at a time), the ROWS columns' loads of a chunk issued together, then add their
 // partial sums (partials.glslh: subgroup adds, or a shared-memory tree). The weight streams
-// once; A is read once per ROWS columns. WG is specialization constant 0, ROWS a define.
-// Bindings: 0 = A, 1 = B, 2 = C, 3 = BIAS (only with HAS_BIAS).
-// Defines: elem_defines for A, B, C, BIAS; A_V / B_V (the array element type) and
+// once; A is read once per ROWS columns. WG and ROWS are specialization constants 0 and 1.
+// Bindings: 0 = A, 1 = B, 2 = C, 3 = BIAS (only with HAS_BIAS); C and BIAS of any dtype (ANY_OUT /
+// ANY_IN, specialization constants 2 and 3).
+// Defines: read defines for A and B; A_V / B_V (the array element type) and
 // LOAD8_A(i, lo, hi) / LOAD8_B(i, lo, hi) (elements i..i+7 into two vec4s: two vec4 loads
 // for fp32, one uvec4 of four 16-bit pairs for fp16/bf16, or eight scalar loads);
-// K_TAIL when K % 8 != 0 (then both arrays hold scalars); HAS_BIAS; SUBGROUP; ROWS.
+// K_TAIL when K % 8 != 0 (then both arrays hold scalars); HAS_BIAS; SUBGROUP; WORDS and DT_*.
 // GLU (one batch, no bias, no K_TAIL): binding 3 = B2, a second weight laid out as B (its row 0 at
 // element p.b2off), read in the same workgroup, and C[n] = silu(alpha * sum_k A[k] B[k, n])
 // * (alpha * sum_k A[k] B2[k, n]): SwiGLU's gate and up products and their product in one dispatch.
 // SEGMENTS (one batch, no bias, no K_TAIL): three products of A in one dispatch, C = A B over the
 // first ceil(N / ROWS) workgroups, C2 = A B2 (bindings 3, 4) over the next ceil(N2 / ROWS), C3 =
 // A B3 (5, 6) over the rest, each weight laid out as B from its element 0 (an attention's q, k
-// and v products).
+// and v products); C2 and C3 of any dtype (specialization constants 3 and 4).
 // NORM (with GLU, SEGMENTS or neither; one batch, no bias, no K_TAIL): A is an RMSNorm's input,
 // the products are of its output, A[k] * G[k] * rsqrt(mean(A^2) + p.eps): binding NORM_BINDING =
 // G (the norm's weight, K elements), the squares summed in the same sweep, each sum scaled once.
@@ -30,18 +31,18 @@
 
 layout(std430, set = 0, binding = 0) readonly buffer BufA { A_V a[]; };
 layout(std430, set = 0, binding = 1) readonly buffer BufB { B_V b[]; };
-layout(std430, set = 0, binding = 2) writeonly buffer BufC { C_T c[]; };
+ANY_OUT(2, C, c, 2)
 #ifdef HAS_BIAS
-layout(std430, set = 0, binding = 3) readonly buffer BufBias { BIAS_T bias[]; };
+ANY_IN(3, BIAS, bias, 3)
 #endif
 #ifdef GLU
 layout(std430, set = 0, binding = 3) readonly buffer BufB2 { B_V bup[]; };
 #endif
 #ifdef SEGMENTS
 layout(std430, set = 0, binding = 3) readonly buffer BufB2 { B_V w2[]; };
-layout(std430, set = 0, binding = 4) writeonly buffer BufC2 { C2_T c2[]; };
+ANY_OUT(4, C2, c2, 3)
 layout(std430, set = 0, binding = 5) readonly buffer BufB3 { B_V w3[]; };
-layout(std430, set = 0, binding = 6) writeonly buffer BufC3 { C3_T c3[]; };
+ANY_OUT(6, C3, c3, 4)
 #endif
 #ifdef NORM
 layout(std430, set = 0, binding = NORM_BINDING) readonly buffer BufG { G_V g[]; };
@@ -166,18 +167,18 @@ void main() {
         v = v / (1.0 + exp(-v)) * (alpha * row_total(ROWS + lid));
 #endif
 #ifdef HAS_BIAS
-        v += p.beta * LOAD_BIAS(p.biasoff + n * p.sbn);
+        v += p.beta * load_BIAS(uint(p.biasoff + n * p.sbn));
 #endif
 #ifdef SEGMENTS
         if (seg == 1) {
-            STORE_C2(n, v);
+            store_C2(uint(n), v);
         } else if (seg == 2) {
-            STORE_C3(n, v);
+            store_C3(uint(n), v);
         } else {
-            STORE_C(n, v);
+            store_C(uint(n), v);
         }
 #else
-        STORE_C(p.coff + b1 * p.sCb1 + b2 * p.sCb2 + n, v);
+        store_C(uint(p.coff + b1 * p.sCb1 + b2 * p.sCb2 + n), v);
 #endif
     }
 }

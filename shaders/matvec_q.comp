@@ -13,18 +13,20 @@
 // costs one multiply-add per chunk and the scale one multiply. A field becomes a float without a
 // conversion instruction (`field`: a mask, an OR and a subtraction), then its multiply-add: four
 // instructions a weight. fp32 sums, then partials.glslh's workgroup sum.
-// WG is specialization constant 0, ROWS a define.
+// WG and ROWS are specialization constants 0 and 1.
 // Bindings: 0 = x, 1 = weight rows [row0, row0 + rows) as uvec4, 2 = scales, 3 = out,
-// 4 = bias (HAS_BIAS). Defines: elem_defines for X, S, O, B; X_V and LOAD4_X(i) (elements
-// i..i+3 of x as a vec4, i a multiple of 4); BITS, HIGH_FIRST, SCALE_STRIDE (scales [groups,
-// p.scale_stride], else [N, groups]), HAS_BIAS, SUBGROUP.
+// 4 = bias (HAS_BIAS); scales, out and bias of any dtype (ANY_IN / ANY_OUT, specialization
+// constants 2, 3 and 4). Defines: read defines for X; X_V and LOAD4_X(i) (elements i..i+3 of x
+// as a vec4, i a multiple of 4); BITS, HIGH_FIRST, SCALE_STRIDE (scales [groups, p.scale_stride],
+// else [N, groups]), HAS_BIAS, SUBGROUP, WORDS and DT_*.
 // GLU (whole weights bound, no bias): binding 4 = a second weight laid out as the first, 5 = its
-// scales (S2), read in the same workgroup, and o[n] = silu(sum_k x q s) * (sum_k x q2 s2): SwiGLU's
-// gate and up products and their product in one dispatch.
+// scales (S2, constant 4), read in the same workgroup, and o[n] = silu(sum_k x q s) * (sum_k x q2 s2):
+// SwiGLU's gate and up products and their product in one dispatch.
 // SEGMENTS (whole weights bound, no bias): three products of x in one dispatch, the first
 // ceil(rows / ROWS) workgroups on weight 1 (bindings 1-3), the next ceil(rows2 / ROWS) on weight 2
 // (4 = rows, 5 = scales S2, 6 = out O2), the rest on weight 3 (7, 8 = S3, 9 = O3): an attention's
-// q, k and v products; the weights share K, the packing and the scale layout.
+// q, k and v products; the weights share K, the packing and the scale layout (S2, O2, S3, O3:
+// constants 4 to 7).
 // NORM (GLU, SEGMENTS or one row block): x is an RMSNorm's input, the products are of its output,
 // x[k] * G[k] * rsqrt(mean(x^2) + p.eps): binding NORM_BINDING = G (the norm's weight, K elements),
 // the squares summed in the same sweep, each sum scaled once (as matvec.comp's NORM).
@@ -52,26 +54,26 @@
 
 layout(std430, set = 0, binding = 0) readonly buffer BufX { X_V x[]; };
 layout(std430, set = 0, binding = 1) readonly buffer BufW { uvec4 w[]; };
-layout(std430, set = 0, binding = 2) readonly buffer BufS { S_T s[]; };
-layout(std430, set = 0, binding = 3) writeonly buffer BufO { O_T o[]; };
+ANY_IN(2, S, s, 2)
+ANY_OUT(3, O, o, 3)
 #ifdef HAS_BIAS
-layout(std430, set = 0, binding = 4) readonly buffer BufB { B_T bias[]; };
+ANY_IN(4, B, bias, 4)
 #endif
 #if defined(GLU) || defined(SEGMENTS)
 layout(std430, set = 0, binding = 4) readonly buffer BufW2 { uvec4 w2[]; };
-layout(std430, set = 0, binding = 5) readonly buffer BufS2 { S2_T s2[]; };
+ANY_IN(5, S2, s2, 4)
 #endif
 #ifdef SEGMENTS
-layout(std430, set = 0, binding = 6) writeonly buffer BufO2 { O2_T o2[]; };
+ANY_OUT(6, O2, o2, 5)
 layout(std430, set = 0, binding = 7) readonly buffer BufW3 { uvec4 w3[]; };
-layout(std430, set = 0, binding = 8) readonly buffer BufS3 { S3_T s3[]; };
-layout(std430, set = 0, binding = 9) writeonly buffer BufO3 { O3_T o3[]; };
+ANY_IN(8, S3, s3, 6)
+ANY_OUT(9, O3, o3, 7)
 // the weight, scale and store of this workgroup's product (seg: uniform in the workgroup)
 #define WEIGHT(i) (seg == 0 ? w[i] : seg == 1 ? w2[i] : w3[i])
-#define SCALE(i) (seg == 0 ? LOAD_S(i) : seg == 1 ? LOAD_S2(i) : LOAD_S3(i))
+#define SCALE(i) (seg == 0 ? load_S(i) : seg == 1 ? load_S2(i) : load_S3(i))
 #else
 #define WEIGHT(i) w[i]
-#define SCALE(i) LOAD_S(i)
+#define SCALE(i) load_S(i)
 #endif
 
 #ifdef NORM
@@ -193,7 +195,7 @@ void sweep(const int seg, const uint lid, const uint row[ROWS], inout float acc[
         for (int r = 0; r < ROWS; ++r) {
             acc[r] += SCALE(SCALE_AT(p.row0 + row[r], g)) * (folded(e[r], e4[r]) - ZERO * xsum);
 #ifdef GLU
-            acc2[r] += LOAD_S2(SCALE_AT(row[r], g)) * (folded(e2[r], e42[r]) - ZERO * xsum);
+            acc2[r] += load_S2(SCALE_AT(row[r], g)) * (folded(e2[r], e42[r]) - ZERO * xsum);
 #endif
         }
     }
@@ -266,21 +268,21 @@ void main() {
         float sum = scale * row_total(int(lid));
         const uint n = p.row0 + first + lid;
 #ifdef HAS_BIAS
-        sum += LOAD_B(n);
+        sum += load_B(n);
 #endif
 #ifdef GLU
         sum = sum / (1.0 + exp(-sum)) * (scale * row_total(ROWS + int(lid)));
 #endif
 #ifdef SEGMENTS
         if (seg == 1) {
-            STORE_O2(n, sum);
+            store_O2(n, sum);
         } else if (seg == 2) {
-            STORE_O3(n, sum);
+            store_O3(n, sum);
         } else {
-            STORE_O(n, sum);
+            store_O(n, sum);
         }
 #else
-        STORE_O(n, sum);
+        store_O(n, sum);
 #endif
     }
 }

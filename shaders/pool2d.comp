@@ -2,8 +2,9 @@
 // 2-D max / average pooling over the last two dims of a contiguous [..., H, W] tensor
 // (planes = product of the leading dims). One invocation per output element; the
 // linear index folds the y group count into x (idx = gid.y * (numGroups.x * 64) + gid.x).
-// Bindings: 0 = x, 1 = out, 2 = indices (int32, with INDICES).
-// Defines: elem_defines for X and O (any float type; sums in fp32), MAX_POOL (else
+// Bindings: 0 = x, 1 = out, each of any float dtype (ANY_IN / ANY_OUT, specialization constants 0
+// and 1; sums in fp32), 2 = indices (int32, with INDICES).
+// Defines: WORDS and DT_* (dtype.glslh), MAX_POOL (else
 // average pooling; max pooling propagates NaN like torch), INDICES (max pooling also writes
 // the flat index iy * W + ix of each maximum in its plane, as torch's max_pool2d_with_indices:
 // the first maximum of the window, or its first NaN).
@@ -12,8 +13,8 @@
 layout(local_size_x = 64) in;
 #include "dtype.glslh"
 
-layout(std430, set = 0, binding = 0) readonly buffer BufX { X_T x[]; };
-layout(std430, set = 0, binding = 1) writeonly buffer BufO { O_T o[]; };
+ANY_IN(0, X, x_in, 0)
+ANY_OUT(1, O, o_out, 1)
 #ifdef INDICES
 layout(std430, set = 0, binding = 2) writeonly buffer BufI { int indices[]; };
 #endif
@@ -49,7 +50,7 @@ void main() {
             if (ix < 0 || ix >= p.W) {
                 continue;
             }
-            const float v = LOAD_X(base + iy * p.W + ix);
+            const float v = load_X(uint(base + iy * p.W + ix));
             if (v > best || isnan(v) || at < 0) {
                 best = v;
                 at = iy * p.W + ix;
@@ -59,7 +60,7 @@ void main() {
             }
         }
     }
-    STORE_O(idx, best);
+    store_O(uint(idx), best);
 #ifdef INDICES
     indices[idx] = at;
 #endif
@@ -72,13 +73,13 @@ void main() {
     const int y1 = min(ye_pad, p.H);
     const int x1 = min(xe_pad, p.W);
     if (y0 >= y1 || x0 >= x1) {
-        STORE_O(idx, 0.0);
+        store_O(uint(idx), 0.0);
         return;
     }
     float sum = 0.0;
     for (int iy = y0; iy < y1; ++iy) {
         for (int ix = x0; ix < x1; ++ix) {
-            sum += LOAD_X(base + iy * p.W + ix);
+            sum += load_X(uint(base + iy * p.W + ix));
         }
     }
     int divisor;
@@ -89,6 +90,6 @@ void main() {
     } else {
         divisor = (y1 - y0) * (x1 - x0);
     }
-    STORE_O(idx, sum / float(divisor));
+    store_O(uint(idx), sum / float(divisor));
 #endif
 }

@@ -3,16 +3,17 @@
 // Bindings: 0 = in, 1 = out (contiguous; the kept dims in their original order).
 // The caller splits the input dims into kept dims (ksize/kstride) and reduced dims
 // (rsize/rstride), each merged where adjacent and contiguous, at most 6 of each.
-// Each output element by a workgroup (ROW_WG) or an invocation (shaders/rows.glslh):
+// Each output element by a workgroup (ROW_GROUP) or an invocation (shaders/rows.glslh):
 // invocation `lane` sums reduced elements lane, lane + ROW_LANES, ... (flat index over the
 // reduced dims, the innermost fastest) with compensated (Kahan) summation; the partials
 // are then added in a tree. Define MEAN to divide by the number of reduced elements;
-// elem_defines for X and Y.
+// elem_defines for X. Specialization constants: 0 = ROW_WG (rows.glslh), 1 = the output's
+// dtype (ANY_OUT).
 #include "dtype.glslh"
 #include "rows.glslh"
 
 layout(std430, set = 0, binding = 0) readonly buffer BufIn { X_T x[]; };
-layout(std430, set = 0, binding = 1) writeonly buffer BufOut { Y_T y[]; };
+ANY_OUT(1, Y, y_out, 1)
 
 layout(push_constant) uniform Push {
     uint n_out;     // output elements
@@ -69,9 +70,9 @@ void main() {
     }
     if (row_lane() == 0u) {
 #ifdef MEAN
-        STORE_Y(gid, p.count == 0u ? uintBitsToFloat(0x7FC00000u) : total / float(p.count));
+        store_Y(gid, p.count == 0u ? uintBitsToFloat(0x7FC00000u) : total / float(p.count));
 #else
-        STORE_Y(gid, total);
+        store_Y(gid, total);
 #endif
     }
 }

@@ -3,13 +3,15 @@
 // Bindings: 0 = in, 1 = out (contiguous; the kept dims in their original order).
 // The dims come split and merged as for reduce_dims.comp (ksize/kstride, rsize/rstride, at most
 // 6 of each); an output's `count` reduced elements are walked in flat order (the innermost
-// reduced dim fastest), so an index is the flat index over the reduced dims. Without ROW_WG one
-// invocation walks one output; with it (rows.glslh) a workgroup does, its lanes taking every
+// reduced dim fastest), so an index is the flat index over the reduced dims. Without ROW_GROUP
+// one invocation walks one output; with it (rows.glslh) a workgroup does, its lanes taking every
 // ROW_WG-th element and combining (value, first index) pairs in shared memory (a long row: the
 // vocabulary's logits of a greedy decode step).
 // Defines (one op kind): MAX or MIN (the value), ARGMAX or ARGMIN (its first index; NaN counts
 // as the largest and the smallest, as in torch: NaN wins), VAR (the two-pass variance divided by
-// count - correction); elem_defines for X and Y. Math in fp32.
+// count - correction); elem_defines for X; ROW_GROUP. Math in fp32.
+// Specialization constants: 0 = ROW_WG (rows.glslh), 1 = the output's dtype (ANY_OUT; none with
+// SPLIT).
 // A long row of few outputs (the greedy tail) is cut in two passes, so that more than one
 // workgroup an output reads it: SPLIT (pass 1) gives workgroup w segment w % segments of output
 // w / segments, the seg_len elements of its walk from (w % segments) * seg_len, and writes that
@@ -26,7 +28,7 @@ layout(std430, set = 0, binding = 0) readonly buffer BufIn { X_T x[]; };
 #ifdef SPLIT
 layout(std430, set = 0, binding = 1) writeonly buffer BufPairs { uvec2 pairs_out[]; };
 #else
-layout(std430, set = 0, binding = 1) writeonly buffer BufOut { Y_T y[]; };
+ANY_OUT(1, Y, y_out, 1)
 #endif
 
 layout(push_constant) uniform Push {
@@ -73,7 +75,7 @@ bool before(float e, uint i, float best, uint at) {
     return e < best || (e == best && i < at);
 #endif
 }
-#ifdef ROW_WG
+#ifdef ROW_GROUP
 shared float best_part[ROW_WG];
 shared uint at_part[ROW_WG];
 #endif
@@ -116,7 +118,7 @@ void main() {
     }
     squares = row_sum(squares);
     if (lane == 0u) {
-        STORE_Y(gid, squares / max(float(p.count) - p.correction, 0.0));
+        store_Y(gid, squares / max(float(p.count) - p.correction, 0.0));
     }
 #else
     float best = 0.0;
@@ -135,11 +137,11 @@ void main() {
             at = index;
         }
     }
-#ifdef ROW_WG
+#ifdef ROW_GROUP
     best_part[lane] = best;
     at_part[lane] = at;
     barrier();
-    for (uint half_ = ROW_WG / 2; half_ > 0u; half_ >>= 1) {
+    for (uint half_ = ROW_WG / 2u; half_ > 0u; half_ >>= 1) {
         if (lane < half_ && before(best_part[lane + half_], at_part[lane + half_], best_part[lane], at_part[lane])) {
             best_part[lane] = best_part[lane + half_];
             at_part[lane] = at_part[lane + half_];
@@ -160,9 +162,9 @@ void main() {
         }
 #endif
 #if defined(MAX) || defined(MIN)
-        STORE_Y(gid, best);
+        store_Y(gid, best);
 #else
-        STORE_Y(gid, int(at));
+        store_Y(gid, int(at));
 #endif
 #endif
     }

@@ -1,14 +1,15 @@
 #version 450
 // RMS norm over the last N elements: y = x * rsqrt(mean(x^2) + eps) [* w], each contiguous
-// row by a workgroup (ROW_WG) or an invocation (shaders/rows.glslh).
+// row by a workgroup (ROW_GROUP) or an invocation (shaders/rows.glslh).
 // Bindings: 0 = in, 1 = out, 2 = weight[N] (placeholder unless HAS_W).
-// Defines: elem_defines for X, Y, W; HAS_W; ROW_WG.
+// Defines: elem_defines for X and Y (the row's reads and writes); HAS_W; ROW_GROUP.
+// Specialization constants: 0 = ROW_WG (rows.glslh), 1 = the weight's dtype (ANY_IN).
 #include "dtype.glslh"
 #include "rows.glslh"
 
 layout(std430, set = 0, binding = 0) readonly buffer BufIn { X_T x[]; };
 layout(std430, set = 0, binding = 1) writeonly buffer BufOut { Y_T y[]; };
-layout(std430, set = 0, binding = 2) readonly buffer BufW { W_T w[]; };
+ANY_IN(2, W, w_in, 1)
 
 layout(push_constant) uniform Push {
     uint rows;
@@ -31,7 +32,7 @@ void main() {
     const float r = inversesqrt(row_sum(q) / float(p.n) + p.eps);
     for (uint k = lane; k < p.n; k += ROW_LANES) {
 #ifdef HAS_W
-        STORE_Y(base + k, LOAD_X(base + k) * r * LOAD_W(k));
+        STORE_Y(base + k, LOAD_X(base + k) * r * load_W(k));
 #else
         STORE_Y(base + k, LOAD_X(base + k) * r);
 #endif

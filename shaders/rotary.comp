@@ -5,14 +5,15 @@
 //     out[2k] = x[2k] cos - x[2k+1] sin, out[2k+1] = x[2k] sin + x[2k+1] cos
 //   else (HF's rotate_half over the first R of D; the rest pass through):
 //     out[d] = x[d] cos[d] + (d < R/2 ? -x[d + R/2] : x[d - R/2]) sin[d]
-// Bindings: 0 = x, 1 = cos, 2 = sin, 3 = out. Defines: elem_defines for X, C, N (sin), O.
+// Bindings: 0 = x, 1 = cos, 2 = sin, 3 = out, each of any dtype (ANY_IN / ANY_OUT in dtype.glslh;
+// specialization constants X_DT, C_DT, N_DT (sin), O_DT = 0-3). Defines: INTERLEAVED.
 layout(local_size_x = 64) in;
 #include "dtype.glslh"
 
-layout(std430, set = 0, binding = 0) readonly buffer BufX { X_T x[]; };
-layout(std430, set = 0, binding = 1) readonly buffer BufC { C_T c[]; };
-layout(std430, set = 0, binding = 2) readonly buffer BufN { N_T n[]; };
-layout(std430, set = 0, binding = 3) writeonly buffer BufO { O_T o[]; };
+ANY_IN(0, X, x, 0)
+ANY_IN(1, C, c, 1)
+ANY_IN(2, N, n, 2)
+ANY_OUT(3, O, o, 3)
 
 layout(push_constant) uniform Push {
     uint total;  // B * S * H * D
@@ -29,16 +30,16 @@ void main() {
     uint row = (p.start + (i / (p.D * p.H)) % p.S) * p.R;
 #ifdef INTERLEAVED
     uint first = i - (d & 1u);
-    float re = LOAD_X(first), im = LOAD_X(first + 1u);
-    float cv = LOAD_C(row + d / 2u), sv = LOAD_N(row + d / 2u);
-    STORE_O(i, (d & 1u) == 0u ? re * cv - im * sv : re * sv + im * cv);
+    float re = load_X(first), im = load_X(first + 1u);
+    float cv = load_C(row + d / 2u), sv = load_N(row + d / 2u);
+    store_O(i, (d & 1u) == 0u ? re * cv - im * sv : re * sv + im * cv);
 #else
     if (d >= p.R) {
-        STORE_O(i, LOAD_X(i));
+        store_O(i, load_X(i));
         return;
     }
     uint half_r = p.R / 2u;
-    float rot = d < half_r ? -LOAD_X(i + half_r) : LOAD_X(i - half_r);
-    STORE_O(i, LOAD_X(i) * LOAD_C(row + d) + rot * LOAD_N(row + d));
+    float rot = d < half_r ? -load_X(i + half_r) : load_X(i - half_r);
+    store_O(i, load_X(i) * load_C(row + d) + rot * load_N(row + d));
 #endif
 }

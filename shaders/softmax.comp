@@ -1,7 +1,8 @@
 #version 450
 // Softmax / log-softmax along one dim of a contiguous tensor viewed as [outer, D, inner].
-// Bindings: 0 = in, 1 = out. Defines: elem_defines for X and Y; LOG for log-softmax; ROW_WG.
-// Each (outer, inner) row by a workgroup (ROW_WG) or an invocation (shaders/rows.glslh);
+// Bindings: 0 = in, 1 = out. Defines: elem_defines for X and Y; LOG for log-softmax; ROW_GROUP.
+// Specialization constant 0 = ROW_WG (rows.glslh).
+// Each (outer, inner) row by a workgroup (ROW_GROUP) or an invocation (shaders/rows.glslh);
 // three passes over the row: max, sum of exp(x - max), then the write (max-subtracted,
 // numerically stable). A NaN in the row makes the whole row NaN, as in torch.
 #include "dtype.glslh"

@@ -2,13 +2,14 @@
 // 2-D resampling of [planes, H, W] to [planes, Ho, Wo]: one invocation per output element.
 // Bindings: 0 = in, 1 = out (contiguous). Defines (op kind and flag): BILINEAR (else nearest),
 // ALIGN_CORNERS (bilinear: source = dst * step, else (dst + 0.5) * step - 0.5 clamped at 0);
-// elem_defines for X and Y. The steps (source pixels per output pixel) are push constants.
+// WORDS and DT_* (dtype.glslh): in and out are of any float dtype (ANY_IN / ANY_OUT,
+// specialization constants 0 and 1). The steps (source pixels per output pixel) are push constants.
 // Math in fp32, as torch's CPU kernels. Groups fold into y.
 layout(local_size_x = 64) in;
 #include "dtype.glslh"
 
-layout(std430, set = 0, binding = 0) readonly buffer BufIn { X_T x[]; };
-layout(std430, set = 0, binding = 1) writeonly buffer BufOut { Y_T y[]; };
+ANY_IN(0, X, x_in, 0)
+ANY_OUT(1, Y, y_out, 1)
 
 layout(push_constant) uniform Push {
     uint n;       // output elements
@@ -48,12 +49,12 @@ void main() {
     float ty, tx;
     around(oy, p.step_h, p.h_in, y0, y1, ty);
     around(ox, p.step_w, p.w_in, x0, x1, tx);
-    float top = (1.0 - tx) * LOAD_X(base + y0 * p.w_in + x0) + tx * LOAD_X(base + y0 * p.w_in + x1);
-    float bottom = (1.0 - tx) * LOAD_X(base + y1 * p.w_in + x0) + tx * LOAD_X(base + y1 * p.w_in + x1);
-    STORE_Y(gid, (1.0 - ty) * top + ty * bottom);
+    float top = (1.0 - tx) * load_X(base + y0 * p.w_in + x0) + tx * load_X(base + y0 * p.w_in + x1);
+    float bottom = (1.0 - tx) * load_X(base + y1 * p.w_in + x0) + tx * load_X(base + y1 * p.w_in + x1);
+    store_Y(gid, (1.0 - ty) * top + ty * bottom);
 #else
     uint sy = min(uint(floor(float(oy) * p.step_h)), p.h_in - 1u);
     uint sx = min(uint(floor(float(ox) * p.step_w)), p.w_in - 1u);
-    STORE_Y(gid, LOAD_X(base + sy * p.w_in + sx));
+    store_Y(gid, load_X(base + sy * p.w_in + sx));
 #endif
 }

@@ -1,17 +1,18 @@
 #version 450
 // Selection with numpy broadcasting: out[i] = cond[ic] != 0 ? a[ia] : b[ib].
-// Bindings: 0 = cond (bool), 1 = a, 2 = b, 3 = out (contiguous row-major).
-// Defines: elem_defines for C, A, B and O; INT_PATH: an integer output (values pass
-// through int, exact past 2^24), else through float.
+// Bindings: 0 = cond (bool: uint8, or an int32 word), 1 = a, 2 = b, 3 = out (contiguous row-major),
+// each of any dtype (ANY_IN / ANY_OUT in dtype.glslh; specialization constants C_DT, A_DT, B_DT,
+// O_DT = 0-3). Defines: INT_PATH: an integer output (values pass through int, exact past 2^24),
+// else through float.
 // One invocation per output element; indices from per-operand strides (0 on broadcast dims).
 // Groups fold into y.
 layout(local_size_x = 64) in;
 #include "dtype.glslh"
 
-layout(std430, set = 0, binding = 0) readonly buffer BufC { C_T c[]; };
-layout(std430, set = 0, binding = 1) readonly buffer BufA { A_T a[]; };
-layout(std430, set = 0, binding = 2) readonly buffer BufB { B_T b[]; };
-layout(std430, set = 0, binding = 3) writeonly buffer BufO { O_T o[]; };
+ANY_IN(0, C, c, 0)
+ANY_IN(1, A, a, 1)
+ANY_IN(2, B, b, 2)
+ANY_OUT(3, O, o, 3)
 
 layout(push_constant) uniform Push {
     uint n;
@@ -38,10 +39,10 @@ void main() {
         ib += k * p.sb[d];
         r = q;
     }
-    bool take_a = LOADI_C(ic) != 0;
+    bool take_a = loadi_C(ic) != 0;
 #ifdef INT_PATH
-    STORE_O(gid, take_a ? LOADI_A(ia) : LOADI_B(ib));
+    store_O(gid, take_a ? loadi_A(ia) : loadi_B(ib));
 #else
-    STORE_O(gid, take_a ? LOAD_A(ia) : LOAD_B(ib));
+    store_O(gid, take_a ? load_A(ia) : load_B(ib));
 #endif
 }

@@ -179,11 +179,11 @@ def _word_load(dtype: DType, buffer: str) -> tuple[str, str]:
 def read_defines(builder: "OpBuilder", prefix: str, buffer: str, tensor: "TensorArg") -> dict[str, str]:
     """elem_defines of a binding the shader only reads (LOAD_<P>, LOADI_<P>; no STORE_<P>).
 
-    Where the device lacks the storage feature that `tensor`'s 16- or 8-bit dtype needs, the shader
-    reads it through 32-bit words (`<P>_T` is uint), which every device can (buffers and bindings are
-    whole words: the last word of an odd tensor has padding beside it)."""
-    need = STORAGE_FEATURES.get(tensor.dtype.itemsize)
-    if need is None or need in builder.limits.features:
+    Where the device lacks narrow storage (either feature: the storage mode is one of two, as
+    `held_dtype`'s and the variant spaces' `WORDS_MODES`), the shader reads a 16- or 8-bit dtype through
+    32-bit words (`<P>_T` is uint), which every device can (buffers and bindings are whole words: the
+    last word of an odd tensor has padding beside it)."""
+    if tensor.dtype.itemsize >= 4 or narrow_storage(builder.limits.features):
         return elem_defines(prefix, buffer, tensor.dtype)
     return word_read_defines(prefix, buffer, tensor.dtype)
 

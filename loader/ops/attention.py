@@ -33,7 +33,7 @@ from vkx.loader.ops import (Defines, OpBuilder, TensorArg, UnsupportedOpError, b
 from vkx.loader.ops.gemm import Operand, gemm, load8
 from vkx.loader.ops.matmul import batch_plan, batch_strides
 from vkx.loader.ops.models import fill
-from vkx.loader.ops.reduce import ROW_WGS, row_dispatch
+from vkx.loader.ops.reduce import ROW_MODES, row_dispatch
 from vkx.loader.ops.shape import bind_elems, broadcast_strides, contiguous_strides
 
 _SOFTMAX_PUSH = struct.Struct("<11i")
@@ -82,9 +82,9 @@ def _masks() -> list[Defines]:
 @variants("attention_softmax")
 def softmax_variants() -> Iterable[Defines]:
     """Causal or not; no mask or any (_masks); a row per invocation or per workgroup
-    (reduce.row_dispatch)."""
-    for causal, mask, wg in itertools.product(({}, {"CAUSAL": 1}), [{}, *_masks()], (None, *ROW_WGS)):
-        yield {**causal, **mask, **({} if wg is None else {"ROW_WG": wg})}
+    (reduce.ROW_MODES; the workgroup size is a specialization constant, reduce.row_dispatch)."""
+    for causal, mask, mode in itertools.product(({}, {"CAUSAL": 1}), [{}, *_masks()], ROW_MODES):
+        yield {**causal, **mask, **mode}
 
 
 _FLOATS = (dtypes.FLOAT32, dtypes.FLOAT16, dtypes.BFLOAT16)
@@ -181,8 +181,8 @@ def attention(builder: OpBuilder, node: str, q: TensorArg, k: TensorArg, v: Tens
             bindings = [sbind] + ([mbind] if mask is not None else [])
             push = _SOFTMAX_PUSH.pack(n, r0, L, S, nb2, offs[0] - sshift,
                                       offs[1], inner[1][0], inner[1][1], sml, sms)
-            groups, wg = row_dispatch(builder, n, S)
-            builder.dispatch("attention_softmax", bindings, push, groups, {**defines, **wg})
+            groups, mode, wg = row_dispatch(builder, n, S)
+            builder.dispatch("attention_softmax", bindings, push, groups, {**defines, **mode}, (wg,))
 
     # 3. out = p @ v
     outer, (nb1, nb2), inner = batch_plan(mb, [ss, sv, so])

@@ -7,17 +7,21 @@ element gathering the inputs that scatter onto it. 1-D convolutions run as 2-D o
 `shaders/pool2d.comp`, one invocation per output element; the output size comes
 from the output tensor (so ceil_mode needs no recomputation here). Every tensor
 may have any float dtype (input, weight and bias need not agree); sums are fp32,
-rounded once on the store.
+rounded once on the store. Shape-derived numbers (conv2d's workgroup size and output
+channels an invocation) and the dtypes of the buffers off the hot loop (conv2d's bias, every
+buffer of the pools and of conv_transpose2d) are specialization constants.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import struct
 from typing import Iterable, Sequence
 
 from vkx.format.contract import FLT_MAX, Call
-from vkx.loader.ops import (Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines, any_dtype_variants,
-                            builds, dtype_code, elem_defines, read_defines, reads_by_words, variants)
+from vkx.loader.ops import (FLOATS, WORDS_MODES, Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines,
+                            any_dtype_variants, binding_forms, builds, dtype_code, elem_defines, product, read_defines,
+                            reads_by_words, variants)
 from vkx.loader.ops.shape import MAX_GROUPS, bind_elems, dispatch_groups
 
 _CONV_PUSH = struct.Struct("<24i2f")
@@ -80,6 +84,23 @@ def convolution_with_clamp(builder: OpBuilder, call: Call) -> None:
     _convolution(builder, call, (bound("output_min", -math.inf), bound("output_max", math.inf)))
 
 
+@variants("conv2d")
+def conv2d_variants() -> Iterable[Defines]:
+    """x, weight and out each of any float dtype, typed (the hot loads: 27 with narrow storage, 9 without,
+    where out is held in fp32), times a bias or not (its dtype a specialization constant) and a clamp
+    or not: 144."""
+    for words in WORDS_MODES:
+        for types in product(binding_forms("X", "x", FLOATS, words), binding_forms("W", "w", FLOATS, words),
+                             binding_forms("O", "o", FLOATS, words, writes=True)):
+            for has_bias, clamp in itertools.product((False, True), repeat=2):
+                yield {**types, **_conv_flags(has_bias, clamp, words)}
+
+
+def _conv_flags(has_bias: bool, clamp: bool, words: bool) -> Defines:
+    """conv2d's defines besides the typed bindings: the bias is an ANY_IN buffer (dtype.glslh)."""
+    return any_dtype_defines(HAS_BIAS=has_bias, CLAMP=clamp, WORDS=words)
+
+
 def _convolution(builder: OpBuilder, call: Call, clamp: tuple[float, float] | None) -> None:
     """The rule has checked the shapes (1-D or 2-D, groups, output size) and that it is not transposed."""
     x, w, out = call.tensor("input"), call.tensor("weight"), call.out
@@ -110,15 +131,11 @@ def _convolution(builder: OpBuilder, call: Call, clamp: tuple[float, float] | No
         raise UnsupportedOpError(f"{call.node}: {Cout} output channels x {groups} groups is too many for one grid")
     tiles_x = -(-OW // 4)
     wbind, _ = bind_elems(builder, w, 0, w.numel)  # the whole weight must fit one binding
-    bias_binding = []
-    defines: dict[str, int | str] = {"OCB": ocb, **read_defines(builder, "X", "x", x),
-                                     **read_defines(builder, "W", "w", w), **elem_defines("O", "o", out.dtype)}
-    if bias is not None:
-        bias_binding.append(bind_elems(builder, bias, 0, bias.numel)[0])
-        defines.update(read_defines(builder, "BIAS", "bias", bias))
-        defines["HAS_BIAS"] = 1
-    if clamp is not None:
-        defines["CLAMP"] = 1
+    bias_binding = [] if bias is None else [bind_elems(builder, bias, 0, bias.numel)[0]]
+    defines = {**read_defines(builder, "X", "x", x), **read_defines(builder, "W", "w", w),
+               **elem_defines("O", "o", out.dtype),
+               **_conv_flags(bias is not None, clamp is not None, reads_by_words(builder))}
+    bias_spec = () if bias is None else (dtype_code(bias.dtype),)
 
     # Samples per dispatch: all of them unless x/out exceed a binding or the grid.
     xn, on = Cin * H * W, Cout * OH * OW
@@ -131,12 +148,10 @@ def _convolution(builder: OpBuilder, call: Call, clamp: tuple[float, float] | No
     step = max(1, min(step, MAX_GROUPS // per_n))
     wg_x = min(8, _pow2_at_least(tiles_x))
     wg_y = min(64 // wg_x, _pow2_at_least(OH))
-    defines["WG_X"], defines["WG_Y"] = wg_x, wg_y
     for n0 in range(0, N, step):
         n = min(step, N - n0)
         nz = n * per_n
         wg_z = max(1, min(64 // (wg_x * wg_y), _pow2_at_least(nz)))
-        defines["WG_Z"] = wg_z
         xbind, xshift = bind_elems(builder, x, n0 * xn, n * xn)
         obind, oshift = bind_elems(builder, out, n0 * on, n * on)
         push = _CONV_PUSH.pack(n, Cin, H, W, Cout, OH, OW, kh, kw, sy, sx, py, px, dy, dx,
@@ -146,7 +161,8 @@ def _convolution(builder: OpBuilder, call: Call, clamp: tuple[float, float] | No
         groups_xyz = (-(-tiles_x // wg_x), -(-OH // wg_y), -(-nz // wg_z))
         if max(groups_xyz) > MAX_GROUPS:
             raise UnsupportedOpError(f"{call.node}: output {tuple(out.shape)} is too large for one grid")
-        builder.dispatch("conv2d", [xbind, wbind, obind, *bias_binding], push, groups_xyz, dict(defines))
+        builder.dispatch("conv2d", [xbind, wbind, obind, *bias_binding], push, groups_xyz, defines,
+                         (wg_x, wg_y, wg_z, ocb, *bias_spec))
 
 
 def pool2d(builder: OpBuilder, call: Call, dilation: Sequence[int], count_include_pad: bool,
@@ -170,12 +186,22 @@ def pool2d(builder: OpBuilder, call: Call, dilation: Sequence[int], count_includ
                                      f"{builder.limits.max_storage_buffer_range}-byte storage-buffer binding limit")
     push = _POOL_PUSH.pack(total, H, W, OH, OW, kh, kw, sy, sx, py, px, dy, dx,
                            int(count_include_pad), int(divisor_override))
-    defines = {**read_defines(builder, "X", "x", x), **elem_defines("O", "o", out.dtype)}
-    if is_max:
-        defines["MAX_POOL"] = "1"
-    if indices is not None:
-        defines["INDICES"] = "1"
-    builder.dispatch("pool2d", [x, out, *([indices] if indices else [])], push, dispatch_groups(total), defines)
+    defines = _pool_defines(is_max, indices is not None, reads_by_words(builder))
+    builder.dispatch("pool2d", [x, out, *([indices] if indices else [])], push, dispatch_groups(total), defines,
+                     (dtype_code(x.dtype), dtype_code(out.dtype)))
+
+
+def _pool_defines(is_max: bool, indices: bool, words: bool) -> Defines:
+    """pool2d's defines: x and out are ANY_IN / ANY_OUT buffers (their dtypes specialization constants)."""
+    return any_dtype_defines(MAX_POOL=is_max, INDICES=indices, WORDS=words)
+
+
+@variants("pool2d")
+def pool2d_variants() -> Iterable[Defines]:
+    """Average, max, max with indices; each storage mode: 6."""
+    for words in WORDS_MODES:
+        for is_max, indices in ((False, False), (True, False), (True, True)):
+            yield _pool_defines(is_max, indices, words)
 
 
 @builds("aten.max_pool2d.default")

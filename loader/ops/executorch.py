@@ -15,7 +15,7 @@ from vkx.format.contract import Call
 from vkx.format.op_et import pad_widths, split_sizes
 
 from . import (Defines, OpBuilder, UnsupportedOpError, any_dtype_defines, any_dtype_variants, builds, dtype_code,
-               elem_defines, read_defines, reads_by_words, variants)
+               reads_by_words, variants)
 from .attention import attention
 from .conv import pool2d
 from .elementwise import CLAMP, UNARY_GLSL, op_glsl, unary
@@ -123,12 +123,17 @@ def _rotary(builder: OpBuilder, call: Call, start: int, interleaved: bool) -> No
             s, h, d = x.shape[2], 1, x.shape[3]
         else:
             _, s, h, d = x.shape
-        defines = {**read_defines(builder, "X", "x", x), **read_defines(builder, "C", "c", cos),
-                   **read_defines(builder, "N", "n", sin), **elem_defines("O", "o", out.dtype)}
-        if interleaved:
-            defines["INTERLEAVED"] = "1"
         push = struct.pack("<6I", x.numel, s, h, d, cos.shape[-1], start)
-        builder.dispatch("rotary", [x, cos, sin, out], push, dispatch_groups(x.numel), defines)
+        builder.dispatch("rotary", [x, cos, sin, out], push, dispatch_groups(x.numel),
+                         any_dtype_defines(INTERLEAVED=interleaved, WORDS=reads_by_words(builder)),
+                         tuple(dtype_code(t.dtype) for t in (x, cos, sin, out)))
+
+
+@variants("rotary")
+def rotary_variants() -> Iterable[Defines]:
+    """Every dtype a specialization constant: a rotary moves a token's q and k heads (elementwise,
+    as binary.comp), not a bandwidth-critical stream."""
+    return any_dtype_variants("INTERLEAVED")
 
 
 @builds("et_vk.sdpa.default")

@@ -7,7 +7,8 @@ from typing import Iterable
 
 from vkx.format import dtypes
 from vkx.format.dtypes import DType
-from vkx.loader.ops import Defines, OpBuilder, TensorArg, UnsupportedOpError, elem_defines, read_defines, variants
+from vkx.loader.ops import (WORDS_MODES, Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines,
+                            dtype_code, elem_defines, reads_by_words, variants)
 from vkx.loader.ops.gemm import Operand, gemm
 from vkx.loader.ops.shape import broadcast_strides, dispatch_groups
 
@@ -32,8 +33,6 @@ def rotate_half(builder: OpBuilder, x: TensorArg, cos: TensorArg, sin: TensorArg
     shape = (1,) * (4 - len(x.shape)) + tuple(x.shape)
     c = broadcast_strides(cos.shape, shape)
     s = broadcast_strides(sin.shape, shape)
-    defines = {**read_defines(builder, "X", "x", x), **read_defines(builder, "C", "cs", cos),
-               **read_defines(builder, "S", "sn", sin), **elem_defines("Y", "y", out.dtype)}
     pairs = x.numel // 2
     bindings = [x, cos, sin, out]
     pairs2 = heads2 = 0
@@ -46,7 +45,6 @@ def rotate_half(builder: OpBuilder, x: TensorArg, cos: TensorArg, sin: TensorArg
                 (c, s) != (broadcast_strides(cos.shape, shape2), broadcast_strides(sin.shape, shape2)) or \
                 any(t.nbytes > builder.limits.max_storage_buffer_range for t in second):
             raise UnsupportedOpError(f"rotary of {x2.shape} beside {x.shape}: cos and sin read alike, within a binding")
-        defines.update(SECOND=1, **read_defines(builder, "X2", "x2", x2), **elem_defines("Y2", "y2", out2.dtype))
         pairs2, heads2 = x2.numel // 2, shape2[1]
     pairs3 = heads3 = 0
     if copied is not None:
@@ -55,18 +53,33 @@ def rotate_half(builder: OpBuilder, x: TensorArg, cos: TensorArg, sin: TensorArg
                 or cache3.shape != x3.shape[:2] + out.shape[2:] \
                 or any(t.nbytes > builder.limits.max_storage_buffer_range for t in copied):
             raise UnsupportedOpError(f"{x3.shape} into a cache {cache3.shape} beside a rotary of {x.shape}")
-        defines.update(THIRD=1, **read_defines(builder, "X3", "x3", x3), **elem_defines("Y3", "y3", cache3.dtype))
         pairs3, heads3 = x3.numel // 2, x3.shape[1]
     if index is not None:
         if len(x.shape) != 4 or len(out.shape) != 4 or (out.shape[:2], out.shape[3]) != (x.shape[:2], x.shape[3]) \
                 or index.shape != (x.shape[2],):
             raise UnsupportedOpError(f"rotary of {x.shape} into a cache {out.shape} at {index.shape} positions")
-        defines.update(INDEXED=1, **elem_defines("I", "idx", index.dtype))
         bindings.append(index)
     bindings += [*(second or ()), *(copied or ())]
     push = _ROTARY_PUSH.pack(pairs, shape[1], shape[2], shape[3], *c, *s, out.shape[2] if index is not None else 0,
                              pairs2, heads2, pairs3, heads3)
-    builder.dispatch("fused_rotary", bindings, push, dispatch_groups(pairs + pairs2 + pairs3), defines)
+    builder.dispatch("fused_rotary", bindings, push, dispatch_groups(pairs + pairs2 + pairs3),
+                     _rotary_defines(index is not None, second is not None, copied is not None,
+                                     reads_by_words(builder)),
+                     tuple(dtype_code(t.dtype) for t in bindings))
+
+
+def _rotary_defines(indexed: bool, second: bool, third: bool, words: bool) -> Defines:
+    """fused_rotary.comp's defines; the dtypes of its bindings are specialization constants."""
+    return any_dtype_defines(INDEXED=indexed, SECOND=second, THIRD=third, WORDS=words)
+
+
+@variants("fused_rotary")
+def rotary_variants() -> Iterable[Defines]:
+    """The rotation alone, with its cache write, with a second rotation, with a third tensor copied
+    (each needs the one before), in each storage mode. Every dtype is a specialization constant: a
+    rotary moves a token's q, k (and v) heads elementwise, not a bandwidth-critical stream."""
+    for parts, words in itertools.product(range(4), WORDS_MODES):
+        yield _rotary_defines(parts >= 1, parts >= 2, parts >= 3, words)
 
 
 def rotary_tables(builder: OpBuilder, pos: TensorArg, inv: TensorArg, cos: TensorArg, sin: TensorArg,

@@ -20,14 +20,18 @@ slice of C), A and C by rows, and batches one by one.
 """
 from __future__ import annotations
 
+import itertools
 import struct
 from dataclasses import dataclass, replace
-from typing import Collection, Optional, Sequence
+from typing import Collection, Iterable, Optional, Sequence
 
 from vkx.format import dtypes
-from vkx.loader.ops import GLSL_TYPES, Binding, OpBuilder, TensorArg, UnsupportedOpError, elem_defines, read_defines
+from vkx.format.dtypes import DType
+from vkx.loader.ops import (FLOATS, GLSL_TYPES, STORAGE_FEATURES, WORDS_MODES, Binding, Defines, OpBuilder, TensorArg,
+                            UnsupportedOpError, any_dtype_defines, dtype_code, elem_defines, held_dtype, reads_by_words,
+                            variants, word_read_defines)
 from vkx.loader.ops.gemm_coop import coop_layout, fits, record_coop
-from vkx.loader.ops.gemm_tiled import record_tiled
+from vkx.loader.ops.gemm_tiled import dtype_codes, record_tiled
 from vkx.loader.ops.shape import MAX_GROUPS, bind_elems, fits_binding
 
 _PUSH = struct.Struct("<21i2f")
@@ -151,13 +155,55 @@ def load4(prefix: str, buffer: str, dtype) -> dict[str, str]:
     return {f"{prefix}_V": "uvec2", f"LOAD4_{prefix}(i)": f"vec4({pair}({word}.x), {pair}({word}.y))"}
 
 
-def _elem_defines(builder: OpBuilder, a: Operand, b: Operand, c: Operand, bias: Optional[Operand]) -> dict[str, str]:
-    defines = {**read_defines(builder, "A", "a", a.tensor), **read_defines(builder, "B", "b", b.tensor),
-               **elem_defines("C", "c", c.tensor.dtype)}
-    if bias is not None:
-        defines.update(read_defines(builder, "BIAS", "bias", bias.tensor))
-        defines["HAS_BIAS"] = "1"
+def read_form(prefix: str, buffer: str, dtype: DType, words: bool) -> dict[str, str]:
+    """read_defines of a float binding of device dtype `dtype` in a storage mode: without narrow storage
+    (`words`, vkx.loader.ops.reads_by_words) a 16-bit one is read through 32-bit words."""
+    if words and dtype.itemsize < 4:
+        return word_read_defines(prefix, buffer, dtype)
+    return elem_defines(prefix, buffer, dtype)
+
+
+def features(words: bool) -> frozenset[str]:
+    """The storage features of a storage mode (for vkx.loader.ops.held_dtype)."""
+    return frozenset() if words else frozenset(STORAGE_FEATURES.values())
+
+
+B_LAYOUTS = (None, "B_VEC_K", "B_VEC_N")
+"""How shaders/matmul.comp and matmul_tiled.comp read B: by elements, or 4 at a time along k or n."""
+
+
+def product_defines(words: bool, a: DType, b: DType, a_vec: bool, b_layout: Optional[str], bias: bool) -> dict:
+    """shaders/matmul.comp's and matmul_tiled.comp's defines: A's and B's read defines (typed: their
+    loads are the k loop's), A_VEC and `b_layout` with their 4-element loads, HAS_BIAS, and WORDS and
+    DT_* for C and the bias (ANY_OUT / ANY_IN: their dtypes are specialization constants)."""
+    defines = {**any_dtype_defines(HAS_BIAS=bias, WORDS=words), **read_form("A", "a", a, words),
+               **read_form("B", "b", b, words)}
+    if a_vec:
+        defines.update(A_VEC=1, **load4("A", "a4", a))
+    if b_layout is not None:
+        defines.update({b_layout: 1}, **load4("B", "b4", b))
     return defines
+
+
+def _product_variants() -> Iterable[Defines]:
+    for words, a, b, a_vec, b_layout, bias in itertools.product(WORDS_MODES, FLOATS, FLOATS, (False, True), B_LAYOUTS,
+                                                                (False, True)):
+        yield product_defines(words, a, b, a_vec, b_layout, bias)
+
+
+@variants("matmul")
+def matmul_variants() -> Iterable[Defines]:
+    """A and B each of any float dtype (the contract lets them differ), read as stored or by words, each
+    way it may be laid out (A_VEC, B_LAYOUTS); a bias or none: 216. C's and the bias's dtypes, the
+    workgroup and TM are specialization constants."""
+    return _product_variants()
+
+
+@variants("matmul_tiled")
+def matmul_tiled_variants() -> Iterable[Defines]:
+    """matmul's (vkx.loader.ops.gemm_tiled.record_tiled takes gemm's defines): 216; the tiling (RT, CT,
+    BK) and C's and the bias's dtypes are specialization constants."""
+    return _product_variants()
 
 
 def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
@@ -170,17 +216,17 @@ def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
         bind_bias, biasoff = _bind(builder, bias, M, N, 1, 1)
         bindings.append(bind_bias)
         sbm, sbn = bias.si, bias.sj
-    defines: dict[str, int | str] = _elem_defines(builder, a, b, c, bias)
     if use_matvec(a, b, M, N, K):
-        _record_matvec(builder, bindings, defines, a, aoff, b, boff, c, coff, N, K, nb1, nb2,
-                       biasoff, sbn, alpha, beta)
+        _record_matvec(builder, bindings, a, aoff, b, boff, c, coff, N, K, nb1, nb2, bias, biasoff, sbn, alpha, beta)
         return
-    if a.sj == 1 and K % 4 == 0 and _vec_ok(aoff, [(a.si, M), (a.sb1, nb1), (a.sb2, nb2)]):
-        defines.update(A_VEC=1, **load4("A", "a4", a.tensor.dtype))
+    a_vec = a.sj == 1 and K % 4 == 0 and _vec_ok(aoff, [(a.si, M), (a.sb1, nb1), (a.sb2, nb2)])
+    b_layout = None
     if b.si == 1 and K % 4 == 0 and _vec_ok(boff, [(b.sj, N), (b.sb1, nb1), (b.sb2, nb2)]):
-        defines.update(B_VEC_K=1, **load4("B", "b4", b.tensor.dtype))
+        b_layout = "B_VEC_K"
     elif b.sj == 1 and N % 4 == 0 and _vec_ok(boff, [(b.si, K), (b.sb1, nb1), (b.sb2, nb2)]):
-        defines.update(B_VEC_N=1, **load4("B", "b4", b.tensor.dtype))
+        b_layout = "B_VEC_N"
+    defines = product_defines(reads_by_words(builder), a.tensor.dtype, b.tensor.dtype, a_vec, b_layout,
+                              bias is not None)
     if M >= TILED_MIN and N >= TILED_MIN and builder.limits.max_compute_work_group_invocations >= TILED_INVOCATIONS:
         layout = use_coop(builder, a, aoff, b, boff, c, bias, M, N, K, nb1, nb2)
         if layout is not None:
@@ -194,10 +240,7 @@ def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
                      (coff, c.si, c.sb1, c.sb2), c.tensor.dtype,
                      None if bias is None else (biasoff, sbm, sbn, bias.tensor.dtype), alpha, beta)
         return
-    shader = "matmul"
     tm = 1 if M == 1 else 4
-    if tm != 4:
-        defines["TM"] = tm
     tiles_m, tiles_n = -(-M // tm), -(-N // 4)
     if tiles_m == 1:
         wg = (64, 1)
@@ -205,7 +248,6 @@ def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
         wg = (1, 64)
     else:
         wg = (8, 8)
-    defines["WG_X"], defines["WG_Y"] = wg
     groups = (-(-tiles_n // wg[0]), -(-tiles_m // wg[1]), nb1 * nb2)
     if groups[0] > MAX_GROUPS or groups[1] > MAX_GROUPS:
         raise UnsupportedOpError(f"matmul output {M}x{N} is too large for one dispatch grid")
@@ -215,7 +257,8 @@ def _record(builder, a, b, c, M, N, K, nb1, nb2, bias, alpha, beta) -> None:
                       coff, c.si, c.sb1, c.sb2,
                       biasoff, sbm, sbn,
                       float(alpha), float(beta))
-    builder.dispatch(shader, bindings, push, groups, defines)
+    builder.dispatch("matmul", bindings, push, groups, defines,
+                     (*wg, tm, *dtype_codes(c.tensor.dtype, None if bias is None else bias.tensor.dtype)))
 
 
 def use_coop(builder: OpBuilder, a: Operand, aoff: int, b: Operand, boff: int, c: Operand,
@@ -263,8 +306,6 @@ the same, both cut down by MATVEC_GROUPS_PER_UNIT); on a GPU, fewer rows on prod
 that the activations are loaded once per 16 rows; on devices without subgroup operations or with
 fewer than 256 invocations a workgroup (the android-baseline-2022 profile) 8 rows of 64
 invocations, not measured."""
-MATVEC_ROWS = (1, 2, 4, 8, 16)
-"""The rows a matrix-vector workgroup may have (a define: shaders/partials.glslh)."""
 MIN_INVOCATIONS = 32
 """The fewest invocations a matrix-vector workgroup is cut down to for short rows."""
 MATVEC_GROUPS_PER_UNIT = 4
@@ -283,12 +324,12 @@ def device_class(is_cpu: bool, features: Collection[str], max_invocations: int) 
     return "small"
 
 
-def matvec_shape(builder: OpBuilder, kernel: str, chunks: int, n: int) -> tuple[MatvecShape, dict[str, int]]:
+def matvec_shape(builder: OpBuilder, kernel: str, chunks: int, n: int) -> tuple[MatvecShape, bool]:
     """The workgroup of `kernel` (matvec or matvec_q) for `n` output rows of `chunks` 16-byte loads
     each: the device class's; on a GPU, rows halved while the product would have fewer than
     MATVEC_GROUPS_PER_UNIT workgroups a compute unit; invocations halved while half of them would
-    still have a chunk (no idle invocations on short rows). Its defines: ROWS (one of MATVEC_ROWS)
-    and SUBGROUP where the device has subgroup operations."""
+    still have a chunk (no idle invocations on short rows). With it, whether the device has subgroup
+    operations (the SUBGROUP define; the shape is specialization constants 0 and 1)."""
     limits = builder.limits
     kind = device_class(builder.is_cpu, limits.features, limits.max_compute_work_group_invocations)
     shape = MATVEC_SHAPES[(kind, kernel)]
@@ -298,8 +339,7 @@ def matvec_shape(builder: OpBuilder, kernel: str, chunks: int, n: int) -> tuple[
     invocations = min(shape.invocations, limits.max_compute_work_group_invocations)
     while invocations > MIN_INVOCATIONS and invocations // 2 >= chunks:
         invocations //= 2
-    defines = {"ROWS": rows, **({"SUBGROUP": 1} if "subgroupOperations" in limits.features else {})}
-    return MatvecShape(rows, invocations), defines
+    return MatvecShape(rows, invocations), "subgroupOperations" in limits.features
 
 
 MAX_MATVEC_ROWS = min(s.rows for s in MATVEC_SHAPES.values())
@@ -330,24 +370,41 @@ def load8(prefix: str, buffer: str, dtype, vector: bool) -> dict[str, str]:
             macro: f"lo = vec4({pair}({word}.x), {pair}({word}.y)); hi = vec4({pair}({word}.z), {pair}({word}.w))"}
 
 
-def _record_matvec(builder, bindings, defines, a, aoff, b, boff, c, coff, N, K, nb1, nb2,
-                   biasoff, sbn, alpha, beta) -> None:
+def _operand8(prefix: str, buffer: str, dtype: DType, vector: bool, words: bool) -> dict[str, str]:
+    """A matvec.comp operand's read defines and load8; its array holds words where a scalar one is
+    read by words."""
+    defines = {**read_form(prefix, buffer, dtype, words), **load8(prefix, buffer, dtype, vector)}
+    if not vector and defines[f"{prefix}_T"] == "uint":
+        defines[f"{prefix}_V"] = "uint"
+    return defines
+
+
+def matvec_defines(words: bool, a: DType, a_vec: bool, b: DType, b_vec: bool, k_tail: bool, bias: bool,
+                   subgroup: bool) -> dict:
+    """shaders/matvec.comp's defines of a product: A (the activations) and B (the weight) typed, with
+    their 8-element loads (16-byte ones where `a_vec` / `b_vec`), K_TAIL, HAS_BIAS, SUBGROUP, and
+    WORDS and DT_* for C and the bias (ANY_OUT / ANY_IN)."""
+    return {**any_dtype_defines(K_TAIL=k_tail, HAS_BIAS=bias, SUBGROUP=subgroup, WORDS=words),
+            **_operand8("A", "a", a, a_vec, words), **_operand8("B", "b", b, b_vec, words)}
+
+
+MATVEC_LOADS = ((False, False, True), *((a, b, False) for a, b in itertools.product((False, True), repeat=2)))
+"""matvec.comp's (a_vec, b_vec, k_tail): a K tail (K % 8 != 0) loads both operands by elements."""
+
+
+def _record_matvec(builder, bindings, a, aoff, b, boff, c, coff, N, K, nb1, nb2, bias, biasoff, sbn,
+                   alpha, beta) -> None:
     """M == 1 against a k-contiguous B: shaders/matvec.comp (split-K, weight streamed once)."""
     a_vec = K % 8 == 0 and _vec_ok(aoff, [(a.sb1, nb1), (a.sb2, nb2)], 8)
     b_vec = K % 8 == 0 and _vec_ok(boff, [(b.sj, N), (b.sb1, nb1), (b.sb2, nb2)], 8)
-    defines.update(load8("A", "a", a.tensor.dtype, a_vec))
-    defines.update(load8("B", "b", b.tensor.dtype, b_vec))
-    for prefix, vec in (("A", a_vec), ("B", b_vec)):
-        if not vec and defines[f"{prefix}_T"] == "uint":  # read by words (read_defines)
-            defines[f"{prefix}_V"] = "uint"
-    if K % 8:
-        defines["K_TAIL"] = 1
-    shape, extra = matvec_shape(builder, "matvec", -(-K // 8), N)
-    defines.update(extra)
+    shape, subgroup = matvec_shape(builder, "matvec", -(-K // 8), N)
+    defines = matvec_defines(reads_by_words(builder), a.tensor.dtype, a_vec, b.tensor.dtype, b_vec, K % 8 != 0,
+                             bias is not None, subgroup)
     push = _MATVEC_PUSH.pack(N, K, nb2, aoff, a.sb1, a.sb2, boff, b.sj, b.sb1, b.sb2,
                              coff, c.sb1, c.sb2, biasoff, sbn, float(alpha), float(beta), 0, 0, 0)
-    builder.dispatch("matvec", bindings, push, (-(-N // shape.rows), 1, nb1 * nb2), defines,
-                     (shape.invocations,))
+    spec = (shape.invocations, shape.rows,
+            *dtype_codes(c.tensor.dtype, None if bias is None else bias.tensor.dtype))
+    builder.dispatch("matvec", bindings, push, (-(-N // shape.rows), 1, nb1 * nb2), defines, spec)
 
 
 @dataclass(frozen=True)
@@ -358,37 +415,78 @@ class RowNorm:
     eps: float
 
 
+ROW_KINDS = {None: 3, "GLU": 4, "SEGMENTS": 7}
+"""matvec.comp's fused row products (none: one product, with a norm), each with its bindings before
+the norm's weight (NORM_BINDING, a binding index: a define)."""
+
+
+def one_dtype(builder: OpBuilder, x: TensorArg, constants: Sequence[TensorArg]) -> bool:
+    """Whether `constants` (weights, a norm's weight) have one dtype and x, an activation, has it as the
+    device holds activations (vkx.loader.ops.held_dtype): the one-dtype rule of fused row products,
+    which vkx.loader.fuse checks before it fuses."""
+    return all(t.dtype == constants[0].dtype and held_dtype(t.dtype, builder.limits.features) == x.dtype
+               for t in constants)
+
+
+def row_defines(words: bool, x: DType, w: DType, kind: Optional[str], norm: bool, subgroup: bool) -> dict:
+    """matvec.comp's defines of fused row products (`kind` of ROW_KINDS) over x of device dtype `x` and
+    weights (and a norm's weight) of `w`, in 16-byte loads; outputs of any dtype (ANY_OUT)."""
+    defines = {**any_dtype_defines(SUBGROUP=subgroup, WORDS=words, **({kind: True} if kind else {})),
+               **_operand8("A", "a", x, True, words), **_operand8("B", "b", w, True, words)}
+    if kind == "GLU":
+        defines.update(load8("B2", "bup", w, True))
+    elif kind == "SEGMENTS":
+        defines.update(**load8("B2", "w2", w, True), **load8("B3", "w3", w, True))
+    if norm:
+        defines.update(**read_form("G", "g", w, words), **load8("G", "g", w, True), NORM=1,
+                       NORM_BINDING=ROW_KINDS[kind])
+    return defines
+
+
+@variants("matvec")
+def matvec_variants() -> Iterable[Defines]:
+    """Products: A and B each of any float dtype (the contract lets them differ; typed: the decode loop's
+    loads), read as stored or by words, MATVEC_LOADS, a bias or none, subgroup sums or shared memory:
+    360. Fused row products (ROW_KINDS, a norm folded in or not): x, the weights and the norm's weight
+    of one dtype (`one_dtype`) in 16-byte loads: 60. C's and the bias's dtypes are ANY, the workgroup
+    specialization constants."""
+    for words, a, b, (a_vec, b_vec, k_tail), bias, subgroup in itertools.product(
+            WORDS_MODES, FLOATS, FLOATS, MATVEC_LOADS, (False, True), (False, True)):
+        yield matvec_defines(words, a, a_vec, b, b_vec, k_tail, bias, subgroup)
+    for words, w, kind, norm, subgroup in itertools.product(WORDS_MODES, FLOATS, ROW_KINDS, (False, True),
+                                                            (False, True)):
+        if kind is not None or norm:
+            yield row_defines(words, held_dtype(w, features(words)), w, kind, norm, subgroup)
+
+
 def _row_dispatch(builder: OpBuilder, x: TensorArg, weights: Sequence[TensorArg], outs: Sequence[TensorArg],
-                  bindings: list[TensorArg], defines: dict, rows: Sequence[int], push: bytes,
+                  bindings: list[TensorArg], kind: Optional[str], rows: Sequence[int], push: bytes,
                   norm: RowNorm | None) -> None:
     """A matvec.comp dispatch over one row x of K elements (K a multiple of 8, each tensor within one
-    binding) and `rows` output rows (of each SEGMENTS product), the RMSNorm `norm` folded in where given."""
+    binding, x and the weights of one dtype: `one_dtype`) and `rows` output rows (of each SEGMENTS
+    product), the RMSNorm `norm` folded in where given."""
     k = x.shape[-1]
-    tensors = (x, *weights, *outs, *([norm.weight] if norm else ()))
-    if k % 8 or any(w.shape[1] != k or w.dtype != weights[0].dtype for w in weights) \
+    constants = [*weights, *([norm.weight] if norm else [])]
+    if k % 8 or any(w.shape[1] != k for w in weights) or not one_dtype(builder, x, constants) \
             or (norm is not None and norm.weight.shape != (k,)) \
-            or any(t.nbytes > builder.limits.max_storage_buffer_range for t in tensors):
-        raise UnsupportedOpError(f"row products of {[list(w.shape) for w in weights]} weights: one dtype, K a "
-                                 f"multiple of 8, each tensor within one binding")
-    shape, extra = matvec_shape(builder, "matvec", k // 8, sum(rows))
-    defines.update(read_defines(builder, "A", "a", x), **read_defines(builder, "B", "b", weights[0]),
-                   **load8("A", "a", x.dtype, True), **extra)
+            or any(t.nbytes > builder.limits.max_storage_buffer_range for t in (x, *outs, *constants)):
+        raise UnsupportedOpError(f"row products of {[list(w.shape) for w in weights]} weights: x and the weights "
+                                 f"of one dtype, K a multiple of 8, each tensor within one binding")
+    shape, subgroup = matvec_shape(builder, "matvec", k // 8, sum(rows))
+    defines = row_defines(reads_by_words(builder), x.dtype, weights[0].dtype, kind, norm is not None, subgroup)
     if norm is not None:
-        defines.update(read_defines(builder, "G", "g", norm.weight), **load8("G", "g", norm.weight.dtype, True),
-                       NORM=1, NORM_BINDING=len(bindings))
         bindings = [*bindings, norm.weight]
         push += struct.pack("<f", norm.eps)
     builder.dispatch("matvec", bindings, push, (sum(-(-n // shape.rows) for n in rows), 1, 1), defines,
-                     (shape.invocations,))
+                     (shape.invocations, shape.rows, *(dtype_code(o.dtype) for o in outs)))
 
 
 def matvec_row(builder: OpBuilder, x: TensorArg, w: TensorArg, out: TensorArg, norm: RowNorm) -> None:
     """out[n] = norm(x) . w[n] for one row x of K elements: the RMSNorm folded into the product (an
     LM's final norm and head)."""
     n, k = w.shape
-    defines = {**elem_defines("C", "c", out.dtype), **load8("B", "b", w.dtype, True)}
     push = _MATVEC_PUSH.pack(n, k, 1, 0, 0, 0, 0, k, 0, 0, 0, 0, 0, 0, 0, 1.0, 1.0, 0, 0, 0)
-    _row_dispatch(builder, x, [w], [out], [x, w, out], defines, [n], push, norm)
+    _row_dispatch(builder, x, [w], [out], [x, w, out], None, [n], push, norm)
 
 
 def matvec_glu(builder: OpBuilder, x: TensorArg, gate: TensorArg, up: TensorArg, out: TensorArg,
@@ -397,10 +495,8 @@ def matvec_glu(builder: OpBuilder, x: TensorArg, gate: TensorArg, up: TensorArg,
     shaders/matvec.comp's GLU, both weights read in one workgroup, fp32 sums, one rounding on the
     store (x the input of an RMSNorm `norm` where given)."""
     n, k = gate.shape
-    defines = {**elem_defines("C", "c", out.dtype), **load8("B", "b", gate.dtype, True),
-               **load8("B2", "bup", up.dtype, True), "GLU": 1}
     push = _MATVEC_PUSH.pack(n, k, 1, 0, 0, 0, 0, k, 0, 0, 0, 0, 0, 0, 0, 1.0, 1.0, 0, 0, 0)
-    _row_dispatch(builder, x, [gate, up], [out], [x, gate, out, up], defines, [n], push, norm)
+    _row_dispatch(builder, x, [gate, up], [out], [x, gate, out, up], "GLU", [n], push, norm)
 
 
 def matvec_products(builder: OpBuilder, x: TensorArg, weights: Sequence[TensorArg], outs: Sequence[TensorArg],
@@ -409,11 +505,7 @@ def matvec_products(builder: OpBuilder, x: TensorArg, weights: Sequence[TensorAr
     dtype: shaders/matvec.comp's SEGMENTS, one dispatch, each workgroup on one weight's rows (x the
     input of an RMSNorm `norm` where given)."""
     k = x.shape[-1]
-    defines = {"SEGMENTS": 1}
-    for i, suffix in enumerate(("", "2", "3")):
-        defines.update(load8("B" + suffix, "b" if i == 0 else "w" + suffix, weights[i].dtype, True))
-        defines.update(elem_defines("C" + suffix, "c" + suffix, outs[i].dtype))
     rows = [w.shape[0] for w in weights]
     push = _MATVEC_PUSH.pack(rows[0], k, 1, 0, 0, 0, 0, k, 0, 0, 0, 0, 0, 0, 0, 1.0, 1.0, 0, rows[1], rows[2])
     _row_dispatch(builder, x, weights, outs, [x, weights[0], outs[0], weights[1], outs[1], weights[2], outs[2]],
-                  defines, rows, push, norm)
+                  "SEGMENTS", rows, push, norm)

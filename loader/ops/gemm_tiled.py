@@ -1,6 +1,6 @@
 """shaders/matmul_tiled.comp's recording: which tiling a product gets, and split-K.
 
-A `Tiling` is the shader's compile-time shape (RT x CT outputs per invocation, a 16 RT x
+A `Tiling` is the shader's shape (RT x CT outputs per invocation, a 16 RT x
 16 CT tile of C per workgroup, K in steps of BK) plus `split`, the number of workgroups that
 share one tile's K (split-K). With split > 1 each workgroup writes its partial tile into the
 graph's fp32 scratch (`OpBuilder.scratch`: one tensor that every op shares, allocated with
@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 from vkx.format import dtypes
-from vkx.loader.ops import Binding, OpBuilder, UnsupportedOpError, elem_defines
+from vkx.loader.ops import (Binding, Defines, OpBuilder, UnsupportedOpError, any_dtype_defines, any_dtype_variants,
+                            dtype_code, elem_defines, reads_by_words, variants)
 from vkx.loader.ops.shape import MAX_GROUPS
 
 _PUSH = struct.Struct("<24i2f")
@@ -46,7 +47,7 @@ MAX_SPLIT = 16
 
 @dataclass(frozen=True)
 class Tiling:
-    """A compile-time shape of shaders/matmul_tiled.comp and a split-K factor."""
+    """A shape of shaders/matmul_tiled.comp (its specialization constants RT, CT, BK) and a split-K factor."""
     rt: int
     ct: int
     bk: int
@@ -100,9 +101,10 @@ def record_tiled(builder: OpBuilder, bindings: Sequence[Binding], defines: dict,
                  bias: Optional[tuple[int, int, int, dtypes.DType]], alpha: float, beta: float) -> None:
     """Record C = alpha * A @ B (+ beta * bias) through shaders/matmul_tiled.comp.
 
-    `bindings` are A, B, C (and the bias), `defines` their element and vector-load defines,
-    `ab` A's and B's (offset, row stride, column stride, batch strides), `out` C's (offset,
-    row stride, batch strides), `bias` its (offset, row stride, column stride, dtype).
+    `bindings` are A, B, C (and the bias), `defines` A's and B's element and vector-load defines and
+    the bias flag (vkx.loader.ops.gemm.product_defines), `ab` A's and B's (offset, row stride, column
+    stride, batch strides), `out` C's (offset, row stride, batch strides), `bias` its (offset, row
+    stride, column stride, dtype). The tiling and C's and the bias's dtypes are specialization constants.
     """
     nb = nb1 * nb2
     shared = builder.limits.max_compute_shared_memory_size
@@ -110,17 +112,33 @@ def record_tiled(builder: OpBuilder, bindings: Sequence[Binding], defines: dict,
     if t.shared_bytes > shared:
         raise UnsupportedOpError(f"matmul tiling {t} needs {t.shared_bytes} bytes of shared memory, "
                                  f"over the device's {shared}")
-    record_passes(builder, "matmul_tiled", bindings, {**defines, "RT": t.rt, "CT": t.ct, "BK": t.bk},
-                  (t.bm, t.bn, t.bk, t.split), M, N, K, nb1, nb2, ab, out, c_dtype, bias, alpha, beta)
+
+    def spec(c: dtypes.DType, bias_dtype: Optional[dtypes.DType]) -> tuple[int, ...]:
+        return (t.rt, t.ct, t.bk, *dtype_codes(c, bias_dtype))
+
+    record_passes(builder, "matmul_tiled", bindings, defines, (t.bm, t.bn, t.bk, t.split), M, N, K, nb1, nb2, ab,
+                  out, c_dtype, bias, alpha, beta, spec)
+
+
+def dtype_codes(c: dtypes.DType, bias: Optional[dtypes.DType]) -> tuple[int, ...]:
+    """The specialization constants of an ANY_OUT C and, where there is one, an ANY_IN bias."""
+    return (dtype_code(c),) if bias is None else (dtype_code(c), dtype_code(bias))
+
+
+def _no_spec(c: dtypes.DType, bias: Optional[dtypes.DType]) -> tuple[int, ...]:
+    """The specialization constants of a shader whose C and bias are typed by defines: none."""
+    return ()
 
 
 def record_passes(builder: OpBuilder, shader: str, bindings: Sequence[Binding], defines: dict,
                   tile: tuple[int, int, int, int], M: int, N: int, K: int, nb1: int, nb2: int,
                   ab: tuple[int, ...], out: tuple[int, int, int, int], c_dtype: dtypes.DType,
-                  bias: Optional[tuple[int, int, int, dtypes.DType]], alpha: float, beta: float) -> None:
+                  bias: Optional[tuple[int, int, int, dtypes.DType]], alpha: float, beta: float,
+                  spec: Callable[[dtypes.DType, Optional[dtypes.DType]], tuple[int, ...]] = _no_spec) -> None:
     """Record a tiled product `shader` (matmul_tiled.comp's bindings and push constants) of tiles
     `tile` = (BM, BN, BK, splits wanted): one pass, or split-K's partial tiles into the scratch
-    and shaders/matmul_reduce.comp's sum; the other arguments as `record_tiled`'s."""
+    and shaders/matmul_reduce.comp's sum; `spec(C's dtype, the bias's or None)`: the shader's
+    specialization constants; the other arguments as `record_tiled`'s."""
     bm, bn, bk, want = tile
     nb = nb1 * nb2
     part = nb * M * N  # elements of one split's partial product
@@ -137,20 +155,24 @@ def record_passes(builder: OpBuilder, shader: str, bindings: Sequence[Binding], 
     if split == 1:
         biasoff, sbm, sbn = bias[:3] if bias is not None else (0, 0, 0)
         push = _PUSH.pack(M, N, K, nb2, *ab, *out, biasoff, sbm, sbn, 1, K, 0, float(alpha), float(beta))
-        builder.dispatch(shader, bindings, push, groups, defines)
+        builder.dispatch(shader, bindings, push, groups, defines, spec(c_dtype, None if bias is None else bias[3]))
         return
     # Pass 1: partial products into the scratch, contiguous [split, nb1, nb2, M, N], alpha 1, no bias.
     scratch = builder.scratch(split * part)
     defines = {k: v for k, v in defines.items() if "BIAS" not in k}
-    defines.update(elem_defines("C", "c", dtypes.FLOAT32))
+    if "C_T" in defines:  # C typed by defines (matmul_coop.comp), else by `spec`
+        defines.update(elem_defines("C", "c", dtypes.FLOAT32))
     push = _PUSH.pack(M, N, K, nb2, *ab, 0, N, nb2 * M * N, M * N, 0, 0, 0, split, kchunk, part, 1.0, 0.0)
-    builder.dispatch(shader, [bindings[0], bindings[1], scratch], push, groups, defines)
+    builder.dispatch(shader, [bindings[0], bindings[1], scratch], push, groups, defines, spec(dtypes.FLOAT32, None))
     # Pass 2: C = alpha * (sum of the partials) + beta * bias.
-    reduce_defines = elem_defines("C", "c", c_dtype)
-    biasoff, sbm, sbn = 0, 0, 0
-    if bias is not None:
-        biasoff, sbm, sbn, bias_dtype = bias
-        reduce_defines.update(elem_defines("BIAS", "bias", bias_dtype), HAS_BIAS="1")
+    biasoff, sbm, sbn, bias_dtype = (0, 0, 0, None) if bias is None else bias
     push = _REDUCE_PUSH.pack(M, N, nb2, split, part, *out, biasoff, sbm, sbn, float(alpha), float(beta))
     builder.dispatch("matmul_reduce", [scratch, *bindings[2:]], push, (-(-N // REDUCE_WG), M, nb),
-                     reduce_defines)
+                     any_dtype_defines(HAS_BIAS=bias is not None, WORDS=reads_by_words(builder)),
+                     dtype_codes(c_dtype, bias_dtype))
+
+
+@variants("matmul_reduce")
+def reduce_variants() -> Iterable[Defines]:
+    """With a bias or without, in each storage mode: C and the bias take any dtype (ANY_OUT / ANY_IN)."""
+    return any_dtype_variants("HAS_BIAS")

@@ -16,8 +16,8 @@ from vkx.format.contract import Call
 from vkx.format.dtypes import DType
 from vkx.format.op_models import MAX_INDICES
 
-from . import (DTYPE_CODES, Defines, OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines, read_defines,
-               variants)
+from . import (DTYPE_CODES, Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines, any_dtype_variants,
+               builds, dtype_code, elem_defines, reads_by_words, variants)
 from .elementwise import CLAMP, POW_ANY, POW_GLSL, unary
 from .shape import (MAX_DIMS, broadcast_strides, collapse_dims, contiguous_strides, convert_copy, dispatch_groups,
                     pad_dims, strided_copy)
@@ -56,6 +56,20 @@ def _whole(builder: OpBuilder, *tensors: TensorArg) -> None:
             raise UnsupportedOpError(f"a tensor {t.shape} larger than one storage binding")
 
 
+def _select_defines(builder: OpBuilder, out: TensorArg) -> Defines:
+    """The defines of where.comp, gather.comp, index.comp and cumsum.comp: INT_PATH for an integer
+    output; the dtypes of their bindings are specialization constants (`dtype_code`)."""
+    return any_dtype_defines(INT_PATH=not out.dtype.is_float, WORDS=reads_by_words(builder))
+
+
+@variants("where")
+@variants("gather")
+@variants("index")
+@variants("cumsum")
+def select_variants() -> Iterable[Defines]:
+    return any_dtype_variants("INT_PATH")
+
+
 @builds("aten.where.self")
 def where(builder: OpBuilder, call: Call) -> None:
     cond, a, b, out = call.tensor("condition"), call.tensor("self"), call.tensor("other"), call.out
@@ -67,12 +81,9 @@ def where(builder: OpBuilder, call: Call) -> None:
     sizes, (sc, sa, sb, _) = collapse_dims(shape, *strides, contiguous_strides(shape))
     if len(sizes) > MAX_DIMS:
         raise UnsupportedOpError(f"where over {len(sizes)} non-mergeable dims (max {MAX_DIMS})")
-    defines = {**read_defines(builder, "C", "c", cond), **read_defines(builder, "A", "a", a),
-               **read_defines(builder, "B", "b", b), **elem_defines("O", "o", out.dtype)}
-    if not out.dtype.is_float:
-        defines["INT_PATH"] = 1
     push = struct.pack("<26I", out.numel, len(sizes), *pad_dims(sizes), *pad_dims(sc), *pad_dims(sa), *pad_dims(sb))
-    builder.dispatch("where", [cond, a, b, out], push, dispatch_groups(out.numel), defines)
+    builder.dispatch("where", [cond, a, b, out], push, dispatch_groups(out.numel), _select_defines(builder, out),
+                     tuple(dtype_code(t.dtype) for t in (cond, a, b, out)))
 
 
 @builds("aten.gather.default")
@@ -90,13 +101,10 @@ def gather_along(builder: OpBuilder, src: TensorArg, dim: int, index: TensorArg,
         raise UnsupportedOpError(f"gather over {rank} dims (max {MAX_DIMS})")
     dim = dim % rank
     shape, index_shape = tuple(src.shape) or (1,), tuple(index.shape) or (1,)
-    defines = {**read_defines(builder, "S", "s", src), **read_defines(builder, "I", "idx", index),
-               **elem_defines("O", "o", out.dtype)}
-    if not out.dtype.is_float:
-        defines["INT_PATH"] = 1
     push = struct.pack("<IIIi12I", out.numel, rank, dim, shape[dim], *pad_dims(index_shape),
                        *pad_dims(contiguous_strides(shape)))
-    builder.dispatch("gather", [src, index, out], push, dispatch_groups(out.numel), defines)
+    builder.dispatch("gather", [src, index, out], push, dispatch_groups(out.numel), _select_defines(builder, out),
+                     tuple(dtype_code(t.dtype) for t in (src, index, out)))
 
 
 @builds("aten.index.Tensor")
@@ -112,18 +120,14 @@ def index(builder: OpBuilder, call: Call) -> None:
     if len(sizes) > 4:
         raise UnsupportedOpError(f"index tensors broadcast over {len(sizes)} non-mergeable dims (max 4)")
     binds = [*indices, *[indices[0]] * (MAX_INDICES - k)]
-    defines = {**read_defines(builder, "S", "s", src), **elem_defines("O", "o", out.dtype)}
-    for j, t in enumerate(binds):
-        defines.update(read_defines(builder, f"I{j}", f"i{j}", t))
-    if not out.dtype.is_float:
-        defines["INT_PATH"] = 1
     istride = [x for j in range(MAX_INDICES)
                for x in ((list(collapsed[j]) if j < k else []) + [0] * 4)[:4]]
     src_strides = contiguous_strides(src.shape)
     push = struct.pack("<8I12I3i3I", out.numel, len(sizes), k, math.prod(src.shape[k:]),
                        *(sizes + [0] * 4)[:4], *istride, *(list(src.shape[:k]) + [0] * 3)[:3],
                        *(list(src_strides[:k]) + [0] * 3)[:3])
-    builder.dispatch("index", [src, *binds, out], push, dispatch_groups(out.numel), defines)
+    builder.dispatch("index", [src, *binds, out], push, dispatch_groups(out.numel), _select_defines(builder, out),
+                     tuple(dtype_code(t.dtype) for t in (src, *binds, out)))
 
 
 @builds("aten.cumsum.default")
@@ -136,11 +140,8 @@ def cumsum(builder: OpBuilder, call: Call) -> None:
     dim = call["dim"] % len(shape)
     inner = math.prod(shape[dim + 1:])
     lines = math.prod(shape[:dim]) * inner
-    defines = {**read_defines(builder, "S", "s", src), **elem_defines("O", "o", out.dtype)}
-    if not out.dtype.is_float:
-        defines["INT_PATH"] = 1
     builder.dispatch("cumsum", [src, out], struct.pack("<III", lines, shape[dim], inner), dispatch_groups(lines),
-                     defines)
+                     _select_defines(builder, out), (dtype_code(src.dtype), dtype_code(out.dtype)))
 
 
 def fill(builder: OpBuilder, out: TensorArg, start: float | int, step: float | int) -> None:

@@ -12,21 +12,84 @@ dispatched in row blocks.
 """
 from __future__ import annotations
 
+import itertools
 import struct
-from typing import Sequence
+from typing import Iterable, Mapping, Sequence
 
 from vkx.format.contract import Call
+from vkx.format.dtypes import DType
 from vkx.format.op_quant import VALUES_PER_WORD
 
-from . import OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines, read_defines
-from .gemm import MAX_MATVEC_ROWS, Operand, RowNorm, gemm, load4, matvec_shape
+from . import (FLOATS, WORDS_MODES, Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines,
+               any_dtype_variants, builds, dtype_code, held_dtype, reads_by_words, variants)
+from .gemm import (MAX_MATVEC_ROWS, Operand, RowNorm, features, gemm, load4, matvec_shape, one_dtype, read_form)
 from .shape import MAX_GROUPS, dispatch_groups, row_chunks, rows_binding
 
 ROWS = 4
 """Output rows per linear_q workgroup (ROWS in shaders/linear_q.comp)."""
 
+PACKINGS: tuple[tuple[int, Mapping[str, int]], ...] = (
+    (4, {}), (8, {}), (4, {"HIGH_FIRST": 1}), (4, {"SCALE_STRIDE": 1}))
+"""The packed weights of the linears, (bits, their defines): vkx.linear_q's (and _weight_int8pack_mm's
+8 bits), et_vk.linear_qcs4w's nibble order (HIGH_FIRST), et_vk.linear_q4gsw's transposed scales
+(SCALE_STRIDE: their row length is a push constant)."""
+
+
+def _packed(words: bool, bits: int, variant: Mapping[str, int], x: DType, **flags: bool) -> dict:
+    """The defines of a kernel over a packed weight and x (typed: its loads are the hot loop's): the
+    packing, x's read defines, the flags, and WORDS and DT_* for its scales, output and bias (ANY_IN /
+    ANY_OUT: their dtypes are specialization constants)."""
+    return {"BITS": bits, **variant, **any_dtype_defines(WORDS=words, **flags), **read_form("X", "x", x, words)}
+
+
+def matvec_q_defines(words: bool, bits: int, variant: Mapping[str, int], x: DType, bias: bool, subgroup: bool,
+                     kind: str | None = None, norm: DType | None = None) -> dict:
+    """shaders/matvec_q.comp's defines: `_packed`'s, x's 16-byte loads, HAS_BIAS, SUBGROUP; `kind` GLU or
+    SEGMENTS; NORM with the norm's weight of dtype `norm` (x's as the file declares it: `one_dtype`)."""
+    defines = {**_packed(words, bits, variant, x, HAS_BIAS=bias, SUBGROUP=subgroup, **({kind: True} if kind else {})),
+               **load4("X", "x", x)}
+    if norm is not None:
+        defines.update(load4("G", "g", norm), NORM=1, NORM_BINDING=_NORM_BINDING[kind])
+    return defines
+
+
+_NORM_BINDING = {None: 4, "GLU": 6, "SEGMENTS": 10}
+"""matvec_q.comp's bindings before the norm's weight, by kind (NORM_BINDING, a binding index)."""
+
+
+@variants("matvec_q")
+def matvec_q_variants() -> Iterable[Defines]:
+    """Products: each of PACKINGS, x of any float dtype (read as stored or by words), a bias or none,
+    subgroup sums or shared memory: 96. vkx.linear_q's fused forms (vkx.loader.fuse): GLU and SEGMENTS
+    with x of any float dtype, and each (or a product without a bias) with an RMSNorm folded in, x and
+    the norm's weight of one dtype: 120. The scales, outputs and bias are ANY, the workgroup
+    specialization constants."""
+    for words, (bits, variant), x, bias, subgroup in itertools.product(WORDS_MODES, PACKINGS, FLOATS, (False, True),
+                                                                       (False, True)):
+        yield matvec_q_defines(words, bits, variant, x, bias, subgroup)
+    for words, bits, d, kind, norm, subgroup in itertools.product(WORDS_MODES, (4, 8), FLOATS, _NORM_BINDING,
+                                                                  (False, True), (False, True)):
+        if kind is not None or norm:
+            x = held_dtype(d, features(words)) if norm else d
+            yield matvec_q_defines(words, bits, {}, x, False, subgroup, kind, d if norm else None)
+
+
+def linear_q_defines(words: bool, bits: int, variant: Mapping[str, int], x: DType, bias: bool, vec: bool) -> dict:
+    """shaders/linear_q.comp's defines: `_packed`'s, HAS_BIAS and VEC (16-byte weight loads, 8 bits)."""
+    return _packed(words, bits, variant, x, HAS_BIAS=bias, VEC=vec)
+
+
+@variants("linear_q")
+def linear_q_variants() -> Iterable[Defines]:
+    """Each of PACKINGS (8 bits with VEC or not), x of any float dtype (read as stored or by words), a
+    bias or none: 60."""
+    for words, (bits, variant), x, bias in itertools.product(WORDS_MODES, PACKINGS, FLOATS, (False, True)):
+        for vec in (False, True) if bits == 8 else (False,):
+            yield linear_q_defines(words, bits, variant, x, bias, vec)
+
+
 def _linear(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: TensorArg | None,
-            out: TensorArg, bits: int, group: int, norm: RowNorm | None = None, **variant: str | int) -> None:
+            out: TensorArg, bits: int, group: int, norm: RowNorm | None = None, **variant: int) -> None:
     """A linear over a packed weight [N, K / values a byte] (`variant`: its packing defines):
     matvec_q.comp for one row of activations whose weight rows are whole 16-byte chunks, each
     inside one scale group; for DEQUANT_ROWS rows or more, the weight dequantized, then the float
@@ -34,14 +97,10 @@ def _linear(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: 
     n_rows, stored = w.shape
     k = x.shape[-1]
     m = x.numel // k if k else 0
-    defines = {"BITS": bits, **variant, **elem_defines("X", "x", x.dtype), **read_defines(builder, "S", "s", s),
-               **elem_defines("O", "o", out.dtype)}
-    if bias is not None:
-        defines.update(HAS_BIAS=1, **read_defines(builder, "B", "bias", bias))
     if m == 0 or n_rows == 0:
         return
     if m == 1 and group % (128 // bits) == 0 and -(-n_rows // MAX_MATVEC_ROWS) <= MAX_GROUPS:  # whole 16-byte chunks a group
-        _matvec(builder, x, w, s, bias, out, bits, group, defines, norm)
+        _matvec(builder, x, w, s, bias, out, bits, group, variant, norm)
         return
     if norm is not None:
         raise UnsupportedOpError(f"an RMSNorm folded into a {bits}-bit product of {m} rows of {k}")
@@ -50,13 +109,14 @@ def _linear(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: 
     words = k // VALUES_PER_WORD[bits]
     # int8: 16-byte weight loads, each inside one scale group. int4 keeps word loads: read 16 bytes
     # at a time here, an invocation's 32 activations a load were scattered across the workgroup.
-    if bits == 8 and words % 4 == 0 and group % (4 * VALUES_PER_WORD[bits]) == 0 and stored == 4 * words:
-        defines["VEC"] = 1
-    stride = s.shape[1] if "SCALE_STRIDE" in defines else 0
+    vec = bits == 8 and words % 4 == 0 and group % (4 * VALUES_PER_WORD[bits]) == 0 and stored == 4 * words
+    defines = linear_q_defines(reads_by_words(builder), bits, variant, x.dtype, bias is not None, vec)
+    spec = (dtype_code(s.dtype), dtype_code(out.dtype), *([dtype_code(bias.dtype)] if bias is not None else []))
+    stride = s.shape[1] if "SCALE_STRIDE" in variant else 0
     for r0, rc in row_chunks(builder, n_rows, stored, [w]):
         push = struct.pack("<8I", n_rows, k, k // VALUES_PER_WORD[bits], k // group, group, r0, rc, stride)
         bindings = [x, rows_binding(w, r0, rc, stored), s, out] + ([bias] if bias is not None else [])
-        builder.dispatch("linear_q", bindings, push, (-(-rc // ROWS), m, 1), defines)
+        builder.dispatch("linear_q", bindings, push, (-(-rc // ROWS), m, 1), defines, spec)
 
 
 DEQUANT_ROWS = 16
@@ -66,8 +126,21 @@ the float product kernels (tiles; the tensor cores for fp16 where the device has
 reads every weight byte once a row (the H200's int4 prefill of 512 tokens: 163 of 167 ms)."""
 
 
+def _packing_defines(words: bool, bits: int, variant: Mapping[str, int]) -> dict:
+    """The defines of dequant_q.comp and embedding_q.comp, whose one typed binding is the packed weight: its
+    packing, and WORDS and DT_* for the rest (ANY_IN / ANY_OUT)."""
+    return {"BITS": bits, **variant, **any_dtype_defines(WORDS=words)}
+
+
+@variants("dequant_q")
+def dequant_q_variants() -> Iterable[Defines]:
+    """Each of PACKINGS in each storage mode: 8."""
+    for words, (bits, variant) in itertools.product(WORDS_MODES, PACKINGS):
+        yield _packing_defines(words, bits, variant)
+
+
 def _dequantized(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: TensorArg | None,
-                 out: TensorArg, bits: int, group: int, variant: dict) -> bool:
+                 out: TensorArg, bits: int, group: int, variant: Mapping[str, int]) -> bool:
     """The product through a dequantized weight, where its rows are exactly K values in whole words
     of one scale group each and the weight and its float form fit one binding; False: not taken."""
     n_rows, stored = w.shape
@@ -81,9 +154,10 @@ def _dequantized(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, b
         return False
     weight = builder.scratch((n_rows, k), "dequant", x.dtype)
     words = k // per_word
-    defines = {"BITS": bits, **variant, **read_defines(builder, "S", "s", s), **elem_defines("O", "o", x.dtype)}
     push = struct.pack("<5I", n_rows * words, words, k // group, group, s.shape[1] if "SCALE_STRIDE" in variant else 0)
-    builder.dispatch("dequant_q", [w, s, weight], push, dispatch_groups(n_rows * words), defines)
+    builder.dispatch("dequant_q", [w, s, weight], push, dispatch_groups(n_rows * words),
+                     _packing_defines(reads_by_words(builder), bits, variant),
+                     (dtype_code(s.dtype), dtype_code(weight.dtype)))
     if bias is not None:
         bias = Operand(bias, 0, 0 if bias.numel == n_rows else n_rows, 1)
     gemm(builder, Operand(x, 0, k, 1), Operand(weight, 0, 1, k), Operand(out, 0, n_rows, 1), m, n_rows, k,
@@ -91,35 +165,46 @@ def _dequantized(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, b
     return True
 
 
-def _norm(defines: dict, bindings: list[TensorArg], push: bytes, norm: RowNorm | None) -> tuple[list, bytes]:
+def _norm(bindings: list[TensorArg], push: bytes, norm: RowNorm | None) -> tuple[list, bytes]:
     """matvec_q.comp's NORM where an RMSNorm is folded in: its weight bound after `bindings`, eps pushed."""
     if norm is None:
         return bindings, push
-    defines.update(load4("G", "g", norm.weight.dtype), NORM=1, NORM_BINDING=len(bindings))
     return [*bindings, norm.weight], push + struct.pack("<f", norm.eps)
 
 
+def _refuse_norm(builder: OpBuilder, x: TensorArg, norm: RowNorm | None, what: str) -> None:
+    """UnsupportedOpError unless a folded RMSNorm's weight has x's dtype (`one_dtype`)."""
+    if norm is not None and not one_dtype(builder, x, [norm.weight]):
+        raise UnsupportedOpError(f"an RMSNorm of {norm.weight.dtype} weights folded into {what} of {x.dtype} x: "
+                                 f"one dtype")
+
+
 def _matvec(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: TensorArg | None,
-            out: TensorArg, bits: int, group: int, defines: dict[str, str | int], norm: RowNorm | None) -> None:
+            out: TensorArg, bits: int, group: int, variant: Mapping[str, int], norm: RowNorm | None) -> None:
     """matvec_q.comp: one row of activations, rows of whole 16-byte chunks each inside a scale group
-    (x an RMSNorm's input where `norm` is given)."""
+    (x an RMSNorm's input where `norm` is given, then no bias and vkx's packing)."""
+    if norm is not None and (bias is not None or variant):
+        raise UnsupportedOpError("an RMSNorm folded into a product with a bias, or of another packing than vkx's")
+    _refuse_norm(builder, x, norm, f"a {bits}-bit product")
     n_rows, stored = w.shape
     chunks = stored // 16
-    shape, extra = matvec_shape(builder, "matvec_q", chunks, n_rows)
-    defines = {**defines, **load4("X", "x", x.dtype), **extra}
-    stride = s.shape[1] if "SCALE_STRIDE" in defines else 0
+    shape, subgroup = matvec_shape(builder, "matvec_q", chunks, n_rows)
+    defines = matvec_q_defines(reads_by_words(builder), bits, variant, x.dtype, bias is not None, subgroup,
+                               norm=None if norm is None else norm.weight.dtype)
+    spec = (shape.invocations, shape.rows, dtype_code(s.dtype), dtype_code(out.dtype),
+            *([dtype_code(bias.dtype)] if bias is not None else []))
+    stride = s.shape[1] if "SCALE_STRIDE" in variant else 0
     for r0, rc in row_chunks(builder, n_rows, stored, [w]):
         push = struct.pack("<8I", chunks, x.shape[-1] // group, group * bits // 128, r0, rc, stride, 0, 0)
         bindings = [x, rows_binding(w, r0, rc, stored), s, out] + ([bias] if bias is not None else [])
-        bindings, push = _norm(defines, bindings, push, norm)
-        builder.dispatch("matvec_q", bindings, push, (-(-rc // shape.rows), 1, 1), defines,
-                         (shape.invocations,))
+        bindings, push = _norm(bindings, push, norm)
+        builder.dispatch("matvec_q", bindings, push, (-(-rc // shape.rows), 1, 1), defines, spec)
 
 
 def linear_q_row(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: TensorArg | None,
                  out: TensorArg, bits: int, group: int, norm: RowNorm | None = None) -> None:
     """vkx.linear_q's kernels on tensors (a fused step's: vkx.loader.fuse reads a residual as `bias`,
-    or folds an RMSNorm of x in)."""
+    or folds an RMSNorm of x in, its weight of x's dtype)."""
     _linear(builder, x, w, s, bias, out, bits, group, norm)
 
 
@@ -127,31 +212,33 @@ def _matvec_whole(builder: OpBuilder, x: TensorArg, weights: Sequence[tuple[Tens
                   outs: Sequence[TensorArg], bits: int, group: int, kind: str, norm: RowNorm | None) -> None:
     """matvec_q.comp's GLU (two weights, one output) or SEGMENTS (three weights, three outputs) over
     vkx's packing: weights [N_i, K / values a byte] with scales [N_i, K / group], each tensor within
-    one binding, rows of whole 16-byte chunks inside the scale groups."""
+    one binding, rows of whole 16-byte chunks inside the scale groups (a norm's weight of x's dtype)."""
     tensors = [x, *outs, *(t for pair in weights for t in pair)]
     if group % (128 // bits) or any(t.nbytes > builder.limits.max_storage_buffer_range for t in tensors) \
             or any(w.shape[1] != weights[0][0].shape[1] for w, _ in weights):
         raise UnsupportedOpError(f"{kind} of {[list(w.shape) for w, _ in weights]} {bits}-bit weights: each "
                                  f"tensor within one binding, rows of whole 16-byte chunks a scale group")
+    _refuse_norm(builder, x, norm, kind)
     chunks = weights[0][0].shape[1] // 16
     rows = [w.shape[0] for w, _ in weights]
     grid = rows if kind == "SEGMENTS" else rows[:1]  # GLU: a workgroup's rows of both weights
-    shape, extra = matvec_shape(builder, "matvec_q", chunks, sum(grid))
-    defines = {"BITS": bits, kind: 1, **elem_defines("X", "x", x.dtype), **load4("X", "x", x.dtype), **extra}
+    shape, subgroup = matvec_shape(builder, "matvec_q", chunks, sum(grid))
+    defines = matvec_q_defines(reads_by_words(builder), bits, {}, x.dtype, False, subgroup, kind,
+                               None if norm is None else norm.weight.dtype)
     bindings: list[TensorArg] = [x]
+    spec = [shape.invocations, shape.rows]
     stores: list[TensorArg | None] = [*outs, *[None] * (len(weights) - len(outs))]  # GLU: one output
-    for i, ((w, s), out) in enumerate(zip(weights, stores)):
-        suffix = "" if i == 0 else str(i + 1)
-        defines.update(read_defines(builder, "S" + suffix, "s" + suffix, s))
+    for (w, s), out in zip(weights, stores):
         bindings += [w, s]
+        spec.append(dtype_code(s.dtype))
         if out is not None:
-            defines.update(elem_defines("O" + suffix, "o" + suffix, out.dtype))
             bindings.append(out)
+            spec.append(dtype_code(out.dtype))
     push = struct.pack("<8I", chunks, x.shape[-1] // group, group * bits // 128, 0, rows[0], 0,
                        *(rows[1:] + [0, 0])[:2])
     workgroups = sum(-(-n // shape.rows) for n in grid)
-    bindings, push = _norm(defines, bindings, push, norm)
-    builder.dispatch("matvec_q", bindings, push, (workgroups, 1, 1), defines, (shape.invocations,))
+    bindings, push = _norm(bindings, push, norm)
+    builder.dispatch("matvec_q", bindings, push, (workgroups, 1, 1), defines, spec)
 
 
 def swiglu_q_row(builder: OpBuilder, x: TensorArg, gate: tuple[TensorArg, TensorArg],
@@ -175,23 +262,42 @@ def linear_q(builder: OpBuilder, call: Call) -> None:
             call["bits"], call["group_size"])
 
 
-@builds("vkx.embedding_q.default")
-def embedding_q(builder: OpBuilder, call: Call) -> None:
-    w, s, idx, out = call.tensor("weight"), call.tensor("scales"), call.tensor("indices"), call.out
-    bits, group = call["bits"], call["group_size"]
+EMBEDDING_PACKINGS: tuple[tuple[int, Mapping[str, int]], ...] = ((4, {}), (8, {}), (4, {"HIGH_FIRST": 1}))
+"""The packed tables of the embeddings, (bits, their defines): vkx.embedding_q's, and
+et_vk.embedding_q4gsw's of either nibble order."""
+
+
+@variants("embedding_q")
+def embedding_q_variants() -> Iterable[Defines]:
+    """Each of EMBEDDING_PACKINGS in each storage mode: 6 (scales, indices and output ANY)."""
+    for words, (bits, variant) in itertools.product(WORDS_MODES, EMBEDDING_PACKINGS):
+        yield _packing_defines(words, bits, variant)
+
+
+def _embedding(builder: OpBuilder, call: Call, w: TensorArg, s: TensorArg, bits: int, row_words: int,
+               variant: Mapping[str, int]) -> None:
+    """embedding_q.comp over the packed table `w` (rows `row_words` words apart) and its scales `s`."""
+    idx, out, group = call.tensor("indices"), call.out, call["group_size"]
     vocab, stored = w.shape
     k = out.shape[-1]
     n = idx.numel * k
     if n == 0:
         return
-    defines = {"BITS": bits, **read_defines(builder, "S", "s", s), **elem_defines("I", "idx", idx.dtype),
-               **elem_defines("O", "o", out.dtype)}
+    defines = _packing_defines(reads_by_words(builder), bits, variant)
+    spec = (dtype_code(s.dtype), dtype_code(idx.dtype), dtype_code(out.dtype))
     blocks = list(row_chunks(builder, vocab, stored, [w])) or [(0, 0)]
     for r0, rc in blocks:
         last = int(r0 + rc == vocab)
-        push = struct.pack("<9I", n, k, k // VALUES_PER_WORD[bits], k // group, group, r0, rc, vocab, last)
+        push = struct.pack("<9I", n, k, row_words, k // group, group, r0, rc, vocab, last)
         builder.dispatch("embedding_q", [rows_binding(w, r0, rc, stored), s, idx, out], push,
-                         dispatch_groups(n), defines)
+                         dispatch_groups(n), defines, spec)
+
+
+@builds("vkx.embedding_q.default")
+def embedding_q(builder: OpBuilder, call: Call) -> None:
+    bits = call["bits"]
+    _embedding(builder, call, call.tensor("weight"), call.tensor("scales"), bits,
+               call.out.shape[-1] // VALUES_PER_WORD[bits], {})
 
 
 # --------------------------------------------------------------------------- ExecuTorch's quantized ops
@@ -226,23 +332,9 @@ def linear_qcs4w(builder: OpBuilder, call: Call) -> None:
 @builds("et_vk.embedding_q4gsw.default")
 def embedding_q4gsw(builder: OpBuilder, call: Call) -> None:
     """embedding_q.comp; rows may be padded to whole words, and the nibble order is either."""
-    w, s, idx, out = call.tensor("weight"), call.tensor("weight_scales"), call.tensor("indices"), call.out
-    group = call["group_size"]
-    vocab, stored = w.shape
-    k = out.shape[-1]
-    n = idx.numel * k
-    if n == 0:
-        return
-    defines = {"BITS": 4, **read_defines(builder, "S", "s", s), **elem_defines("I", "idx", idx.dtype),
-               **elem_defines("O", "o", out.dtype)}
-    if not call["is_linear_weight"]:
-        defines["HIGH_FIRST"] = 1
-    blocks = list(row_chunks(builder, vocab, stored, [w])) or [(0, 0)]
-    for r0, rc in blocks:
-        last = int(r0 + rc == vocab)
-        push = struct.pack("<9I", n, k, stored // 4, k // group, group, r0, rc, vocab, last)
-        builder.dispatch("embedding_q", [rows_binding(w, r0, rc, stored), s, idx, out], push,
-                         dispatch_groups(n), defines)
+    w = call.tensor("weight")
+    _embedding(builder, call, w, call.tensor("weight_scales"), 4, w.shape[1] // 4,
+               {} if call["is_linear_weight"] else {"HIGH_FIRST": 1})
 
 
 @builds("torchao.dequantize_affine.default")
@@ -256,11 +348,14 @@ def dequantize_affine(builder: OpBuilder, call: Call) -> None:
         return
     rows, cols = q.shape
     block_r, block_c = call["block_size"]
-    defines = {**read_defines(builder, "Q", "q", q), **read_defines(builder, "S", "s", s),
-               **elem_defines("O", "o", out.dtype)}
-    bindings = [q, s, out]
-    if zp is not None:
-        defines.update(HAS_ZP=1, **read_defines(builder, "Z", "zp", zp))
-        bindings.append(zp)
+    bindings = [q, s, out] + ([zp] if zp is not None else [])
     push = struct.pack("<5I", out.numel, cols, block_r, block_c, cols // block_c)
-    builder.dispatch("dequantize_affine", bindings, push, dispatch_groups(out.numel), defines)
+    builder.dispatch("dequantize_affine", bindings, push, dispatch_groups(out.numel),
+                     any_dtype_defines(HAS_ZP=zp is not None, WORDS=reads_by_words(builder)),
+                     tuple(dtype_code(t.dtype) for t in bindings))
+
+
+@variants("dequantize_affine")
+def dequantize_affine_variants() -> Iterable[Defines]:
+    """With a zero point or without, in each storage mode: 4 (every binding ANY_IN / ANY_OUT)."""
+    return any_dtype_variants("HAS_ZP")

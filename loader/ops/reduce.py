@@ -1,27 +1,31 @@
-"""Reductions and normalisations: softmax, log-softmax, layer/RMS/batch norm, sum, mean; amax, amin,
-argmax, argmin and var (shaders/reduce_stats.comp, one invocation per output, or a workgroup
+"""Reductions and normalisations: softmax, log-softmax, layer/RMS/batch/group norm, sum, mean; amax,
+amin, argmax, argmin and var (shaders/reduce_stats.comp, one invocation per output, or a workgroup
 per output over at least ROW_MIN elements, as the row-wise ops).
 
 Row-wise ops (softmax, layer norm, RMS norm; attention's softmax too) share
-shaders/rows.glslh: a row of at least ROW_MIN elements is one workgroup's, its
+shaders/rows.glslh: a row of at least ROW_MIN elements is one workgroup's (ROW_GROUP), its
 invocations reducing together in shared memory (`row_dispatch`); shorter rows are
 one invocation's. `sum`/`mean` do the same per output element, whatever dims they
 reduce. Tensors larger than one storage binding are split into blocks
 of whole rows; `sum`/`mean` walk any set of dims with strides.
-Every tensor keeps its dtype (converted on load and store through elem_defines);
-the math is fp32.
+Every tensor keeps its dtype; the math is fp32. The stream a kernel reads (and a row op's
+output) has typed defines (elem_defines); weights, statistics and the outputs of the other
+kernels are of any dtype (ANY_IN / ANY_OUT, their dtypes specialization constants, as is the
+workgroup size ROW_WG), so that each shader's variants (`@variants`) stay few.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import struct
 from typing import Iterable
 
 from vkx.format.contract import Call
 
-from . import (Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines, any_dtype_variants, builds,
-               dtype_code, read_defines, reads_by_words, variants)
-from .shape import (MAX_DIMS, bind_elems, chunk_elems, contiguous_strides, dispatch_groups,
+from . import (FLOATS, WORDS_MODES, Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines,
+               any_dtype_variants, binding_forms, builds, dtype_code, product, read_defines, reads_by_words,
+               variants)
+from .shape import (MAX_DIMS, WORKGROUP, bind_elems, chunk_elems, contiguous_strides, dispatch_groups,
                     normalize_dim, pad_dims, row_chunks, rows_binding)
 
 FLOAT32_EPS = 1.1920928955078125e-07  # torch.finfo(torch.float32).eps
@@ -32,17 +36,28 @@ ROW_MIN = 64
 
 
 ROW_WGS = (256, 128, 64)
-"""Workgroup sizes of a row (ROW_WG): the first within the device's invocations, for rows of
-at least 1024 elements; 64 for shorter rows."""
+"""Workgroup sizes of a row (rows.glslh's ROW_WG, a specialization constant): the first within the
+device's invocations, for rows of at least 1024 elements; 64 for shorter rows."""
 
 
-def row_dispatch(builder: OpBuilder, rows: int, n: int) -> tuple[tuple[int, int, int], dict[str, int]]:
-    """(groups, defines) of a shaders/rows.glslh op over `rows` rows of `n` elements."""
+def row_mode(n: int) -> Defines:
+    """rows.glslh's define for rows of `n` elements: ROW_GROUP (a workgroup a row) from ROW_MIN on,
+    else none (an invocation a row)."""
+    return {"ROW_GROUP": 1} if n >= ROW_MIN else {}
+
+
+ROW_MODES = (row_mode(0), row_mode(ROW_MIN))
+"""Both modes of rows.glslh: a row per invocation, a row per workgroup."""
+
+
+def row_dispatch(builder: OpBuilder, rows: int, n: int) -> tuple[tuple[int, int, int], Defines, int]:
+    """(groups, defines, ROW_WG) of a shaders/rows.glslh op over `rows` rows of `n` elements:
+    the row mode (row_mode) and the workgroup size, rows.glslh's specialization constant."""
     if n < ROW_MIN:
-        return dispatch_groups(rows), {}
+        return dispatch_groups(rows), row_mode(n), WORKGROUP
     invocations = builder.limits.max_compute_work_group_invocations
     wg = next(w for w in ROW_WGS if w <= invocations) if n >= 1024 else ROW_WGS[-1]
-    return dispatch_groups(rows, 1), {"ROW_WG": wg}
+    return dispatch_groups(rows, 1), row_mode(n), wg
 
 
 def _types(builder: OpBuilder, *buffers: tuple[str, str, TensorArg]) -> dict[str, str]:
@@ -54,6 +69,36 @@ def _types(builder: OpBuilder, *buffers: tuple[str, str, TensorArg]) -> dict[str
     return out
 
 
+def _input_forms(words: bool) -> list[Defines]:
+    """Every _types form of a float input X (an activation or a constant) in a storage mode."""
+    return binding_forms("X", "x", FLOATS, words)
+
+
+def _row_forms(words: bool) -> Iterable[Defines]:
+    """Every _types form of a row op's float input X and float output Y (an activation), each of any
+    float dtype (the contract lets them differ), in a storage mode."""
+    return product(_input_forms(words), binding_forms("Y", "y", FLOATS, words, writes=True))
+
+
+def _any_forms(words: bool, *flags: str) -> list[Defines]:
+    """any_dtype_defines in a storage mode, with each combination of `flags` on and off."""
+    return [any_dtype_defines(WORDS=words, **dict(zip(flags, on)))
+            for on in itertools.product((False, True), repeat=len(flags))]
+
+
+def _softmax_defines(builder: OpBuilder, src: TensorArg, out: TensorArg, log: bool) -> Defines:
+    """softmax.comp's defines besides the row mode."""
+    return {**_types(builder, ("X", "x", src), ("Y", "y", out)), **({"LOG": 1} if log else {})}
+
+
+@variants("softmax")
+def softmax_variants() -> Iterable[Defines]:
+    """Input and output each of any float dtype (half_to_float: they differ); log or not; both row
+    modes."""
+    for words in WORDS_MODES:
+        yield from product(_row_forms(words), ({}, {"LOG": 1}), ROW_MODES)
+
+
 @builds("aten._softmax.default", "aten._log_softmax.default")
 def softmax(builder: OpBuilder, call: Call) -> None:
     """Softmax / log-softmax along `dim`, viewed as [outer, D, inner]; half_to_float is the output's dtype."""
@@ -63,16 +108,22 @@ def softmax(builder: OpBuilder, call: Call) -> None:
     outer, d, inner = math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])
     if src.numel == 0:
         return
-    defines = _types(builder, ("X", "x", src), ("Y", "y", out))
-    if call.decl.name == "aten._log_softmax.default":
-        defines["LOG"] = "1"
+    defines = _softmax_defines(builder, src, out, call.decl.name == "aten._log_softmax.default")
     slab = d * inner  # one outer index: whole rows of the softmax
     for o0, oc in row_chunks(builder, outer, slab, [src, out]):
         rows = oc * inner
         push = struct.pack("<III", rows, d, inner)
-        groups, wg = row_dispatch(builder, rows, d)
+        groups, mode, wg = row_dispatch(builder, rows, d)
         builder.dispatch("softmax", [rows_binding(src, o0, oc, slab), rows_binding(out, o0, oc, slab)],
-                         push, groups, {**defines, **wg})
+                         push, groups, {**defines, **mode}, (wg,))
+
+
+@variants("layer_norm")
+def layer_norm_variants() -> Iterable[Defines]:
+    """The row's input and output each of any float dtype (_row_forms); weight, bias, mean and rstd of
+    any dtype (specialization constants); with or without weight and bias; both row modes."""
+    for words in WORDS_MODES:
+        yield from product(_row_forms(words), _any_forms(words, "HAS_W", "HAS_B"), ROW_MODES)
 
 
 @builds("aten.native_layer_norm.default")
@@ -84,27 +135,24 @@ def native_layer_norm(builder: OpBuilder, call: Call) -> None:
     if src.numel == 0 or n == 0:
         return
     rows = src.numel // n
-    defines = _types(builder, ("X", "x", src), ("Y", "y", out), ("W", "w", weight or src), ("B", "b", bias or src),
-                     ("M", "mean_out", mean), ("R", "rstd_out", rstd))
-    if weight is not None:
-        defines["HAS_W"] = "1"
-    if bias is not None:
-        defines["HAS_B"] = "1"
+    defines = {**_types(builder, ("X", "x", src), ("Y", "y", out)),
+               **any_dtype_defines(HAS_W=weight is not None, HAS_B=bias is not None, WORDS=reads_by_words(builder))}
+    codes = tuple(dtype_code(t.dtype) for t in (weight or src, bias or src, mean, rstd))
     for r0, rc in row_chunks(builder, rows, n, [src, out]):
         xb = rows_binding(src, r0, rc, n)
         mb, shift = bind_elems(builder, mean, r0, rc)
         sb, _ = bind_elems(builder, rstd, r0, rc)  # the same shift: mean and rstd have the same size
         binds = [xb, rows_binding(out, r0, rc, n), weight or xb, bias or xb, mb, sb]
         push = struct.pack("<IIfI", rc, n, call["eps"], r0 - shift)
-        groups, wg = row_dispatch(builder, rc, n)
-        builder.dispatch("layer_norm", binds, push, groups, {**defines, **wg})
+        groups, mode, wg = row_dispatch(builder, rc, n)
+        builder.dispatch("layer_norm", binds, push, groups, {**defines, **mode}, (wg, *codes))
 
 
 @variants("group_norm")
 def group_norm_variants() -> Iterable[Defines]:
-    for wg in (None, *ROW_WGS):
-        for defines in any_dtype_variants("HAS_W", "HAS_B"):
-            yield {**defines, **({} if wg is None else {"ROW_WG": wg})}
+    """Every binding of any dtype (specialization constants); with or without weight and bias; both
+    row modes."""
+    return product(any_dtype_variants("HAS_W", "HAS_B"), ROW_MODES)
 
 
 @builds("aten.native_group_norm.default")
@@ -117,13 +165,21 @@ def native_group_norm(builder: OpBuilder, call: Call) -> None:
     n = src.numel // rows if rows else 0
     if n == 0:
         return
-    groups_wg, wg = row_dispatch(builder, rows, n)
+    groups_wg, mode, wg = row_dispatch(builder, rows, n)
     push = struct.pack("<IIfIII", rows, n, call["eps"], call["HxW"], groups, call["C"] // groups)
     bound = [src, out, weight or src, bias or src, mean, rstd]
     builder.dispatch("group_norm", bound, push, groups_wg,
                      {**any_dtype_defines(HAS_W=weight is not None, HAS_B=bias is not None,
-                                          WORDS=reads_by_words(builder)), **wg},
-                     tuple(dtype_code(t.dtype) for t in bound))
+                                          WORDS=reads_by_words(builder)), **mode},
+                     (*(dtype_code(t.dtype) for t in bound), wg))
+
+
+@variants("rms_norm")
+def rms_norm_variants() -> Iterable[Defines]:
+    """The row's input and output each of any float dtype (_row_forms); the weight of any dtype (a
+    specialization constant); with or without weight; both row modes."""
+    for words in WORDS_MODES:
+        yield from product(_row_forms(words), _any_forms(words, "HAS_W"), ROW_MODES)
 
 
 @builds("aten.rms_norm.default")
@@ -139,15 +195,23 @@ def rms_norm_rows(builder: OpBuilder, src: TensorArg, weight: TensorArg | None, 
     if src.numel == 0 or n == 0:
         return
     rows = src.numel // n
-    defines = _types(builder, ("X", "x", src), ("Y", "y", out), ("W", "w", weight or src))
-    if weight is not None:
-        defines["HAS_W"] = "1"
+    defines = {**_types(builder, ("X", "x", src), ("Y", "y", out)),
+               **any_dtype_defines(HAS_W=weight is not None, WORDS=reads_by_words(builder))}
     for r0, rc in row_chunks(builder, rows, n, [src, out]):
         xb = rows_binding(src, r0, rc, n)
         yb = rows_binding(out, r0, rc, n)
         push = struct.pack("<IIf", rc, n, eps)
-        groups, wg = row_dispatch(builder, rc, n)
-        builder.dispatch("rms_norm", [xb, yb, weight or xb], push, groups, {**defines, **wg})
+        groups, mode, wg = row_dispatch(builder, rc, n)
+        builder.dispatch("rms_norm", [xb, yb, weight or xb], push, groups, {**defines, **mode},
+                         (wg, dtype_code((weight or src).dtype)))
+
+
+@variants("batch_norm")
+def batch_norm_variants() -> Iterable[Defines]:
+    """The input of any float dtype (typed: the stream read); the output, running statistics, weight
+    and bias of any dtype (specialization constants); with or without weight and bias."""
+    for words in WORDS_MODES:
+        yield from product(_input_forms(words), _any_forms(words, "HAS_W", "HAS_B"))
 
 
 @builds("aten._native_batch_norm_legit_no_training.default")
@@ -158,17 +222,14 @@ def batch_norm_no_training(builder: OpBuilder, call: Call) -> None:
     out = call.out
     channels, inner = src.shape[1], math.prod(src.shape[2:])
     w, b = weight or rmean, bias or rmean  # placeholders are never read
-    defines = _types(builder, ("X", "x", src), ("Y", "y", out), ("M", "rmean", rmean), ("V", "rvar", rvar),
-                     ("W", "w", w), ("B", "b", b))
-    if weight is not None:
-        defines["HAS_W"] = "1"
-    if bias is not None:
-        defines["HAS_B"] = "1"
+    defines = {**_types(builder, ("X", "x", src)),
+               **any_dtype_defines(HAS_W=weight is not None, HAS_B=bias is not None, WORDS=reads_by_words(builder))}
+    codes = tuple(dtype_code(t.dtype) for t in (out, rmean, rvar, w, b))
     for start, count in chunk_elems(builder, src.numel, [src, out]):
         xb, _ = bind_elems(builder, src, start, count)
         yb, _ = bind_elems(builder, out, start, count)
         push = struct.pack("<IIIfI", count, channels, inner, call["eps"], start)
-        builder.dispatch("batch_norm", [xb, yb, rmean, rvar, w, b], push, dispatch_groups(count), defines)
+        builder.dispatch("batch_norm", [xb, yb, rmean, rvar, w, b], push, dispatch_groups(count), defines, codes)
 
 
 def _reduced_dims(call: Call, shape: tuple[int, ...]) -> set[int]:
@@ -179,10 +240,10 @@ def _reduced_dims(call: Call, shape: tuple[int, ...]) -> set[int]:
     return set(range(len(shape))) if not dims else {normalize_dim(d, len(shape)) for d in dims}
 
 
-def _walk(builder: OpBuilder, src: TensorArg, out: TensorArg, reduced: set[int]) -> tuple[int, bytes]:
-    """(count, tables): the reduced elements per output, and the ksize/kstride/rsize/rstride
-    tables of reduce_dims.comp and reduce_stats.comp (runs of adjacent kept or reduced dims
-    merged, size-1 dims dropped) after their leading words n_out, nk, nr."""
+def _walk(builder: OpBuilder, src: TensorArg, out: TensorArg, reduced: set[int]) -> tuple[int, bytes, bytes]:
+    """(count, head, tables): the reduced elements per output, the leading words n_out, nk, nr of
+    reduce_dims.comp's and reduce_stats.comp's push constants, and their ksize/kstride/rsize/rstride
+    tables (runs of adjacent kept or reduced dims merged, size-1 dims dropped)."""
     shape = tuple(src.shape)
     strides = contiguous_strides(shape)
     kept: list[list[int]] = []     # [size, stride]
@@ -214,6 +275,14 @@ def _walk(builder: OpBuilder, src: TensorArg, out: TensorArg, reduced: set[int])
     return count, head, tables
 
 
+@variants("reduce_dims")
+def reduce_dims_variants() -> Iterable[Defines]:
+    """The input of any float dtype (typed: the stream read); the output of any dtype (a
+    specialization constant); sum or mean; both row modes."""
+    for words in WORDS_MODES:
+        yield from product(_input_forms(words), _any_forms(words, "MEAN"), ROW_MODES)
+
+
 @builds("aten.mean.dim", "aten.sum.dim_IntList")
 def reduce_dims(builder: OpBuilder, call: Call) -> None:
     """Sum or mean over `dim` (None or empty: every dim); the output's dtype is `dtype`'s."""
@@ -221,16 +290,18 @@ def reduce_dims(builder: OpBuilder, call: Call) -> None:
     if out.numel == 0:
         return
     count, head, tables = _walk(builder, src, out, _reduced_dims(call, tuple(src.shape)))
-    defines = _types(builder, ("X", "x", src), ("Y", "y", out))
-    if call.decl.name == "aten.mean.dim":
-        defines["MEAN"] = "1"
-    groups, wg = row_dispatch(builder, out.numel, count)
-    builder.dispatch("reduce_dims", [src, out], head + struct.pack("<I", count) + tables, groups, {**defines, **wg})
+    defines = {**_types(builder, ("X", "x", src)),
+               **any_dtype_defines(MEAN=call.decl.name == "aten.mean.dim", WORDS=reads_by_words(builder))}
+    groups, mode, wg = row_dispatch(builder, out.numel, count)
+    builder.dispatch("reduce_dims", [src, out], head + struct.pack("<I", count) + tables, groups,
+                     {**defines, **mode}, (wg, dtype_code(out.dtype)))
 
 
 STATS = {"aten.amax.default": "MAX", "aten.amin.default": "MIN", "aten.argmax.default": "ARGMAX",
          "aten.argmin.default": "ARGMIN", "aten.var.correction": "VAR"}
 """The op kind reduce_stats.comp computes for each op."""
+SPLIT_KINDS = tuple(k for k in STATS.values() if k != "VAR")
+"""The kinds a long row of few outputs takes in two passes (var's two walks over a row do not split)."""
 
 
 SPLIT_SEGMENT = 2048
@@ -241,18 +312,39 @@ SPLIT_OUTPUTS = 64
 workgroup an output would leave a GPU idle: the argmax of a greedy decode step's logits)."""
 
 
+def _stats_defines(kind: str, stage: str | None, words: bool) -> Defines:
+    """reduce_stats.comp's defines besides X's and the row mode: the op kind, the pass of a split
+    reduction (SPLIT, COMBINE; None: one pass) and, but for SPLIT (which writes pairs, no output),
+    the output's any_dtype_defines."""
+    return {kind: 1, **({stage: 1} if stage else {}), **({} if stage == "SPLIT" else any_dtype_defines(WORDS=words))}
+
+
+@variants("reduce_stats")
+def reduce_stats_variants() -> Iterable[Defines]:
+    """Every op kind (STATS); the input of any float dtype (typed: the greedy argmax reads the
+    logits), the output of any dtype (a specialization constant). One pass in both row modes; a split
+    reduction's passes (SPLIT_KINDS) take a workgroup a segment, then one an output (row_mode)."""
+    for words in WORDS_MODES:
+        for kind in STATS.values():
+            yield from product(_input_forms(words), [_stats_defines(kind, None, words)], ROW_MODES)
+        for kind in SPLIT_KINDS:
+            yield from product(_input_forms(words), [_stats_defines(kind, "SPLIT", words)],
+                               [row_mode(SPLIT_SEGMENT)])
+            yield {**_stats_defines(kind, "COMBINE", words), **row_mode(ROW_MIN)}
+
+
 @builds(*STATS)
 def reduce_stats(builder: OpBuilder, call: Call) -> None:
     """amax/amin (NaN wins), argmax/argmin (the first extreme's index over the reduced dims; every
     dim when `dim` is None), var (correction None is 1) over `dim`: one invocation per output, a
     workgroup per output reducing at least ROW_MIN elements (row_dispatch); few outputs over long
-    rows (not var) in two passes, SPLIT_SEGMENT elements a workgroup then a workgroup an output."""
+    rows (SPLIT_KINDS) in two passes, SPLIT_SEGMENT elements a workgroup then a workgroup an output."""
     src, out = call.tensor("self"), call.out
     if out.numel == 0:
         return
     count, head, tables = _walk(builder, src, out, _reduced_dims(call, tuple(src.shape)))
     correction = call["correction"] if call.decl.has("correction") else None
-    kind = {STATS[call.decl.name]: "1"}
+    kind, words = STATS[call.decl.name], reads_by_words(builder)
 
     def push(walked: int, seg_len: int = 0) -> bytes:
         """reduce_stats.comp's push constants over `walked` elements (or pairs) an output."""
@@ -260,18 +352,19 @@ def reduce_stats(builder: OpBuilder, call: Call) -> None:
         return head + struct.pack("<If", walked, divisor) + tables + struct.pack("<I", seg_len)
 
     segments = -(-count // SPLIT_SEGMENT)
-    if kind.keys() != {"VAR"} and out.numel < SPLIT_OUTPUTS and segments >= 2:
+    if kind in SPLIT_KINDS and out.numel < SPLIT_OUTPUTS and segments >= 2:
         pairs = builder.scratch(2 * out.numel * segments)
-        groups, wg = row_dispatch(builder, out.numel * segments, SPLIT_SEGMENT)
+        groups, mode, wg = row_dispatch(builder, out.numel * segments, SPLIT_SEGMENT)
         builder.dispatch("reduce_stats", [src, pairs], push(count, SPLIT_SEGMENT), groups,
-                         {**_types(builder, ("X", "x", src)), **kind, "SPLIT": "1", **wg})
-        groups, wg = row_dispatch(builder, out.numel, max(segments, ROW_MIN))
+                         {**_types(builder, ("X", "x", src)), **_stats_defines(kind, "SPLIT", words), **mode}, (wg,))
+        groups, mode, wg = row_dispatch(builder, out.numel, max(segments, ROW_MIN))
         builder.dispatch("reduce_stats", [pairs, out], push(segments), groups,
-                         {**_types(builder, ("Y", "y", out)), **kind, "COMBINE": "1", **wg})
+                         {**_stats_defines(kind, "COMBINE", words), **mode}, (wg, dtype_code(out.dtype)))
         return
-    groups, wg = row_dispatch(builder, out.numel, count)
+    groups, mode, wg = row_dispatch(builder, out.numel, count)
     builder.dispatch("reduce_stats", [src, out], push(count), groups,
-                     {**_types(builder, ("X", "x", src), ("Y", "y", out)), **kind, **wg})
+                     {**_types(builder, ("X", "x", src)), **_stats_defines(kind, None, words), **mode},
+                     (wg, dtype_code(out.dtype)))
 
 
 @variants("next_token")

@@ -1,15 +1,30 @@
 """Builders of the resampling ops (vkx.format.op_et): upsample_nearest2d and upsample_bilinear2d,
 one invocation per output element (shaders/upsample.comp), the steps from op_et.upsample_scales
-in push constants."""
+in push constants, the input's and output's dtypes specialization constants (ANY_IN / ANY_OUT)."""
 from __future__ import annotations
 
 import struct
+from typing import Iterable
 
 from vkx.format.contract import Call
 from vkx.format.op_et import upsample_scales
 
-from . import OpBuilder, UnsupportedOpError, builds, elem_defines
+from . import (WORDS_MODES, Defines, OpBuilder, UnsupportedOpError, any_dtype_defines, builds, dtype_code,
+               reads_by_words, variants)
 from .shape import dispatch_groups
+
+
+def _upsample_defines(bilinear: bool, align_corners: bool, words: bool) -> Defines:
+    """upsample's defines: the op kind (BILINEAR, else nearest) and its ALIGN_CORNERS flag."""
+    return any_dtype_defines(BILINEAR=bilinear, ALIGN_CORNERS=bilinear and align_corners, WORDS=words)
+
+
+@variants("upsample")
+def upsample_variants() -> Iterable[Defines]:
+    """Nearest, bilinear, bilinear with aligned corners; each storage mode: 6."""
+    for words in WORDS_MODES:
+        for bilinear, align_corners in ((False, False), (True, False), (True, True)):
+            yield _upsample_defines(bilinear, align_corners, words)
 
 
 @builds("aten.upsample_nearest2d.vec", "aten.upsample_bilinear2d.vec")
@@ -20,11 +35,9 @@ def upsample(builder: OpBuilder, call: Call) -> None:
     for t in (src, out):
         if t.nbytes > builder.limits.max_storage_buffer_range:
             raise UnsupportedOpError(f"resampling a tensor {t.shape} larger than one storage binding")
-    defines = {**elem_defines("X", "x", src.dtype), **elem_defines("Y", "y", out.dtype)}
-    if call.decl.name == "aten.upsample_bilinear2d.vec":
-        defines["BILINEAR"] = "1"
-        if call["align_corners"]:
-            defines["ALIGN_CORNERS"] = "1"
+    bilinear = call.decl.name == "aten.upsample_bilinear2d.vec"
+    defines = _upsample_defines(bilinear, bilinear and bool(call["align_corners"]), reads_by_words(builder))
     step_h, step_w = upsample_scales(call)
     push = struct.pack("<5I2f", out.numel, *src.shape[2:], *out.shape[2:], step_h, step_w)
-    builder.dispatch("upsample", [src, out], push, dispatch_groups(out.numel), defines)
+    builder.dispatch("upsample", [src, out], push, dispatch_groups(out.numel), defines,
+                     (dtype_code(src.dtype), dtype_code(out.dtype)))

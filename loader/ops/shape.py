@@ -19,8 +19,9 @@ from vkx.format.op_rules import slice_length
 
 from vkx.format.dtypes import DType
 
-from . import (DTYPE_CODES, Binding, Defines, OpBuilder, SubRange, TensorArg, UnsupportedOpError, builds,
-               elem_defines, reads_by_words, read_defines, variants, word_read_defines)
+from . import (DTYPE_CODES, WORDS_MODES, Binding, Defines, OpBuilder, SubRange, TensorArg, UnsupportedOpError,
+               any_dtype_defines, builds, dtype_code, elem_defines, reads_by_words, read_defines, variants,
+               word_read_defines)
 
 WORKGROUP = 64
 """local_size_x of every shader in this family."""
@@ -219,14 +220,26 @@ def copy_strided_variants() -> Iterable[Defines]:
         yield {"T": t}
 
 
+def _as_dtype_of(builder: OpBuilder, src: TensorArg, dst: TensorArg) -> TensorArg:
+    """`src`, or, of another dtype than `dst` (a file's dtype-changing copy, or a 16/8-bit constant
+    read by words into a tensor held in 32 bits), a temp converted to `dst`'s dtype for the copy."""
+    if src.dtype == dst.dtype:
+        return src
+    converted = builder.temp(src.shape, dst.dtype)
+    convert_copy(builder, src, converted)
+    return converted
+
+
 def copy_elems(builder: OpBuilder, src: TensorArg, src_off: int, dst: TensorArg, dst_off: int,
                n: int) -> None:
-    """dst[dst_off : dst_off + n] = src[src_off : src_off + n], bit-exact (same dtype).
+    """dst[dst_off : dst_off + n] = src[src_off : src_off + n], bit-exact (a source of another dtype
+    converted first).
 
     Tensors larger than one binding are copied in aligned pieces.
     """
     if n <= 0:
         return
+    src = _as_dtype_of(builder, src, dst)
     defines = _copy_defines(src, dst)
     item = src.dtype.itemsize
     if max(src.nbytes, dst.nbytes) <= builder.limits.max_storage_buffer_range:
@@ -266,6 +279,7 @@ def strided_copy(builder: OpBuilder, src: TensorArg, dst: TensorArg, sizes: Sequ
     n = math.prod(sizes)
     if n == 0:
         return
+    src = _as_dtype_of(builder, src, dst)
     csz, (css, cds) = collapse_dims(sizes, src_strides, dst_strides)
     if len(csz) == 1 and (csz[0] == 1 or (css[0] == 1 and cds[0] == 1)):
         copy_elems(builder, src, src_offset, dst, dst_offset, csz[0])
@@ -383,6 +397,18 @@ def _copy_into(builder: OpBuilder, src: TensorArg, dst: TensorArg, sizes: Sequen
     strided_copy(builder, src, dst, sizes, src_strides, **where)
 
 
+def _embedding_defines(same: bool, int_path: bool, words: bool) -> Defines:
+    """embedding.comp's defines (a bit copy, else a conversion through int or through float); the
+    dtypes are specialization constants."""
+    return any_dtype_defines(SAME_TYPE=same, INT_PATH=int_path and not same, WORDS=words)
+
+
+@variants("embedding")
+def embedding_variants() -> Iterable[Defines]:
+    for (same, int_path), words in itertools.product(((True, False), (False, True), (False, False)), WORDS_MODES):
+        yield _embedding_defines(same, int_path, words)
+
+
 @builds("aten.embedding.default")
 def embedding(builder: OpBuilder, call: Call) -> None:
     """out[i, :] = weight[indices[i], :]; an index outside the table gives a zero row."""
@@ -393,13 +419,10 @@ def embedding(builder: OpBuilder, call: Call) -> None:
         return
     if max(out.nbytes, idx.nbytes) > builder.limits.max_storage_buffer_range:
         raise UnsupportedOpError("embedding output larger than one storage binding")
-    defines = {**read_defines(builder, "W", "w", weight), **elem_defines("I", "idx", idx.dtype),
-               **elem_defines("Y", "y", out.dtype)}
-    if weight.dtype == out.dtype:
-        defines["SAME_TYPE"] = 1
-    elif not weight.dtype.is_float and not out.dtype.is_float:
-        defines["INT_PATH"] = 1
+    defines = _embedding_defines(weight.dtype == out.dtype, not weight.dtype.is_float and not out.dtype.is_float,
+                                 reads_by_words(builder))
+    spec = (dtype_code(weight.dtype), dtype_code(idx.dtype), dtype_code(out.dtype))
     groups = dispatch_groups(n)
     for r0, rc in row_chunks(builder, vocab, dim, [weight]):
         push = struct.pack("<IIiii", n, dim, r0, rc, vocab)
-        builder.dispatch("embedding", [rows_binding(weight, r0, rc, dim), idx, out], push, groups, defines)
+        builder.dispatch("embedding", [rows_binding(weight, r0, rc, dim), idx, out], push, groups, defines, spec)

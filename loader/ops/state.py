@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import math
 import struct
+from typing import Iterable
 
 from vkx.format.contract import Call
 from vkx.format.op_state import COPY, INDEX_COPY, STATE
 
-from . import OpBuilder, UnsupportedOpError, builds, elem_defines
+from . import (Defines, OpBuilder, UnsupportedOpError, any_dtype_defines, any_dtype_variants, builds, dtype_code,
+               reads_by_words, variants)
 from .shape import convert_copy, dispatch_groups
 
 
@@ -36,9 +38,15 @@ def index_copy(builder: OpBuilder, call: Call) -> None:
     if max(target.nbytes, source.nbytes) > builder.limits.max_storage_buffer_range:
         raise UnsupportedOpError("index_copy of a state larger than one storage binding")
     inner = math.prod(target.shape[dim + 1:])
-    defines = {**elem_defines("T", "t", target.dtype), **elem_defines("I", "idx", index.dtype)}
     push = struct.pack("<IIIi", source.numel, index.shape[0], inner, target.shape[dim])
-    builder.dispatch("index_copy", [target, index, source], push, dispatch_groups(source.numel), defines)
+    builder.dispatch("index_copy", [target, index, source], push, dispatch_groups(source.numel),
+                     any_dtype_defines(WORDS=reads_by_words(builder)),
+                     (dtype_code(target.dtype), dtype_code(index.dtype), dtype_code(source.dtype)))
+
+
+@variants("index_copy")
+def index_copy_variants() -> Iterable[Defines]:
+    return any_dtype_variants()
 
 
 @builds(COPY)

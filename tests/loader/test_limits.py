@@ -7,7 +7,8 @@ import torch
 from vkx.loader.device import Device
 from vkx.loader.errors import LimitError
 from vkx.loader.ops import elem_defines
-from vkx.loader.limits import PROFILES, Limits, check_pipeline, pipeline_needs
+from vkx.loader.limits import FEATURES, PROFILES, Limits, check_pipeline, pipeline_needs
+from vkx.loader.ops.gemm import product_defines
 from vkx.loader.shaders import compile_spirv, pipelines_for
 
 from vkx.format import dtypes
@@ -58,35 +59,58 @@ def test_unknown_profile_is_refused_naming_the_known_ones():
         Device(profile="phone")
 
 
-def test_pipeline_needs_reads_workgroup_size_shared_memory_and_features():
-    rows = pipeline_needs(compile_spirv("rms_norm", {"ROW_WG": 256, **elem_defines("X", "x", dtypes.FLOAT32),
-                                                     **elem_defines("Y", "y", dtypes.FLOAT32),
-                                                     **elem_defines("W", "w", dtypes.FLOAT32)}))
-    assert rows.local_size == (256, 1, 1) and rows.shared_bytes == 256 * 4 and rows.features == set()
-    tiled = pipeline_needs(compile_spirv("matmul_tiled", _tiled_defines()))
-    assert tiled.local_size == (16, 16, 1) and tiled.shared_bytes == 4 * 16 * (64 + 64)
+SPEC_SIZED = """#version 450
+#extension GL_EXT_shader_16bit_storage : require
+layout(local_size_x_id = 0, local_size_y_id = 1) in;
+layout(constant_id = 2) const int ROWS = 4;
+layout(constant_id = 3) const uint TILE = 16;
+layout(std430, binding = 0) buffer Out { float16_t y[]; };
+shared float partial[ROWS * 64 + 1];
+shared vec4 tile[TILE << 1];
+shared float picked[ROWS > 8 ? 32 : 16];
+void main() {
+    partial[gl_LocalInvocationIndex] = 1.0;
+    tile[gl_LocalInvocationIndex % (TILE << 1)] = vec4(1.0);
+    picked[gl_LocalInvocationIndex % 16] = 2.0;
+    barrier();
+    y[gl_LocalInvocationIndex] = float16_t(partial[0] + tile[0].x + picked[0]);
+}
+"""
 
 
-def _tiled_defines() -> dict:
-    return {**elem_defines("A", "a", dtypes.FLOAT32), **elem_defines("B", "b", dtypes.BFLOAT16),
-            **elem_defines("C", "c", dtypes.FLOAT32), "RT": 4, "CT": 4, "BK": 16}
+def test_pipeline_needs_reads_workgroup_size_shared_memory_and_features(tmp_path):
+    """Sizes set by specialization constants (and expressions of them) as the pipeline will have them."""
+    (tmp_path / "spec_sized.comp").write_text(SPEC_SIZED)
+    from vkx.loader.spirv import glslc
+    code = glslc(tmp_path / "spec_sized.comp", {})
+    default = pipeline_needs(code)
+    assert default.local_size == (1, 1, 1)
+    assert default.shared_bytes == 4 * (4 * 64 + 1) + 16 * 32 + 4 * 16
+    assert default.features == {"storageBuffer16BitAccess"}
+    given = pipeline_needs(code, (64, 2, 16, 8))
+    assert given.local_size == (64, 2, 1) and given.shared_bytes == 4 * (16 * 64 + 1) + 16 * 16 + 4 * 32
 
 
 def test_a_kernel_over_a_limit_is_refused_naming_kernel_limit_and_value():
-    spirv = compile_spirv("matmul_tiled", _tiled_defines())
+    """matmul_tiled's 16 x 16 workgroup with RT = CT = 4, BK = 16 (specialization constants 0-2) and a
+    bf16 B: the limits are checked with the constants the pipeline will have."""
+    spirv = compile_spirv("matmul_tiled", product_defines(False, dtypes.FLOAT32, dtypes.BFLOAT16, False, None, False))
+    tiling = (4, 4, 16)
     baseline = PROFILES[BASELINE]
     with pytest.raises(LimitError, match=r"kernel matmul_tiled: maxComputeWorkGroupInvocations is 128 in force, "
                                          r"the kernel needs 256"):
-        check_pipeline(baseline, "matmul_tiled", spirv, 3, 128)
+        check_pipeline(baseline, "matmul_tiled", spirv, 3, 128, tiling)
     wide = Limits(**{**baseline.__dict__, "max_compute_work_group_invocations": 1024,
                      "max_compute_work_group_size": (1024,) * 3, "max_compute_shared_memory_size": 4096})
     with pytest.raises(LimitError, match="maxComputeSharedMemorySize is 4096 in force, the kernel needs 8192"):
-        check_pipeline(wide, "matmul_tiled", spirv, 3, 128)
+        check_pipeline(wide, "matmul_tiled", spirv, 3, 128, tiling)
+    check_pipeline(Limits(**{**wide.__dict__, "max_compute_shared_memory_size": 2048, "features": frozenset(FEATURES)}),
+                   "matmul_tiled", spirv, 3, 128, (1, 1, 4))  # 2 * 16 * 16 * 4 bytes: a smaller tiling fits
     roomy = Limits(**{**wide.__dict__, "max_compute_shared_memory_size": 32768})
     with pytest.raises(LimitError, match="needs storageBuffer16BitAccess"):  # B is bf16
-        check_pipeline(roomy, "matmul_tiled", spirv, 3, 128)
+        check_pipeline(roomy, "matmul_tiled", spirv, 3, 128, tiling)
     with pytest.raises(LimitError, match="maxPerStageDescriptorStorageBuffers is 35 in force, the kernel needs 36"):
-        check_pipeline(roomy, "matmul_tiled", spirv, 36, 128)
+        check_pipeline(roomy, "matmul_tiled", spirv, 36, 128, tiling)
 
 
 def test_kernels_are_chosen_within_the_profile_and_match_torch(baseline):
@@ -96,11 +120,11 @@ def test_kernels_are_chosen_within_the_profile_and_match_torch(baseline):
     a, w = rand(64, 96, seed=2), rand(80, 96, seed=3)
     assert_close(run_graph("aten.linear.default", [a, Const(w), None], ((64, 80), torch.float32), device=baseline),
                  a @ w.T, rtol=1e-4, atol=1e-4)
-    made = _kernels(baseline)
-    assert dict(next(d for n, d in made if n == "softmax"))["ROW_WG"] == "128"
-    assert "matmul" in {n for n, _ in made} and "matmul_tiled" not in {n for n, _ in made}
-    for name, defines, nbindings, *_ in pipelines_for(baseline)._pipelines:
-        check_pipeline(baseline.limits, name, compile_spirv(name, dict(defines)), nbindings, 128)
+    made = {name: (defines, spec) for name, defines, _, spec in pipelines_for(baseline)._pipelines}
+    assert made["softmax"][1][0] == 128  # the row workgroup: specialization constant 0
+    assert "matmul" in made and "matmul_tiled" not in made
+    for name, defines, nbindings, spec in pipelines_for(baseline)._pipelines:
+        check_pipeline(baseline.limits, name, compile_spirv(name, dict(defines)), nbindings, 128, spec)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -340,6 +340,7 @@ def test_tiled_tile_sizes(dtype, tiled_dispatches, monkeypatch):
     tests/ops/test_gemm_tiled.py, with every tiling)."""
     device = default_device()
     monkeypatch.setattr(device, "compute_units", 16)
+    tilings = record_dispatches(monkeypatch, lambda shader, defines, spec: spec, only="matmul_tiled")
     x, w = rand(1030, 36, seed=1, dtype=dtype), rand(1800, 36, seed=2, dtype=dtype)
     assert_close_in(run_graph("aten.linear.default", [x, Const(w), None], ((1030, 1800), dtype)),
                     F.linear(x, w), dtype, terms=36)
@@ -350,4 +351,4 @@ def test_tiled_tile_sizes(dtype, tiled_dispatches, monkeypatch):
                     F.linear(x64, w64), dtype, terms=40)
     want = [choose_tiling(m, n, k, nb, 16, device.limits.max_compute_shared_memory_size, device.is_cpu)
             for m, n, k, nb in [(1030, 1800, 36, 1), (700, 900, 20, 3), (64, 300, 40, 1)]]
-    assert [(d["RT"], d["CT"], d["BK"]) for d in tiled_dispatches] == [(t.rt, t.ct, t.bk) for t in want]
+    assert [spec[:3] for spec in tilings] == [(t.rt, t.ct, t.bk) for t in want]

@@ -57,8 +57,7 @@ def test_matvec_every_shape(shape, dtype, monkeypatch, dispatches):
     x, w, b = rand(1, 2056, seed=1, dtype=dtype), rand(37, 2056, seed=2, dtype=dtype), rand(37, seed=3, dtype=dtype)
     got = run_graph("aten.linear.default", [x, Const(w), Const(b)], ((1, 37), dtype))
     [(shader, defines, spec)] = dispatches
-    assert shader == "matvec" and spec == (shape.invocations,) and defines["ROWS"] == shape.rows \
-        and defines["SUBGROUP"] == 1
+    assert shader == "matvec" and spec[:2] == (shape.invocations, shape.rows) and defines["SUBGROUP"] == 1
     assert_close_in(got, F.linear(x, w, b), dtype, terms=1)
 
 
@@ -72,8 +71,7 @@ def test_matvec_q_every_shape(shape, bits, dtype, monkeypatch, dispatches):
     x = rand(1, k, seed=2).to(dtype)
     got = run_graph("vkx.linear_q.default", [x, Const(q), Const(s), None, bits, 64], ((1, n), dtype))
     [(shader, defines, spec)] = dispatches
-    assert shader == "matvec_q" and spec == (shape.invocations,) and defines["ROWS"] == shape.rows \
-        and defines["SUBGROUP"] == 1
+    assert shader == "matvec_q" and spec[:2] == (shape.invocations, shape.rows) and defines["SUBGROUP"] == 1
     want = x.double() @ dequantize(q, s, bits, 64).double().T
     assert_norm_close(got.double(), want, rtol=1e-5 if dtype == torch.float32 else 4e-3, atol=1e-5)
 
@@ -112,7 +110,7 @@ def test_fused_products_every_shape(shape, dtype, quantize, fused_files, monkeyp
         got = program(*(x.to(dtype) for x in inputs))
     kinds = sorted(("SEGMENTS" in d, "GLU" in d, "NORM" in d) for s, d, _ in dispatches if s == kernel)
     assert kinds == [(False, False, False), (False, False, True), (False, True, True), (True, False, True)]
-    assert {d["ROWS"] for s, d, _ in dispatches if s == kernel} == {shape.rows}
+    assert {spec[1] for s, _, spec in dispatches if s == kernel} == {shape.rows}
     want = _reference(copy.deepcopy(module), [x.to(dtype) for x in inputs], dtype, quantize)
     for g, w in zip(got, want):
         assert_close_in(g, w, dtype, terms=200)
@@ -146,4 +144,4 @@ def test_shared_memory_sums_without_subgroup_operations(baseline, dispatches):
         assert_norm_close(got, xq.double() @ dequantize(q, s, bits, 32).double().T, rtol=1e-5, atol=1e-5)
     assert [(d[0], "SUBGROUP" in d[1]) for d in dispatches] == [("matvec", False), ("matvec_q", False),
                                                                  ("matvec_q", False)]
-    assert all(d[2][0] <= 128 and d[2][0] * d[1]["ROWS"] <= 2048 for d in dispatches)
+    assert all(d[2][0] <= 128 and d[2][0] * d[2][1] <= 2048 for d in dispatches)
