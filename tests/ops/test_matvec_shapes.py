@@ -1,7 +1,8 @@
 """The matrix-vector kernels (shaders/matvec.comp, matvec_q.comp) at every workgroup shape a device
-class or bench/matvec.py's sweep may choose (invocations a specialization constant, rows a define),
+class or bench/matvec.py's sweep may choose (invocations and rows specialization constants 0 and 1),
 with subgroup sums (lavapipe has subgroup arithmetic) and with the shared-memory tree (the
-android-baseline-2022 profile has none), against torch in every weight dtype."""
+android-baseline-2022 profile has none), against torch in every weight dtype; under a profile, the
+workgroup within its invocations and the sums it has."""
 from __future__ import annotations
 
 import copy
@@ -14,7 +15,7 @@ import torch.nn.functional as F
 import vkx
 from vkx.export import export_model
 from vkx.export.quantize import dequantize, quantize_weight
-from vkx.loader.device import Device
+from vkx.loader.device import Device, default_device
 from vkx.loader.ops import STORAGE_FEATURES, gemm
 from tests.loader.helpers import no_device_limits
 
@@ -32,6 +33,14 @@ def _shape(monkeypatch, kernel: str, shape: gemm.MatvecShape) -> None:
     for cls in ("cpu", "gpu", "small"):
         monkeypatch.setitem(gemm.MATVEC_SHAPES, (cls, kernel), shape)
     monkeypatch.setattr(gemm, "MATVEC_GROUPS_PER_UNIT", 0)
+
+
+def _chosen(shape: gemm.MatvecShape) -> tuple[tuple[int, int], bool]:
+    """The specialization constants (invocations, rows) and whether subgroup sums are used, for `shape`
+    on the device in force (a profile caps the invocations and may lack subgroup operations)."""
+    limits = default_device().limits
+    return ((min(shape.invocations, limits.max_compute_work_group_invocations), shape.rows),
+            "subgroupOperations" in limits.features)
 
 
 def test_a_gpu_cuts_rows_to_keep_its_compute_units_busy():
@@ -57,7 +66,7 @@ def test_matvec_every_shape(shape, dtype, monkeypatch, dispatches):
     x, w, b = rand(1, 2056, seed=1, dtype=dtype), rand(37, 2056, seed=2, dtype=dtype), rand(37, seed=3, dtype=dtype)
     got = run_graph("aten.linear.default", [x, Const(w), Const(b)], ((1, 37), dtype))
     [(shader, defines, spec)] = dispatches
-    assert shader == "matvec" and spec[:2] == (shape.invocations, shape.rows) and defines["SUBGROUP"] == 1
+    assert shader == "matvec" and (spec[:2], "SUBGROUP" in defines) == _chosen(shape)
     assert_close_in(got, F.linear(x, w, b), dtype, terms=1)
 
 
@@ -71,7 +80,7 @@ def test_matvec_q_every_shape(shape, bits, dtype, monkeypatch, dispatches):
     x = rand(1, k, seed=2).to(dtype)
     got = run_graph("vkx.linear_q.default", [x, Const(q), Const(s), None, bits, 64], ((1, n), dtype))
     [(shader, defines, spec)] = dispatches
-    assert shader == "matvec_q" and spec[:2] == (shape.invocations, shape.rows) and defines["SUBGROUP"] == 1
+    assert shader == "matvec_q" and (spec[:2], "SUBGROUP" in defines) == _chosen(shape)
     want = x.double() @ dequantize(q, s, bits, 64).double().T
     assert_norm_close(got.double(), want, rtol=1e-5 if dtype == torch.float32 else 4e-3, atol=1e-5)
 
