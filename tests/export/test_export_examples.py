@@ -175,3 +175,18 @@ def test_the_callers_module_is_not_converted(models, tmp_path):
     assert after.keys() == before.keys()
     for name, (tensor, dtype, values) in before.items():
         assert after[name] is tensor and tensor.dtype == dtype and torch.equal(tensor, values), name
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=DTYPES.get)
+def test_the_decoder_example_prefills_and_decodes_like_torch(dtype, tmp_path):
+    """examples/kv_decoder.py (two methods, the KV cache as state) in each --dtype: a prompt, then
+    three tokens one by one, each call's logits against the module run by torch in that dtype."""
+    module, methods = load_model_file(EXAMPLES / "kv_decoder.py")
+    path = tmp_path / "decoder.pte"
+    vkx.export_model(copy.deepcopy(module), methods, str(path), dtype=DTYPES[dtype])
+    reference = copy.deepcopy(module).to(dtype)
+    calls = [("prefill", methods["prefill"])] + [("decode", (torch.tensor([[t]]), torch.tensor([8 + i])))
+                                                  for i, t in enumerate((3, 17, 40))]
+    with vkx.load(path) as program, torch.no_grad():
+        for method, inputs in calls:
+            assert_close_in(program[method](*inputs), reference(*inputs), dtype, terms=4)
