@@ -121,9 +121,11 @@ def _reusable(out: Path, digests: Mapping[str, str]) -> dict[str, bytes]:
         return {}
 
 
-def build(root: Path, out: Path, variants: Mapping[str, list[Defines]], jobs: int | None = None) -> dict:
+def build(root: Path, out: Path, variants: Mapping[str, list[Defines]], jobs: int | None = None,
+          progress: bool = False) -> dict:
     """Compile every variant of every shader in `root` into the archive `out` (written atomically;
-    the variants of unchanged shaders are taken from the archive it replaces)."""
+    the variants of unchanged shaders are taken from the archive it replaces); `progress`: a line on
+    stderr at each tenth of the variants compiled."""
     missing = sorted(s for s in variants if not (root / f"{s}.comp").is_file())
     if missing:
         raise ShaderError(f"variants declared for shaders without a source in {root}: {missing}")
@@ -131,9 +133,14 @@ def build(root: Path, out: Path, variants: Mapping[str, list[Defines]], jobs: in
     reuse = _reusable(out, digests)
     work = [(shader, dict(d)) for shader, ds in sorted(variants.items()) for d in ds]
     todo = [w for w in work if entry_name(*w) not in reuse]
+    compiled: dict[str, bytes] = {}
+    began, step = time.perf_counter(), max(1, len(todo) // 10)
     with ThreadPoolExecutor(jobs or os.cpu_count() or 1) as pool:
-        compiled = dict(zip(map(lambda w: entry_name(*w), todo),
-                            pool.map(lambda w: glslc(root / f"{w[0]}.comp", w[1]), todo)))
+        for done, (w, code) in enumerate(zip(todo, pool.map(lambda w: glslc(root / f"{w[0]}.comp", w[1]), todo)), 1):
+            compiled[entry_name(*w)] = code
+            if progress and (done % step == 0 or done == len(todo)):  # a build of minutes says how far it is
+                print(f"vkx: compiled {done:,} of {len(todo):,} shader variants ({time.perf_counter() - began:.0f} s)",
+                      file=sys.stderr, flush=True)
     code = {name: reuse.get(name) or compiled[name] for name in (entry_name(*w) for w in work)}
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=out.name, suffix=".tmp")
@@ -181,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.out}: current")
         return 0
     try:
-        made = build(root, args.out, variants)
+        made = build(root, args.out, variants, progress=True)
     except ShaderError as error:
         print(f"vkx: error: {error}", file=sys.stderr)
         return 2

@@ -232,9 +232,20 @@ def test_a_header_rebuilds_only_the_shaders_that_include_it(tmp_path):
     variants = {"test_relu": [{}], "test_headers": [{}]}
     archive = root / spirv.ARCHIVE
     assert spirv.build(root, archive, variants)["compiled"] == 2
+    assert spirv.build(root, archive, variants)["compiled"] == 0  # unchanged: nothing compiled again
     (root / "unused.glslh").write_text("#define UNUSED 1\n")
     assert spirv.is_current(archive, root, variants)
     (root / "inner.glslh").write_text("#define BIAS_OF(x) ((x) + 1.0)\n")
     assert not spirv.is_current(archive, root, variants)
     assert spirv.build(root, archive, variants)["compiled"] == 1  # test_headers alone
     assert spirv.is_current(archive, root, variants)
+
+
+def test_a_build_says_how_far_it_is(tmp_path, capsys):
+    """`make shaders` takes minutes on a small machine: a line on stderr at each tenth of the variants."""
+    root = tmp_path / "shaders"
+    shutil.copytree(Path(__file__).parent / "shaders", root)
+    variants = {"test_relu": [{"UNUSED": i} for i in range(10)]}  # ten defines sets, ten variants
+    spirv.build(root, root / spirv.ARCHIVE, variants, progress=True)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" (")[0] for line in lines] == [f"vkx: compiled {n} of 10 shader variants" for n in range(1, 11)]
