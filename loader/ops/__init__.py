@@ -177,15 +177,20 @@ def _word_load(dtype: DType, buffer: str) -> tuple[str, str]:
 
 
 def read_defines(builder: "OpBuilder", prefix: str, buffer: str, tensor: "TensorArg") -> dict[str, str]:
-    """elem_defines of a binding the shader only reads (LOAD_<P>, LOADI_<P>; no STORE_<P>).
+    """elem_defines of a binding the shader only reads (LOAD_<P>, LOADI_<P>; no STORE_<P>), in the
+    storage mode of `builder`'s device (`read_form`)."""
+    return read_form(prefix, buffer, tensor.dtype, reads_by_words(builder))
 
-    Where the device lacks narrow storage (either feature: the storage mode is one of two, as
-    `held_dtype`'s and the variant spaces' `WORDS_MODES`), the shader reads a 16- or 8-bit dtype through
-    32-bit words (`<P>_T` is uint), which every device can (buffers and bindings are whole words: the
-    last word of an odd tensor has padding beside it)."""
-    if tensor.dtype.itemsize >= 4 or narrow_storage(builder.limits.features):
-        return elem_defines(prefix, buffer, tensor.dtype)
-    return word_read_defines(prefix, buffer, tensor.dtype)
+
+def read_form(prefix: str, buffer: str, dtype: DType, words: bool) -> dict[str, str]:
+    """read_defines of a binding of device dtype `dtype` in a storage mode: without narrow storage
+    (`words`: either feature missing, so the mode is one of two, as `held_dtype`'s and the variant
+    spaces' `WORDS_MODES`) a 16- or 8-bit dtype is read through 32-bit words (`<P>_T` is uint), which
+    every device can (buffers and bindings are whole words: the last word of an odd tensor has
+    padding beside it)."""
+    if words and dtype.itemsize < 4:
+        return word_read_defines(prefix, buffer, dtype)
+    return elem_defines(prefix, buffer, dtype)
 
 
 def word_read_defines(prefix: str, buffer: str, dtype: DType) -> dict[str, str]:
@@ -202,6 +207,11 @@ WORDS_MODES = (False, True)
 space covers (`binding_forms`)."""
 
 
+def storage_features(words: bool) -> frozenset[str]:
+    """The storage features of a storage mode (`held_dtype`'s argument): none without narrow storage."""
+    return frozenset() if words else frozenset(STORAGE_FEATURES.values())
+
+
 def binding_forms(prefix: str, buffer: str, kinds: Iterable[DType], words: bool, writes: bool = False
                   ) -> list[dict[str, str]]:
     """Every define set `read_defines` / `elem_defines` may give a binding of one of `kinds` in a storage
@@ -209,7 +219,7 @@ def binding_forms(prefix: str, buffer: str, kinds: Iterable[DType], words: bool,
     in 32 bits (held_dtype) and, for a binding only read, a stored 16/8-bit constant read by words."""
     forms: dict[tuple, dict[str, str]] = {}
     for dtype in kinds:
-        held = held_dtype(dtype, frozenset() if words else frozenset(STORAGE_FEATURES.values()))
+        held = held_dtype(dtype, storage_features(words))
         found = [elem_defines(prefix, buffer, held)]
         if words and not writes and dtype.itemsize < 4:
             found.append(word_read_defines(prefix, buffer, dtype))

@@ -27,9 +27,9 @@ from typing import Collection, Iterable, Optional, Sequence
 
 from vkx.format import dtypes
 from vkx.format.dtypes import DType
-from vkx.loader.ops import (FLOATS, GLSL_TYPES, STORAGE_FEATURES, WORDS_MODES, Binding, Defines, OpBuilder, TensorArg,
-                            UnsupportedOpError, any_dtype_defines, dtype_code, elem_defines, held_dtype, reads_by_words,
-                            variants, word_read_defines)
+from vkx.loader.ops import (FLOATS, GLSL_TYPES, WORDS_MODES, Binding, Defines, OpBuilder, TensorArg, UnsupportedOpError,
+                            any_dtype_defines, dtype_code, held_dtype, read_form, reads_by_words,
+                            storage_features, variants)
 from vkx.loader.ops.gemm_coop import coop_layout, fits, record_coop
 from vkx.loader.ops.gemm_tiled import dtype_codes, record_tiled
 from vkx.loader.ops.shape import MAX_GROUPS, bind_elems, fits_binding
@@ -153,19 +153,6 @@ def load4(prefix: str, buffer: str, dtype) -> dict[str, str]:
         return {f"{prefix}_V": "vec4", f"LOAD4_{prefix}(i)": f"{buffer}[(i) >> 2]"}
     pair, word = _PAIRS[dtype], f"{buffer}[(i) >> 2]"
     return {f"{prefix}_V": "uvec2", f"LOAD4_{prefix}(i)": f"vec4({pair}({word}.x), {pair}({word}.y))"}
-
-
-def read_form(prefix: str, buffer: str, dtype: DType, words: bool) -> dict[str, str]:
-    """read_defines of a float binding of device dtype `dtype` in a storage mode: without narrow storage
-    (`words`, vkx.loader.ops.reads_by_words) a 16-bit one is read through 32-bit words."""
-    if words and dtype.itemsize < 4:
-        return word_read_defines(prefix, buffer, dtype)
-    return elem_defines(prefix, buffer, dtype)
-
-
-def features(words: bool) -> frozenset[str]:
-    """The storage features of a storage mode (for vkx.loader.ops.held_dtype)."""
-    return frozenset() if words else frozenset(STORAGE_FEATURES.values())
 
 
 B_LAYOUTS = (None, "B_VEC_K", "B_VEC_N")
@@ -456,7 +443,7 @@ def matvec_variants() -> Iterable[Defines]:
     for words, w, kind, norm, subgroup in itertools.product(WORDS_MODES, FLOATS, ROW_KINDS, (False, True),
                                                             (False, True)):
         if kind is not None or norm:
-            yield row_defines(words, held_dtype(w, features(words)), w, kind, norm, subgroup)
+            yield row_defines(words, held_dtype(w, storage_features(words)), w, kind, norm, subgroup)
 
 
 def _row_dispatch(builder: OpBuilder, x: TensorArg, weights: Sequence[TensorArg], outs: Sequence[TensorArg],

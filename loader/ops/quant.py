@@ -21,8 +21,8 @@ from vkx.format.dtypes import DType
 from vkx.format.op_quant import VALUES_PER_WORD
 
 from . import (FLOATS, WORDS_MODES, Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines,
-               any_dtype_variants, builds, dtype_code, held_dtype, reads_by_words, variants)
-from .gemm import (MAX_MATVEC_ROWS, Operand, RowNorm, features, gemm, load4, matvec_shape, one_dtype, read_form)
+               any_dtype_variants, builds, dtype_code, held_dtype, read_form, reads_by_words, storage_features, variants)
+from .gemm import MAX_MATVEC_ROWS, Operand, RowNorm, gemm, load4, matvec_shape, one_dtype
 from .shape import MAX_GROUPS, dispatch_groups, row_chunks, rows_binding
 
 ROWS = 4
@@ -70,7 +70,7 @@ def matvec_q_variants() -> Iterable[Defines]:
     for words, bits, d, kind, norm, subgroup in itertools.product(WORDS_MODES, (4, 8), FLOATS, _NORM_BINDING,
                                                                   (False, True), (False, True)):
         if kind is not None or norm:
-            x = held_dtype(d, features(words)) if norm else d
+            x = held_dtype(d, storage_features(words)) if norm else d
             yield matvec_q_defines(words, bits, {}, x, False, subgroup, kind, d if norm else None)
 
 

@@ -20,8 +20,7 @@ from vkx.format.op_rules import slice_length
 from vkx.format.dtypes import DType
 
 from . import (DTYPE_CODES, WORDS_MODES, Binding, Defines, OpBuilder, SubRange, TensorArg, UnsupportedOpError,
-               any_dtype_defines, builds, dtype_code, elem_defines, reads_by_words, read_defines, variants,
-               word_read_defines)
+               any_dtype_defines, builds, dtype_code, elem_defines, read_form, reads_by_words, variants)
 
 WORKGROUP = 64
 """local_size_x of every shader in this family."""
@@ -313,8 +312,7 @@ def convert_copy(builder: OpBuilder, src: TensorArg, dst: TensorArg) -> None:
 def _cast_defines(src: DType, dst: DType, words: bool) -> Defines:
     """cast.comp's defines; `words` (no narrow storage): a 16- or 8-bit source (a weight: what the
     device writes is held in 32 bits) is read through 32-bit words."""
-    read = word_read_defines if words and src.itemsize < 4 else elem_defines
-    defines = {**read("S", "src", src), **elem_defines("D", "dst", dst)}
+    defines = {**read_form("S", "src", src, words), **elem_defines("D", "dst", dst)}
     if not src.is_float and not dst.is_float:
         defines["INT_PATH"] = "1"
     return defines
