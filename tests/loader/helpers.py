@@ -22,6 +22,24 @@ def no_device_limits(**changes) -> Limits:
     return replace(plain, **changes)
 
 
+def scalar_value(a) -> g.Value:
+    """The graph value of an op's argument that is no tensor: None, a bool, int, float or str, or a
+    list of ints (IntList)."""
+    if a is None:
+        return g.Null()
+    if isinstance(a, bool):
+        return g.Bool(a)
+    if isinstance(a, int):
+        return g.Int(a)
+    if isinstance(a, float):
+        return g.Double(a)
+    if isinstance(a, str):
+        return g.String(a)
+    if isinstance(a, (list, tuple)) and not any(isinstance(x, (bool, float)) for x in a):
+        return g.IntList(tuple(int(x) for x in a))
+    raise TypeError(f"no graph value for {a!r}")
+
+
 def tensor(dims, dt=g.DataType.FLOAT32, cid=-1, mem=-1):
     return g.Tensor(dt, tuple(dims), constant_id=cid, mem_obj_id=mem)
 

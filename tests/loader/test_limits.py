@@ -6,7 +6,6 @@ import torch
 
 from vkx.loader.device import Device
 from vkx.loader.errors import LimitError
-from vkx.loader.ops import elem_defines
 from vkx.loader.limits import FEATURES, PROFILES, Limits, check_pipeline, pipeline_needs
 from vkx.loader.ops.gemm import product_defines
 from vkx.loader.shaders import compile_spirv, pipelines_for

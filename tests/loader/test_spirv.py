@@ -19,7 +19,7 @@ from vkx.loader.graph import GraphBuilder
 from vkx.loader.limits import Limits
 from vkx.loader.ops import elementwise
 
-from .helpers import no_device_limits
+from .helpers import no_device_limits, scalar_value
 
 DEVICE_TYPES = sorted((d for d in dtypes.ALL if d.on_device), key=str)
 FLOATS = (dtypes.FLOAT32, dtypes.FLOAT16, dtypes.BFLOAT16)
@@ -52,17 +52,7 @@ def _requests(name: str, operands: list, out, limits: Limits = no_device_limits(
     def arg(a) -> int:
         if isinstance(a, tuple):
             return add(g.Tensor(a[1].datatype, a[0]))
-        if a is None:
-            return add(g.Null())
-        if isinstance(a, str):
-            return add(g.String(a))
-        if isinstance(a, list):
-            return add(g.IntList(tuple(a)))
-        if isinstance(a, bool):
-            return add(g.Bool(a))
-        if a is None:
-            return add(g.Null())
-        return add(g.Int(a) if isinstance(a, int) else g.Double(a))
+        return add(scalar_value(a))
 
     ids = [arg(a) for a in operands]
     out_ids = [arg(o) for o in out] if isinstance(out, list) else [arg(out)]
@@ -122,8 +112,7 @@ def test_copy_cast_fill_builders_request_only_declared_variants():
 
 def test_coop_gemm_builders_request_only_declared_variants():
     """fp16 products on a device with cooperative matrices: both tilings, split-K, both B layouts,
-    a bias, fp32 attention scores; split-K's reduce after them is a recorded shader."""
-    root = shaders.packaged_dir()
+    a bias, fp32 attention scores, and split-K's reduce after them."""
     declared = {(s, tuple(sorted((str(k), str(v)) for k, v in d.items())))
                 for s, ds in ops.all_variants().items() for d in ds}
     seen = set()

@@ -34,6 +34,8 @@ from vkx.loader import ops, spirv
 from vkx.loader.graph import GraphBuilder
 from vkx.loader.limits import FEATURES, PROFILES, Limits
 
+from .helpers import scalar_value
+
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 EXAMPLES = ROOT / "examples"
@@ -202,19 +204,7 @@ def graph_of(case: Case) -> g.VkGraph:
             return add(g.ValueList(tuple(arg(x) for x in a.items)))
         if isinstance(a, Dbls):
             return add(g.DoubleList(tuple(float(x) for x in a.items)))
-        if a is None:
-            return add(g.Null())
-        if isinstance(a, bool):
-            return add(g.Bool(a))
-        if isinstance(a, int):
-            return add(g.Int(a))
-        if isinstance(a, float):
-            return add(g.Double(a))
-        if isinstance(a, str):
-            return add(g.String(a))
-        if isinstance(a, (list, tuple)):
-            return add(g.IntList(tuple(int(x) for x in a)))
-        raise TypeError(f"no graph value for {a!r}")
+        return add(scalar_value(a))
 
     chain, outs = [], []
     for i, op in enumerate(case.ops):

@@ -33,6 +33,7 @@ import pytest
 import torch
 
 from tests.conftest import record_error
+from tests.loader.helpers import scalar_value
 from vkx.loader.graph import GraphBuilder
 from tests.data.et_op_cases import Fn  # the ExecuTorch op cases' module around a function, for every op test
 
@@ -246,19 +247,7 @@ def run_graph(name: str, args: Sequence[Any], out: Any, **load_kwargs: Any):
             return add_tensor(a.tensor, const=True)
         if isinstance(a, Values):
             return add(g.ValueList(tuple(add_arg(x) for x in a.items)))
-        if a is None:
-            return add(g.Null())
-        if isinstance(a, bool):
-            return add(g.Bool(a))
-        if isinstance(a, int):
-            return add(g.Int(a))
-        if isinstance(a, float):
-            return add(g.Double(a))
-        if isinstance(a, str):
-            return add(g.String(a))
-        if isinstance(a, (list, tuple)) and all(isinstance(x, int) and not isinstance(x, bool) for x in a):
-            return add(g.IntList(tuple(a)))
-        raise TypeError(f"cannot make a graph value of {a!r}")
+        return add(scalar_value(a))
 
     def out_tensor(spec) -> int:
         if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], torch.dtype):
