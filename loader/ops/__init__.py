@@ -140,6 +140,12 @@ def dtype_code(dtype: DType) -> int:
     return DTYPE_CODES[dtype]
 
 
+def dtype_spec(*tensors: "TensorArg") -> tuple[int, ...]:
+    """The specialization constants of ANY_IN / ANY_OUT bindings (shaders/dtype.glslh): each tensor's
+    DTYPE_CODES entry, in order."""
+    return tuple(dtype_code(t.dtype) for t in tensors)
+
+
 def reads_by_words(builder: "OpBuilder") -> bool:
     """Whether `builder`'s device lacks narrow storage, so that shaders read 16- and 8-bit inputs
     (weights: what the device writes is held in 32 bits) through 32-bit words."""

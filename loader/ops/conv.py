@@ -20,8 +20,8 @@ from typing import Iterable, Sequence
 
 from vkx.format.contract import FLT_MAX, Call
 from vkx.loader.ops import (FLOATS, WORDS_MODES, Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines,
-                            any_dtype_variants, binding_forms, builds, dtype_code, elem_defines, product, read_defines,
-                            reads_by_words, variants)
+                            any_dtype_variants, binding_forms, builds, dtype_code, dtype_spec, elem_defines, product,
+                            read_defines, reads_by_words, variants)
 from vkx.loader.ops.shape import MAX_GROUPS, bind_elems, dispatch_groups
 
 _CONV_PUSH = struct.Struct("<24i2f")
@@ -70,7 +70,7 @@ def _transposed(builder: OpBuilder, call: Call) -> None:
     bound = [x, w, out, bias or x]
     builder.dispatch("conv_transpose2d", bound, push, dispatch_groups(out.numel),
                      any_dtype_defines(HAS_BIAS=bias is not None, WORDS=reads_by_words(builder)),
-                     tuple(dtype_code(t.dtype) for t in bound))
+                     dtype_spec(*bound))
 
 
 @builds("et_vk.conv_with_clamp.default")

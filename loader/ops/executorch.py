@@ -15,7 +15,7 @@ from vkx.format.contract import Call
 from vkx.format.op_et import pad_widths, split_sizes
 
 from . import (Defines, OpBuilder, UnsupportedOpError, any_dtype_defines, any_dtype_variants, builds, dtype_code,
-               reads_by_words, variants)
+               dtype_spec, reads_by_words, variants)
 from .attention import attention
 from .conv import pool2d
 from .elementwise import CLAMP, UNARY_GLSL, op_glsl, unary
@@ -126,7 +126,7 @@ def _rotary(builder: OpBuilder, call: Call, start: int, interleaved: bool) -> No
         push = struct.pack("<6I", x.numel, s, h, d, cos.shape[-1], start)
         builder.dispatch("rotary", [x, cos, sin, out], push, dispatch_groups(x.numel),
                          any_dtype_defines(INTERLEAVED=interleaved, WORDS=reads_by_words(builder)),
-                         tuple(dtype_code(t.dtype) for t in (x, cos, sin, out)))
+                         dtype_spec(x, cos, sin, out))
 
 
 @variants("rotary")

@@ -8,7 +8,7 @@ from typing import Iterable
 from vkx.format import dtypes
 from vkx.format.dtypes import DType
 from vkx.loader.ops import (WORDS_MODES, Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines,
-                            dtype_code, elem_defines, reads_by_words, variants)
+                            dtype_spec, elem_defines, reads_by_words, variants)
 from vkx.loader.ops.gemm import Operand, gemm
 from vkx.loader.ops.shape import broadcast_strides, dispatch_groups
 
@@ -65,7 +65,7 @@ def rotate_half(builder: OpBuilder, x: TensorArg, cos: TensorArg, sin: TensorArg
     builder.dispatch("fused_rotary", bindings, push, dispatch_groups(pairs + pairs2 + pairs3),
                      _rotary_defines(index is not None, second is not None, copied is not None,
                                      reads_by_words(builder)),
-                     tuple(dtype_code(t.dtype) for t in bindings))
+                     dtype_spec(*bindings))
 
 
 def _rotary_defines(indexed: bool, second: bool, third: bool, words: bool) -> Defines:

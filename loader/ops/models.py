@@ -17,7 +17,7 @@ from vkx.format.dtypes import DType
 from vkx.format.op_models import MAX_INDICES
 
 from . import (DTYPE_CODES, Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines, any_dtype_variants,
-               builds, dtype_code, elem_defines, reads_by_words, variants)
+               builds, dtype_code, dtype_spec, elem_defines, reads_by_words, variants)
 from .elementwise import CLAMP, POW_ANY, POW_GLSL, unary
 from .shape import (MAX_DIMS, broadcast_strides, collapse_dims, contiguous_strides, convert_copy, dispatch_groups,
                     pad_dims, strided_copy)
@@ -83,7 +83,7 @@ def where(builder: OpBuilder, call: Call) -> None:
         raise UnsupportedOpError(f"where over {len(sizes)} non-mergeable dims (max {MAX_DIMS})")
     push = struct.pack("<26I", out.numel, len(sizes), *pad_dims(sizes), *pad_dims(sc), *pad_dims(sa), *pad_dims(sb))
     builder.dispatch("where", [cond, a, b, out], push, dispatch_groups(out.numel), _select_defines(builder, out),
-                     tuple(dtype_code(t.dtype) for t in (cond, a, b, out)))
+                     dtype_spec(cond, a, b, out))
 
 
 @builds("aten.gather.default")
@@ -104,7 +104,7 @@ def gather_along(builder: OpBuilder, src: TensorArg, dim: int, index: TensorArg,
     push = struct.pack("<IIIi12I", out.numel, rank, dim, shape[dim], *pad_dims(index_shape),
                        *pad_dims(contiguous_strides(shape)))
     builder.dispatch("gather", [src, index, out], push, dispatch_groups(out.numel), _select_defines(builder, out),
-                     tuple(dtype_code(t.dtype) for t in (src, index, out)))
+                     dtype_spec(src, index, out))
 
 
 @builds("aten.index.Tensor")
@@ -127,7 +127,7 @@ def index(builder: OpBuilder, call: Call) -> None:
                        *(sizes + [0] * 4)[:4], *istride, *(list(src.shape[:k]) + [0] * 3)[:3],
                        *(list(src_strides[:k]) + [0] * 3)[:3])
     builder.dispatch("index", [src, *binds, out], push, dispatch_groups(out.numel), _select_defines(builder, out),
-                     tuple(dtype_code(t.dtype) for t in (src, *binds, out)))
+                     dtype_spec(src, *binds, out))
 
 
 @builds("aten.cumsum.default")

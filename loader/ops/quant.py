@@ -21,7 +21,8 @@ from vkx.format.dtypes import DType
 from vkx.format.op_quant import VALUES_PER_WORD
 
 from . import (FLOATS, WORDS_MODES, Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines,
-               any_dtype_variants, builds, dtype_code, held_dtype, read_form, reads_by_words, storage_features, variants)
+               any_dtype_variants, builds, dtype_code, dtype_spec, held_dtype, read_form, reads_by_words,
+               storage_features, variants)
 from .gemm import MAX_MATVEC_ROWS, Operand, RowNorm, gemm, load4, matvec_shape, one_dtype
 from .shape import MAX_GROUPS, dispatch_groups, row_chunks, rows_binding
 
@@ -352,7 +353,7 @@ def dequantize_affine(builder: OpBuilder, call: Call) -> None:
     push = struct.pack("<5I", out.numel, cols, block_r, block_c, cols // block_c)
     builder.dispatch("dequantize_affine", bindings, push, dispatch_groups(out.numel),
                      any_dtype_defines(HAS_ZP=zp is not None, WORDS=reads_by_words(builder)),
-                     tuple(dtype_code(t.dtype) for t in bindings))
+                     dtype_spec(*bindings))
 
 
 @variants("dequantize_affine")

@@ -15,7 +15,6 @@ workgroup size ROW_WG), so that each shader's variants (`@variants`) stay few.
 """
 from __future__ import annotations
 
-import itertools
 import math
 import struct
 from typing import Iterable
@@ -23,8 +22,8 @@ from typing import Iterable
 from vkx.format.contract import Call
 
 from . import (FLOATS, WORDS_MODES, Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines,
-               any_dtype_variants, binding_forms, builds, dtype_code, product, read_defines, reads_by_words,
-               variants)
+               any_dtype_variants, binding_forms, builds, dtype_code, dtype_spec, product, read_defines,
+               reads_by_words, variants)
 from .shape import (MAX_DIMS, WORKGROUP, bind_elems, chunk_elems, contiguous_strides, dispatch_groups,
                     normalize_dim, pad_dims, row_chunks, rows_binding)
 
@@ -81,9 +80,8 @@ def _row_forms(words: bool) -> Iterable[Defines]:
 
 
 def _any_forms(words: bool, *flags: str) -> list[Defines]:
-    """any_dtype_defines in a storage mode, with each combination of `flags` on and off."""
-    return [any_dtype_defines(WORDS=words, **dict(zip(flags, on)))
-            for on in itertools.product((False, True), repeat=len(flags))]
+    """any_dtype_variants of `flags` in one storage mode."""
+    return [d for d in any_dtype_variants(*flags) if ("WORDS" in d) == words]
 
 
 def _softmax_defines(builder: OpBuilder, src: TensorArg, out: TensorArg, log: bool) -> Defines:
@@ -137,7 +135,7 @@ def native_layer_norm(builder: OpBuilder, call: Call) -> None:
     rows = src.numel // n
     defines = {**_types(builder, ("X", "x", src), ("Y", "y", out)),
                **any_dtype_defines(HAS_W=weight is not None, HAS_B=bias is not None, WORDS=reads_by_words(builder))}
-    codes = tuple(dtype_code(t.dtype) for t in (weight or src, bias or src, mean, rstd))
+    codes = dtype_spec(weight or src, bias or src, mean, rstd)
     for r0, rc in row_chunks(builder, rows, n, [src, out]):
         xb = rows_binding(src, r0, rc, n)
         mb, shift = bind_elems(builder, mean, r0, rc)
@@ -171,7 +169,7 @@ def native_group_norm(builder: OpBuilder, call: Call) -> None:
     builder.dispatch("group_norm", bound, push, groups_wg,
                      {**any_dtype_defines(HAS_W=weight is not None, HAS_B=bias is not None,
                                           WORDS=reads_by_words(builder)), **mode},
-                     (*(dtype_code(t.dtype) for t in bound), wg))
+                     (*dtype_spec(*bound), wg))
 
 
 @variants("rms_norm")
@@ -224,7 +222,7 @@ def batch_norm_no_training(builder: OpBuilder, call: Call) -> None:
     w, b = weight or rmean, bias or rmean  # placeholders are never read
     defines = {**_types(builder, ("X", "x", src)),
                **any_dtype_defines(HAS_W=weight is not None, HAS_B=bias is not None, WORDS=reads_by_words(builder))}
-    codes = tuple(dtype_code(t.dtype) for t in (out, rmean, rvar, w, b))
+    codes = dtype_spec(out, rmean, rvar, w, b)
     for start, count in chunk_elems(builder, src.numel, [src, out]):
         xb, _ = bind_elems(builder, src, start, count)
         yb, _ = bind_elems(builder, out, start, count)
