@@ -11,7 +11,7 @@ from typing import Iterable
 
 from vkx.format.contract import Call
 
-from . import Defines, OpBuilder, any_dtype_defines, any_dtype_variants, builds, dtype_code, reads_by_words, variants
+from . import Defines, OpBuilder, any_dtype_defines, any_dtype_variants, builds, dtype_spec, reads_by_words, variants
 from .quant import q4gsw
 from .shape import dispatch_groups
 
@@ -32,7 +32,7 @@ def choose_qparams_affine(builder: OpBuilder, call: Call) -> None:
     eps = FP32_SMALLEST_NORMAL if call["eps"] is None else float(call["eps"])
     builder.dispatch("act_quant", [x, scale, zero], struct.pack("<IIf", rows, k, eps), dispatch_groups(rows),
                      any_dtype_defines(CHOOSE=True, WORDS=reads_by_words(builder)),
-                     (dtype_code(x.dtype), dtype_code(scale.dtype), dtype_code(zero.dtype)))
+                     dtype_spec(x, scale, zero))
 
 
 @builds("et_vk.linear_dq8ca_q4gsw.default")
@@ -41,5 +41,5 @@ def linear_dq8ca_q4gsw(builder: OpBuilder, call: Call) -> None:
     quantized = builder.temp(x.shape, x.dtype)
     builder.dispatch("act_quant", [x, scale, zero, quantized], struct.pack("<IIf", x.numel, x.shape[-1], 0.0),
                      dispatch_groups(x.numel), any_dtype_defines(CHOOSE=False, WORDS=reads_by_words(builder)),
-                     (dtype_code(x.dtype), dtype_code(scale.dtype), dtype_code(zero.dtype), dtype_code(x.dtype)))
+                     dtype_spec(x, scale, zero, x))
     q4gsw(builder, quantized, call)

@@ -188,7 +188,7 @@ def pool2d(builder: OpBuilder, call: Call, dilation: Sequence[int], count_includ
                            int(count_include_pad), int(divisor_override))
     defines = _pool_defines(is_max, indices is not None, reads_by_words(builder))
     builder.dispatch("pool2d", [x, out, *([indices] if indices else [])], push, dispatch_groups(total), defines,
-                     (dtype_code(x.dtype), dtype_code(out.dtype)))
+                     dtype_spec(x, out))
 
 
 def _pool_defines(is_max: bool, indices: bool, words: bool) -> Defines:

@@ -24,7 +24,7 @@ from typing import Iterable, Union
 from vkx.format import opset
 from vkx.format.contract import Call
 
-from . import (OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines, builds, builds_family, dtype_code,
+from . import (OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines, builds, builds_family, dtype_spec,
                reads_by_words, variants)
 from .shape import (MAX_DIMS, bind_elems, broadcast_strides, chunk_elems, collapse_dims,
                     contiguous_strides, convert_copy, dispatch_groups, pad_dims)
@@ -153,7 +153,7 @@ def binary(builder: OpBuilder, call: Call) -> None:
     vec4 = n % 4 == 0 and all(x.dtype.is_float for x in (ta, tb, out))
     defines = _binary_defines(expr, int_math, vec4 and all(not isinstance(x, TensorArg) or x.numel in (1, n)
                                                          for x in (a, b)), reads_by_words(builder))
-    spec = (dtype_code(ta.dtype), dtype_code(tb.dtype), dtype_code(out.dtype), ma, mb)
+    spec = (*dtype_spec(ta, tb, out), ma, mb)
     push_alpha = (float(alpha), int(alpha) if int_math else 0)
     push_imm = (float(imm), int(imm) if int_math else 0)
 
@@ -216,7 +216,7 @@ def unary(builder: OpBuilder, call: Call, expr: str, a: float = 0.0, b: float = 
     n = src.numel
     vec4 = n % 4 == 0 and src.dtype.is_float and out.dtype.is_float
     defines = _unary_defines(expr, vec4, reads_by_words(builder))
-    spec = (dtype_code(src.dtype), dtype_code(out.dtype))
+    spec = dtype_spec(src, out)
     for start, count in chunk_elems(builder, n, [src, out]):
         ib, _ = bind_elems(builder, src, start, count)
         ob, _ = bind_elems(builder, out, start, count)

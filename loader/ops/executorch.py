@@ -14,8 +14,8 @@ from typing import Iterable
 from vkx.format.contract import Call
 from vkx.format.op_et import pad_widths, split_sizes
 
-from . import (Defines, OpBuilder, UnsupportedOpError, any_dtype_defines, any_dtype_variants, builds, dtype_code,
-               dtype_spec, reads_by_words, variants)
+from . import (Defines, OpBuilder, UnsupportedOpError, any_dtype_defines, any_dtype_variants, builds, dtype_spec,
+               reads_by_words, variants)
 from .attention import attention
 from .conv import pool2d
 from .elementwise import CLAMP, UNARY_GLSL, op_glsl, unary
@@ -170,7 +170,7 @@ def flip(builder: OpBuilder, call: Call) -> None:
     push = struct.pack(f"<3I{MAX_DIMS}I", src.numel, len(sizes), mask, *sizes, *[1] * (MAX_DIMS - len(sizes)))
     builder.dispatch("flip", [src, out], push, dispatch_groups(src.numel),
                      any_dtype_defines(WORDS=reads_by_words(builder)),
-                     (dtype_code(src.dtype), dtype_code(out.dtype)))
+                     dtype_spec(src, out))
 
 
 @variants("grid_sampler")
@@ -187,4 +187,4 @@ def grid_sampler_2d(builder: OpBuilder, call: Call) -> None:
                        call["padding_mode"], int(call["align_corners"]))
     builder.dispatch("grid_sampler", [x, grid, out], push, dispatch_groups(out.numel),
                      any_dtype_defines(WORDS=reads_by_words(builder)),
-                     (dtype_code(x.dtype), dtype_code(grid.dtype), dtype_code(out.dtype)))
+                     dtype_spec(x, grid, out))

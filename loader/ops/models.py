@@ -17,7 +17,7 @@ from vkx.format.dtypes import DType
 from vkx.format.op_models import MAX_INDICES
 
 from . import (DTYPE_CODES, Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines, any_dtype_variants,
-               builds, dtype_code, dtype_spec, elem_defines, reads_by_words, variants)
+               builds, dtype_spec, elem_defines, reads_by_words, variants)
 from .elementwise import CLAMP, POW_ANY, POW_GLSL, unary
 from .shape import (MAX_DIMS, broadcast_strides, collapse_dims, contiguous_strides, convert_copy, dispatch_groups,
                     pad_dims, strided_copy)
@@ -141,7 +141,7 @@ def cumsum(builder: OpBuilder, call: Call) -> None:
     inner = math.prod(shape[dim + 1:])
     lines = math.prod(shape[:dim]) * inner
     builder.dispatch("cumsum", [src, out], struct.pack("<III", lines, shape[dim], inner), dispatch_groups(lines),
-                     _select_defines(builder, out), (dtype_code(src.dtype), dtype_code(out.dtype)))
+                     _select_defines(builder, out), dtype_spec(src, out))
 
 
 def fill(builder: OpBuilder, out: TensorArg, start: float | int, step: float | int) -> None:

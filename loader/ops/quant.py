@@ -112,7 +112,7 @@ def _linear(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: 
     # at a time here, an invocation's 32 activations a load were scattered across the workgroup.
     vec = bits == 8 and words % 4 == 0 and group % (4 * VALUES_PER_WORD[bits]) == 0 and stored == 4 * words
     defines = linear_q_defines(reads_by_words(builder), bits, variant, x.dtype, bias is not None, vec)
-    spec = (dtype_code(s.dtype), dtype_code(out.dtype), *([dtype_code(bias.dtype)] if bias is not None else []))
+    spec = dtype_spec(s, out, *([bias] if bias is not None else []))
     stride = s.shape[1] if "SCALE_STRIDE" in variant else 0
     for r0, rc in row_chunks(builder, n_rows, stored, [w]):
         push = struct.pack("<8I", n_rows, k, k // VALUES_PER_WORD[bits], k // group, group, r0, rc, stride)
@@ -158,7 +158,7 @@ def _dequantized(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, b
     push = struct.pack("<5I", n_rows * words, words, k // group, group, s.shape[1] if "SCALE_STRIDE" in variant else 0)
     builder.dispatch("dequant_q", [w, s, weight], push, dispatch_groups(n_rows * words),
                      _packing_defines(reads_by_words(builder), bits, variant),
-                     (dtype_code(s.dtype), dtype_code(weight.dtype)))
+                     dtype_spec(s, weight))
     if bias is not None:
         bias = Operand(bias, 0, 0 if bias.numel == n_rows else n_rows, 1)
     gemm(builder, Operand(x, 0, k, 1), Operand(weight, 0, 1, k), Operand(out, 0, n_rows, 1), m, n_rows, k,
@@ -192,8 +192,7 @@ def _matvec(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: 
     shape, subgroup = matvec_shape(builder, "matvec_q", chunks, n_rows)
     defines = matvec_q_defines(reads_by_words(builder), bits, variant, x.dtype, bias is not None, subgroup,
                                norm=None if norm is None else norm.weight.dtype)
-    spec = (shape.invocations, shape.rows, dtype_code(s.dtype), dtype_code(out.dtype),
-            *([dtype_code(bias.dtype)] if bias is not None else []))
+    spec = (shape.invocations, shape.rows, *dtype_spec(s, out, *([bias] if bias is not None else [])))
     stride = s.shape[1] if "SCALE_STRIDE" in variant else 0
     for r0, rc in row_chunks(builder, n_rows, stored, [w]):
         push = struct.pack("<8I", chunks, x.shape[-1] // group, group * bits // 128, r0, rc, stride, 0, 0)
@@ -285,7 +284,7 @@ def _embedding(builder: OpBuilder, call: Call, w: TensorArg, s: TensorArg, bits:
     if n == 0:
         return
     defines = _packing_defines(reads_by_words(builder), bits, variant)
-    spec = (dtype_code(s.dtype), dtype_code(idx.dtype), dtype_code(out.dtype))
+    spec = dtype_spec(s, idx, out)
     blocks = list(row_chunks(builder, vocab, stored, [w])) or [(0, 0)]
     for r0, rc in blocks:
         last = int(r0 + rc == vocab)

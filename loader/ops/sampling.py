@@ -9,7 +9,7 @@ from typing import Iterable
 from vkx.format.contract import Call
 from vkx.format.op_et import upsample_scales
 
-from . import (WORDS_MODES, Defines, OpBuilder, UnsupportedOpError, any_dtype_defines, builds, dtype_code,
+from . import (WORDS_MODES, Defines, OpBuilder, UnsupportedOpError, any_dtype_defines, builds, dtype_spec,
                reads_by_words, variants)
 from .shape import dispatch_groups
 
@@ -40,4 +40,4 @@ def upsample(builder: OpBuilder, call: Call) -> None:
     step_h, step_w = upsample_scales(call)
     push = struct.pack("<5I2f", out.numel, *src.shape[2:], *out.shape[2:], step_h, step_w)
     builder.dispatch("upsample", [src, out], push, dispatch_groups(out.numel), defines,
-                     (dtype_code(src.dtype), dtype_code(out.dtype)))
+                     dtype_spec(src, out))

@@ -20,7 +20,7 @@ from vkx.format.op_rules import slice_length
 from vkx.format.dtypes import DType
 
 from . import (DTYPE_CODES, WORDS_MODES, Binding, Defines, OpBuilder, SubRange, TensorArg, UnsupportedOpError,
-               any_dtype_defines, builds, dtype_code, elem_defines, read_form, reads_by_words, variants)
+               any_dtype_defines, builds, dtype_spec, elem_defines, read_form, reads_by_words, variants)
 
 WORKGROUP = 64
 """local_size_x of every shader in this family."""
@@ -419,7 +419,7 @@ def embedding(builder: OpBuilder, call: Call) -> None:
         raise UnsupportedOpError("embedding output larger than one storage binding")
     defines = _embedding_defines(weight.dtype == out.dtype, not weight.dtype.is_float and not out.dtype.is_float,
                                  reads_by_words(builder))
-    spec = (dtype_code(weight.dtype), dtype_code(idx.dtype), dtype_code(out.dtype))
+    spec = dtype_spec(weight, idx, out)
     groups = dispatch_groups(n)
     for r0, rc in row_chunks(builder, vocab, dim, [weight]):
         push = struct.pack("<IIiii", n, dim, r0, rc, vocab)

@@ -16,7 +16,7 @@ from typing import Iterable
 from vkx.format.contract import Call
 from vkx.format.op_state import COPY, INDEX_COPY, STATE
 
-from . import (Defines, OpBuilder, UnsupportedOpError, any_dtype_defines, any_dtype_variants, builds, dtype_code,
+from . import (Defines, OpBuilder, UnsupportedOpError, any_dtype_defines, any_dtype_variants, builds, dtype_spec,
                reads_by_words, variants)
 from .shape import convert_copy, dispatch_groups
 
@@ -41,7 +41,7 @@ def index_copy(builder: OpBuilder, call: Call) -> None:
     push = struct.pack("<IIIi", source.numel, index.shape[0], inner, target.shape[dim])
     builder.dispatch("index_copy", [target, index, source], push, dispatch_groups(source.numel),
                      any_dtype_defines(WORDS=reads_by_words(builder)),
-                     (dtype_code(target.dtype), dtype_code(index.dtype), dtype_code(source.dtype)))
+                     dtype_spec(target, index, source))
 
 
 @variants("index_copy")
