@@ -33,7 +33,8 @@ from vkx.loader.limits import FEATURES, Limits, profile as named_profile
 ffi = vk.ffi
 lib = vk._vulkan.lib
 UINT64_MAX = 0xFFFFFFFFFFFFFFFF
-API_VERSION = vk.VK_MAKE_VERSION(1, 2, 0)
+API_TUPLE = (1, 2, 0)
+API_VERSION = vk.VK_MAKE_VERSION(*API_TUPLE)
 VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
 EXTERNAL_MEMORY_HOST = "VK_EXT_external_memory_host"
 INTEGER_DOT_PRODUCT = "VK_KHR_shader_integer_dot_product"
@@ -186,7 +187,10 @@ class Device:
         m3 = vk.VkPhysicalDeviceMaintenance3Properties()
         sub = vk.VkPhysicalDeviceSubgroupProperties(pNext=m3)
         vk.vkGetPhysicalDeviceProperties2(self.physical, vk.VkPhysicalDeviceProperties2(pNext=sub))
+        version = int(p.apiVersion)
         self._reported = dict(
+            # the version vkx uses: the device's, at most the one the instance asks for
+            api_version=min((version >> 22, version >> 12 & 0x3FF, version & 0xFFF), API_TUPLE),
             max_storage_buffer_range=int(lim.maxStorageBufferRange),
             min_storage_buffer_offset_alignment=int(lim.minStorageBufferOffsetAlignment),
             max_push_constants_size=int(lim.maxPushConstantsSize),

@@ -436,35 +436,60 @@ def _grouped_attention(c: OpChain, i: int) -> tuple[list[int], list[int], Fused]
     return ops, inputs, Fused("grouped attention", tuple(chain[j].node_id for j in ops), run)
 
 
-def fuse(graph: g.VkGraph, max_binding_bytes: int) -> list:
+def _bindings(c: OpChain, ops: list[int]) -> int:
+    """The storage buffers a fused kernel binds: the tensors its ops read from outside the match, and
+    what they write that outlives it (read by another op, a graph output); intermediates are never
+    stored."""
+    inside = set(ops)
+    chain = c.graph.chain
+    written = {v for i in ops for v in c.items(chain[i].args[-1])}
+    read = {v for i in ops for a in chain[i].args[:-1] for v in c.items(a)
+            if v not in written and c.tensor(v) is not None}
+    kept = {v for v in written if v in c.outputs or any(r not in inside for r in c.readers.get(v, []))}
+    return len(read) + len(kept)
+
+
+def fuse(graph: g.VkGraph, max_binding_bytes: int, max_bindings: int) -> list:
     """The graph's chain with every match replaced by one `Fused` step (at its last op's place; a
-    `first` step at its first op's, past the ops of an RMSNorm folded into it)."""
+    `first` step at its first op's, past the ops of an RMSNorm folded into it). A match whose kernel
+    would bind more than `max_bindings` storage buffers stays unfused, or is fused without the
+    RMSNorm it would fold in (a phone's limit: docs/profiles.md)."""
     c = OpChain(graph)
     taken: set[int] = set()
     at: dict[int, Fused] = {}
     norms: dict[int, _Norm] = {}  # output -> an RMSNorm matched on its own, which a product may fold in
+
+    def match(i: int, op, norms: dict[int, _Norm]):
+        if op.name == "aten.rsqrt.default":
+            return _rms_norm(c, i)
+        if op.name == "aten.add.Tensor":
+            return rotary(c, i, max_binding_bytes) or _residual_add(c, i)
+        if op.name == "aten.mul.Tensor":
+            return _swiglu(c, i, norms, max_binding_bytes)
+        if op.name == _SDPA:
+            return _grouped_attention(c, i)  # binds what the unfused attention binds
+        if op.name == "aten.cat.default":
+            return tables(c, i, max_binding_bytes)
+        if op.name in _PRODUCTS:
+            return _products(c, i, norms, max_binding_bytes) or _norm_product(c, i, norms, max_binding_bytes)
+        return None
+
+    def fits(i: int, found) -> bool:
+        return graph.chain[i].name == _SDPA or _bindings(c, found[0]) <= max_bindings
+
     for i, op in enumerate(graph.chain):
         if i in taken:
             continue
-        norm = None
-        if op.name == "aten.rsqrt.default":
-            found = _rms_norm(c, i)
-            if found is not None:
-                *found, norm = found
-        elif op.name == "aten.add.Tensor":
-            found = rotary(c, i, max_binding_bytes) or _residual_add(c, i)
-        elif op.name == "aten.mul.Tensor":
-            found = _swiglu(c, i, norms, max_binding_bytes)
-        elif op.name == _SDPA:
-            found = _grouped_attention(c, i)
-        elif op.name == "aten.cat.default":
-            found = tables(c, i, max_binding_bytes)
-        elif op.name in _PRODUCTS:
-            found = _products(c, i, norms, max_binding_bytes) or _norm_product(c, i, norms, max_binding_bytes)
-        else:
-            continue
+        found = match(i, op, norms)
+        if found is not None and not fits(i, found):
+            found = match(i, op, {}) if norms else None  # without the norm folded in, it may fit
+            if found is not None and not fits(i, found):
+                found = None
         if found is None:
             continue
+        norm = None
+        if op.name == "aten.rsqrt.default":
+            *found, norm = found
         ops, inputs, step = found
         folded = [n for n in norms.values() if set(n.ops) <= set(ops)]
         own = set(ops).difference(*(n.ops for n in folded))

@@ -170,7 +170,8 @@ class GraphBuilder:
             raise as_load_error(error) from None
         calls = {id(op): (call, fn) for op, call, fn in zip(self.graph.chain, bound, fns)}
         declared = {vid: t.arg for vid, t in self.tensors.items()}  # each value's own shape, as bound
-        for step in fuse_chain(self.graph, self.limits.max_storage_buffer_range):
+        for step in fuse_chain(self.graph, self.limits.max_storage_buffer_range,
+                               self.limits.max_per_stage_descriptor_storage_buffers):
             try:
                 if isinstance(step, Fused):
                     self._node = f"nodes {', '.join(map(str, step.node_ids))} (fused {step.name})"

@@ -10,8 +10,10 @@ and the value. The profiles' figures and their sources: docs/profiles.md.
 """
 from __future__ import annotations
 
+import json
 import struct
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 from typing import Sequence
 
 from vkx.loader.errors import LimitError
@@ -28,7 +30,9 @@ use once the model is enabled)."""
 
 @dataclass(frozen=True)
 class Limits:
-    """Device limits (VkPhysicalDeviceLimits' names in snake case) and the features in force."""
+    """The Vulkan version, device limits (VkPhysicalDeviceLimits' names in snake case) and the
+    features in force."""
+    api_version: tuple[int, int, int]
     max_storage_buffer_range: int
     min_storage_buffer_offset_alignment: int
     max_push_constants_size: int
@@ -54,6 +58,8 @@ class Limits:
                 lowered[f.name] = theirs or mine
             elif f.name == "features":
                 lowered[f.name] = mine & theirs
+            elif f.name == "api_version":
+                lowered[f.name] = min(mine, theirs)
             elif isinstance(mine, tuple):
                 lowered[f.name] = tuple(min(a, b) for a, b in zip(mine, theirs))
             else:
@@ -67,25 +73,48 @@ class Limits:
             value = getattr(self, f.name)
             head, *rest = f.name.split("_")
             name = head + "".join(w.capitalize() for w in rest)
-            out[name] = sorted(value) if f.name == "features" else (list(value) if isinstance(value, tuple) else value)
+            if f.name == "api_version":
+                out[name] = ".".join(map(str, value))
+            else:
+                out[name] = sorted(value) if f.name == "features" else (list(value) if isinstance(value, tuple) else value)
         return out
+
+    @property
+    def max_spirv_version(self) -> tuple[int, int]:
+        """The newest SPIR-V the Vulkan version in force accepts (Vulkan 1.1: 1.3, 1.2: 1.5, 1.3 on: 1.6)."""
+        return {(1, 0): (1, 0), (1, 1): (1, 3), (1, 2): (1, 5)}.get(self.api_version[:2], (1, 6))
 
 
 _ALL = 1 << 62  # "no bound" for a figure a profile does not lower
+_PROFILES_FILE = Path(__file__).with_name("profiles.json")
+
+
+def _khronos(record: dict) -> Limits:
+    """A profile of profiles.json (vkx.loader._profiles_regen: the figures of Khronos' file)."""
+    lim = record["limits"]
+    return Limits(
+        api_version=tuple(int(x) for x in record["api_version"].split(".")),
+        max_storage_buffer_range=lim["maxStorageBufferRange"],
+        min_storage_buffer_offset_alignment=lim["minStorageBufferOffsetAlignment"],
+        max_push_constants_size=lim["maxPushConstantsSize"],
+        max_compute_shared_memory_size=lim["maxComputeSharedMemorySize"],
+        max_compute_work_group_invocations=lim["maxComputeWorkGroupInvocations"],
+        max_compute_work_group_size=tuple(lim["maxComputeWorkGroupSize"]),
+        max_compute_work_group_count=tuple(lim["maxComputeWorkGroupCount"]),
+        max_per_stage_descriptor_storage_buffers=lim["maxPerStageDescriptorStorageBuffers"],
+        max_bound_descriptor_sets=lim["maxBoundDescriptorSets"],
+        subgroup_size=record["subgroup_size"], features=frozenset(record["features"]) & frozenset(FEATURES))
+
+
+KHRONOS_PROFILES: dict[str, dict] = json.loads(_PROFILES_FILE.read_text())
+"""The published profiles vkx models, as profiles.json records them (source file, revision, figures)."""
 
 PROFILES: dict[str, Limits] = {
-    # Khronos Vulkan-Profiles, profiles/VP_ANDROID_baseline_2022.json (docs/profiles.md): Vulkan 1.0
-    # with shaderInt16; no 8/16-bit storage, no fp16/int8/int64 arithmetic, no subgroup operations.
-    "android-baseline-2022": Limits(
-        max_storage_buffer_range=1 << 28, min_storage_buffer_offset_alignment=256,
-        max_push_constants_size=128, max_compute_shared_memory_size=32768,
-        max_compute_work_group_invocations=128, max_compute_work_group_size=(128, 128, 128),
-        max_compute_work_group_count=(65535, 65535, 65535),
-        max_per_stage_descriptor_storage_buffers=35, max_bound_descriptor_sets=4,
-        subgroup_size=0, features=frozenset({"shaderInt16"})),
+    **{name: _khronos(record) for name, record in KHRONOS_PROFILES.items()},
     # Qualcomm Adreno 7xx as Mesa's turnip driver reports it (docs/profiles.md): 16-bit
     # arithmetic and storage, 8-bit storage, no int8 arithmetic, waves of 128, 32 KiB shared.
     "adreno-7xx": Limits(
+        api_version=(1, 3, 0),
         max_storage_buffer_range=1 << 27, min_storage_buffer_offset_alignment=64,
         max_push_constants_size=128, max_compute_shared_memory_size=32768,
         max_compute_work_group_invocations=1024, max_compute_work_group_size=(1024, 1024, 1024),
@@ -95,8 +124,8 @@ PROFILES: dict[str, Limits] = {
         features=frozenset({"storageBuffer16BitAccess", "storageBuffer8BitAccess", "shaderFloat16",
                             "shaderInt16", "shaderInt64", "subgroupOperations"})),
 }
-"""Device profiles by name (VKX_DEVICE_PROFILE / --profile). The baseline's workgroup count is
-Vulkan's own minimum, 65535 (the JSON's 65536 is over it)."""
+"""Device profiles by name (VKX_DEVICE_PROFILE / --profile): Khronos' published Android profiles, and
+one phone GPU as its driver reports it."""
 
 
 def profile(name: str) -> Limits:
@@ -139,6 +168,7 @@ class PipelineNeeds:
     local_size: tuple[int, int, int]
     shared_bytes: int
     features: frozenset[str]
+    spirv_version: tuple[int, int]
 
 
 def pipeline_needs(spirv: bytes, spec: Sequence[int] = ()) -> PipelineNeeds:
@@ -208,7 +238,7 @@ def pipeline_needs(spirv: bytes, spec: Sequence[int] = ()) -> PipelineNeeds:
         i += count
     if builtin_size is not None and builtin_size in composites:
         local = tuple(constants.get(c, 1) for c in composites[builtin_size])
-    return PipelineNeeds(tuple(local), shared, frozenset(features))
+    return PipelineNeeds(tuple(local), shared, frozenset(features), (words[1] >> 16 & 0xFF, words[1] >> 8 & 0xFF))
 
 
 def check_pipeline(limits: Limits, kernel: str, spirv: bytes, nbindings: int, push_bytes: int,
@@ -225,6 +255,9 @@ def check_pipeline(limits: Limits, kernel: str, spirv: bytes, nbindings: int, pu
     for limit, value, bound in over:
         if value > bound:
             raise LimitError(f"kernel {kernel}: {limit} is {bound} in force, the kernel needs {value}")
+    if needs.spirv_version > limits.max_spirv_version:
+        raise LimitError(f"kernel {kernel}: is SPIR-V {'.'.join(map(str, needs.spirv_version))}, which Vulkan "
+                         f"{'.'.join(map(str, limits.api_version[:2]))} in force does not accept")
     missing = sorted(needs.features - limits.features)
     if missing:
         raise LimitError(f"kernel {kernel}: needs {', '.join(missing)}, which the device or "

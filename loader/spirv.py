@@ -34,7 +34,8 @@ ARCHIVE = "spirv.zip"
 SOURCES = "sources.json"
 HEADERS = (".glslh",)
 INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
-GLSLC_ARGS = ("-fshader-stage=compute", "--target-env=vulkan1.2", "-O")
+GLSLC_ARGS = ("-fshader-stage=compute", "--target-env=vulkan1.1", "-O")
+"""SPIR-V 1.3, which every Vulkan 1.1 device accepts: every shader builds for it."""
 
 
 
@@ -81,10 +82,10 @@ def included(root: Path, text: bytes) -> set[str]:
 
 
 def source_digest(root: Path, shader: str) -> str:
-    """What a shader's SPIR-V is built from: its source and the headers it includes (editing a
-    header rebuilds only the shaders that include it)."""
+    """What a shader's SPIR-V is built from: glslc's arguments, its source and the headers it includes
+    (editing a header rebuilds only the shaders that include it)."""
     source = (root / f"{shader}.comp").read_bytes()
-    h = hashlib.sha256(source)
+    h = hashlib.sha256(" ".join(GLSLC_ARGS).encode() + b"\0" + source)  # a new target rebuilds everything
     for header in sorted(included(root, source)):
         h.update(header.encode() + b"\0" + (root / header).read_bytes())
     return h.hexdigest()

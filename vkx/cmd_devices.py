@@ -52,8 +52,9 @@ def devices(json: bool = typer.Option(False, "--json", help="Print one JSON obje
 
 
 def _limits(limits: dict) -> str:
-    """The limits kernels are chosen from: binding range, alignment, workgroup, shared memory, features."""
-    return (f"binding range {size(limits['maxStorageBufferRange'])}, offset alignment "
+    """The limits kernels are chosen from: Vulkan version, storage buffers, binding range, alignment, workgroup, shared memory, features."""
+    return (f"Vulkan {limits['apiVersion']}, {limits['maxPerStageDescriptorStorageBuffers']} storage buffers a "
+            f"stage, binding range {size(limits['maxStorageBufferRange'])}, offset alignment "
             f"{limits['minStorageBufferOffsetAlignment']}, workgroup {limits['maxComputeWorkGroupInvocations']} "
             f"invocations, shared memory {size(limits['maxComputeSharedMemorySize'])}, subgroup "
             f"{limits['subgroupSize']}; features: {', '.join(limits['features']) or 'none of the optional ones'}")

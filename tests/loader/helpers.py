@@ -14,7 +14,7 @@ def no_device_limits(**changes) -> Limits:
     """What a graph built without a device is built under (`GraphBuilder(graph, no_device_limits())`):
     a small GPU with 8- and 16-bit storage, with `changes` (Limits' field names)."""
     plain = Limits(
-        max_storage_buffer_range=1 << 27, min_storage_buffer_offset_alignment=16, max_push_constants_size=128,
+        api_version=(1, 2, 0), max_storage_buffer_range=1 << 27, min_storage_buffer_offset_alignment=16, max_push_constants_size=128,
         max_compute_shared_memory_size=16384, max_compute_work_group_invocations=1024,
         max_compute_work_group_size=(1024, 1024, 64), max_compute_work_group_count=(65535, 65535, 65535),
         max_per_stage_descriptor_storage_buffers=16, max_bound_descriptor_sets=4, subgroup_size=0,

@@ -1,9 +1,13 @@
 """Device profiles and the limits in force (vkx.loader.limits): kernels chosen within them,
 every pipeline checked against them, what is over them refused with a LimitError."""
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
+from vkx.loader import _profiles_regen
 from vkx.loader.device import Device
 from vkx.loader.errors import LimitError
 from vkx.loader.limits import FEATURES, PROFILES, Limits, check_pipeline, pipeline_needs
@@ -33,12 +37,13 @@ def _kernels(dev: Device) -> set[tuple[str, tuple]]:
 
 
 def test_under_takes_the_lower_limit_the_higher_alignment_and_the_common_features():
-    dev = Limits(1 << 27, 16, 128, 32768, 1024, (1024, 1024, 1024), (65535,) * 3, 32, 8, 8,
+    dev = Limits((1, 2, 0), 1 << 27, 16, 128, 32768, 1024, (1024, 1024, 1024), (65535,) * 3, 32, 8, 8,
                  frozenset({"shaderInt16", "storageBuffer16BitAccess"}))
     got = dev.under(PROFILES[BASELINE])
     assert (got.max_storage_buffer_range, got.min_storage_buffer_offset_alignment) == (1 << 27, 256)
-    assert (got.max_compute_work_group_invocations, got.max_compute_work_group_size) == (128, (128, 128, 128))
-    assert (got.max_per_stage_descriptor_storage_buffers, got.max_bound_descriptor_sets) == (32, 4)
+    assert (got.max_compute_work_group_invocations, got.max_compute_work_group_size) == (128, (128, 128, 64))
+    assert (got.max_per_stage_descriptor_storage_buffers, got.max_bound_descriptor_sets) == (4, 4)
+    assert got.api_version == (1, 1, 106) and got.max_spirv_version == (1, 3)
     assert got.subgroup_size == 8  # the baseline names none: the device's
     assert got.features == {"shaderInt16"}
     assert dev.under(PROFILES["adreno-7xx"]).subgroup_size == 128
@@ -108,8 +113,11 @@ def test_a_kernel_over_a_limit_is_refused_naming_kernel_limit_and_value():
     roomy = Limits(**{**wide.__dict__, "max_compute_shared_memory_size": 32768})
     with pytest.raises(LimitError, match="needs storageBuffer16BitAccess"):  # B is bf16
         check_pipeline(roomy, "matmul_tiled", spirv, 3, 128, tiling)
-    with pytest.raises(LimitError, match="maxPerStageDescriptorStorageBuffers is 35 in force, the kernel needs 36"):
-        check_pipeline(roomy, "matmul_tiled", spirv, 36, 128, tiling)
+    with pytest.raises(LimitError, match="maxPerStageDescriptorStorageBuffers is 4 in force, the kernel needs 5"):
+        check_pipeline(roomy, "matmul_tiled", spirv, 5, 128, tiling)
+    with pytest.raises(LimitError, match=r"kernel matmul_tiled: is SPIR-V 1.5, which Vulkan 1.1 in force does not accept"):
+        newer = spirv[:4] + (0x00010500).to_bytes(4, "little") + spirv[8:]
+        check_pipeline(Limits(**{**roomy.__dict__, "features": frozenset(FEATURES)}), "matmul_tiled", newer, 3, 128, tiling)
 
 
 def test_kernels_are_chosen_within_the_profile_and_match_torch(baseline):
@@ -249,3 +257,16 @@ def test_16_and_8_bit_weights_of_every_reading_kernel_are_read_by_words(baseline
     assert_close(run_graph("aten.convolution.default", [img, Const(kernel), None, [1, 1], [0, 0], [1, 1], False,
                                                          [0, 0], 1], ((1, 4, 4, 4), dtype), device=baseline),
                  torch.nn.functional.conv2d(img.float(), kernel.float()).to(dtype), rtol=1e-2, atol=1e-2)
+
+
+def test_profiles_are_khronos_figures_as_published():
+    """loader/profiles.json is what vkx.loader._profiles_regen reads from Khronos' profile files (the
+    folder VKX_KHRONOS_PROFILES names, else ../shared/tools/vkprofiles): no figure typed by hand."""
+    folder = Path(os.environ.get("VKX_KHRONOS_PROFILES") or _profiles_regen.DEFAULT_DIR)
+    if not (folder / "VP_ANDROID_baseline_2022.json").is_file():
+        pytest.skip(f"Khronos' profile files are not in {folder} (VKX_KHRONOS_PROFILES)")
+    assert _profiles_regen.OUT.read_text() == _profiles_regen.regenerate(folder)
+    baseline = PROFILES[BASELINE]
+    assert baseline.api_version == (1, 1, 106) and baseline.max_compute_shared_memory_size == 16384
+    assert PROFILES["android-15"].max_per_stage_descriptor_storage_buffers == 12
+    assert {"storageBuffer16BitAccess", "storageBuffer8BitAccess"} <= PROFILES["android-15"].features

@@ -68,7 +68,7 @@ class DeviceClass:
 
 
 def _limits(**changes) -> Limits:
-    base = Limits(max_storage_buffer_range=(1 << 32) - 1, min_storage_buffer_offset_alignment=16,
+    base = Limits(api_version=(1, 2, 0), max_storage_buffer_range=(1 << 32) - 1, min_storage_buffer_offset_alignment=16,
                   max_push_constants_size=128, max_compute_shared_memory_size=48 * 1024,
                   max_compute_work_group_invocations=1024, max_compute_work_group_size=(1024, 1024, 64),
                   max_compute_work_group_count=((1 << 31) - 1, 65535, 65535),

@@ -44,7 +44,7 @@ def _export(module, example: tuple, tmp_path, dtype: torch.dtype, **options) -> 
 def _run(path, inputs, fused: bool, monkeypatch) -> tuple[torch.Tensor, dict]:
     with monkeypatch.context() as m:
         if not fused:
-            m.setattr(graph_module, "fuse_chain", lambda graph, limit: list(graph.chain))
+            m.setattr(graph_module, "fuse_chain", lambda graph, *limits: list(graph.chain))
         with vkx.load(str(path)) as program:
             shaders: dict = {}
             for d in program.only._executor.dispatches:
@@ -352,6 +352,38 @@ def test_rms_norm_folded_into_the_products_of_its_output(quantize, dtype, tmp_pa
         assert_close_in(u, w, dtype, terms=hidden)
 
 
+@pytest.mark.parametrize("quantize", [None, "int4"], ids=str)
+@pytest.mark.parametrize("dtype", EXPORT_DTYPES, ids=lambda d: _NAMES[d])
+def test_fusion_keeps_within_four_storage_buffers(quantize, dtype, tmp_path):
+    """Under the Android baseline (4 storage buffers a stage) a match whose kernel would bind more stays
+    unfused, or is fused without its RMSNorm: every dispatch binds at most 4, results equal torch's."""
+    from vkx.loader.device import Device
+
+    torch.manual_seed(0)
+    module = NormedProducts(hidden=256).eval()
+    inputs = [rand(1, 1, 64, seed=s) * 3 for s in (1, 2, 3)]
+    path = _export(module, tuple(inputs), tmp_path, dtype, quantize=quantize)
+    xs = [x.to(dtype) for x in inputs]
+    device = Device(profile="android-baseline-2022")
+    try:
+        with vkx.load(str(path), device=device) as program:
+            dispatches = program.only._executor.dispatches
+            got = program(*xs)
+    finally:
+        device.close()
+    assert max(len(d.bindings) for d in dispatches) <= 4
+    shaders: dict = {}
+    for d in dispatches:
+        shaders[d.shader] = shaders.get(d.shader, 0) + 1
+    # float: q, k, v apart (7 bindings together), SwiGLU fused without its norm (5 with it), the residual
+    # and the head's norm folded (4 each); int4 adds a scales binding to each, so only the norms fuse
+    want = {"matvec": 6, "rms_norm": 2, "binary": 1} if quantize is None else \
+        {"matvec_q": 7, "rms_norm": 3, "binary": 3, "unary": 1}
+    assert shaders == want
+    for f, w in zip(got, _reference(module, xs, dtype, quantize)):
+        assert_close_in(f, w, dtype, terms=256)
+
+
 class NormAlsoReturned(torch.nn.Module):
     """An LM head of an RMSNorm's output that is a graph output as well."""
 
@@ -421,7 +453,7 @@ def test_rotary_and_cache_writes_in_one_dispatch(dtype, dims, tmp_path, monkeypa
     for fused in (True, False):
         with monkeypatch.context() as m:
             if not fused:
-                m.setattr(graph_module, "fuse_chain", lambda graph, limit: list(graph.chain))
+                m.setattr(graph_module, "fuse_chain", lambda graph, *limits: list(graph.chain))
             with vkx.load(str(path)) as program:
                 shaders = [d.shader for d in program.only._executor.dispatches]
                 results[fused] = [program(*call) for call in calls], [program.state(n) for n in program.states]
