@@ -12,6 +12,8 @@ Every tensor keeps its dtype; the math is fp32. The stream a kernel reads (and a
 output) has typed defines (elem_defines); weights, statistics and the outputs of the other
 kernels are of any dtype (ANY_IN / ANY_OUT, their dtypes specialization constants, as is the
 workgroup size ROW_WG), so that each shader's variants (`@variants`) stay few.
+Layer, group and batch norm bind six buffers; a device of fewer a stage (the Android baseline
+profile's four) takes each in dispatches of at most four (NORM_BUFFERS).
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from typing import Iterable
 
 from vkx.format.contract import Call
 
-from . import (FLOATS, WORDS_MODES, Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines,
+from . import (FLOATS, WORDS_MODES, Binding, Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines,
                any_dtype_variants, binding_forms, builds, dtype_code, dtype_spec, product, read_defines,
                reads_by_words, variants)
 from .shape import (MAX_DIMS, WORKGROUP, bind_elems, chunk_elems, contiguous_strides, dispatch_groups,
@@ -116,12 +118,44 @@ def softmax(builder: OpBuilder, call: Call) -> None:
                          push, groups, {**defines, **mode}, (wg,))
 
 
+NORM_BUFFERS = 6
+"""Storage buffers of one layer, group or batch norm dispatch (input, output, weight, bias and two
+statistics): a device whose limit in force is lower (the Android baseline profile's is 4) takes each
+norm in dispatches of at most four (`_norm_passes`, `_batch_norm_table`)."""
+
+
+def _splits_norms(builder: OpBuilder) -> bool:
+    """Whether `builder`'s device binds fewer than NORM_BUFFERS storage buffers a stage."""
+    return builder.limits.max_per_stage_descriptor_storage_buffers < NORM_BUFFERS
+
+
+def _norm_passes(builder: OpBuilder, call: Call, norm: list[Binding], stats: list[Binding], defines: Defines,
+                 stats_defines: Defines) -> list[tuple[list[Binding], Defines]]:
+    """The dispatches of a layer or group norm as (bindings, defines): one binding `norm` (x, y,
+    weight, bias) and `stats` (mean, rstd) where the device takes NORM_BUFFERS; else NORM_ONLY
+    binding `norm`, then, when some op reads mean or rstd or the graph returns them (an exported
+    model's norm seldom does), STATS_ONLY binding x and `stats`, with `stats_defines` (no output,
+    no weights)."""
+    if not _splits_norms(builder):
+        return [([*norm, *stats], defines)]
+    passes = [(norm, {**defines, "NORM_ONLY": 1})]
+    if any(builder.is_read(vid) for vid in call.output_vids[1:]):
+        passes.append(([norm[0], *stats], {**stats_defines, "STATS_ONLY": 1}))
+    return passes
+
+
+NORM_SPLITS = ({}, {"NORM_ONLY": 1})
+"""A layer or group norm's dispatch of every binding, and its NORM_ONLY one (_norm_passes)."""
+
+
 @variants("layer_norm")
 def layer_norm_variants() -> Iterable[Defines]:
     """The row's input and output each of any float dtype (_row_forms); weight, bias, mean and rstd of
-    any dtype (specialization constants); with or without weight and bias; both row modes."""
+    any dtype (specialization constants); with or without weight and bias; whole or NORM_ONLY; both
+    row modes. STATS_ONLY: the input of any float dtype, mean and rstd of any; both row modes."""
     for words in WORDS_MODES:
-        yield from product(_row_forms(words), _any_forms(words, "HAS_W", "HAS_B"), ROW_MODES)
+        yield from product(_row_forms(words), _any_forms(words, "HAS_W", "HAS_B"), NORM_SPLITS, ROW_MODES)
+        yield from product(_input_forms(words), _any_forms(words), [{"STATS_ONLY": 1}], ROW_MODES)
 
 
 @builds("aten.native_layer_norm.default")
@@ -133,29 +167,35 @@ def native_layer_norm(builder: OpBuilder, call: Call) -> None:
     if src.numel == 0 or n == 0:
         return
     rows = src.numel // n
+    words = reads_by_words(builder)
     defines = {**_types(builder, ("X", "x", src), ("Y", "y", out)),
-               **any_dtype_defines(HAS_W=weight is not None, HAS_B=bias is not None, WORDS=reads_by_words(builder))}
+               **any_dtype_defines(HAS_W=weight is not None, HAS_B=bias is not None, WORDS=words)}
+    stats_defines = {**_types(builder, ("X", "x", src)), **any_dtype_defines(WORDS=words)}
     codes = dtype_spec(weight or src, bias or src, mean, rstd)
     for r0, rc in row_chunks(builder, rows, n, [src, out]):
         xb = rows_binding(src, r0, rc, n)
         mb, shift = bind_elems(builder, mean, r0, rc)
         sb, _ = bind_elems(builder, rstd, r0, rc)  # the same shift: mean and rstd have the same size
-        binds = [xb, rows_binding(out, r0, rc, n), weight or xb, bias or xb, mb, sb]
+        norm = [xb, rows_binding(out, r0, rc, n), weight or xb, bias or xb]
         push = struct.pack("<IIfI", rc, n, call["eps"], r0 - shift)
         groups, mode, wg = row_dispatch(builder, rc, n)
-        builder.dispatch("layer_norm", binds, push, groups, {**defines, **mode}, (wg, *codes))
+        for binds, chosen in _norm_passes(builder, call, norm, [mb, sb], {**defines, **mode},
+                                          {**stats_defines, **mode}):
+            builder.dispatch("layer_norm", binds, push, groups, chosen, (wg, *codes))
 
 
 @variants("group_norm")
 def group_norm_variants() -> Iterable[Defines]:
-    """Every binding of any dtype (specialization constants); with or without weight and bias; both
-    row modes."""
-    return product(any_dtype_variants("HAS_W", "HAS_B"), ROW_MODES)
+    """Every binding of any dtype (specialization constants); with or without weight and bias, whole
+    or NORM_ONLY; STATS_ONLY; both row modes."""
+    yield from product(any_dtype_variants("HAS_W", "HAS_B"), NORM_SPLITS, ROW_MODES)
+    yield from product(any_dtype_variants(), [{"STATS_ONLY": 1}], ROW_MODES)
 
 
 @builds("aten.native_group_norm.default")
 def native_group_norm(builder: OpBuilder, call: Call) -> None:
-    """One row a (sample, group): group_norm.comp, whole tensors in one dispatch."""
+    """One row a (sample, group): group_norm.comp, whole tensors in one dispatch (two where the
+    device binds fewer buffers: _norm_passes)."""
     src, weight, bias = call.tensor("input"), call["weight"], call["bias"]
     out, mean, rstd = call.outputs
     groups = call["group"]
@@ -165,11 +205,13 @@ def native_group_norm(builder: OpBuilder, call: Call) -> None:
         return
     groups_wg, mode, wg = row_dispatch(builder, rows, n)
     push = struct.pack("<IIfIII", rows, n, call["eps"], call["HxW"], groups, call["C"] // groups)
-    bound = [src, out, weight or src, bias or src, mean, rstd]
-    builder.dispatch("group_norm", bound, push, groups_wg,
-                     {**any_dtype_defines(HAS_W=weight is not None, HAS_B=bias is not None,
-                                          WORDS=reads_by_words(builder)), **mode},
-                     (*dtype_spec(*bound), wg))
+    norm = [src, out, weight or src, bias or src]
+    words = reads_by_words(builder)
+    defines = {**any_dtype_defines(HAS_W=weight is not None, HAS_B=bias is not None, WORDS=words), **mode}
+    spec = (*dtype_spec(*norm, mean, rstd), wg)
+    for binds, chosen in _norm_passes(builder, call, norm, [mean, rstd], defines,
+                                      {**any_dtype_defines(WORDS=words), **mode}):
+        builder.dispatch("group_norm", binds, push, groups_wg, chosen, spec)
 
 
 @variants("rms_norm")
@@ -207,27 +249,59 @@ def rms_norm_rows(builder: OpBuilder, src: TensorArg, weight: TensorArg | None, 
 @variants("batch_norm")
 def batch_norm_variants() -> Iterable[Defines]:
     """The input of any float dtype (typed: the stream read); the output, running statistics, weight
-    and bias of any dtype (specialization constants); with or without weight and bias."""
+    and bias of any dtype (specialization constants); with or without weight and bias; from the
+    tensors or FROM_TABLE. The table's passes (_batch_norm_table): TABLE_STATS, and TABLE_AFFINE
+    with weight, bias or both."""
     for words in WORDS_MODES:
-        yield from product(_input_forms(words), _any_forms(words, "HAS_W", "HAS_B"))
+        yield from product(_input_forms(words), _any_forms(words, "HAS_W", "HAS_B"), ({}, {"FROM_TABLE": 1}))
+        yield from product(_any_forms(words), [{"TABLE_STATS": 1}])
+        yield from product([d for d in _any_forms(words, "HAS_W", "HAS_B") if "HAS_W" in d or "HAS_B" in d],
+                           [{"TABLE_AFFINE": 1}])
+
+
+def _batch_norm_table(builder: OpBuilder, rmean: TensorArg, rvar: TensorArg, weight: TensorArg | None,
+                      bias: TensorArg | None, eps: float, spec: tuple[int, ...]) -> TensorArg:
+    """batch_norm.comp's fp32 table of (mean, rsqrt(var + eps), weight, bias) a channel, in a scratch
+    written by two dispatches of three bindings (TABLE_STATS, TABLE_AFFINE: none without weight
+    and bias), for a device that binds fewer than NORM_BUFFERS buffers."""
+    channels = rmean.numel
+    table = builder.scratch(4 * channels)
+    push = struct.pack("<IIIfI", channels, channels, 1, eps, 0)
+    words = reads_by_words(builder)
+    builder.dispatch("batch_norm", [rmean, rvar, table], push, dispatch_groups(channels),
+                     {**any_dtype_defines(WORDS=words), "TABLE_STATS": 1}, spec)
+    if weight or bias:
+        affine = any_dtype_defines(HAS_W=weight is not None, HAS_B=bias is not None, WORDS=words)
+        # an absent one's binding holds the other, never read
+        builder.dispatch("batch_norm", [weight or bias, bias or weight, table], push, dispatch_groups(channels),
+                         {**affine, "TABLE_AFFINE": 1}, spec)
+    return table
 
 
 @builds("aten._native_batch_norm_legit_no_training.default")
 def batch_norm_no_training(builder: OpBuilder, call: Call) -> None:
-    """Inference batch norm with running statistics; the saved mean/invstd outputs are empty."""
+    """Inference batch norm with running statistics; the saved mean/invstd outputs are empty. One
+    dispatch of six bindings, or, where the device binds fewer, a per-channel table
+    (_batch_norm_table) applied by FROM_TABLE."""
     src, weight, bias = call.tensor("input"), call["weight"], call["bias"]
     rmean, rvar = call.tensor("running_mean"), call.tensor("running_var")
     out = call.out
+    if src.numel == 0:
+        return
     channels, inner = src.shape[1], math.prod(src.shape[2:])
     w, b = weight or rmean, bias or rmean  # placeholders are never read
     defines = {**_types(builder, ("X", "x", src)),
                **any_dtype_defines(HAS_W=weight is not None, HAS_B=bias is not None, WORDS=reads_by_words(builder))}
     codes = dtype_spec(out, rmean, rvar, w, b)
+    per_channel = [rmean, rvar, w, b]
+    if _splits_norms(builder):
+        per_channel = [_batch_norm_table(builder, rmean, rvar, weight, bias, call["eps"], codes)]
+        defines["FROM_TABLE"] = 1
     for start, count in chunk_elems(builder, src.numel, [src, out]):
         xb, _ = bind_elems(builder, src, start, count)
         yb, _ = bind_elems(builder, out, start, count)
         push = struct.pack("<IIIfI", count, channels, inner, call["eps"], start)
-        builder.dispatch("batch_norm", [xb, yb, rmean, rvar, w, b], push, dispatch_groups(count), defines, codes)
+        builder.dispatch("batch_norm", [xb, yb, *per_channel], push, dispatch_groups(count), defines, codes)
 
 
 def _reduced_dims(call: Call, shape: tuple[int, ...]) -> set[int]:
