@@ -17,10 +17,11 @@
 // MASK_BOOL: 0 = -inf); CAUSAL: -inf where s > l. A row whose every score is -inf is all zeros,
 // a NaN score makes it NaN (as shaders/attention_softmax.comp and torch's reference SDPA).
 // Bindings: 0 = q, 1 = k, 2 = v, 3 = out, 4 = mask (a placeholder without a mask), 5 = part and
-// 6 = arrivals (placeholders with one split).
-// Defines: elem_defines for Q, K, V, O, M; LOAD8_K(i, lo, hi), K_V, LOAD8_V(i, lo, hi) and V_V
-// (gemm.py's 16-byte loads of 8 elements; E and Ev are multiples of 8); MASK_FLOAT / MASK_BOOL;
-// CAUSAL.
+// 6 = arrivals (placeholders with one split); QKVO_ONLY: 0-3 alone, no mask and one split (a
+// device of fewer storage buffers a stage).
+// Defines: elem_defines for Q, K, V, O, M (not with QKVO_ONLY); LOAD8_K(i, lo, hi), K_V,
+// LOAD8_V(i, lo, hi) and V_V (gemm.py's 16-byte loads of 8 elements; E and Ev are multiples of 8);
+// MASK_FLOAT / MASK_BOOL; CAUSAL; QKVO_ONLY.
 // The weighted sum of values gives each position Ev / 8 lanes (one 16-byte load each) and the
 // workgroup's 64 / (Ev / 8) such groups take every that-many-th position, so many loads are in
 // flight at once; the groups' sums meet in shared memory.
@@ -37,10 +38,12 @@ layout(std430, set = 0, binding = 0) readonly buffer BufQ { Q_T q[]; };
 layout(std430, set = 0, binding = 1) readonly buffer BufK { K_V k[]; };
 layout(std430, set = 0, binding = 2) readonly buffer BufV { V_V v[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer BufO { O_T o[]; };
+#ifndef QKVO_ONLY
 layout(std430, set = 0, binding = 4) readonly buffer BufM { M_T mask[]; };
 // coherent: partials and counts cross workgroups within the dispatch
 layout(std430, set = 0, binding = 5) coherent buffer BufP { float part[]; };
 layout(std430, set = 0, binding = 6) coherent buffer BufA { uint arrivals[]; };
+#endif
 
 layout(push_constant) uniform Push {
     int L, S, E, Ev, Hq, rep, Hkv;
@@ -94,6 +97,7 @@ void fill_row(int r, int lane, bool nan_) {
     }
 }
 
+#ifndef QKVO_ONLY
 // After every lane wrote its share of this workgroup's partial of row r: the row's last workgroup
 // to arrive merges the row's P partials into out[r] and zeroes its count.
 void merge_if_last(int r, int lane) {
@@ -135,6 +139,7 @@ void merge_if_last(int r, int lane) {
         arrivals[r] = 0u;
     }
 }
+#endif
 
 void main() {
     const int lane = int(gl_LocalInvocationID.x);
@@ -178,11 +183,13 @@ void main() {
             fill_row(r, lane, isnan(mx));
             return;
         }
+#ifndef QKVO_ONLY
         for (int e = lane; e < p.Ev + 2; e += WG) {
             part[pbase + e] = e == 0 ? mx : 0.0;
         }
         merge_if_last(r, lane);
         return;
+#endif
     }
     float sum = 0.0;
     for (int i = lane; i < n; i += WG) {
@@ -232,6 +239,10 @@ void main() {
         for (int g = 0; g < groups; ++g) {
             acc += vsum[slot + g * lanes * 2][e & 3];
         }
+#ifdef QKVO_ONLY
+        STORE_O(r * p.Ev + e, acc / sum);
+    }
+#else
         if (p.P == 1) {
             STORE_O(r * p.Ev + e, acc / sum);
         } else {
@@ -245,4 +256,5 @@ void main() {
         }
         merge_if_last(r, lane);
     }
+#endif
 }

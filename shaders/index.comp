@@ -3,19 +3,29 @@
 //   out[b, r] = src[i0[b], ..., i{K-1}[b], r]
 // b runs over the index tensors' broadcast shape (collapsed to at most 4 dims), r over the
 // elements of src past its first K dims.
-// Bindings: 0 = src, 1..3 = the index tensors (unused ones bind index 0 again), 4 = out, each of
-// any dtype (ANY_IN / ANY_OUT in dtype.glslh; specialization constants S_DT, I0_DT..I2_DT, O_DT = 0-4).
-// Defines: INT_PATH: an integer output (through int), else through float. An index outside
-// [-size, size) gives 0 (torch raises; the file may not).
+// Bindings: 0 = src, 1..INDICES = the index tensors (unused ones bind index 0 again), INDICES + 1 =
+// out, each of any dtype (ANY_IN / ANY_OUT in dtype.glslh; specialization constants S_DT,
+// I0_DT.., O_DT = 0 to INDICES + 1).
+// Defines: INT_PATH: an integer output (through int), else through float. INDICES: the index
+// bindings, 3 where not defined (a device of fewer storage buffers a stage binds the op's 1 or 2).
+// An index outside [-size, size) gives 0 (torch raises; the file may not).
 // One invocation per output element. Groups fold into y.
 layout(local_size_x = 64) in;
 #include "dtype.glslh"
 
+#ifndef INDICES
+#define INDICES 3
+#endif
+
 ANY_IN(0, S, s, 0)
 ANY_IN(1, I0, i0, 1)
+#if INDICES > 1
 ANY_IN(2, I1, i1, 2)
+#endif
+#if INDICES > 2
 ANY_IN(3, I2, i2, 3)
-ANY_OUT(4, O, o, 4)
+#endif
+ANY_OUT(INDICES + 1, O, o, INDICES + 1)
 
 layout(push_constant) uniform Push {
     uint n;
@@ -29,13 +39,21 @@ layout(push_constant) uniform Push {
 } p;
 
 int index_at(uint j, uint e) {
+#if INDICES == 1
+    return loadi_I0(e);
+#else
     if (j == 0u) {
         return loadi_I0(e);
     }
+#if INDICES == 2
+    return loadi_I1(e);
+#else
     if (j == 1u) {
         return loadi_I1(e);
     }
     return loadi_I2(e);
+#endif
+#endif
 }
 
 void main() {

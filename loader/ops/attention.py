@@ -4,9 +4,10 @@ A few query rows (decode: L <= DECODE_ROWS) take shaders/attention_decode.comp, 
 read in place (grouped heads too), split along the sequence (flash-decoding): a workgroup per query
 row and chunk of positions, enough chunks to give every compute unit DECODE_GROUPS_PER_UNIT
 workgroups (`decode_split`), the last workgroup of a row to finish merging the row's partials
-(`_arrivals`: counters the shader keeps at zero between dispatches). Otherwise three dispatches
-through an fp32 tensor of scores [batch, L, S] (the graph's "scores" scratch, one for all its
-attentions: `OpBuilder.scratch`):
+(`_arrivals`: counters the shader keeps at zero between dispatches); a device of fewer storage
+buffers a stage than it binds takes it unmasked and unsplit only (QKVO_ONLY). Otherwise three
+dispatches through an fp32 tensor of scores [batch, L, S] (the graph's "scores" scratch, one for
+all its attentions: `OpBuilder.scratch`):
   1. scores = scale * q @ k^T      (gemm.gemm; k is read transposed in place, and
      one query row, the decode case, takes the matvec shader)
   2. masked, stable softmax of each scores row, in place (attention_softmax shader, a
@@ -90,12 +91,18 @@ def softmax_variants() -> Iterable[Defines]:
 _FLOATS = (dtypes.FLOAT32, dtypes.FLOAT16, dtypes.BFLOAT16)
 
 
+DECODE_BINDINGS = 7
+"""attention_decode.comp's bindings: q, k, v, out, the mask and the split's partials and counts
+(placeholders where unused); QKVO_ONLY binds the first 4."""
+
+
 @variants("attention_decode")
 def decode_variants() -> Iterable[Defines]:
     """q, k, v and out of one float dtype; causal or not; any mask (_masks), or none (the M
-    defines then those of q, bound in the mask's place)."""
+    defines then those of q, bound in the mask's place), or QKVO_ONLY (no mask, one split)."""
     for dtype, causal in itertools.product(_FLOATS, ({}, {"CAUSAL": 1})):
         base = {**_decode_defines(dtype), **causal}
+        yield {**base, "QKVO_ONLY": 1}
         yield {**base, **elem_defines("M", "mask", dtype)}
         if dtype.itemsize < 4:
             yield {**base, **word_read_defines("M", "mask", dtype)}
@@ -211,7 +218,12 @@ def _decode(builder: OpBuilder, q: TensorArg, k: TensorArg, v: TensorArg, out: T
     if any(t.nbytes > limits.max_storage_buffer_range for t in (q, k, v, out, *([mask] if mask is not None else []))):
         return False
     rows = math.prod(lead) * hq * L
-    chunk, P = decode_split(rows, S, builder.compute_units)
+    # A device of fewer storage buffers a stage than DECODE_BINDINGS binds q, k, v and out alone
+    # (QKVO_ONLY): no mask (a masked attention takes the general path), one split of the whole cache.
+    qkvo_only = limits.max_per_stage_descriptor_storage_buffers < DECODE_BINDINGS
+    if qkvo_only and (mask is not None or S > DECODE_MAX_CHUNK):
+        return False
+    chunk, P = (S, 1) if qkvo_only else decode_split(rows, S, builder.compute_units)
     groups = limits.max_compute_work_group_count
     if P > groups[0] or rows > groups[1] or 4 * rows * P * (Ev + 2) > limits.max_storage_buffer_range:
         return False
@@ -226,8 +238,11 @@ def _decode(builder: OpBuilder, q: TensorArg, k: TensorArg, v: TensorArg, out: T
         strides = broadcast_strides(mask.shape, tuple(out.shape[:-1]) + (S,))
         *mlead, smh, sml, sms = strides
         smb = mlead[0] if mlead else 0
-    defines.update(read_defines(builder, "M", "mask", mask or q))
     push = _DECODE_PUSH.pack(L, S, E, Ev, hq, hq // hkv, hkv, 0, smb, smh, sml, sms, scale, chunk, P)
+    if qkvo_only:
+        builder.dispatch("attention_decode", [q, k, v, out], push, (1, rows, 1), {**defines, "QKVO_ONLY": 1})
+        return True
+    defines.update(read_defines(builder, "M", "mask", mask or q))
     if P > 1:
         part, arrivals = builder.scratch(rows * P * (Ev + 2)), _arrivals(builder, rows)
     else:  # one chunk: placeholders, never touched

@@ -64,10 +64,18 @@ def _select_defines(builder: OpBuilder, out: TensorArg) -> Defines:
 
 @variants("where")
 @variants("gather")
-@variants("index")
 @variants("cumsum")
 def select_variants() -> Iterable[Defines]:
     return any_dtype_variants("INT_PATH")
+
+
+@variants("index")
+def index_variants() -> Iterable[Defines]:
+    """select_variants', each with MAX_INDICES index bindings or fewer (INDICES: `index`)."""
+    for defines in select_variants():
+        yield defines
+        for k in range(1, MAX_INDICES):
+            yield {**defines, "INDICES": k}
 
 
 @builds("aten.where.self")
@@ -119,14 +127,18 @@ def index(builder: OpBuilder, call: Call) -> None:
     sizes, collapsed = collapse_dims(batch, *strides)
     if len(sizes) > 4:
         raise UnsupportedOpError(f"index tensors broadcast over {len(sizes)} non-mergeable dims (max 4)")
-    binds = [*indices, *[indices[0]] * (MAX_INDICES - k)]
+    defines = _select_defines(builder, out)
+    if k == MAX_INDICES or 2 + MAX_INDICES <= builder.limits.max_per_stage_descriptor_storage_buffers:
+        binds = [*indices, *[indices[0]] * (MAX_INDICES - k)]  # one pipeline for every k
+    else:  # a device of fewer storage buffers a stage: the op's index tensors alone
+        binds, defines["INDICES"] = list(indices), k
     istride = [x for j in range(MAX_INDICES)
                for x in ((list(collapsed[j]) if j < k else []) + [0] * 4)[:4]]
     src_strides = contiguous_strides(src.shape)
     push = struct.pack("<8I12I3i3I", out.numel, len(sizes), k, math.prod(src.shape[k:]),
                        *(sizes + [0] * 4)[:4], *istride, *(list(src.shape[:k]) + [0] * 3)[:3],
                        *(list(src_strides[:k]) + [0] * 3)[:3])
-    builder.dispatch("index", [src, *binds, out], push, dispatch_groups(out.numel), _select_defines(builder, out),
+    builder.dispatch("index", [src, *binds, out], push, dispatch_groups(out.numel), defines,
                      dtype_spec(src, *binds, out))
 
 

@@ -12,10 +12,12 @@ dispatched in row blocks.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import struct
 from typing import Iterable, Mapping, Sequence
 
+from vkx.format import opset
 from vkx.format.contract import Call
 from vkx.format.dtypes import DType
 from vkx.format.op_quant import VALUES_PER_WORD
@@ -23,6 +25,7 @@ from vkx.format.op_quant import VALUES_PER_WORD
 from . import (FLOATS, WORDS_MODES, Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines,
                any_dtype_variants, builds, dtype_code, dtype_spec, held_dtype, read_form, reads_by_words,
                storage_features, variants)
+from .elementwise import binary
 from .gemm import MAX_MATVEC_ROWS, Operand, RowNorm, gemm, load4, matvec_shape, one_dtype
 from .shape import MAX_GROUPS, dispatch_groups, row_chunks, rows_binding
 
@@ -89,24 +92,49 @@ def linear_q_variants() -> Iterable[Defines]:
             yield linear_q_defines(words, bits, variant, x, bias, vec)
 
 
+BIASED_BINDINGS = 5
+"""The bindings of matvec_q.comp and linear_q.comp with a bias: x, weight, scales, out, bias."""
+
+
 def _linear(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: TensorArg | None,
             out: TensorArg, bits: int, group: int, norm: RowNorm | None = None, **variant: int) -> None:
     """A linear over a packed weight [N, K / values a byte] (`variant`: its packing defines):
     matvec_q.comp for one row of activations whose weight rows are whole 16-byte chunks, each
     inside one scale group; for DEQUANT_ROWS rows or more, the weight dequantized, then the float
-    products (`_dequantized`); linear_q.comp for the rest."""
+    products (`_dequantized`); linear_q.comp for the rest. On a device of fewer storage buffers a
+    stage than BIASED_BINDINGS, the two kernels' bias is added by a dispatch of its own."""
     n_rows, stored = w.shape
     k = x.shape[-1]
     m = x.numel // k if k else 0
     if m == 0 or n_rows == 0:
         return
     if m == 1 and group % (128 // bits) == 0 and -(-n_rows // MAX_MATVEC_ROWS) <= MAX_GROUPS:  # whole 16-byte chunks a group
-        _matvec(builder, x, w, s, bias, out, bits, group, variant, norm)
-        return
-    if norm is not None:
+        kernel = functools.partial(_matvec, norm=norm)
+    elif norm is not None:
         raise UnsupportedOpError(f"an RMSNorm folded into a {bits}-bit product of {m} rows of {k}")
-    if m >= DEQUANT_ROWS and _dequantized(builder, x, w, s, bias, out, bits, group, variant):
+    elif m >= DEQUANT_ROWS and _dequantized(builder, x, w, s, bias, out, bits, group, variant):
         return
+    else:
+        kernel = _linear_q
+    if bias is not None and builder.limits.max_per_stage_descriptor_storage_buffers < BIASED_BINDINGS:
+        # the bias's binding is over the device's limit: the product into fp32 scratch, then the bias
+        # added by an elementwise dispatch (in fp32, rounded once into out, as the kernel would; the
+        # bias read as the kernels read it, its first N elements)
+        product = builder.scratch(out.shape)
+        kernel(builder, x, w, s, None, product, bits, group, variant)
+        add = Call(opset.OPS["aten.add.Tensor"], "linear bias", {},
+                   {"self": product, "other": TensorArg(bias.vid, (n_rows,), bias.dtype), "alpha": 1}, [out], [])
+        binary(builder, add)
+    else:
+        kernel(builder, x, w, s, bias, out, bits, group, variant)
+
+
+def _linear_q(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: TensorArg | None,
+              out: TensorArg, bits: int, group: int, variant: Mapping[str, int]) -> None:
+    """linear_q.comp: any rows of activations."""
+    n_rows, stored = w.shape
+    k = x.shape[-1]
+    m = x.numel // k
     words = k // VALUES_PER_WORD[bits]
     # int8: 16-byte weight loads, each inside one scale group. int4 keeps word loads: read 16 bytes
     # at a time here, an invocation's 32 activations a load were scattered across the workgroup.
