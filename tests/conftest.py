@@ -7,8 +7,9 @@ tried and why it failed, unless `VKX_TESTS_ALLOW_NO_DEVICE=1` says that skipping
 then every test that needs the device is skipped with that reason (-ra lists them), those marked
 `vulkan` (their device is in a child process) at collection, the others when they open a device.
 
-`--device-profile NAME` runs the tests under a device profile (VKX_DEVICE_PROFILE, docs/profiles.md):
-`make test` runs tests/ops and tests/models once more under each profile vkx declares; there a test
+`--device-profile NAME` runs the tests under a device profile (VKX_DEVICE_PROFILE, docs/profiles.md);
+under Khronos' profiles layer (`VK_LAYER_KHRONOS_profiles` in VK_INSTANCE_LAYERS) the driver itself
+reports a profile's figures. `make test` runs the device tests once more in both ways; there a test
 whose kernel exceeds the profile's limits (a LimitError) is counted and listed as an expected failure.
 """
 from __future__ import annotations
@@ -67,7 +68,16 @@ def pytest_report_header(config):
     from vkx.loader.device import default_device
     device = default_device()
     kernels = "tiled and coop" if device.fp16_cooperative_matrix else "tiled (no fp16 cooperative matrices)"
-    return f"vkx device: {device.name}{f' under {device.profile}' if device.profile else ''}; fp16 GEMM: {kernels}"
+    profile = _under_profile(config)
+    return f"vkx device: {device.name}{f' under {profile}' if profile else ''}; fp16 GEMM: {kernels}"
+
+
+def _under_profile(config) -> str | None:
+    """The profile the tests run under: vkx's (--device-profile), or the one Khronos' layer makes the
+    driver report (None: neither)."""
+    if "VK_LAYER_KHRONOS_profiles" in os.environ.get("VK_INSTANCE_LAYERS", "").split(":"):
+        return f"{os.environ.get('VK_KHRONOS_PROFILES_PROFILE_NAME', 'a profile')} (Khronos' profiles layer)"
+    return config.getoption("--device-profile")
 
 
 def _take_validation_messages() -> list[str]:
@@ -144,7 +154,7 @@ def pytest_runtest_makereport(item, call):
     if call.when == "call":
         report.user_properties.extend((MAX_ERROR, (kind, a, r)) for kind, (a, r) in _running.items())
         _running.clear()
-    if report.failed and item.config.getoption("--device-profile") and call.excinfo is not None:
+    if report.failed and _under_profile(item.config) and call.excinfo is not None:
         error = _limit_error(call.excinfo)
         if error is not None:
             report.outcome = "skipped"
