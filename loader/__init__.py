@@ -6,7 +6,8 @@ plan (PlanMethod: a whole ExecuTorch execution plan, delegates on the GPU, CPU o
 kernels), kernels (a plan's CPU ops bound to torch), stages (the load stages), loading (the one
 driver that runs them over a file's methods), greedy (what greedy decoding records beside a loaded
 method: its argmax, decode steps chained on the device), device (instance, device, queue, validation), limits (device profiles and the checks
-of every pipeline against the limits in force), memory (allocator + ledger), staging (upload
+of every pipeline against the limits in force), _profiles_regen (the profiles' figures read from
+Khronos' published files into profiles.json), memory (allocator + ledger), staging (upload
 ring), named_data (freeable buffers read from the files with pread), prepack (constant upload),
 copy (host copies on a few threads), shaders (SPIR-V by variant + pipelines), spirv (the
 prebuilt SPIR-V archive, built with the package), pipeline_cache (the driver's compiled

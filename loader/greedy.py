@@ -53,6 +53,11 @@ def record_argmax(built: Built, graph: g.VkGraph, res: Resources, options: Optio
     return recorded(executor, res), out, readback
 
 
+HAND_OVER_BINDINGS = 5
+"""shaders/next_token.comp's storage buffers: the argmax, the ids and position inputs, the first
+position as the host wrote it, and the tokens. A device of fewer a stage (the Android baseline's 4)
+decodes greedily step by step (`Method.chains_greedy`)."""
+
 GREEDY_CHAIN = 16
 """Greedy steps one submission chains (`Method.greedy` submits more in turns): the GPU idles while
 the host waits, reads back and submits again (0.05 ms a submission on the H200 against 1.9 ms a
@@ -74,7 +79,7 @@ def record_greedy(built: Built, graph: g.VkGraph, res: Resources, options: Optio
     first.buffer = first_io
     hand_over = Dispatch("next_token", (), [(t, 0, 4) for t in (chosen, ids, position, first)]
                          + [(tokens, 0, tokens.nbytes)], b"", (1, 1, 1), "next_token")
-    pipelines += pipelines_for(res.device).get_all([("next_token", {}, 5, ())])
+    pipelines += pipelines_for(res.device).get_all([("next_token", {}, HAND_OVER_BINDINGS, ())])
     readback = res.allocator.buffer(tokens.nbytes, "io", "readback")
     steps = Steps(res.device, [*built.builder.dispatches, *dispatches, hand_over], [*built.pipelines, *pipelines],
                   io_in, [(tokens, readback)], counter=tokens, chain=GREEDY_CHAIN)
