@@ -77,13 +77,15 @@ def pytest_report_header(config):
 def _under_profile(config) -> str | None:
     """The profile the tests run under: vkx's (--device-profile), or the one Khronos' layer makes the
     driver report (None: neither)."""
-    if "VK_LAYER_KHRONOS_profiles" in os.environ.get("VK_INSTANCE_LAYERS", "").split(":"):
-        return f"{os.environ.get('VK_KHRONOS_PROFILES_PROFILE_NAME', 'a profile')} (Khronos' profiles layer)"
-    return config.getoption("--device-profile")
+    from tests.loader.helpers import layer_profile
+
+    layer = layer_profile()
+    return config.getoption("--device-profile") if layer is None else f"{layer} (Khronos' profiles layer)"
 
 
 LAYER_LOSES_STATE = ("Khronos' profiles layer (sdk-1.3.239) loses its state once any second Vulkan instance of "
-                     "the process is destroyed: a test that opens a device of its own runs in the plain pass")
+                     "the process is destroyed: a test that opens a device of its own (not the baseline's: "
+                     "tests/loader/helpers.baseline_device) runs in the plain pass")
 
 
 def _one_instance_only() -> None:

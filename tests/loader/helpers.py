@@ -1,7 +1,11 @@
-"""Hand-built VkGraphs for loader tests, and the limits to build them under without a device."""
+"""Hand-built VkGraphs for loader tests, the limits to build them under without a device, and the
+Android baseline's device whether vkx or Khronos' profiles layer puts the profile in force."""
 from __future__ import annotations
 
+import os
+from contextlib import contextmanager
 from dataclasses import replace
+from typing import Iterator
 
 import numpy as np
 
@@ -80,3 +84,28 @@ def write_pte(tmp_path, graph, consts, layout="named", external=None, name="m.pt
     path = str(tmp_path / name)
     write_program(path, graph, payloads, ins, outs, layout=layout, external_data=ext)
     return path, ext
+
+
+def layer_profile() -> str | None:
+    """The Khronos profile the driver reports through Khronos' profiles layer (`VK_LAYER_KHRONOS_profiles`
+    in VK_INSTANCE_LAYERS: ../shared/tools/vkprofiles/env.sh), None without the layer."""
+    if "VK_LAYER_KHRONOS_profiles" not in os.environ.get("VK_INSTANCE_LAYERS", "").split(":"):
+        return None
+    return os.environ.get("VK_KHRONOS_PROFILES_PROFILE_NAME", "")
+
+
+@contextmanager
+def baseline_device() -> Iterator:
+    """A device under the Android baseline: vkx's `android-baseline-2022` on a device of its own, or,
+    where Khronos' layer already makes the driver report VP_ANDROID_baseline_2022, the default device
+    (the layer allows one Vulkan instance a process: tests/conftest.py)."""
+    from vkx.loader.device import Device, default_device
+
+    if layer_profile() == "VP_ANDROID_baseline_2022":
+        yield default_device()
+        return
+    dev = Device(profile="android-baseline-2022")
+    try:
+        yield dev
+    finally:
+        dev.close()

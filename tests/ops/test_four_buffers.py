@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from vkx.export.quantize import dequantize, quantize_weight
+from tests.loader.helpers import baseline_device
 from vkx.loader.device import Device
 from vkx.loader.errors import LimitError
 from vkx.loader.graph import GraphBuilder
@@ -31,10 +32,9 @@ KINDS = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 @pytest.fixture(scope="module")
 def baseline():
-    dev = Device(profile=BASELINE)
-    assert dev.limits.max_per_stage_descriptor_storage_buffers == FOUR
-    yield dev
-    dev.close()
+    with baseline_device() as dev:
+        assert dev.limits.max_per_stage_descriptor_storage_buffers == FOUR
+        yield dev
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import vkx.loader.graph as graph_module
 import vkx.loader.ops.attention as attention
 from vkx.export import export_model
 from vkx.export.quantize import quantize_module
+from tests.loader.helpers import baseline_device
 
 from .conftest import EXPORT_DTYPES, assert_close_in, rand
 
@@ -357,20 +358,14 @@ def test_rms_norm_folded_into_the_products_of_its_output(quantize, dtype, tmp_pa
 def test_fusion_keeps_within_four_storage_buffers(quantize, dtype, tmp_path):
     """Under the Android baseline (4 storage buffers a stage) a match whose kernel would bind more stays
     unfused, or is fused without its RMSNorm: every dispatch binds at most 4, results equal torch's."""
-    from vkx.loader.device import Device
-
     torch.manual_seed(0)
     module = NormedProducts(hidden=256).eval()
     inputs = [rand(1, 1, 64, seed=s) * 3 for s in (1, 2, 3)]
     path = _export(module, tuple(inputs), tmp_path, dtype, quantize=quantize)
     xs = [x.to(dtype) for x in inputs]
-    device = Device(profile="android-baseline-2022")
-    try:
-        with vkx.load(str(path), device=device) as program:
-            dispatches = program.only._executor.dispatches
-            got = program(*xs)
-    finally:
-        device.close()
+    with baseline_device() as device, vkx.load(str(path), device=device) as program:
+        dispatches = program.only._executor.dispatches
+        got = program(*xs)
     assert max(len(d.bindings) for d in dispatches) <= 4
     shaders: dict = {}
     for d in dispatches:

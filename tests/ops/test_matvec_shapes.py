@@ -17,7 +17,7 @@ from vkx.export import export_model
 from vkx.export.quantize import dequantize, quantize_weight
 from vkx.loader.device import Device, default_device
 from vkx.loader.ops import STORAGE_FEATURES, gemm
-from tests.loader.helpers import no_device_limits
+from tests.loader.helpers import baseline_device, no_device_limits
 
 from .conftest import Const, assert_close_in, assert_norm_close, rand, run_graph
 from .test_fused import NormedProducts, _reference
@@ -134,9 +134,8 @@ def test_short_rows_take_fewer_invocations(dispatches):
 
 @pytest.fixture(scope="module")
 def baseline():
-    dev = Device(profile="android-baseline-2022")
-    yield dev
-    dev.close()
+    with baseline_device() as dev:
+        yield dev
 
 
 def test_shared_memory_sums_without_subgroup_operations(baseline, dispatches):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.loader.helpers import scalar_value
+from tests.loader.helpers import baseline_device, scalar_value
 from vkx.format import vkgraph as g
 from vkx.loader import load_graph
 from vkx.loader.device import Device
@@ -27,10 +27,9 @@ AFFINES = ("affine", "plain", "weight", "bias")
 
 @pytest.fixture(scope="module")
 def baseline():
-    dev = Device(profile=BASELINE)
-    assert dev.limits.max_per_stage_descriptor_storage_buffers == 4
-    yield dev
-    dev.close()
+    with baseline_device() as dev:
+        assert dev.limits.max_per_stage_descriptor_storage_buffers == 4
+        yield dev
 
 
 @pytest.fixture(scope="module")
