@@ -53,10 +53,10 @@ def record_argmax(built: Built, graph: g.VkGraph, res: Resources, options: Optio
     return recorded(executor, res), out, readback
 
 
-HAND_OVER_BINDINGS = 5
-"""shaders/next_token.comp's storage buffers: the argmax, the ids and position inputs, the first
-position as the host wrote it, and the tokens. A device of fewer a stage (the Android baseline's 4)
-decodes greedily step by step (`Method.chains_greedy`)."""
+HAND_OVER_BINDINGS = 4
+"""shaders/next_token.comp's storage buffers: the argmax, the ids and position inputs, and the
+tokens with the first position after them. A device of fewer a stage decodes greedily step by step
+(`Method.chains_greedy`)."""
 
 GREEDY_CHAIN = 16
 """Greedy steps one submission chains (`Method.greedy` submits more in turns): the GPU idles while
@@ -69,18 +69,18 @@ def record_greedy(built: Built, graph: g.VkGraph, res: Resources, options: Optio
     """Greedy decoding chained on the device, for a decode method `(input_ids [1, 1], cache_position
     [1]) -> logits` (`Method.chains_greedy`): a step is the method's dispatches, the argmax of its
     logits, and shaders/next_token.comp, which appends the token to a buffer and makes it and the
-    next position the method's inputs; `Method.greedy` submits up to GREEDY_CHAIN steps at once
+    next position (the first step's, which the submission's head copies behind the tokens, plus the
+    count) the method's inputs; `Method.greedy` submits up to GREEDY_CHAIN steps at once
     (record.Steps). Returns the steps and the readback buffer of [count, tokens...]."""
     (_, ids), (first_io, position) = io_in  # as Method.chains_greedy checked
     dispatches, pipelines, chosen = _argmax_tail(built, graph, res, options)
+    # [count, tokens...]: zeroed and read back; one word more after them, the first position
     tokens = RTensor(TensorArg(-1, (GREEDY_CHAIN + 1,), dtypes.INT32), dtypes.INT32)
-    tokens.buffer = res.allocator.buffer(tokens.nbytes, "activations", "device")
-    first = RTensor(position.arg, position.staging)
-    first.buffer = first_io
-    hand_over = Dispatch("next_token", (), [(t, 0, 4) for t in (chosen, ids, position, first)]
-                         + [(tokens, 0, tokens.nbytes)], b"", (1, 1, 1), "next_token")
+    tokens.buffer = res.allocator.buffer(tokens.nbytes + 4, "activations", "device")
+    hand_over = Dispatch("next_token", (), [(t, 0, 4) for t in (chosen, ids, position)]
+                         + [(tokens, 0, tokens.nbytes + 4)], b"", (1, 1, 1), "next_token")
     pipelines += pipelines_for(res.device).get_all([("next_token", {}, HAND_OVER_BINDINGS, ())])
     readback = res.allocator.buffer(tokens.nbytes, "io", "readback")
     steps = Steps(res.device, [*built.builder.dispatches, *dispatches, hand_over], [*built.pipelines, *pipelines],
-                  io_in, [(tokens, readback)], counter=tokens, chain=GREEDY_CHAIN)
+                  io_in, [(tokens, readback)], counter=tokens, chain=GREEDY_CHAIN, first=first_io)
     return recorded(steps, res), readback

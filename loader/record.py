@@ -317,7 +317,8 @@ class Executor:
 
 class Steps(Executor):
     """Greedy decoding steps chained on the device, up to `chain` of them in one submission, with
-    command buffers recorded once: the head copies the inputs in and zeroes `counter`; each of the
+    command buffers recorded once: the head copies the inputs in, zeroes `counter` and copies the first
+    word of `first` after it; each of the
     `chain` step buffers holds the same dispatches of one step (a decode call, its argmax, and the
     hand-over of the chosen token to the next step: greedy.record_greedy) behind a barrier on what
     came before; the tail copies the outputs out. A submission lists the head, the first `steps`
@@ -327,10 +328,12 @@ class Steps(Executor):
 
     def __init__(self, device: Device, dispatches: list[Dispatch], pipelines: list[Pipeline],
                  inputs: list[tuple[Buffer, RTensor]], outputs: list[tuple[RTensor, Buffer]], counter: RTensor,
-                 chain: int):
+                 chain: int, first: Buffer):
         super().__init__(device, dispatches, pipelines, inputs, outputs)
         self.counter = counter
         self.chain = chain
+        self.first = first
+        """An io buffer whose first word the head copies into the word after `counter` (its buffer's last)."""
         self.head = self.tail = None
         self.step_cmds: list = []
 
@@ -343,13 +346,17 @@ class Steps(Executor):
         self.head = dev.command_buffer()
         vk.vkBeginCommandBuffer(self.head, vk.VkCommandBufferBeginInfo())
         keep = [*self._inputs_in(self.head)]
-        lib.vkCmdFillBuffer(self.head, self.counter.buffer.handle, 0, -(-self.counter.nbytes // 4) * 4, 0)
+        words = -(-self.counter.nbytes // 4) * 4
+        lib.vkCmdFillBuffer(self.head, self.counter.buffer.handle, 0, words, 0)
+        seed = ffi.new("VkBufferCopy*")
+        seed.srcOffset, seed.dstOffset, seed.size = 0, words, 4
+        lib.vkCmdCopyBuffer(self.head, self.first.handle, self.counter.buffer.handle, 1, seed)
         zeroed = _barrier(vk.VK_ACCESS_TRANSFER_WRITE_BIT, rw)
         lib.vkCmdPipelineBarrier(self.head, _TRANSFER, _COMPUTE, 0, 1, zeroed, 0, ffi.NULL, 0, ffi.NULL)
         vk.vkEndCommandBuffer(self.head)
         after_step = _barrier(vk.VK_ACCESS_SHADER_WRITE_BIT, rw)  # the step before, or the head
         needed = barriers_before(self.dispatches)
-        keep += [zeroed, after_step]
+        keep += [zeroed, after_step, seed]
         for _ in range(self.chain):
             cmd = dev.command_buffer()
             self.step_cmds.append(cmd)
