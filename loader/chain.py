@@ -111,3 +111,16 @@ def safe(c: OpChain, ops: Sequence[int], inputs: Sequence[int]) -> bool:
                 if (vid == x or shares_memory(c, x, vid)) and i > c.writer.get(x, -1):
                     return False
     return True
+
+
+def bindings(c: OpChain, ops: list[int]) -> int:
+    """The storage buffers a fused kernel binds: the tensors its ops read from outside the match, and
+    what they write that outlives it (read by another op, a graph output); intermediates are never
+    stored."""
+    inside = set(ops)
+    chain = c.graph.chain
+    written = {v for i in ops for v in c.items(chain[i].args[-1])}
+    read = {v for i in ops for a in chain[i].args[:-1] for v in c.items(a)
+            if v not in written and c.tensor(v) is not None}
+    kept = {v for v in written if v in c.outputs or any(r not in inside for r in c.readers.get(v, []))}
+    return len(read) + len(kept)

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from vkx.format import vkgraph as g
-from vkx.loader.chain import CAST, MUL, Fused, OpChain, other_operand, safe, shares_memory, touched_between
+from vkx.loader.chain import (CAST, MUL, Fused, OpChain, bindings, other_operand, safe, shares_memory,
+                              touched_between)
 from vkx.loader.fuse_rotary import rotary, tables
 from vkx.loader.ops import OpBuilder, TensorArg
 from vkx.loader.ops.attention import attention
@@ -436,19 +437,6 @@ def _grouped_attention(c: OpChain, i: int) -> tuple[list[int], list[int], Fused]
     return ops, inputs, Fused("grouped attention", tuple(chain[j].node_id for j in ops), run)
 
 
-def _bindings(c: OpChain, ops: list[int]) -> int:
-    """The storage buffers a fused kernel binds: the tensors its ops read from outside the match, and
-    what they write that outlives it (read by another op, a graph output); intermediates are never
-    stored."""
-    inside = set(ops)
-    chain = c.graph.chain
-    written = {v for i in ops for v in c.items(chain[i].args[-1])}
-    read = {v for i in ops for a in chain[i].args[:-1] for v in c.items(a)
-            if v not in written and c.tensor(v) is not None}
-    kept = {v for v in written if v in c.outputs or any(r not in inside for r in c.readers.get(v, []))}
-    return len(read) + len(kept)
-
-
 def fuse(graph: g.VkGraph, max_binding_bytes: int, max_bindings: int) -> list:
     """The graph's chain with every match replaced by one `Fused` step (at its last op's place; a
     `first` step at its first op's, past the ops of an RMSNorm folded into it). A match whose kernel
@@ -475,7 +463,7 @@ def fuse(graph: g.VkGraph, max_binding_bytes: int, max_bindings: int) -> list:
         return None
 
     def fits(i: int, found) -> bool:
-        return graph.chain[i].name == _SDPA or _bindings(c, found[0]) <= max_bindings
+        return graph.chain[i].name == _SDPA or bindings(c, found[0]) <= max_bindings
 
     for i, op in enumerate(graph.chain):
         if i in taken:
