@@ -130,7 +130,8 @@ def generate(
             dev.close()
     stopped = "eos" if tokens[-1] in decoder.eos_token_ids else "max_new_tokens"
     report = {"schema": SCHEMA, "model": str(model), "prompt_tokens": len(ids), "tokens": tokens, "stop": stopped,
-              "text": text_tokenizer.decode(tokens) if text_tokenizer is not None else None,
+              # as streamed (_Stream): special tokens kept
+              "text": text_tokenizer.decode(tokens, skip_special_tokens=False) if text_tokenizer is not None else None,
               "prefill_seconds": timings.prefill_seconds, "prefill_tokens_per_s": timings.prefill_tokens_per_s,
               "time_to_first_token_seconds": timings.first_token_seconds,
               "decode_seconds": timings.decode_seconds, "decode_tokens_per_s": timings.decode_tokens_per_s,

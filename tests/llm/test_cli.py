@@ -66,6 +66,24 @@ def test_generate_streams_the_text(lm):
     assert "prefill" in stats and "decode" in stats and "tokens/s" in stats and "time to first token" in stats
 
 
+def test_json_text_is_the_streamed_text_special_tokens_kept(lm, tmp_path):
+    """Every word but w1 a special token: `--json`'s text is what the stream wrote, special tokens included."""
+    from tokenizers import AddedToken, Tokenizer
+
+    folder, model = lm
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer.add_special_tokens([AddedToken(f"w{i}", special=True) for i in range(2, VOCAB)])
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    args = ("generate", folder / "lm.pte", "--prompt-ids", ",".join(map(str, PROMPT)), "--tokenizer",
+            tmp_path / "tokenizer.json", "--max-new-tokens", 12)
+    streamed = vkx(*args)
+    report = json.loads(vkx(*args, "--json").stdout)
+    assert streamed.returncode == 0, streamed.stderr
+    words = [f"w{i}" for i in greedy(model, PROMPT, 12)]
+    assert any(w != "w1" for w in words)  # some special tokens among them
+    assert " ".join(streamed.stdout.strip().splitlines()[:-1]).split() == report["text"].split() == words
+
+
 def test_sampling_with_a_seed_repeats(lm):
     folder, _ = lm
     run = lambda seed: json.loads(vkx(  # noqa: E731
