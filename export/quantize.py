@@ -1,7 +1,8 @@
 """Weight-only int8/int4 quantization of a module's Linear and Embedding weights, before torch.export.
 
 Symmetric: w ≈ q * scale, one scale per row and group of `group_size` consecutive
-input features (int8 defaults to one group per row: per output channel). Scales
+input features, the last group shorter where the size does not divide K (int8 defaults to one
+group per row: per output channel). Scales
 are stored in fp16 (bf16 for a bf16 model) and q is computed from the stored
 scale, so dequantizing the file's bytes gives exactly the weights vkx computes
 with. The packing is the op contract's (vkx.format.contract, "weight-only
@@ -25,6 +26,7 @@ from torch import nn
 
 from vkx.export.errors import ExportError
 from vkx.export.ops import Rule, same
+from vkx.format.op_quant import VALUES_PER_WORD, scale_groups
 
 BITS = {"int8": 8, "int4": 4}
 GROUP_SIZES = (32, 64, 128, 256)
@@ -34,21 +36,25 @@ DEFAULT_GROUP = {8: None, 4: 32}
 
 def quantize_weight(weight: torch.Tensor, bits: int, group_size: int | None,
                     scale_dtype: torch.dtype = torch.float16) -> tuple[torch.Tensor, torch.Tensor]:
-    """(packed q, scales [N, K / group]) of a 2-D weight; group_size None means K."""
+    """(packed q, scales [N, ceil(K / group)]) of a 2-D weight, the last group shorter where the group
+    size does not divide K; group_size None means K."""
     w = weight.detach().to(torch.float32)
     n, k = w.shape
     group = k if group_size is None else group_size
-    if group <= 0 or k % group:
-        raise ExportError(f"a weight of {k} input features does not split into groups of {group}")
-    per_word = 8 if bits == 4 else 4
-    if group % per_word:
+    per_word = VALUES_PER_WORD[bits]
+    if group <= 0 or group % per_word:
         raise ExportError(f"group size {group} must be a multiple of {per_word} for int{bits}")
+    if k % per_word:
+        raise ExportError(f"a weight of {k} input features is not whole 32-bit words of int{bits} "
+                          f"(a multiple of {per_word})")
     qmax = 7 if bits == 4 else 127
-    grouped = w.reshape(n, k // group, group)
+    groups = scale_groups(k, group)
+    # the last group may be shorter: zeros after it change no group's largest magnitude
+    grouped = F.pad(w, (0, groups * group - k)).reshape(n, groups, group)
     scales = (grouped.abs().amax(-1) / qmax).to(scale_dtype)
     scales = torch.where(scales == 0, torch.ones_like(scales), scales)  # an all-zero group stays zero
     q = torch.round(grouped / scales.to(torch.float32).unsqueeze(-1)).clamp(-qmax - 1, qmax)
-    q = q.reshape(n, k).to(torch.int8)
+    q = q.reshape(n, groups * group)[:, :k].to(torch.int8)
     if bits == 8:
         return q, scales
     u = (q + 8).to(torch.uint8)
@@ -63,8 +69,8 @@ def dequantize(packed: torch.Tensor, scales: torch.Tensor, bits: int, group_size
         low = (packed & 0xF).to(torch.int16) - 8
         high = (packed >> 4).to(torch.int16) - 8
         q = torch.stack([low, high], dim=-1).reshape(packed.shape[0], -1).to(torch.float32)
-    n, k = q.shape
-    return (q.reshape(n, k // group_size, group_size) * scales.to(torch.float32).unsqueeze(-1)).reshape(n, k)
+    k = q.shape[1]
+    return q * scales.to(torch.float32).repeat_interleave(group_size, dim=1)[:, :k]
 
 
 @torch.library.custom_op("vkx::linear_q", mutates_args=())

@@ -14,15 +14,21 @@ declare = DECLS.append
 
 
 # --------------------------------------------------------------------------- weight-only quantization
-# Symmetric, weight-only: w[n, k] = q[n, k] * scales[n, k // group_size]. bits 8: `weight` is int8
-# [N, K]; bits 4: `weight` is uint8 [N, K / 2], two values per byte (even k in the low nibble), each
-# stored as q + 8 (q in [-8, 7]). Per-channel int8 is group_size = K. docs/format.md, "Quantized weights".
+# Symmetric, weight-only: w[n, k] = q[n, k] * scales[n, k // group_size], scales [N, ceil(K / group_size)]
+# (the last group is shorter where group_size does not divide K). bits 8: `weight` is int8 [N, K]; bits 4:
+# `weight` is uint8 [N, K / 2], two values per byte (even k in the low nibble), each stored as q + 8
+# (q in [-8, 7]). Per-channel int8 is group_size = K. docs/format.md, "Quantized weights".
 
 QUANT_BITS = {4: dtypes.UINT8, 8: dtypes.INT8}
 """bits -> the dtype of the packed weight."""
 VALUES_PER_WORD = {4: 8, 8: 4}
 """Values in one 32-bit word of packed weight: shaders read whole words, so K and the group size
 are multiples of it."""
+
+
+def scale_groups(k: int, group: int) -> int:
+    """Scale groups of a row of K values: the last is shorter where `group` does not divide K."""
+    return -(-k // group)
 
 
 def quant_layout(call: Call, weight: TensorLike) -> tuple[int, int, int]:
@@ -34,12 +40,12 @@ def quant_layout(call: Call, weight: TensorLike) -> tuple[int, int, int]:
     n, stored = weight.shape
     k = stored * 2 if bits == 4 else stored
     per_word = VALUES_PER_WORD[bits]
-    call.require(group > 0 and k % group == 0 and group % per_word == 0,
-                 f"group_size {group} must divide K = {k} and be a multiple of {per_word}")
+    call.require(group > 0 and group % per_word == 0 and k % per_word == 0,
+                 f"group_size {group} and K = {k} must be multiples of {per_word}")
     scales = call.tensor("scales")
     call.require(scales.dtype.is_float, f"scales of {scales.dtype}")
-    call.expect_shape("scales", scales.shape, (n, k // group))
-    return n, k, k // group
+    call.expect_shape("scales", scales.shape, (n, scale_groups(k, group)))
+    return n, k, scale_groups(k, group)
 
 
 def _linear_q(call: Call) -> None:

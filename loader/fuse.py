@@ -212,7 +212,8 @@ def _row_product(c: OpChain, p: int) -> tuple[int, _Weight] | None:
     if not linear_q:
         return x, _Weight(w)
     bits, group = c.scalar(op.args[4]), c.scalar(op.args[5])
-    if c.tensor(op.args[2]) is None or bits is None or group is None or int(group) % (128 // int(bits)):
+    if c.tensor(op.args[2]) is None or bits is None or group is None or int(group) % (128 // int(bits)) \
+            or xt.dims[-1] % (128 // int(bits)):
         return None  # not matvec_q.comp's: rows of whole 16-byte chunks inside the scale groups
     return x, _Weight(w, op.args[2], int(bits), int(group))
 

@@ -20,7 +20,7 @@ from typing import Iterable, Mapping, Sequence
 from vkx.format import opset
 from vkx.format.contract import Call
 from vkx.format.dtypes import DType
-from vkx.format.op_quant import VALUES_PER_WORD
+from vkx.format.op_quant import VALUES_PER_WORD, scale_groups
 
 from . import (FLOATS, WORDS_MODES, Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines,
                any_dtype_variants, builds, dtype_code, dtype_spec, held_dtype, read_form, reads_by_words,
@@ -108,7 +108,8 @@ def _linear(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: 
     m = x.numel // k if k else 0
     if m == 0 or n_rows == 0:
         return
-    if m == 1 and group % (128 // bits) == 0 and -(-n_rows // MAX_MATVEC_ROWS) <= MAX_GROUPS:  # whole 16-byte chunks a group
+    chunk = 128 // bits  # values in 16 bytes: matvec_q reads rows of whole chunks, each inside a group
+    if m == 1 and group % chunk == 0 and k % chunk == 0 and -(-n_rows // MAX_MATVEC_ROWS) <= MAX_GROUPS:
         kernel = functools.partial(_matvec, norm=norm)
     elif norm is not None:
         raise UnsupportedOpError(f"an RMSNorm folded into a {bits}-bit product of {m} rows of {k}")
@@ -143,7 +144,7 @@ def _linear_q(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias
     spec = dtype_spec(s, out, *([bias] if bias is not None else []))
     stride = s.shape[1] if "SCALE_STRIDE" in variant else 0
     for r0, rc in row_chunks(builder, n_rows, stored, [w]):
-        push = struct.pack("<8I", n_rows, k, k // VALUES_PER_WORD[bits], k // group, group, r0, rc, stride)
+        push = struct.pack("<8I", n_rows, k, k // VALUES_PER_WORD[bits], scale_groups(k, group), group, r0, rc, stride)
         bindings = [x, rows_binding(w, r0, rc, stored), s, out] + ([bias] if bias is not None else [])
         builder.dispatch("linear_q", bindings, push, (-(-rc // ROWS), m, 1), defines, spec)
 
@@ -183,7 +184,8 @@ def _dequantized(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, b
         return False
     weight = builder.scratch((n_rows, k), "dequant", x.dtype)
     words = k // per_word
-    push = struct.pack("<5I", n_rows * words, words, k // group, group, s.shape[1] if "SCALE_STRIDE" in variant else 0)
+    stride = s.shape[1] if "SCALE_STRIDE" in variant else 0
+    push = struct.pack("<5I", n_rows * words, words, scale_groups(k, group), group, stride)
     builder.dispatch("dequant_q", [w, s, weight], push, dispatch_groups(n_rows * words),
                      _packing_defines(reads_by_words(builder), bits, variant),
                      dtype_spec(s, weight))
@@ -223,7 +225,8 @@ def _matvec(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: 
     spec = (shape.invocations, shape.rows, *dtype_spec(s, out, *([bias] if bias is not None else [])))
     stride = s.shape[1] if "SCALE_STRIDE" in variant else 0
     for r0, rc in row_chunks(builder, n_rows, stored, [w]):
-        push = struct.pack("<8I", chunks, x.shape[-1] // group, group * bits // 128, r0, rc, stride, 0, 0)
+        push = struct.pack("<8I", chunks, scale_groups(x.shape[-1], group), group * bits // 128, r0, rc, stride,
+                           0, 0)
         bindings = [x, rows_binding(w, r0, rc, stored), s, out] + ([bias] if bias is not None else [])
         bindings, push = _norm(bindings, push, norm)
         builder.dispatch("matvec_q", bindings, push, (-(-rc // shape.rows), 1, 1), defines, spec)
@@ -242,7 +245,8 @@ def _matvec_whole(builder: OpBuilder, x: TensorArg, weights: Sequence[tuple[Tens
     vkx's packing: weights [N_i, K / values a byte] with scales [N_i, K / group], each tensor within
     one binding, rows of whole 16-byte chunks inside the scale groups (a norm's weight of x's dtype)."""
     tensors = [x, *outs, *(t for pair in weights for t in pair)]
-    if group % (128 // bits) or any(t.nbytes > builder.limits.max_storage_buffer_range for t in tensors) \
+    if group % (128 // bits) or x.shape[-1] % (128 // bits) \
+            or any(t.nbytes > builder.limits.max_storage_buffer_range for t in tensors) \
             or any(w.shape[1] != weights[0][0].shape[1] for w, _ in weights):
         raise UnsupportedOpError(f"{kind} of {[list(w.shape) for w, _ in weights]} {bits}-bit weights: each "
                                  f"tensor within one binding, rows of whole 16-byte chunks a scale group")
@@ -262,7 +266,7 @@ def _matvec_whole(builder: OpBuilder, x: TensorArg, weights: Sequence[tuple[Tens
         if out is not None:
             bindings.append(out)
             spec.append(dtype_code(out.dtype))
-    push = struct.pack("<8I", chunks, x.shape[-1] // group, group * bits // 128, 0, rows[0], 0,
+    push = struct.pack("<8I", chunks, scale_groups(x.shape[-1], group), group * bits // 128, 0, rows[0], 0,
                        *(rows[1:] + [0, 0])[:2])
     workgroups = sum(-(-n // shape.rows) for n in grid)
     bindings, push = _norm(bindings, push, norm)
@@ -316,7 +320,7 @@ def _embedding(builder: OpBuilder, call: Call, w: TensorArg, s: TensorArg, bits:
     blocks = list(row_chunks(builder, vocab, stored, [w])) or [(0, 0)]
     for r0, rc in blocks:
         last = int(r0 + rc == vocab)
-        push = struct.pack("<9I", n, k, row_words, k // group, group, r0, rc, vocab, last)
+        push = struct.pack("<9I", n, k, row_words, scale_groups(k, group), group, r0, rc, vocab, last)
         builder.dispatch("embedding_q", [rows_binding(w, r0, rc, stored), s, idx, out], push,
                          dispatch_groups(n), defines, spec)
 

@@ -36,14 +36,14 @@ def folder(tmp_path_factory):
     return path
 
 
-def expected(folder, dtype: str):
-    """torch's fp32 logits (with `dtype`'s quantized weights for int8/int4): the prefill's last
-    prompt position, then three decode steps."""
+def expected(folder, dtype: str, group_size: int | None = None):
+    """torch's fp32 logits (with `dtype`'s quantized weights for int8/int4, in groups of `group_size`):
+    the prefill's last prompt position, then three decode steps."""
     lm = hf.CausalLM(hf.build_model(hf.read_folder(folder), torch.float32), MAX_SEQ)
     if dtype.startswith("int"):
-        lm = quantize_module(lm, dtype)
+        lm = quantize_module(lm, dtype, group_size)
     ids = torch.zeros(1, PREFILL, dtype=torch.long)  # padded in front, at the positions after the prompt's
-    ids[0, PREFILL - PROMPT:] = torch.arange(3, 3 + PROMPT) * 37 % 512
+    ids[0, PREFILL - PROMPT:] = torch.arange(3, 3 + PROMPT) * 37 % 256
     with torch.no_grad():
         steps = [lm(ids, torch.tensor(POSITIONS))[0, -1]]
         token = int(steps[-1].argmax())
@@ -53,12 +53,9 @@ def expected(folder, dtype: str):
     return ids.numpy(), [s.numpy() for s in steps]
 
 
-@pytest.mark.parametrize("dtype", TOLERANCE)
-def test_each_export_dtype_runs_prefill_and_decode(tmp_path, folder, dtype):
-    pte = tmp_path / f"{dtype}.pte"
-    options = {"quantize": dtype} if dtype.startswith("int") else {"dtype": dtype}
-    hf.export_folder(folder, pte, max_seq_len=MAX_SEQ, prefill_len=PREFILL, **options)
-    ids, reference = expected(folder, dtype)
+def check_against_torch(pte, folder, dtype: str, group_size: int | None = None) -> None:
+    """The file's prefill and three decode steps against `expected`, within TOLERANCE."""
+    ids, reference = expected(folder, dtype, group_size)
     with vkx.load(pte) as program:
         decoder = ProgramDecoder(program)
         steps = [decoder.prefill(ids, np.array(POSITIONS))[0, -1]]
@@ -69,6 +66,46 @@ def test_each_export_dtype_runs_prefill_and_decode(tmp_path, folder, dtype):
     for step, (ours, theirs) in enumerate(zip(steps, reference)):
         err = float(np.abs(np.asarray(ours, np.float32) - theirs).max())
         assert err < TOLERANCE[dtype] * scale, (dtype, step, err, scale)
+
+
+@pytest.mark.parametrize("dtype", TOLERANCE)
+def test_each_export_dtype_runs_prefill_and_decode(tmp_path, folder, dtype):
+    pte = tmp_path / f"{dtype}.pte"
+    options = {"quantize": dtype} if dtype.startswith("int") else {"dtype": dtype}
+    hf.export_folder(folder, pte, max_seq_len=MAX_SEQ, prefill_len=PREFILL, **options)
+    check_against_torch(pte, folder, dtype)
+
+
+HIDDEN_HEADS = {576: (9, 3), 960: (15, 5), 1536: (12, 2), 2048: (32, 8)}
+"""Hidden sizes of small real models (SmolLM-135M, SmolLM-360M / Qwen2-0.5B's 896 aside, Qwen2-1.5B,
+Llama 3.2 1B) and their attention and key/value heads."""
+
+
+@pytest.fixture(scope="module")
+def wide_folders(tmp_path_factory):
+    """One single-layer Llama folder a hidden size (intermediate = hidden, vocabulary 256), made once."""
+    made: dict[int, object] = {}
+
+    def folder(hidden: int):
+        if hidden not in made:
+            heads, kv = HIDDEN_HEADS[hidden]
+            made[hidden] = tmp_path_factory.mktemp(f"llama{hidden}")
+            write_folder(made[hidden], "llama", cfg=config(
+                "llama", hidden_size=hidden, intermediate_size=hidden, vocab_size=256, num_hidden_layers=1,
+                num_attention_heads=heads, num_key_value_heads=kv))
+        return made[hidden]
+    return folder
+
+
+@pytest.mark.parametrize("group", [32, 64, 128, 256])
+@pytest.mark.parametrize("hidden", HIDDEN_HEADS)
+def test_int4_exports_every_hidden_size_at_every_group_size(tmp_path, wide_folders, hidden, group):
+    """576 and 960 take groups of 128 and 256 with a shorter last group (issue 39): the file runs and
+    computes what torch computes with the same quantized weights."""
+    folder = wide_folders(hidden)
+    pte = tmp_path / "int4.pte"
+    hf.export_folder(folder, pte, max_seq_len=MAX_SEQ, prefill_len=PREFILL, quantize="int4", group_size=group)
+    check_against_torch(pte, folder, "int4", group)
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])

@@ -54,6 +54,24 @@ def test_every_group_size_with_and_without_bias(bits, group, with_bias, m, shade
     assert_norm_close(got, _reference(x, dequantize(q, s, bits, group), bias), rtol=1e-5, atol=1e-5)
 
 
+# A ragged last scale group: the hidden sizes of SmolLM (576) and Qwen2-0.5B (960) at groups that do not
+# divide them, K = 72 (not whole 16-byte chunks of int4: linear_q), one row (matvec_q), three (linear_q)
+# and 17 (the dequantized weight's float product).
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("k, group", [(576, 128), (576, 256), (960, 128), (960, 256), (72, 32), (200, 64)])
+@pytest.mark.parametrize("m", [1, 3, 17])
+def test_a_ragged_last_group(bits, k, group, m, shaders):
+    n = 37
+    q, s = quantize_weight(rand(n, k, seed=4) * 3, bits, group)
+    assert s.shape == (n, -(-k // group))
+    x, bias = rand(m, k, seed=5), rand(n, seed=6)
+    got = run_graph("vkx.linear_q.default", [x, Const(q), Const(s), Const(bias), bits, group], (m, n))
+    if m == 1:
+        whole_chunks = k % (128 // bits) == 0
+        assert shaders[0] == ("matvec_q" if whole_chunks else "linear_q")
+    assert_norm_close(got, _reference(x, dequantize(q, s, bits, group), bias), rtol=1e-5, atol=1e-5)
+
+
 def _full_range(n: int, k: int, bits: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(packed weight, its integers): every integer of the type, the extremes included."""
     lo, hi = (-8, 8) if bits == 4 else (-128, 128)

@@ -105,6 +105,27 @@ def test_embedding_q_gathers_and_zeroes_out_of_range_rows(bits, dtype):
     assert torch.equal(got, want)
 
 
+@pytest.mark.parametrize("bits", [4, 8])
+def test_embedding_q_with_a_ragged_last_group(bits):
+    """A width of 576 in groups of 128: four whole groups and one of 64."""
+    vocab, dim, group = 50, 576, 128
+    q, s = quantize_weight(rand(vocab, dim, seed=9) * 2, bits, group)
+    idx = torch.tensor([[3, 49, 0]], dtype=torch.int32)
+    got = run_graph("vkx.embedding_q.default", [Const(q), Const(s), idx, bits, group], ((1, 3, dim), torch.float32))
+    assert torch.equal(got, dequantize(q, s.float(), bits, group)[idx.long()])
+
+
+def test_quantize_weight_scales_a_ragged_last_group_by_its_own_values():
+    """Each group's scale is its own largest magnitude / 7, the shorter last one's too; dequantized
+    values are within half a step of the weight."""
+    w = rand(3, 72, seed=10)
+    w[:, 64:] *= 0.01  # the last group, 8 values, much smaller than the rest
+    q, s = quantize_weight(w, 4, 32, torch.float32)
+    assert s.shape == (3, 3)
+    assert torch.allclose(s[:, 2], w[:, 64:].abs().amax(-1) / 7)
+    assert ((dequantize(q, s, 4, 32) - w).abs() <= s.repeat_interleave(32, 1)[:, :72] / 2 + 1e-6).all()
+
+
 class TiedLM(nn.Module):
     def __init__(self, vocab=64, dim=96):
         super().__init__()
@@ -140,9 +161,11 @@ def test_quantized_module_exports_and_matches(tmp_path, scheme):
     assert error < (0.05 if scheme == "int8" else 0.35)  # a sanity bound, not a quality claim
 
 
-def test_k_not_a_multiple_of_the_group_is_refused():
-    with pytest.raises(ExportError, match="'1'.*groups of 32"):
-        quantize_module(nn.Sequential(nn.ReLU(), nn.Linear(48, 8)), "int4")
+def test_k_of_part_of_a_word_is_refused_a_ragged_group_is_not():
+    """K = 48 in groups of 32: a group and a half, taken; K = 44 is not whole 32-bit words of int4."""
+    assert quantize_module(nn.Sequential(nn.ReLU(), nn.Linear(48, 8)), "int4")[1].scales.shape == (8, 2)
+    with pytest.raises(ExportError, match="'1'.*44 input features is not whole 32-bit words of int4"):
+        quantize_module(nn.Sequential(nn.ReLU(), nn.Linear(44, 8)), "int4")
     with pytest.raises(ExportError, match="group-size"):
         quantize_module(nn.Linear(64, 8), "int4", group_size=48)
 
