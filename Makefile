@@ -14,9 +14,10 @@ demo: system-packages $(VENV)/.installed shaders
 	VKX_VALIDATION=1 $(VENV)/bin/vkx run examples/transformer.pte --trace-memory
 
 # Two workers, one a core (most of a test is single-threaded Python: tracing, export, recording);
-# each module runs on one worker, so its module-scoped exports are built once.
+# each module runs on one worker, so its module-scoped exports are built once. VKX_KHRONOS_PROFILES: the
+# folder of Khronos' profile files, which loader/profiles.json is checked against (below).
 test: system-packages $(VENV)/.installed shaders
-	VKX_VALIDATION=1 $(PY) -m pytest -q -n 2 --dist loadscope
+	VKX_VALIDATION=1 VKX_KHRONOS_PROFILES=$(abspath $(KHRONOS_PROFILES)) $(PY) -m pytest -q -n 2 --dist loadscope
 	$(MAKE) --no-print-directory test-profile
 
 # The device tests once more under a phone's limits (docs/profiles.md): tests/ops, tests/models, the
@@ -35,7 +36,7 @@ PROFILE_TESTS := tests/ops tests/models tests/export/test_export_examples.py tes
 	"tests/llm/test_vkx.py::test_greedy_tokens_and_logits_match_transformers[llama]"
 LEFT_OUT_android-15 := row_ops_split_small_limit or cat_into_large_output or embedding_out_of_range_is_zero or tiled
 LEFT_OUT_android-baseline-2022 := $(LEFT_OUT_android-15) or (test_fused and not four_storage_buffers)
-PROFILE_PYTEST := VKX_VALIDATION=1 $(PY) -m pytest -q -n 2 --dist loadscope $(PROFILE_TESTS)
+PROFILE_PYTEST := VKX_VALIDATION=1 VKX_KHRONOS_PROFILES=$(abspath $(KHRONOS_PROFILES)) $(PY) -m pytest -q -n 2 --dist loadscope $(PROFILE_TESTS)
 test-profile: system-packages $(VENV)/.installed shaders
 	set -e; $(foreach p,$(PROFILES),$(PROFILE_PYTEST) --device-profile $(p) -k "not ($(LEFT_OUT_$(p)))";)
 	@if [ -f "$(KHRONOS_PROFILES)/libVkLayer_khronos_profiles.so" ]; then \

@@ -1,11 +1,12 @@
 """Regenerate `loader/profiles.json`, vkx's device profiles, from Khronos' published profile files.
 
-Run `python -m vkx.loader._profiles_regen [DIR]` (`make profiles`; default: `$VKX_KHRONOS_PROFILES`,
-else `../shared/tools/vkprofiles`). DIR holds Khronos Vulkan-Profiles' `profiles/VP_*.json`. Each
+Run `python -m vkx.loader._profiles_regen DIR` (`make profiles` passes the Makefile's KHRONOS_PROFILES;
+without DIR, `$VKX_KHRONOS_PROFILES`). DIR holds Khronos Vulkan-Profiles' `profiles/VP_*.json`. Each
 profile's figures are read from its file, never typed here: the limits vkx's kernels depend on, the
 API version, and the features of `vkx.loader.limits.FEATURES`, each profile on top of the profiles it
 requires (a later figure replaces an earlier one: each is a minimum the device guarantees).
 `tests/loader/test_limits.py` checks the committed file against DIR's where DIR is at hand.
+The files and their revisions: docs/profiles.md, "The profiles and where each figure comes from".
 """
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import sys
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "profiles.json"
-DEFAULT_DIR = Path(__file__).resolve().parent.parent.parent / "shared" / "tools" / "vkprofiles"
+FOLDER_VARIABLE = "VKX_KHRONOS_PROFILES"
+"""The environment variable naming the folder of Khronos' profile files (and its profiles layer)."""
 
 PROFILES = {"android-baseline-2022": "VP_ANDROID_baseline_2022", "android-15": "VP_ANDROID_15_minimums",
             "android-16": "VP_ANDROID_16_minimums"}
@@ -94,7 +96,12 @@ def regenerate(directory: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    directory = Path(args[0] if args else os.environ.get("VKX_KHRONOS_PROFILES") or DEFAULT_DIR)
+    named = args[0] if args else os.environ.get(FOLDER_VARIABLE)
+    if not named:
+        print(f"vkx: error: name the folder of Khronos' profile files (an argument, or {FOLDER_VARIABLE})",
+              file=sys.stderr)
+        return 2
+    directory = Path(named)
     try:
         text = regenerate(directory)
     except (OSError, KeyError, ValueError) as error:

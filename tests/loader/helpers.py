@@ -88,7 +88,7 @@ def write_pte(tmp_path, graph, consts, layout="named", external=None, name="m.pt
 
 def layer_profile() -> str | None:
     """The Khronos profile the driver reports through Khronos' profiles layer (`VK_LAYER_KHRONOS_profiles`
-    in VK_INSTANCE_LAYERS: ../shared/tools/vkprofiles/env.sh), None without the layer."""
+    in VK_INSTANCE_LAYERS: docs/profiles.md, "In the suite"), None without the layer."""
     if "VK_LAYER_KHRONOS_profiles" not in os.environ.get("VK_INSTANCE_LAYERS", "").split(":"):
         return None
     return os.environ.get("VK_KHRONOS_PROFILES_PROFILE_NAME", "")
