@@ -55,8 +55,8 @@ def record_argmax(built: Built, graph: g.VkGraph, res: Resources, options: Optio
 
 HAND_OVER_BINDINGS = 4
 """shaders/next_token.comp's storage buffers: the argmax, the ids and position inputs, and the
-tokens with the first position after them. A device of fewer a stage decodes greedily step by step
-(`Method.chains_greedy`)."""
+tokens with the first position after them. Vulkan's least maxPerStageDescriptorStorageBuffers, so
+every device chains greedy steps (the Android baseline's limit is that least)."""
 
 GREEDY_CHAIN = 16
 """Greedy steps one submission chains (`Method.greedy` submits more in turns): the GPU idles while

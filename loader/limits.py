@@ -79,6 +79,11 @@ class Limits:
                 out[name] = sorted(value) if f.name == "features" else (list(value) if isinstance(value, tuple) else value)
         return out
 
+    def binds(self, buffers: int) -> bool:
+        """Whether a kernel may bind `buffers` storage buffers (maxPerStageDescriptorStorageBuffers): an
+        op builder's choice between a kernel and a form of it that binds fewer."""
+        return buffers <= self.max_per_stage_descriptor_storage_buffers
+
     @property
     def max_spirv_version(self) -> tuple[int, int]:
         """The newest SPIR-V the Vulkan version in force accepts (Vulkan 1.1: 1.3, 1.2: 1.5, 1.3 on: 1.6)."""

@@ -23,7 +23,6 @@ import numpy as np
 
 from vkx.format import dtypes, vkgraph as g
 from vkx.loader.errors import InputError, LoadError
-from vkx.loader.greedy import HAND_OVER_BINDINGS
 from vkx.loader.ports import Port, bf16_bits, bf16_values, host_array
 from vkx.loader.report import MemoryReport
 
@@ -265,12 +264,10 @@ class Method(Closes):
     @property
     def chains_greedy(self) -> bool:
         """Whether `greedy` can chain this method's steps: a decode method, (token id [1, 1], position
-        [1]) held as int32 on the device -> one float output of one row (logits), on a device that binds
-        the hand-over's storage buffers (greedy.HAND_OVER_BINDINGS)."""
+        [1]) held as int32 on the device -> one float output of one row (logits)."""
         ins_ok = [p.device for p in self._in] == [dtypes.INT32] * 2 and [p.shape for p in self._in] == [(1, 1), (1,)]
         return ins_ok and len(self._out) == 1 and self._out[0].device.is_float and \
-            math.prod(self._out[0].shape[:-1]) == 1 and \
-            self.device.limits.max_per_stage_descriptor_storage_buffers >= HAND_OVER_BINDINGS
+            math.prod(self._out[0].shape[:-1]) == 1
 
     def greedy(self, input_ids, cache_position, steps: int) -> np.ndarray:
         """`steps` tokens of greedy decoding after token `input_ids` [1, 1] at `cache_position` [1],

@@ -220,7 +220,7 @@ def _decode(builder: OpBuilder, q: TensorArg, k: TensorArg, v: TensorArg, out: T
     rows = math.prod(lead) * hq * L
     # A device of fewer storage buffers a stage than DECODE_BINDINGS binds q, k, v and out alone
     # (QKVO_ONLY): no mask (a masked attention takes the general path), one split of the whole cache.
-    qkvo_only = limits.max_per_stage_descriptor_storage_buffers < DECODE_BINDINGS
+    qkvo_only = not limits.binds(DECODE_BINDINGS)
     if qkvo_only and (mask is not None or S > DECODE_MAX_CHUNK):
         return False
     chunk, P = (S, 1) if qkvo_only else decode_split(rows, S, builder.compute_units)

@@ -128,7 +128,7 @@ def index(builder: OpBuilder, call: Call) -> None:
     if len(sizes) > 4:
         raise UnsupportedOpError(f"index tensors broadcast over {len(sizes)} non-mergeable dims (max 4)")
     defines = _select_defines(builder, out)
-    if k == MAX_INDICES or 2 + MAX_INDICES <= builder.limits.max_per_stage_descriptor_storage_buffers:
+    if k == MAX_INDICES or builder.limits.binds(2 + MAX_INDICES):
         binds = [*indices, *[indices[0]] * (MAX_INDICES - k)]  # one pipeline for every k
     else:  # a device of fewer storage buffers a stage: the op's index tensors alone
         binds, defines["INDICES"] = list(indices), k

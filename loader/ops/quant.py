@@ -117,7 +117,7 @@ def _linear(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: 
         return
     else:
         kernel = _linear_q
-    if bias is not None and builder.limits.max_per_stage_descriptor_storage_buffers < BIASED_BINDINGS:
+    if bias is not None and not builder.limits.binds(BIASED_BINDINGS):
         # the bias's binding is over the device's limit: the product into fp32 scratch, then the bias
         # added by an elementwise dispatch (in fp32, rounded once into out, as the kernel would; the
         # bias read as the kernels read it, its first N elements)

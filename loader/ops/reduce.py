@@ -126,7 +126,7 @@ norm in dispatches of at most four (`_norm_passes`, `_batch_norm_table`)."""
 
 def _splits_norms(builder: OpBuilder) -> bool:
     """Whether `builder`'s device binds fewer than NORM_BUFFERS storage buffers a stage."""
-    return builder.limits.max_per_stage_descriptor_storage_buffers < NORM_BUFFERS
+    return not builder.limits.binds(NORM_BUFFERS)
 
 
 def _norm_passes(builder: OpBuilder, call: Call, norm: list[Binding], stats: list[Binding], defines: Defines,
