@@ -7,6 +7,7 @@ checking that the output has real magnitude (random weights that give ~0 test no
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from tests.ops.conftest import run_vkx
 
@@ -33,3 +34,19 @@ def check_model(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], rtol:
     error = float((got.float() - want.float()).abs().max()) / scale
     assert error < rtol, f"max error {error:.3g} of the output's scale {scale:.3g}"
     return error
+
+
+def calibrated(model: nn.Module, shape: tuple[int, ...]) -> nn.Module:
+    """Batch-norm statistics from a few random batches of `shape`'s images (fresh ones are 0 and 1: no
+    real magnitudes); the norms' scales and shifts drawn around 1 and 0."""
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.momentum = None  # a cumulative average
+            nn.init.uniform_(m.weight, 0.5, 1.5)
+            nn.init.uniform_(m.bias, -0.2, 0.2)
+    model.train()
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for _ in range(4):
+            model(torch.randn(4, *shape[1:], generator=generator))
+    return model.eval()

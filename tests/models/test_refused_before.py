@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tests.ops.conftest import Const, Fn, assert_close, assert_close_in, assert_norm_close, rand, run_graph, run_vkx
-from .conftest import check_model
+from .conftest import calibrated, check_model
 
 pytestmark = pytest.mark.vulkan
 
@@ -47,18 +47,7 @@ class Classifier(nn.Module):
 
 def _classifier() -> nn.Module:
     torch.manual_seed(0)
-    model = Classifier()
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.momentum = None
-            nn.init.uniform_(m.weight, 0.5, 1.5)
-            nn.init.uniform_(m.bias, -0.2, 0.2)
-    model.train()
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for _ in range(4):
-            model(torch.randn(4, 3, 32, 32, generator=g))
-    return model.eval()
+    return calibrated(Classifier(), (1, 3, 32, 32))
 
 
 @pytest.mark.parametrize("dtype", [None, "fp16", "bf16"])

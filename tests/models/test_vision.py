@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .conftest import check_model
+from .conftest import calibrated, check_model
 
 pytestmark = pytest.mark.vulkan
 
@@ -70,21 +70,6 @@ class Net(nn.Module):
         return self.head(F.adaptive_avg_pool2d(self.blocks(self.stem(x)), 1).flatten(1))
 
 
-def _calibrated(model: nn.Module, shape: tuple[int, ...]) -> nn.Module:
-    """Batch-norm statistics from a few random batches (fresh ones are 0 and 1: no real magnitudes)."""
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.momentum = None  # a cumulative average
-            nn.init.uniform_(m.weight, 0.5, 1.5)
-            nn.init.uniform_(m.bias, -0.2, 0.2)
-    model.train()
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for _ in range(4):
-            model(torch.randn(4, *shape[1:], generator=generator))
-    return model.eval()
-
-
 def _image(shape: tuple[int, ...]) -> torch.Tensor:
     return torch.randn(shape, generator=torch.Generator().manual_seed(0))
 
@@ -99,7 +84,7 @@ def _net(kind: str) -> Net:
 @pytest.mark.parametrize("kind", ["v2", "v3"])
 def test_mobilenet(kind):
     shape = (1, 3, 32, 32)
-    check_model(_calibrated(_net(kind), shape), (_image(shape),))
+    check_model(calibrated(_net(kind), shape), (_image(shape),))
 
 
 class ViT(nn.Module):
