@@ -14,10 +14,12 @@ declare = DECLS.append
 
 
 # --------------------------------------------------------------------------- weight-only quantization
-# Symmetric, weight-only: w[n, k] = q[n, k] * scales[n, k // group_size], scales [N, ceil(K / group_size)]
-# (the last group is shorter where group_size does not divide K). bits 8: `weight` is int8 [N, K]; bits 4:
-# `weight` is uint8 [N, K / 2], two values per byte (even k in the low nibble), each stored as q + 8
-# (q in [-8, 7]). Per-channel int8 is group_size = K. docs/format.md, "Quantized weights".
+# Weight-only, per group of `group_size` consecutive k of a row (the last group shorter where group_size does
+# not divide K): symmetric w[n, k] = q[n, k] * scale[n, g] with scales [N, G], or affine w[n, k] =
+# q[n, k] * scale[n, g] + offset[n, g] with scales [N, G, 2] holding (scale, offset) pairs; g = k // group_size,
+# G = ceil(K / group_size). bits 8: `weight` is int8 [N, K]; bits 4: `weight` is uint8 [N, K / 2], two values
+# per byte (even k in the low nibble), each stored as q + 8 (q in [-8, 7]). Per-channel is group_size = K.
+# docs/format.md, "Quantized weights".
 
 QUANT_BITS = {4: dtypes.UINT8, 8: dtypes.INT8}
 """bits -> the dtype of the packed weight."""
@@ -29,6 +31,11 @@ are multiples of it."""
 def scale_groups(k: int, group: int) -> int:
     """Scale groups of a row of K values: the last is shorter where `group` does not divide K."""
     return -(-k // group)
+
+
+def is_affine(scales: TensorLike) -> bool:
+    """Whether `scales` holds (scale, offset) pairs, [N, G, 2] (else one scale a group, [N, G])."""
+    return len(scales.shape) == 3
 
 
 def quant_layout(call: Call, weight: TensorLike) -> tuple[int, int, int]:
@@ -44,7 +51,7 @@ def quant_layout(call: Call, weight: TensorLike) -> tuple[int, int, int]:
                  f"group_size {group} and K = {k} must be multiples of {per_word}")
     scales = call.tensor("scales")
     call.require(scales.dtype.is_float, f"scales of {scales.dtype}")
-    call.expect_shape("scales", scales.shape, (n, scale_groups(k, group)))
+    call.expect_shape("scales", scales.shape, (n, scale_groups(k, group), *((2,) if is_affine(scales) else ())))
     return n, k, scale_groups(k, group)
 
 

@@ -18,14 +18,14 @@ Patterns (the rotary embedding's, with its cache writes, and its tables': vkx.lo
   `vkx.linear_q` too): the add in the product's epilogue (r read as its bias), one dispatch for two
   (a decoder layer's o_proj and down_proj).
 - SwiGLU of one row of activations, `silu(linear(x, Wg)) * linear(x, Wu)` (no biases, the weights of
-  one shape and of x's dtype; `vkx.linear_q` too, of one packing): the gate and up products read in one
-  workgroup and `silu(gate) * up` stored (shaders/matvec.comp's and matvec_q.comp's GLU), one
-  dispatch for four.
+  one shape and of x's dtype; `vkx.linear_q` too, of one packing, the scales both affine or both
+  symmetric): the gate and up products read in one workgroup and `silu(gate) * up` stored
+  (shaders/matvec.comp's and matvec_q.comp's GLU), one dispatch for four.
 - Three bias-free products of one row of activations x and nothing else reading x, `linear(x, Wq)`,
-  `linear(x, Wk)`, `linear(x, Wv)` (weights of x's dtype and one K, or `vkx.linear_q` of one packing):
-  one dispatch writing the three outputs (matvec.comp's and matvec_q.comp's SEGMENTS), at the
-  first product's place (the others' outputs written earlier than planned: no op between the first
-  and the last product may touch their memory).
+  `linear(x, Wk)`, `linear(x, Wv)` (weights of x's dtype and one K, or `vkx.linear_q` of one packing,
+  the scales all affine or all symmetric): one dispatch writing the three outputs (matvec.comp's and
+  matvec_q.comp's SEGMENTS), at the first product's place (the others' outputs written earlier than
+  planned: no op between the first and the last product may touch their memory).
 """
 from __future__ import annotations
 
@@ -190,9 +190,10 @@ class _Weight:
     group: int = 0
 
     def packing(self, c: OpChain) -> tuple:
-        """What products over one kernel must share: dtypes, K, and the quantized packing."""
+        """What products over one kernel must share: dtypes, K, and the quantized packing (symmetric scales
+        [N, groups] or affine pairs [N, groups, 2]: matvec_q.comp's AFFINE is one define for them all)."""
         wt, st = c.tensor(self.w), c.tensor(self.scales) if self.scales is not None else None
-        return wt.datatype, wt.dims[1:], self.bits, self.group, None if st is None else st.datatype
+        return wt.datatype, wt.dims[1:], self.bits, self.group, None if st is None else (st.datatype, len(st.dims))
 
     def args(self, arg: Callable[[int], TensorArg]):
         return arg(self.w) if self.scales is None else (arg(self.w), arg(self.scales))

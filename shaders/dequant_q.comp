@@ -2,7 +2,7 @@
 // A packed weight as floats, for products of many rows of activations (loader/ops/quant.py: the
 // weight is dequantized into the graph's "dequant" scratch, then multiplied by the 16-bit or fp32
 // product kernels, which read each weight byte once a tile instead of once an activation row):
-//   o[n, k] = q[n, k] * s[n, k / group]   (packing as in linear_q.comp)
+//   o[n, k] = q[n, k] * s[n, k / group]   (packing as in linear_q.comp; AFFINE: + offset[n, k / group])
 // One invocation a 32-bit word of the weight: PER_WORD values of one scale group (group % PER_WORD
 // == 0). HIGH_FIRST (BITS 4): each byte holds its even value in the high nibble. Scales are
 // [N, groups]; with SCALE_STRIDE [groups, p.scale_stride].
@@ -32,9 +32,15 @@ void main() {
     }
     const uint n = gid / p.row_words;
     const uint k0 = (gid - n * p.row_words) * PER_WORD;
-    const float scale = load_S(SCALE_AT(n, k0 / p.group));
+    const uint at = SCALE_AT(n, k0 / p.group);
+    const float scale = load_S(SCALE_OF(at));
+#ifdef AFFINE
+    const float offset = load_S(OFFSET_OF(at));
+#else
+    const float offset = 0.0;
+#endif
     const uint word = w[gid];
     for (uint j = 0u; j < PER_WORD; ++j) {
-        store_O(n * p.row_words * PER_WORD + k0 + j, packed_value(word, j) * scale);
+        store_O(n * p.row_words * PER_WORD + k0 + j, packed_value(word, j) * scale + offset);
     }
 }

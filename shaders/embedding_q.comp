@@ -1,6 +1,7 @@
 #version 450
 // Quantized embedding gather: out[i, k] = q[idx[i], k] * s[idx[i], k / group] (packing as in
-// linear_q.comp). An index outside the table gives a row of zeros (never a read outside it).
+// linear_q.comp; AFFINE: + the group's offset, packed.glslh). An index outside the table gives a row
+// of zeros (never a read outside it).
 // HIGH_FIRST: each byte holds its even value in the high nibble (ExecuTorch's embedding_q4gsw
 // with is_linear_weight false). `words` is the row stride, which may exceed K / PER_WORD
 // (ExecuTorch pads rows to whole words).
@@ -49,5 +50,10 @@ void main() {
     }
     uint word = w[(uint(row) - p.row0) * p.words + k / PER_WORD];
     float q = packed_value(word, k % PER_WORD);
-    store_O(gid, q * load_S(uint(row) * p.groups + k / p.group));
+    const uint at = uint(row) * p.groups + k / p.group;
+#ifdef AFFINE
+    store_O(gid, q * load_S(SCALE_OF(at)) + load_S(OFFSET_OF(at)));
+#else
+    store_O(gid, q * load_S(at));
+#endif
 }

@@ -11,7 +11,8 @@
 // 4 = bias (HAS_BIAS). A weight larger than one binding is dispatched in row blocks (row0).
 // HIGH_FIRST (BITS 4): each byte holds its even value in the high nibble (ExecuTorch's
 // linear_qcs4w). Scales are [N, groups]; with SCALE_STRIDE they are [groups, p.scale_stride] (ExecuTorch's
-// linear_q4gsw stores them transposed, N padded to a multiple of 4).
+// linear_q4gsw stores them transposed, N padded to a multiple of 4). AFFINE: (scale, offset) pairs,
+// w = q * s + o (packed.glslh); a load lies inside one group, so the offset adds o * sum(x) a load.
 layout(local_size_x = 64) in;
 #include "dtype.glslh"
 #include "packed.glslh"
@@ -64,6 +65,12 @@ void main() {
             xv[j] = LOAD_X(m * p.K + k0 + j);
         }
         uint g = k0 / p.group;
+#ifdef AFFINE
+        float xsum = 0.0;
+        for (uint j = 0u; j < PER_LOAD; ++j) {
+            xsum += xv[j];
+        }
+#endif
         for (uint r = 0u; r < ROWS; ++r) {
             uint local = local0 + r;
             if (local < p.rows) {
@@ -79,7 +86,11 @@ void main() {
                         dot += packed_value(words[i], j) * xv[i * PER_WORD + j];
                     }
                 }
-                acc[r] += dot * load_S(SCALE_AT(p.row0 + local, g));
+                const uint at = SCALE_AT(p.row0 + local, g);
+                acc[r] += dot * load_S(SCALE_OF(at));
+#ifdef AFFINE
+                acc[r] += xsum * load_S(OFFSET_OF(at));
+#endif
             }
         }
     }

@@ -10,15 +10,17 @@
 // and row:
 //   sum_j s * q_j * x_j = s * (sum_j u_j * x_j - ZERO * sum_j x_j)
 // with u = q + ZERO the stored unsigned field (int8's bytes flipped to q + 128), so the zero point
-// costs one multiply-add per chunk and the scale one multiply. A field becomes a float without a
-// conversion instruction (`field`: a mask, an OR and a subtraction), then its multiply-add: four
-// instructions a weight. fp32 sums, then partials.glslh's workgroup sum.
+// costs one multiply-add per chunk and the scale one multiply. AFFINE (w = q * s + o, packed.glslh)
+// adds o * sum_j x_j, that sum already taken: one more load and multiply-add a chunk. A field
+// becomes a float without a conversion instruction (`field`: a mask, an OR and a subtraction), then
+// its multiply-add: four instructions a weight. fp32 sums, then partials.glslh's workgroup sum.
 // WG and ROWS are specialization constants 0 and 1.
 // Bindings: 0 = x, 1 = weight rows [row0, row0 + rows) as uvec4, 2 = scales, 3 = out,
 // 4 = bias (HAS_BIAS); scales, out and bias of any dtype (ANY_IN / ANY_OUT, specialization
 // constants 2, 3 and 4). Defines: read defines for X; X_V and LOAD4_X(i) (elements i..i+3 of x
 // as a vec4, i a multiple of 4); BITS, HIGH_FIRST, SCALE_STRIDE (scales [groups, p.scale_stride],
-// else [N, groups]), HAS_BIAS, SUBGROUP, WORDS and DT_*.
+// else [N, groups]), AFFINE ((scale, offset) pairs, [N, groups, 2]; in every form below too),
+// HAS_BIAS, SUBGROUP, WORDS and DT_*.
 // GLU (whole weights bound, no bias): binding 4 = a second weight laid out as the first, 5 = its
 // scales (S2, constant 4), read in the same workgroup, and o[n] = silu(sum_k x q s) * (sum_k x q2 s2):
 // SwiGLU's gate and up products and their product in one dispatch.
@@ -33,6 +35,7 @@
 #include "partials.glslh"
 #include "dtype.glslh"
 #include "pairs.glslh"
+#include "packed.glslh"
 
 #if BITS == 4
 #define VALS 32
@@ -40,11 +43,6 @@
 #else
 #define VALS 16
 #define ZERO 128.0
-#endif
-#ifdef SCALE_STRIDE
-#define SCALE_AT(n, g) ((g) * p.scale_stride + (n))
-#else
-#define SCALE_AT(n, g) ((n) * p.groups + (g))
 #endif
 #ifdef HIGH_FIRST
 #define XI(v, j) v[(j) ^ 1]
@@ -74,6 +72,12 @@ ANY_OUT(9, O3, o3, 7)
 #else
 #define WEIGHT(i) w[i]
 #define SCALE(i) load_S(i)
+#endif
+// A chunk's sum from its zero-point-free sum d and the scale group at `at` (LOAD: the scales' load)
+#ifdef AFFINE
+#define CHUNK_SUM(LOAD, at, d) (LOAD(SCALE_OF(at)) * (d) + LOAD(OFFSET_OF(at)) * xsum)
+#else
+#define CHUNK_SUM(LOAD, at, d) (LOAD(at) * (d))
 #endif
 
 #ifdef NORM
@@ -193,9 +197,9 @@ void sweep(const int seg, const uint lid, const uint row[ROWS], inout float acc[
         }
         const uint g = c / p.per_group;
         for (int r = 0; r < ROWS; ++r) {
-            acc[r] += SCALE(SCALE_AT(p.row0 + row[r], g)) * (folded(e[r], e4[r]) - ZERO * xsum);
+            acc[r] += CHUNK_SUM(SCALE, SCALE_AT(p.row0 + row[r], g), folded(e[r], e4[r]) - ZERO * xsum);
 #ifdef GLU
-            acc2[r] += load_S2(SCALE_AT(row[r], g)) * (folded(e2[r], e42[r]) - ZERO * xsum);
+            acc2[r] += CHUNK_SUM(load_S2, SCALE_AT(row[r], g), folded(e2[r], e42[r]) - ZERO * xsum);
 #endif
         }
     }

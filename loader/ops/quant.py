@@ -8,7 +8,8 @@ shader, accumulating in fp32. One row of activations (decode) takes
 `shaders/matvec_q.comp` (16-byte weight loads, vec4 activations, the zero point and scale
 once per 16 bytes) where the row is whole 16-byte chunks inside the scale groups; other
 shapes take `shaders/linear_q.comp`. A weight larger than one storage binding is
-dispatched in row blocks.
+dispatched in row blocks. vkx's affine scales ([N, groups, 2] (scale, offset) pairs) take each
+kernel's AFFINE variant, the pairs in the scales' one binding.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from typing import Iterable, Mapping, Sequence
 from vkx.format import opset
 from vkx.format.contract import Call
 from vkx.format.dtypes import DType
-from vkx.format.op_quant import VALUES_PER_WORD, scale_groups
+from vkx.format.op_quant import VALUES_PER_WORD, is_affine, scale_groups
 
 from . import (FLOATS, WORDS_MODES, Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines,
                any_dtype_variants, builds, dtype_code, dtype_spec, held_dtype, read_form, reads_by_words,
@@ -32,11 +33,23 @@ from .shape import MAX_GROUPS, dispatch_groups, row_chunks, rows_binding
 ROWS = 4
 """Output rows per linear_q workgroup (ROWS in shaders/linear_q.comp)."""
 
+AFFINE: Mapping[str, int] = {"AFFINE": 1}
+"""The defines of vkx.linear_q's / vkx.embedding_q's affine scales ([N, groups, 2] (scale, offset) pairs,
+packed.glslh), at either bits."""
+VKX_PACKINGS: tuple[tuple[int, Mapping[str, int]], ...] = ((4, {}), (8, {}), (4, AFFINE), (8, AFFINE))
+"""vkx.linear_q's packings, (bits, their defines): symmetric or affine scales, 4 or 8 bits (the fused
+forms of vkx.loader.fuse take these only)."""
 PACKINGS: tuple[tuple[int, Mapping[str, int]], ...] = (
-    (4, {}), (8, {}), (4, {"HIGH_FIRST": 1}), (4, {"SCALE_STRIDE": 1}))
-"""The packed weights of the linears, (bits, their defines): vkx.linear_q's (and _weight_int8pack_mm's
-8 bits), et_vk.linear_qcs4w's nibble order (HIGH_FIRST), et_vk.linear_q4gsw's transposed scales
-(SCALE_STRIDE: their row length is a push constant)."""
+    *VKX_PACKINGS, (4, {"HIGH_FIRST": 1}), (4, {"SCALE_STRIDE": 1}))
+"""The packed weights of the linears, (bits, their defines): vkx.linear_q's (VKX_PACKINGS; the symmetric 8
+bits also _weight_int8pack_mm's), et_vk.linear_qcs4w's nibble order (HIGH_FIRST), et_vk.linear_q4gsw's
+transposed scales (SCALE_STRIDE: their row length is a push constant)."""
+
+
+def scales_packing(s: TensorArg) -> Mapping[str, int]:
+    """The defines of vkx.linear_q's / vkx.embedding_q's scales `s`: AFFINE where they are (scale, offset)
+    pairs (vkx.format.op_quant.is_affine), else none."""
+    return AFFINE if is_affine(s) else {}
 
 
 def _packed(words: bool, bits: int, variant: Mapping[str, int], x: DType, **flags: bool) -> dict:
@@ -64,18 +77,18 @@ _NORM_BINDING = {None: 4, "GLU": 6, "SEGMENTS": 10}
 @variants("matvec_q")
 def matvec_q_variants() -> Iterable[Defines]:
     """Products: each of PACKINGS, x of any float dtype (read as stored or by words), a bias or none,
-    subgroup sums or shared memory: 96. vkx.linear_q's fused forms (vkx.loader.fuse): GLU and SEGMENTS
-    with x of any float dtype, and each (or a product without a bias) with an RMSNorm folded in, x and
-    the norm's weight of one dtype: 120. The scales, outputs and bias are ANY, the workgroup
-    specialization constants."""
+    subgroup sums or shared memory: 144. vkx.linear_q's fused forms (vkx.loader.fuse), each of
+    VKX_PACKINGS: GLU and SEGMENTS with x of any float dtype, and each (or a product without a bias)
+    with an RMSNorm folded in, x and the norm's weight of one dtype: 240. The scales, outputs and bias
+    are ANY, the workgroup specialization constants."""
     for words, (bits, variant), x, bias, subgroup in itertools.product(WORDS_MODES, PACKINGS, FLOATS, (False, True),
                                                                        (False, True)):
         yield matvec_q_defines(words, bits, variant, x, bias, subgroup)
-    for words, bits, d, kind, norm, subgroup in itertools.product(WORDS_MODES, (4, 8), FLOATS, _NORM_BINDING,
-                                                                  (False, True), (False, True)):
+    for words, (bits, variant), d, kind, norm, subgroup in itertools.product(
+            WORDS_MODES, VKX_PACKINGS, FLOATS, _NORM_BINDING, (False, True), (False, True)):
         if kind is not None or norm:
             x = held_dtype(d, storage_features(words)) if norm else d
-            yield matvec_q_defines(words, bits, {}, x, False, subgroup, kind, d if norm else None)
+            yield matvec_q_defines(words, bits, variant, x, False, subgroup, kind, d if norm else None)
 
 
 def linear_q_defines(words: bool, bits: int, variant: Mapping[str, int], x: DType, bias: bool, vec: bool) -> dict:
@@ -86,7 +99,7 @@ def linear_q_defines(words: bool, bits: int, variant: Mapping[str, int], x: DTyp
 @variants("linear_q")
 def linear_q_variants() -> Iterable[Defines]:
     """Each of PACKINGS (8 bits with VEC or not), x of any float dtype (read as stored or by words), a
-    bias or none: 60."""
+    bias or none: 96."""
     for words, (bits, variant), x, bias in itertools.product(WORDS_MODES, PACKINGS, FLOATS, (False, True)):
         for vec in (False, True) if bits == 8 else (False,):
             yield linear_q_defines(words, bits, variant, x, bias, vec)
@@ -102,7 +115,9 @@ def _linear(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: 
     matvec_q.comp for one row of activations whose weight rows are whole 16-byte chunks, each
     inside one scale group; for DEQUANT_ROWS rows or more, the weight dequantized, then the float
     products (`_dequantized`); linear_q.comp for the rest. On a device of fewer storage buffers a
-    stage than BIASED_BINDINGS, the two kernels' bias is added by a dispatch of its own."""
+    stage than BIASED_BINDINGS, the two kernels' bias is added by a dispatch of its own. vkx.linear_q's
+    affine scales (`scales_packing`) add AFFINE to the packing."""
+    variant = {**variant, **scales_packing(s)}
     n_rows, stored = w.shape
     k = x.shape[-1]
     m = x.numel // k if k else 0
@@ -164,7 +179,7 @@ def _packing_defines(words: bool, bits: int, variant: Mapping[str, int]) -> dict
 
 @variants("dequant_q")
 def dequant_q_variants() -> Iterable[Defines]:
-    """Each of PACKINGS in each storage mode: 8."""
+    """Each of PACKINGS in each storage mode: 12."""
     for words, (bits, variant) in itertools.product(WORDS_MODES, PACKINGS):
         yield _packing_defines(words, bits, variant)
 
@@ -214,7 +229,7 @@ def _matvec(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: 
             out: TensorArg, bits: int, group: int, variant: Mapping[str, int], norm: RowNorm | None) -> None:
     """matvec_q.comp: one row of activations, rows of whole 16-byte chunks each inside a scale group
     (x an RMSNorm's input where `norm` is given, then no bias and vkx's packing)."""
-    if norm is not None and (bias is not None or variant):
+    if norm is not None and (bias is not None or (bits, variant) not in VKX_PACKINGS):
         raise UnsupportedOpError("an RMSNorm folded into a product with a bias, or of another packing than vkx's")
     _refuse_norm(builder, x, norm, f"a {bits}-bit product")
     n_rows, stored = w.shape
@@ -242,21 +257,24 @@ def linear_q_row(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, b
 def _matvec_whole(builder: OpBuilder, x: TensorArg, weights: Sequence[tuple[TensorArg, TensorArg]],
                   outs: Sequence[TensorArg], bits: int, group: int, kind: str, norm: RowNorm | None) -> None:
     """matvec_q.comp's GLU (two weights, one output) or SEGMENTS (three weights, three outputs) over
-    vkx's packing: weights [N_i, K / values a byte] with scales [N_i, K / group], each tensor within
-    one binding, rows of whole 16-byte chunks inside the scale groups (a norm's weight of x's dtype)."""
+    vkx's packing: weights [N_i, K / values a byte] with scales [N_i, K / group] or, all of them,
+    affine [N_i, K / group, 2], each tensor within one binding, rows of whole 16-byte chunks inside the
+    scale groups (a norm's weight of x's dtype)."""
     tensors = [x, *outs, *(t for pair in weights for t in pair)]
+    packings = {tuple(scales_packing(s)) for _, s in weights}
     if group % (128 // bits) or x.shape[-1] % (128 // bits) \
             or any(t.nbytes > builder.limits.max_storage_buffer_range for t in tensors) \
-            or any(w.shape[1] != weights[0][0].shape[1] for w, _ in weights):
+            or any(w.shape[1] != weights[0][0].shape[1] for w, _ in weights) or len(packings) != 1:
         raise UnsupportedOpError(f"{kind} of {[list(w.shape) for w, _ in weights]} {bits}-bit weights: each "
-                                 f"tensor within one binding, rows of whole 16-byte chunks a scale group")
+                                 f"tensor within one binding, rows of whole 16-byte chunks a scale group, "
+                                 f"the scales all affine or none")
     _refuse_norm(builder, x, norm, kind)
     chunks = weights[0][0].shape[1] // 16
     rows = [w.shape[0] for w, _ in weights]
     grid = rows if kind == "SEGMENTS" else rows[:1]  # GLU: a workgroup's rows of both weights
     shape, subgroup = matvec_shape(builder, "matvec_q", chunks, sum(grid))
-    defines = matvec_q_defines(reads_by_words(builder), bits, {}, x.dtype, False, subgroup, kind,
-                               None if norm is None else norm.weight.dtype)
+    defines = matvec_q_defines(reads_by_words(builder), bits, scales_packing(weights[0][1]), x.dtype, False,
+                               subgroup, kind, None if norm is None else norm.weight.dtype)
     bindings: list[TensorArg] = [x]
     spec = [shape.invocations, shape.rows]
     stores: list[TensorArg | None] = [*outs, *[None] * (len(weights) - len(outs))]  # GLU: one output
@@ -294,14 +312,14 @@ def linear_q(builder: OpBuilder, call: Call) -> None:
             call["bits"], call["group_size"])
 
 
-EMBEDDING_PACKINGS: tuple[tuple[int, Mapping[str, int]], ...] = ((4, {}), (8, {}), (4, {"HIGH_FIRST": 1}))
-"""The packed tables of the embeddings, (bits, their defines): vkx.embedding_q's, and
-et_vk.embedding_q4gsw's of either nibble order."""
+EMBEDDING_PACKINGS: tuple[tuple[int, Mapping[str, int]], ...] = (*VKX_PACKINGS, (4, {"HIGH_FIRST": 1}))
+"""The packed tables of the embeddings, (bits, their defines): vkx.embedding_q's (symmetric or affine
+scales), and et_vk.embedding_q4gsw's of either nibble order."""
 
 
 @variants("embedding_q")
 def embedding_q_variants() -> Iterable[Defines]:
-    """Each of EMBEDDING_PACKINGS in each storage mode: 6 (scales, indices and output ANY)."""
+    """Each of EMBEDDING_PACKINGS in each storage mode: 10 (scales, indices and output ANY)."""
     for words, (bits, variant) in itertools.product(WORDS_MODES, EMBEDDING_PACKINGS):
         yield _packing_defines(words, bits, variant)
 
@@ -327,9 +345,9 @@ def _embedding(builder: OpBuilder, call: Call, w: TensorArg, s: TensorArg, bits:
 
 @builds("vkx.embedding_q.default")
 def embedding_q(builder: OpBuilder, call: Call) -> None:
-    bits = call["bits"]
-    _embedding(builder, call, call.tensor("weight"), call.tensor("scales"), bits,
-               call.out.shape[-1] // VALUES_PER_WORD[bits], {})
+    bits, s = call["bits"], call.tensor("scales")
+    _embedding(builder, call, call.tensor("weight"), s, bits, call.out.shape[-1] // VALUES_PER_WORD[bits],
+               scales_packing(s))
 
 
 # --------------------------------------------------------------------------- ExecuTorch's quantized ops

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from vkx.export.errors import ExportError
-from vkx.export.quantize import dequantize, quantize_module, quantize_weight
+from vkx.export.quantize import BITS, dequantize, quantize_module, quantize_weight
 
 from .conftest import Const, assert_norm_close, rand, run_graph, run_vkx
 
@@ -143,7 +143,8 @@ def test_quantized_module_exports_and_matches(tmp_path, scheme):
     import vkx
     torch.manual_seed(0)
     model = TiedLM().eval()
-    quantized = quantize_module(model, scheme)
+    quantized = quantize_module(model, scheme, embedding=scheme)  # the tied table in the scheme too (int4: affine)
+    assert quantized.emb.bits == quantized.head.bits == BITS[scheme]
     ids = torch.tensor([[3, 63, 0, 17, 5]])
     report = vkx.export_model(quantized, (ids,), tmp_path / "q.pte")
     with vkx.load(tmp_path / "q.pte") as program:
@@ -162,8 +163,9 @@ def test_quantized_module_exports_and_matches(tmp_path, scheme):
 
 
 def test_k_of_part_of_a_word_is_refused_a_ragged_group_is_not():
-    """K = 48 in groups of 32: a group and a half, taken; K = 44 is not whole 32-bit words of int4."""
-    assert quantize_module(nn.Sequential(nn.ReLU(), nn.Linear(48, 8)), "int4")[1].scales.shape == (8, 2)
+    """K = 48 in groups of 32: a group and a half, taken (int4's affine (scale, offset) pairs); K = 44 is
+    not whole 32-bit words of int4."""
+    assert quantize_module(nn.Sequential(nn.ReLU(), nn.Linear(48, 8)), "int4")[1].scales.shape == (8, 2, 2)
     with pytest.raises(ExportError, match="'1'.*44 input features is not whole 32-bit words of int4"):
         quantize_module(nn.Sequential(nn.ReLU(), nn.Linear(44, 8)), "int4")
     with pytest.raises(ExportError, match="group-size"):
