@@ -89,6 +89,8 @@ def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
                  layout: Literal["named", "legacy"] = "named", external_data: str | os.PathLike | None = None,
                  dtype: Literal["keep", "fp32", "fp16", "bf16"] = "keep", alignment: int | None = None,
                  quantize: Literal["int8", "int4"] | None = None, group_size: int | None = None,
+                 quantize_embedding: Literal["int8", "int4", "none"] | None = None,
+                 quantize_head: Literal["int8", "int4", "none"] | None = None,
                  target: Literal["vkx", "executorch"] = "vkx", progress: Progress | None = None,
                  references: Mapping[tuple, Reference] | None = None,
                  metadata: ProgramMetadata = ProgramMetadata()) -> ExportReport:
@@ -97,8 +99,10 @@ def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
     `dtype`: the floating type of every parameter, buffer, activation, input and output
     (the module runs as `module.to(dtype)` would; the caller's module is not changed);
     `keep` (the default): each keeps the dtype it has. 64-bit tensors are narrowed to 32 bits.
-    `quantize`: weight-only int8 (per output channel by default) or int4 (groups of 32 by
-    default; `group_size` 32, 64, 128 or 256) for every Linear and Embedding weight
+    `quantize`: weight-only int8 (symmetric, per output channel by default) or int4 (affine, groups
+    of 32 by default; `group_size` 32, 64, 128 or 256) for every Linear weight; the Embedding weights
+    (`quantize_embedding`) and the language-model head (`quantize_head`: the module that the
+    module's `head_name` attribute names) int8 per row unless told int4 or "none"
     (vkx.export.quantize). A model already quantized with torchao exports as it is.
     `target`: "executorch" rewrites the graph for ExecuTorch's C++ Vulkan runtime
     (vkx.export.target_executorch); vkx's loader runs both.
@@ -127,9 +131,10 @@ def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
     stored = dtypes.DTYPE_CHOICES[dtype]
     converted, _ = convert(module, (), stored)
     if quantize is not None:
-        converted = quantize_module(converted, quantize, group_size)
-    elif group_size is not None:
-        raise ExportError("group_size needs quantize='int8' or 'int4'")
+        converted = quantize_module(converted, quantize, group_size, embedding=quantize_embedding,
+                                    head=quantize_head, head_name=getattr(module, "head_name", None))
+    elif group_size is not None or quantize_embedding is not None or quantize_head is not None:
+        raise ExportError("group_size, quantize_embedding and quantize_head need quantize='int8' or 'int4'")
 
     keys = KeyCache()
     references = references or {}

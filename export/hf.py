@@ -6,7 +6,7 @@ on the meta device and the checkpoint's tensors are assigned to it straight from
 file mappings, so the weights are in memory once. Without weight files the architecture gets
 random weights of real magnitude. `CausalLM` wraps the model for export: one forward
 `(input_ids [1, n], cache_position [n]) -> logits [1, 1, vocab]` (the last position's: the only
-ones generation reads) that writes its keys and values into per-layer cache buffers at
+ones generation reads; fp32 whatever the model's dtype) that writes its keys and values into per-layer cache buffers at
 `cache_position` (`index_copy_`), exported twice: `prefill` (n = the prefill length) and
 `decode` (n = 1). docs/architecture.md describes it.
 """
@@ -42,6 +42,8 @@ SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 TOKENIZER = "tokenizer.json"
 GENERATION_CONFIG = "generation_config.json"
+SCORE = "score"
+"""The method of every position's logits (`export_folder(score=True)`)."""
 
 @dataclass(frozen=True)
 class Folder:
@@ -107,10 +109,12 @@ def check_lengths(path: str | Path, max_seq_len: int | None = None, prefill_len:
 
 def export_folder(path: str | Path, output: str | Path, *, max_seq_len: int | None = None,
                   prefill_len: int | None = None, dtype: str = "keep", external_data: str | Path | None = None,
-                  **options) -> ExportReport:
-    """Export a model folder to a two-method program (prefill `[1, prefill_len]`, decode `[1, 1]`)
-    whose state is the KV cache of `max_seq_len` positions (check_lengths' defaults), recording
-    the config's EOS token ids; `options` go to `export_model`.
+                  score: bool = False, **options) -> ExportReport:
+    """Export a model folder to a program of methods prefill (`[1, prefill_len]`) and decode (`[1, 1]`),
+    each giving the last position's fp32 logits, and with `score` a third, score (`[1, max_seq_len]`,
+    every position's: what `vkx perplexity` reads), whose state is the KV cache of `max_seq_len`
+    positions (check_lengths' defaults), recording the config's EOS token ids; `options` go to
+    `export_model` (`quantize_head` applies to the model's output projection).
 
     `external_data` naming the folder's checkpoint (checkpoint_files) exports weights by
     reference: every tensor used as the checkpoint stores it stays there, named by its
@@ -120,17 +124,27 @@ def export_folder(path: str | Path, output: str | Path, *, max_seq_len: int | No
     folder = read_folder(path)
     by_reference = external_data is not None and checkpoint_files(folder, external_data)
     references: dict[tuple, Reference] = {}
+    lm = causal_lm(folder, max_seq_len, dtype, references)
+    methods = {"prefill": (torch.zeros(1, prefill_len, dtype=torch.long), torch.arange(prefill_len)),
+               "decode": (torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, dtype=torch.long))}
+    if score:
+        methods[SCORE] = (lm.score, (torch.zeros(1, max_seq_len, dtype=torch.long), torch.arange(max_seq_len)))
+    return export_model(lm, methods, output, external_data=None if by_reference else external_data,
+                        references=references if by_reference else None,
+                        metadata=ProgramMetadata(eos_token_ids=eos_token_ids(folder, lm.config)), **options)
+
+
+def causal_lm(folder: Folder, max_seq_len: int, dtype: str = "keep",
+              references: dict[tuple, Reference] | None = None) -> "CausalLM":
+    """The folder's model wrapped as export_folder exports it: its tensors in `dtype` (check_dtype's
+    choices), the rotary tables in fp32; `references` as build_model's."""
     stored = check_dtype(dtype)
     model = build_model(folder, torch_dtype(stored) if stored else None, references=references)
     lm = CausalLM(model, max_seq_len)
     if stored is not None:  # converted here, not by export_model: the rotary tables stay fp32
         lm, _ = convert(lm, (), stored)
         fp32_rotary(lm, model.config)
-    methods = {"prefill": (torch.zeros(1, prefill_len, dtype=torch.long), torch.arange(prefill_len)),
-               "decode": (torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, dtype=torch.long))}
-    return export_model(lm, methods, output, external_data=None if by_reference else external_data,
-                        references=references if by_reference else None,
-                        metadata=ProgramMetadata(eos_token_ids=eos_token_ids(folder, model.config)), **options)
+    return lm
 
 
 def checkpoint_files(folder: Folder, external_data: str | Path) -> bool:
@@ -322,6 +336,9 @@ class CausalLM(torch.nn.Module):
         for name, child in model.named_children():
             self.add_module(name, child)
         object.__setattr__(self, "_causal_lm", model)  # not registered: `_model` rebuilds it
+        head = model.get_output_embeddings()
+        self.head_name = next(name for name, m in self.named_modules() if m is head)
+        """The output projection's module name (quantize_module's `head_name`)."""
         self.max_seq_len = max_seq_len
         layers = [_PositionedLayer(max_seq_len) for _ in range(config.num_hidden_layers)]
         for i, layer in enumerate(layers):
@@ -338,15 +355,30 @@ class CausalLM(torch.nn.Module):
         self.register_buffer("_slots", torch.arange(max_seq_len), persistent=False)
 
     def forward(self, input_ids: torch.Tensor, cache_position: torch.Tensor) -> torch.Tensor:
+        """fp32 logits of the last position, [1, 1, vocab]."""
+        return self._logits(input_ids, cache_position, last_only=True)
+
+    def score(self, input_ids: torch.Tensor, cache_position: torch.Tensor) -> torch.Tensor:
+        """fp32 logits of every position, [1, n, vocab] (a perplexity's window)."""
+        return self._logits(input_ids, cache_position, last_only=False)
+
+    def _logits(self, input_ids: torch.Tensor, cache_position: torch.Tensor, last_only: bool) -> torch.Tensor:
         for i, layer in enumerate(self._layers):
             # The buffers are read here, on every call, so that torch.export sees the module's own
             # (and their in-place updates become the program's state).
             layer.bind(getattr(self, f"key_cache_{i}"), getattr(self, f"value_cache_{i}"), cache_position)
         visible = self._slots[None, :] <= cache_position[:, None]
+        model = self._model()
         with _grouped_sdpa():
-            return self._model()(input_ids=input_ids, position_ids=cache_position[None, :],
-                                 attention_mask=visible[None, None], use_cache=True, logits_to_keep=1,
-                              **{self._cache_argument: self._cache}).logits
+            hidden = model.base_model(input_ids=input_ids, position_ids=cache_position[None, :],
+                                      attention_mask=visible[None, None], use_cache=True,
+                                      **{self._cache_argument: self._cache}).last_hidden_state
+        return fp32_head(model.get_output_embeddings(), hidden[:, -1:] if last_only else hidden)
+
+    @property
+    def config(self):
+        """The wrapped model's transformers config."""
+        return self._causal_lm.config
 
     def _model(self) -> torch.nn.Module:
         """The wrapped model over this module's own children: a converted or quantized copy of this
@@ -360,6 +392,17 @@ class CausalLM(torch.nn.Module):
         for name, buffer in self.named_buffers():
             if "_cache_" in name:
                 buffer.zero_()
+
+
+def fp32_head(head: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """The language-model head's logits in fp32 whatever the model's dtype (its weight read as stored):
+    16-bit logits are too coarse to rank the top tokens (bf16 tied "The" and "L" where fp32 leads by
+    0.08). A quantized head takes fp32 activations and gives fp32; a float one is widened exactly, a
+    cast the export reads through (vkx.export.operands.Operands.widened)."""
+    if isinstance(head, torch.nn.Linear):
+        bias = None if head.bias is None else head.bias.float()
+        return torch.nn.functional.linear(hidden.float(), head.weight.float(), bias)
+    return head(hidden.float())
 
 
 @contextlib.contextmanager

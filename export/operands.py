@@ -53,6 +53,17 @@ class Operands:
             node = node.args[0]
         return node
 
+    def widened(self, value: Any) -> Any:
+        """The stored constant that `value` casts exactly to fp32 (a 16-bit weight widened for an fp32
+        product), else `value`: a matrix product of the op contract reads any float dtype as stored, so
+        the cast is read through, never computed, and the weight is on the device once."""
+        if not isinstance(value, Node) or value.target is not torch.ops.aten._to_copy.default:
+            return value
+        source = self.resolve(value.args[0])
+        wide, stored = value.meta["val"].dtype, source.meta["val"].dtype
+        exact = wide == torch.float32 and stored in (torch.float16, torch.bfloat16, torch.float32)
+        return source if exact and source in self.constant_nodes else value
+
     def arg(self, argument: Arg, value: Any, *, tref: bool = False) -> int:
         """The value id of `value` as `argument` of a contract op (None, dtypes and memory formats: Null)."""
         kind = argument.kind

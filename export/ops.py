@@ -56,19 +56,22 @@ def _positive(dim: int, rank: int) -> int:
     return dim + rank if dim < 0 else dim
 
 
-def same(name: str, *, tref: Iterable[str] = (), prepare: Callable[[Node, Values], Values] | None = None,
-         check: Callable[[Node], str | None] = _no_check) -> Rule:
+def same(name: str, *, tref: Iterable[str] = (), widen: Iterable[str] = (),
+         prepare: Callable[[Node, Values], Values] | None = None, check: Callable[[Node], str | None] = _no_check) -> Rule:
     """Emit contract op `name`: the source op's arguments matched by name to the declaration's
     (one the source op lacks takes the declared default), then the output.
 
     `tref`: args that may stay constant tensors (the op prepacks them itself).
+    `widen`: args read through an exact fp32 cast of a constant (`Operands.widened`; `_to_copy` emits
+    nothing for a cast only such args read).
     `prepare`: rewrites argument values first (normalised dims, filled pool lists).
     """
     decl = opset.OPS[name]
-    tref = frozenset(tref)
+    tref, widen = frozenset(tref), frozenset(widen)
 
     def lower(b: Operands, node: Node) -> None:
         values = schema_values(node)
+        values.update({key: b.widened(values[key]) for key in widen})
         if prepare is not None:
             values = prepare(node, values)
         unmatched = [key for key in values if not any(a.name == key for a in decl.args)]
@@ -263,8 +266,16 @@ def _cumsum_dim(node: Node, values: Values) -> Values:
     return values
 
 
+WIDENED_READERS = {A.linear.default: "weight"}
+"""Ops whose rule reads an exact fp32 cast of a constant argument as stored (`same`'s widen)."""
+
+
 def _to_copy(b: Operands, node: Node) -> None:
-    """A dtype cast (the output's dtype; layout, device and memory format mean nothing on the device)."""
+    """A dtype cast (the output's dtype; layout, device and memory format mean nothing on the device);
+    none where only products read it through (WIDENED_READERS: a 16-bit head's fp32 logits)."""
+    if b.widened(node) is not node and all(schema_values(user).get(WIDENED_READERS.get(user.target)) is node
+                                           for user in node.users):
+        return
     b.emit("aten._to_copy.default", [b.tensor(node.args[0]), b.outputs(node)])
 
 
@@ -348,7 +359,7 @@ def _nothing(b: Operands, node: Node) -> None:
 SPLITS = frozenset({A.split_with_sizes.default, A.split.Tensor})
 
 OP_RULES: dict[Any, Rule] = {
-    A.linear.default: same("aten.linear.default", tref={"weight", "bias"}),
+    A.linear.default: same("aten.linear.default", tref={"weight", "bias"}, widen={WIDENED_READERS[A.linear.default]}),
     A.addmm.default: same("aten.addmm.default", tref={"self", "mat2"}),
     A.mm.default: same("aten.mm.default", tref={"mat2"}),
     A.bmm.default: same("aten.bmm.default", tref={"mat2"}),

@@ -1,23 +1,26 @@
 """Weight-only int8/int4 quantization of a module's Linear and Embedding weights, before torch.export.
 
-Symmetric: w ≈ q * scale, one scale per row and group of `group_size` consecutive
-input features, the last group shorter where the size does not divide K (int8 defaults to one
-group per row: per output channel). Scales
-are stored in fp16 (bf16 for a bf16 model) and q is computed from the stored
-scale, so dequantizing the file's bytes gives exactly the weights vkx computes
-with. The packing is the op contract's (vkx.format.contract, "weight-only
-quantization"): int8 as is; int4 two values a byte, even k in the low nibble,
-each stored as q + 8.
+Per row and group of `group_size` consecutive input features (the last group shorter where the size
+does not divide K): int4 is affine, w ≈ q * scale + offset with q in [-8, 7] spanning the group's
+minimum to its maximum; int8 is symmetric, w ≈ q * scale with q in [-127, 127], one group per row
+(per output channel) by default. Scales and offsets are stored in fp16 (bf16 for a bf16 model) and q
+is computed from the stored values, so dequantizing the file's bytes gives exactly the weights vkx
+computes with. The packing is the op contract's (vkx.format.op_quant): int8 as is; int4 two values a
+byte, even k in the low nibble, each stored as q + 8; affine scales [N, G, 2] are (scale, offset) pairs.
 
-`quantize_module` swaps each `nn.Linear` / `nn.Embedding` for a module calling
-the custom ops `vkx::linear_q` / `vkx::embedding_q`, which torch.export keeps
-whole; their CPU kernels dequantize and run torch's op, so the quantized module
-is also the torch reference. A tied embedding / output projection is quantized
-once and stored once.
+The token embedding and the language-model head take their own scheme (`embedding`, `head`: int8 per
+row by default, whatever `scheme`): on a trained 135M model their int4 alone cost +26% perplexity
+(docs/benchmarks.md, "Quality on real weights"). A head tied to the embedding is one weight, stored
+once, and takes the embedding's scheme.
+
+`quantize_module` swaps each `nn.Linear` / `nn.Embedding` for a module calling the custom ops
+`vkx::linear_q` / `vkx::embedding_q`, which torch.export keeps whole; their CPU kernels dequantize and
+run torch's op, so the quantized module is also the torch reference.
 """
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -29,15 +32,39 @@ from vkx.export.ops import Rule, same
 from vkx.format.op_quant import VALUES_PER_WORD, scale_groups
 
 BITS = {"int8": 8, "int4": 4}
+KEEP = "none"
+"""An embedding or head scheme: the weight stays as it is (floating point)."""
 GROUP_SIZES = (32, 64, 128, 256)
 DEFAULT_GROUP = {8: None, 4: 32}
 """None: one group per row (per output channel)."""
+DEFAULT_TABLES = "int8"
+"""The embedding's and the head's scheme unless told."""
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """How one weight is quantized: bits, values a scale (None: the whole row), affine or symmetric."""
+
+    bits: int
+    group: int | None
+    affine: bool
+
+    @classmethod
+    def named(cls, name: str, group_size: int | None = None) -> "Scheme":
+        bits = BITS[name]
+        return cls(bits, group_size or DEFAULT_GROUP[bits], affine=bits == 4)
+
+    def __str__(self) -> str:
+        return f"int{self.bits} {'affine' if self.affine else 'symmetric'} " + \
+            (f"groups of {self.group}" if self.group else "per row")
 
 
 def quantize_weight(weight: torch.Tensor, bits: int, group_size: int | None,
-                    scale_dtype: torch.dtype = torch.float16) -> tuple[torch.Tensor, torch.Tensor]:
-    """(packed q, scales [N, ceil(K / group)]) of a 2-D weight, the last group shorter where the group
-    size does not divide K; group_size None means K."""
+                    scale_dtype: torch.dtype = torch.float16,
+                    affine: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(packed q, scales) of a 2-D weight: scales [N, ceil(K / group)], or [N, ceil(K / group), 2]
+    (scale, offset) pairs where `affine`; the last group shorter where the group size does not
+    divide K; group_size None means K."""
     w = weight.detach().to(torch.float32)
     n, k = w.shape
     group = k if group_size is None else group_size
@@ -47,18 +74,31 @@ def quantize_weight(weight: torch.Tensor, bits: int, group_size: int | None,
     if k % per_word:
         raise ExportError(f"a weight of {k} input features is not whole 32-bit words of int{bits} "
                           f"(a multiple of {per_word})")
-    qmax = 7 if bits == 4 else 127
+    qmin, qmax = (-8, 7) if bits == 4 else (-127, 127)
     groups = scale_groups(k, group)
-    # the last group may be shorter: zeros after it change no group's largest magnitude
-    grouped = F.pad(w, (0, groups * group - k)).reshape(n, groups, group)
-    scales = (grouped.abs().amax(-1) / qmax).to(scale_dtype)
-    scales = torch.where(scales == 0, torch.ones_like(scales), scales)  # an all-zero group stays zero
-    q = torch.round(grouped / scales.to(torch.float32).unsqueeze(-1)).clamp(-qmax - 1, qmax)
-    q = q.reshape(n, groups * group)[:, :k].to(torch.int8)
+    padded = F.pad(w, (0, groups * group - k)).reshape(n, groups, group)
+    if affine:
+        # the last group's padding must not widen its range: it repeats the group's first value
+        tail = w[:, (groups - 1) * group:(groups - 1) * group + 1].expand(n, groups * group - k)
+        grouped = torch.cat([w, tail], dim=1).reshape(n, groups, group)
+        low, high = grouped.amin(-1), grouped.amax(-1)
+        scales = ((high - low) / (qmax - qmin)).to(scale_dtype)
+        scales = torch.where(scales == 0, torch.ones_like(scales), scales)  # a constant group: q = 0
+        offsets = (low - qmin * scales.to(torch.float32)).to(scale_dtype)
+        q = torch.round((grouped - offsets.to(torch.float32).unsqueeze(-1)) / scales.to(torch.float32).unsqueeze(-1))
+        stored = torch.stack([scales, offsets], dim=-1)
+    else:
+        # zeros after a short last group change no group's largest magnitude
+        grouped = padded
+        scales = (grouped.abs().amax(-1) / qmax).to(scale_dtype)
+        scales = torch.where(scales == 0, torch.ones_like(scales), scales)  # an all-zero group stays zero
+        q = torch.round(grouped / scales.to(torch.float32).unsqueeze(-1))
+        stored = scales
+    q = q.clamp(qmin, qmax).reshape(n, groups * group)[:, :k].to(torch.int8)
     if bits == 8:
-        return q, scales
+        return q, stored
     u = (q + 8).to(torch.uint8)
-    return (u[:, 0::2] | (u[:, 1::2] << 4)).contiguous(), scales
+    return (u[:, 0::2] | (u[:, 1::2] << 4)).contiguous(), stored
 
 
 def dequantize(packed: torch.Tensor, scales: torch.Tensor, bits: int, group_size: int) -> torch.Tensor:
@@ -70,7 +110,12 @@ def dequantize(packed: torch.Tensor, scales: torch.Tensor, bits: int, group_size
         high = (packed >> 4).to(torch.int16) - 8
         q = torch.stack([low, high], dim=-1).reshape(packed.shape[0], -1).to(torch.float32)
     k = q.shape[1]
-    return q * scales.to(torch.float32).repeat_interleave(group_size, dim=1)[:, :k]
+
+    def spread(table: torch.Tensor) -> torch.Tensor:
+        return table.to(torch.float32).repeat_interleave(group_size, dim=1)[:, :k]
+    if scales.dim() == 3:
+        return q * spread(scales[..., 0]) + spread(scales[..., 1])
+    return q * spread(scales)
 
 
 @torch.library.custom_op("vkx::linear_q", mutates_args=())
@@ -123,31 +168,55 @@ class QuantEmbedding(nn.Module):
         return torch.ops.vkx.embedding_q(self.weight_q, self.scales, indices, self.bits, self.group, self.dtype)
 
 
-def quantize_module(module: nn.Module, scheme: str, group_size: int | None = None) -> nn.Module:
+def quantize_module(module: nn.Module, scheme: str, group_size: int | None = None, *,
+                    embedding: str | None = None, head: str | None = None, head_name: str | None = None) -> nn.Module:
     """A copy of `module` whose Linear and Embedding weights are quantized (`scheme` int8 or int4).
 
-    The copy shares every tensor it does not quantize with `module`; a weight tied
-    between several layers is quantized once and shared by their replacements.
+    `embedding` (every nn.Embedding) and `head` (the Linear named `head_name`, a causal LM's output
+    projection) are int8, int4 or "none" (kept as they are); None: DEFAULT_TABLES. A Linear whose weight
+    is an Embedding's (tied) is quantized once, with the embedding's scheme. The copy shares every tensor
+    it does not quantize with `module`.
     """
     if scheme not in BITS:
         raise ExportError(f"--quantize must be one of {', '.join(BITS)}, not {scheme!r}")
-    bits = BITS[scheme]
     if group_size is not None and group_size not in GROUP_SIZES:
         raise ExportError(f"--group-size must be one of {', '.join(map(str, GROUP_SIZES))}, not {group_size}")
-    done: dict[int, tuple[torch.Tensor, torch.Tensor, int]] = {}  # id(weight) -> packed, scales, group
+    for option, value in (("--quantize-embedding", embedding), ("--quantize-head", head)):
+        if value is not None and value not in (*BITS, KEEP):
+            raise ExportError(f"{option} must be one of {', '.join((*BITS, KEEP))}, not {value!r}")
+    body = Scheme.named(scheme, group_size)
+
+    def table(name: str | None) -> Scheme | None:
+        name = name or DEFAULT_TABLES
+        return None if name == KEEP else Scheme.named(name, group_size if BITS[name] == body.bits else None)
+    tables = {"embedding": table(embedding), "head": table(head)}
+    embedded = {id(m.weight) for m in module.modules() if isinstance(m, nn.Embedding)}
+    if head is not None and head_name is not None and head != (embedding or DEFAULT_TABLES):
+        tied = dict(module.named_modules()).get(head_name)
+        if tied is not None and id(getattr(tied, "weight", None)) in embedded:
+            raise ExportError(f"{head_name} is tied to the token embedding (one weight): --quantize-head "
+                              f"{head} differs from --quantize-embedding {embedding or DEFAULT_TABLES}")
+    done: dict[int, tuple[torch.Tensor, torch.Tensor, int] | None] = {}  # id(weight) -> packed, scales, group
 
     def replace(name: str, layer: nn.Module) -> nn.Module:
         weight = layer.weight
         if id(weight) not in done:
-            scale_dtype = torch.bfloat16 if weight.dtype == torch.bfloat16 else torch.float16
-            group = group_size or DEFAULT_GROUP[bits] or weight.shape[1]
-            try:
-                q, scales = quantize_weight(weight, bits, group, scale_dtype)
-            except ExportError as error:
-                raise ExportError(f"{type(layer).__name__} {name!r}: {error}") from None
-            done[id(weight)] = (q, scales, group)
+            chosen = tables["embedding"] if id(weight) in embedded else tables["head"] if name == head_name else body
+            if chosen is None:
+                done[id(weight)] = None
+            else:
+                scale_dtype = torch.bfloat16 if weight.dtype == torch.bfloat16 else torch.float16
+                group = chosen.group or weight.shape[1]
+                try:
+                    q, scales = quantize_weight(weight, chosen.bits, group, scale_dtype, chosen.affine)
+                except ExportError as error:
+                    raise ExportError(f"{type(layer).__name__} {name!r}: {error}") from None
+                done[id(weight)] = (q, scales, group)
+        if done[id(weight)] is None:
+            return layer
         q, scales, group = done[id(weight)]
         kind = QuantLinear if isinstance(layer, nn.Linear) else QuantEmbedding
+        bits = 4 if q.dtype == torch.uint8 else 8
         return kind(layer, q, scales, bits, group)
 
     def walk(parent: nn.Module, prefix: str) -> nn.Module:

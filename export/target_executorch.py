@@ -287,10 +287,16 @@ class _Rewrite:
 
     def _check_dtypes(self, op: OperatorCall, call: Call, rule: Implementation) -> None:
         indices = {call.vid(rule.indices)} if rule.indices else set()
+        floats = set()
         for vid in self._tensor_ids(op.args):
             dtype = self.graph.values[vid].dtype
             if dtype not in ({dtypes.INT32} if vid in indices else rule.dtypes):
                 raise RuntimeRefused(f"{op.name} (on {dtype.name})")
+            if dtype.is_float:
+                floats.add(dtype.name)
+        if op.name == "aten.linear.default" and len(floats) > 1:
+            # vkx's products read each operand as stored (a 16-bit LM's fp32 logits); the runtime's take one dtype
+            raise RuntimeRefused(f"{op.name} (of {' and '.join(sorted(floats))} tensors: one dtype; --dtype fp32)")
 
     def repr_of(self, vid: int) -> Repr:
         t = self.graph.values[vid]

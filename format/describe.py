@@ -82,6 +82,42 @@ def activation_totals(g: vk.VkGraph) -> tuple[int, int]:
     return shared_object_bytes(g), peak_live_bytes(lifetimes(g))
 
 
+QUANTIZED = {"vkx.linear_q.default": (1, 4, 5), "vkx.embedding_q.default": (0, 3, 4)}
+"""vkx's weight-only quantized ops: the argument indices of their weight, bits and group_size."""
+
+
+def quantized_weights(g: vk.VkGraph) -> list[dict[str, Any]]:
+    """The graph's quantized weights by role and scheme: role "embedding", "head" (a product giving a graph
+    output, or reading the embedding's weight: tied) or "linear"; bits; group_size; "affine" or "symmetric"
+    (docs/format.md, "Quantized weights"); how many weights."""
+    embedded = {op.args[0] for op in g.chain if op.name == "vkx.embedding_q.default"}
+    kinds: Counter = Counter()
+    seen: set[tuple[int, str]] = set()
+    for op in g.chain:
+        if op.name not in QUANTIZED:
+            continue
+        weight, bits, group = (op.args[i] for i in QUANTIZED[op.name])
+        scales = g.values[op.args[QUANTIZED[op.name][0] + 1]]  # each op's scales follow its weight
+        if op.name == "vkx.embedding_q.default":
+            role = "embedding"
+        elif weight in embedded or op.args[-1] in g.output_ids:
+            role = "head"
+        else:
+            role = "linear"
+        if (weight, role) in seen:
+            continue
+        seen.add((weight, role))
+        affine = isinstance(scales, vk.Tensor) and len(scales.dims) == 3
+        kinds[(role, _int(g, bits), _int(g, group), "affine" if affine else "symmetric")] += 1
+    return [{"role": role, "bits": bits, "group_size": group, "scales": form, "weights": n}
+            for (role, bits, group, form), n in sorted(kinds.items())]
+
+
+def _int(g: vk.VkGraph, vid: int) -> int | None:
+    value = g.values[vid] if 0 <= vid < len(g.values) else None
+    return value.value if isinstance(value, vk.Int) else None
+
+
 def _vkgraph(v: VulkanDelegate, constants: list[dict[str, Any]], path: str) -> dict[str, Any]:
     g = v.graph
     names_in, names_out = io_names(v.compile_specs, len(g.input_ids), len(g.output_ids),
@@ -91,6 +127,7 @@ def _vkgraph(v: VulkanDelegate, constants: list[dict[str, Any]], path: str) -> d
         "values": len(g.values),
         "value_kinds": dict(Counter(type(x).__name__ for x in g.values).most_common()),
         "ops": dict(Counter(op.name for op in g.chain).most_common()),
+        "quantized": quantized_weights(g),
         "chain_length": len(g.chain),
         "inputs": [_tensor(g, i, name) for i, name in zip(g.input_ids, names_in)],
         "outputs": [_tensor(g, i, name) for i, name in zip(g.output_ids, names_out)],

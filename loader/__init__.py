@@ -16,7 +16,8 @@ does), fuse_rotary (its rotary-and-cache-write pattern), chain (what the pattern
 op chain), ops (one module per op family: an OperatorCall into dispatches), hazards (where a barrier
 is needed), record (the execute command buffer), ports (a call's inputs and outputs), trace
 (memory timeline), report (what a load used, as `program.memory`), generate (token generation),
-et_generate (token generation over ExecuTorch's LLM programs), errors (the typed errors).
+et_generate (token generation over ExecuTorch's LLM programs), perplexity (a text's perplexity from a
+program's score method), errors (the typed errors).
 """
 from __future__ import annotations
 

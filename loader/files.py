@@ -34,7 +34,8 @@ from vkx.format.external import find_external, missing_keys
 from vkx.format.methods import is_method, methods as methods_of
 from vkx.format.names import io_names
 from vkx.format.pte import VulkanDelegate
-from vkx.loader.errors import BadFileError, BadProgramError, FileError, LoadError, MissingDataError, as_load_error
+from vkx.loader.errors import (BadFileError, BadProgramError, FileError, InputError, LoadError, MissingDataError,
+                               as_load_error)
 from vkx.loader.named_data import FreeableBuffer
 from vkx.loader.plan import PLAN, load_plan
 from vkx.loader.program import Program
@@ -137,7 +138,7 @@ class FileConstants:
 
 def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None, upload: str = "auto",
          progress: Callable[[int, int], None] | None = None, trace_memory: bool = False,
-         sequence_length: int | None = None, **options) -> Program:
+         sequence_length: int | None = None, methods: Sequence[str] | None = None, **options) -> Program:
     """Load the .pte at `path` and return its `Program`: called as its one method, or, for a
     file of several plans (each one Vulkan delegate call), by method: `program.decode(...)`,
     docs/format.md, "Methods". A plan that is not one delegate call (several, CPU ops, or no
@@ -151,6 +152,8 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
     `progress(done_bytes, total_bytes)` is called after each weight's upload.
     `sequence_length`: the tokens a program with a dynamic sequence length (ExecuTorch's LLM
     recipe, vkx.format.et_llm) is built for (None: its bound); other programs ignore it.
+    `methods`: the methods of a file of several to load (None: all); the others cost nothing
+    (an LM's `score` method plans a whole window's activations, which generation never needs).
     `trace_memory`: reset the process's VmHWM at each phase so that
     `Program.memory["phases"]` has the RSS peak of each (only then is the
     process-wide counter touched).
@@ -208,9 +211,12 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
                          timeline=timeline, progress=progress, **options)
         return Program({plan.name: plan})
     if delegates is not None:
-        return _load_methods(pf, delegates, source.externals, schedule, device, upload, timeline=timeline,
+        return _load_methods(pf, delegates, source.externals, schedule, device, upload, methods, timeline=timeline,
                              progress=progress, **options)
     name = pf.program.execution_plan[0].name
+    if methods is not None and list(methods) != [name]:
+        source.close()
+        raise InputError(f"{pf.path}: its one method is {name}, not {', '.join(methods)}")
     methods = load_methods({name: graph}, source, [0], schedule, device, upload, timeline=timeline,
                            progress=progress, **options)
     methods[name].name_io(*names)
@@ -219,16 +225,22 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
 
 
 def _load_methods(pf: ProgramFile, delegates: list[VulkanDelegate], externals: list[ExternalData],
-                  schedule, device, upload, **options) -> Program:
-    """Every plan a method: one load, the weights shared (docs/format.md, "Methods")."""
+                  schedule, device, upload, wanted: Sequence[str] | None, **options) -> Program:
+    """Every plan a method (those `wanted`, None: all): one load, the weights shared (docs/format.md, "Methods")."""
     names = [plan.name for plan in pf.program.execution_plan]
     methods = FileConstants(pf, externals, delegates=delegates)
     if len(set(names)) != len(names):
         methods.close()
         raise BadProgramError(f"{pf.path}: two execution plans share a name ({', '.join(names)})")
-    loaded = load_methods({name: d.graph for name, d in zip(names, delegates)}, methods, methods.bases,
+    unknown = [name for name in wanted or () if name not in names]
+    if unknown:
+        methods.close()
+        raise InputError(f"{pf.path}: no method {', '.join(unknown)} (it has {', '.join(names)})")
+    chosen = [i for i, name in enumerate(names) if wanted is None or name in wanted]
+    loaded = load_methods({names[i]: delegates[i].graph for i in chosen}, methods, [methods.bases[i] for i in chosen],
                           schedule, device, upload, **options)
-    for i, (name, d) in enumerate(zip(names, delegates)):
+    for i in chosen:
+        name, d = names[i], delegates[i]
         loaded[name].name_io(*io_names(d.compile_specs, len(d.graph.input_ids), len(d.graph.output_ids),
                                        f"execution_plan[{i}].delegates[0]", pf.path))
     return Program(loaded, pf.metadata.eos_token_ids)

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 import typer
 
 import vkx
-from vkx import cmd_devices, cmd_export, cmd_generate, cmd_inspect, cmd_run
+from vkx import cmd_devices, cmd_export, cmd_generate, cmd_inspect, cmd_perplexity, cmd_run
 from vkx.console import plain, reader_gone
 
 app = typer.Typer(
@@ -27,6 +27,8 @@ app.command("inspect", short_help="Show what is inside a .pte (no torch, no Vulk
 app.command("validate", short_help="Check a .pte and its external data (no torch, no Vulkan).")(cmd_inspect.validate)
 app.command("run", short_help="Load a .pte onto a Vulkan device and run it.")(cmd_run.run)
 app.command("generate", short_help="Generate text with a causal LM .pte on a Vulkan device.")(cmd_generate.generate)
+app.command("perplexity", short_help="A causal LM .pte's perplexity over a text, on a Vulkan device.")(
+    cmd_perplexity.perplexity)
 app.command("devices", short_help="List the Vulkan devices.")(cmd_devices.devices)
 
 

@@ -34,6 +34,8 @@ Dtype = paths.choices("Dtype", DTYPE_CHOICES)
 """`--dtype`: the library's choices (vkx.format.dtypes.DTYPE_CHOICES)."""
 Target = paths.choices("Target", ("vkx", "executorch"))
 Quantize = paths.choices("Quantize", ("int8", "int4"))
+TableQuantize = paths.choices("TableQuantize", ("int8", "int4", "none"))
+"""The token embedding's and the head's scheme (none: kept as they are)."""
 
 
 GROUP_SIZES = (32, 64, 128, 256)
@@ -127,7 +129,8 @@ def _is_folder(model: Path, weights: Optional[Path], lengths: tuple[Optional[int
 
 def _check_paths(model: Path, output: Optional[Path], external_data: Optional[Path], weights: Optional[Path],
                  layout: Layout, alignment: Optional[int], quantize: Optional["Quantize"],
-                 group_size: Optional[int], folder: bool, force: bool) -> Path:
+                 group_size: Optional[int], tables: dict[str, Optional["TableQuantize"]], folder: bool,
+                 force: bool) -> Path:
     """Every path and option checked before torch is imported; the .pte path to write."""
     if not folder:
         paths.model_file(model)
@@ -155,6 +158,9 @@ def _check_paths(model: Path, output: Optional[Path], external_data: Optional[Pa
     if group_size is not None and (quantize is None or group_size not in GROUP_SIZES):
         raise paths.UsageError(f"--group-size {group_size}: needs --quantize, and one of "
                                f"{', '.join(map(str, GROUP_SIZES))}")
+    for option, value in tables.items():
+        if value is not None and quantize is None:
+            raise paths.UsageError(f"{option} needs --quantize")
     return output
 
 
@@ -176,9 +182,18 @@ def export(
     alignment: Optional[int] = typer.Option(None, metavar="BYTES",
                                             help="Alignment of each constant's bytes in the file (a power of two)."),
     quantize: Optional[Quantize] = typer.Option(
-        None, help="Weight-only quantization of every Linear and Embedding weight (symmetric, fp16 scales)."),
+        None, help="Weight-only quantization of every Linear weight: int4 affine (scale and offset a group), int8 "
+                   "symmetric; fp16 scales (bf16 for a bf16 model)."),
     group_size: Optional[int] = typer.Option(
         None, metavar="N", help="Values per scale: 32, 64, 128 or 256 [default: int4 32, int8 one per row]."),
+    quantize_embedding: Optional[TableQuantize] = typer.Option(
+        None, "--quantize-embedding", help="The token embeddings' quantization, or none [default: int8, one scale "
+                                           "a row]."),
+    quantize_head: Optional[TableQuantize] = typer.Option(
+        None, "--quantize-head", help="Model folder: the output projection's (lm_head) quantization, or none; a head "
+                                      "tied to the embedding follows --quantize-embedding [default: int8]."),
+    score: bool = typer.Option(False, "--score", help="Model folder: also export method score, every position's "
+                                                      "logits of a --max-seq-len window (for vkx perplexity)."),
     target: Target = typer.Option(Target.vkx, help="The runtime the graph is for: vkx's loader, or ExecuTorch's "
                                                  "C++ Vulkan runtime (vkx's loader runs both)."),
     max_seq_len: Optional[int] = typer.Option(
@@ -200,8 +215,11 @@ def export(
     none for random ones), exported as methods prefill and decode with a KV cache."""
     started = time.perf_counter()  # the total includes importing torch: the user waits for it too
     folder = _is_folder(model, weights, (max_seq_len, prefill_len))
-    output = _check_paths(model, output, external_data, weights, layout, alignment, quantize, group_size, folder,
-                          force)
+    if not folder and (score or quantize_head is not None):
+        raise paths.UsageError(f"{'--score' if score else '--quantize-head'} is for a Hugging Face model folder")
+    tables = {"--quantize-embedding": quantize_embedding, "--quantize-head": quantize_head}
+    output = _check_paths(model, output, external_data, weights, layout, alignment, quantize, group_size, tables,
+                          folder, force)
     existing = [str(p) for p in (output, external_data) if p is not None and p.exists()]
     bars = Progress(SpinnerColumn(), TextColumn("{task.description:<13}"), BarColumn(), _Bytes(),
                     TimeElapsedColumn(), console=console, disable=quiet or json_out)
@@ -223,11 +241,14 @@ def export(
                 display.stage("load")
                 options = dict(layout=layout.value, external_data=external_data, dtype=dtype, alignment=alignment,
                                quantize=quantize.value if quantize else None, group_size=group_size,
+                               quantize_embedding=quantize_embedding.value if quantize_embedding else None,
                                progress=display)
                 if folder:
                     with _quiet_torch(verbose):
                         report = export_folder(model, output, max_seq_len=max_seq_len, prefill_len=prefill_len,
-                                               target=target.value, **options)
+                                               target=target.value, score=score,
+                                               quantize_head=quantize_head.value if quantize_head else None,
+                                               **options)
                 else:
                     module, example_inputs = load_model_file(model)
                     if weights is not None:

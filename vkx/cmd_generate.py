@@ -96,19 +96,23 @@ def generate(
     from vkx.loader.device import Device, default_device
     from vkx.loader.et_generate import decoder_for
     from vkx.loader.generate import Sampling, Timings, generate as generated, require_lm_methods
+    from vkx.loader.perplexity import SCORE
 
     with ProgramFile.open(model) as pf:  # refused before any work: no pipeline is compiled for it
+        names = [plan.name for plan in pf.program.execution_plan]
         if llm_info(pf.program) is None:
-            require_lm_methods(plan.name for plan in pf.program.execution_plan)
+            require_lm_methods(names)
+    # a score method (vkx export --score) plans a whole window's activations: generation never calls it
+    wanted = [name for name in names if name != SCORE] if SCORE in names else None
     sampling = Sampling(temperature, top_k, top_p, seed)
     sampling.check()
-    text_tokenizer = _read_tokenizer(tokenizer) if tokenizer is not None else None
+    text_tokenizer = read_tokenizer(tokenizer) if tokenizer is not None else None
     ids = _prompt_ids(prompt_ids) if prompt_ids is not None else text_tokenizer.encode(prompt).ids
     own = device is not None or profile is not None
     dev = Device(device, profile=profile) if own else default_device()
     timings = Timings()
     try:
-        with load(model, [str(p) for p in external], device=dev, sequence_length=1) as program:
+        with load(model, [str(p) for p in external], device=dev, sequence_length=1, methods=wanted) as program:
             decoder = decoder_for(program)  # refuses a program that is not a causal LM
             stream = _Stream(text_tokenizer) if text_tokenizer is not None and not json else None
             tokens = []
@@ -148,7 +152,7 @@ def generate(
           f"peak RSS {size(report['peak_rss_bytes'])}, device {size(device_peak)}")
 
 
-def _read_tokenizer(path: Path):
+def read_tokenizer(path: Path):
     try:
         from tokenizers import Tokenizer
     except ImportError:

@@ -92,6 +92,11 @@ def _print(d: dict[str, Any], tensors: bool) -> None:
         for name, n in g["ops"].items():
             ops.add_row(safe(name), str(n))
         console.print(ops)
+        if g["quantized"]:
+            quantized = _table("Quantized weights", "role", "bits", "group", "scales", "weights")
+            for q in g["quantized"]:
+                quantized.add_row(q["role"], str(q["bits"]), str(q["group_size"]), q["scales"], str(q["weights"]))
+            console.print(quantized)
         io = _table("Inputs / outputs", "", "id", "name", "dtype", "dims")
         for kind in ("inputs", "outputs"):
             for t in g[kind]:

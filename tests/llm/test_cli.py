@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -137,3 +138,81 @@ def test_bad_folder_exports_are_one_error_line(tmp_path, make, args, match):
 def test_lengths_are_for_folders_only(tmp_path):
     assert "are for a Hugging Face model folder" in one_error_line(
         vkx("export", EXAMPLES / "mlp.py", "-o", tmp_path / "m.pte", "--max-seq-len", 8))
+
+
+@pytest.fixture(scope="module")
+def scored(lm):
+    """The folder's export with --score (a window of 64) and a text of its words."""
+    folder, model = lm
+    done = vkx_here("export", folder, "-o", folder / "scored.pte", "--max-seq-len", 64, "--prefill-len", 8,
+                    "--score", "-q")
+    assert done.returncode == 0, done.stderr
+    ids = [(7 * i + 3) % VOCAB for i in range(150)]
+    (folder / "text.txt").write_text(" ".join(f"w{i}" for i in ids))
+    return folder, model, ids
+
+
+def test_perplexity_json_is_transformers_over_the_same_windows(scored):
+    """Three windows of 64 (the last 22 tokens long), each scored alone, as transformers scores them."""
+    folder, model, ids = scored
+    done = vkx("perplexity", folder / "scored.pte", "--text", folder / "text.txt", "--tokenizer",
+               folder / "tokenizer.json", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["schema"], report["tokens"], report["window"], report["windows"], report["predicted_tokens"]) == \
+        ("vkx.perplexity/1", 150, 64, 3, 147)
+    nll = 0.0
+    with torch.no_grad():
+        for start in range(0, 150, 64):
+            window = torch.tensor(ids[start:start + 64])
+            logits = model(window[None]).logits[0, :-1].double()
+            nll += torch.nn.functional.cross_entropy(logits, window[1:], reduction="sum").item()
+    assert report["perplexity"] == pytest.approx(float(np.exp(nll / 147)), rel=1e-4)
+    short = vkx("perplexity", folder / "scored.pte", "--text", folder / "text.txt", "--tokenizer",
+                folder / "tokenizer.json", "--max-tokens", 10)
+    assert short.returncode == 0 and "over 9 predicted tokens" in short.stdout, short.stderr
+
+
+def test_generate_loads_no_score_method(scored):
+    """A file with score generates as one without: the same tokens, and the window's activations not loaded."""
+    folder, model, _ = scored
+    runs = [json.loads(vkx("generate", folder / name, "--prompt-ids", ",".join(map(str, PROMPT)),
+                           "--max-new-tokens", 8, "--json").stdout) for name in ("lm.pte", "scored.pte")]
+    assert runs[0]["tokens"] == runs[1]["tokens"] == greedy(model, PROMPT, 8)
+    assert runs[1]["device_peak_bytes"] <= runs[0]["device_peak_bytes"] * 1.05
+
+
+@pytest.mark.parametrize("args, match", [
+    ([], "Missing option '--text'"),
+    (["--text", "missing.txt", "--tokenizer", "tokenizer.json"], "--text missing.txt: no such file"),
+    (["--text", "text.txt", "--tokenizer", "missing.json"], "--tokenizer missing.json: no such file"),
+    (["--text", "text.txt", "--tokenizer", "tokenizer.json", "--max-tokens", "1"], "--max-tokens"),
+])
+def test_bad_perplexity_requests_are_one_error_line(scored, monkeypatch, args, match):
+    folder, _, _ = scored
+    monkeypatch.chdir(folder)
+    assert match in one_error_line(vkx("perplexity", "scored.pte", *args))
+
+
+def test_perplexity_of_a_file_without_score_is_one_error_line(lm, tmp_path):
+    folder, _ = lm
+    (tmp_path / "t.txt").write_text("w1 w2 w3")
+    line = one_error_line(vkx("perplexity", folder / "lm.pte", "--text", tmp_path / "t.txt", "--tokenizer",
+                              folder / "tokenizer.json"))
+    assert "no score method" in line and "--score" in line
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--quantize-head", "int8"], "--quantize-head needs --quantize"),
+    (["--quantize", "int4", "--quantize-head", "none"], "lm_head is tied to the token embedding"),
+    (["--quantize-embedding", "int4"], "--quantize-embedding needs --quantize"),
+])
+def test_bad_table_quantizations_are_one_error_line(tmp_path, args, match):
+    write_folder(tmp_path, "llama")
+    assert match in one_error_line(vkx("export", tmp_path, "-o", tmp_path.parent / "x.pte", *args))
+
+
+def test_score_and_head_are_for_folders_only(tmp_path):
+    for args in (["--score"], ["--quantize", "int4", "--quantize-head", "int8"]):
+        assert "is for a Hugging Face model folder" in one_error_line(
+            vkx("export", EXAMPLES / "mlp.py", "-o", tmp_path / "m.pte", *args))

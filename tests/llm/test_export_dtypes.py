@@ -123,3 +123,24 @@ def test_16_bit_exports_keep_the_rotary_frequencies_fp32(tmp_path, folder, dtype
                 for v in decode.graph.values if getattr(v, "constant_id", -1) >= 0
                 and dtypes.of(v.datatype) is dtypes.FLOAT32]
     assert len(fp32) == 1 and np.array_equal(fp32[0], want.numpy())
+
+
+def test_16_bit_logits_are_fp32_and_the_head_reads_its_weight_as_stored(tmp_path, folder):
+    """The head's product takes fp32 activations and writes fp32 logits from the bf16 weight itself: no cast
+    of the weight (a second, fp32 copy a call), one stored tensor read by the embedding and the head."""
+    pte = tmp_path / "bf16.pte"
+    hf.export_folder(folder, pte, max_seq_len=MAX_SEQ, prefill_len=PREFILL, dtype="bf16")
+    with ProgramFile.open(pte) as pf:
+        for delegate in methods(pf):
+            g = delegate.graph
+            (out,) = g.output_ids
+            (head,) = [op for op in g.chain if op.args[-1] == out]
+            x, weight = (g.values[i] for i in head.args[:2])
+            assert head.name == "aten.linear.default"
+            assert (x.datatype, weight.datatype, g.values[out].datatype) == \
+                (dtypes.FLOAT32.datatype, dtypes.BFLOAT16.datatype, dtypes.FLOAT32.datatype)
+            casts = [op for op in g.chain if op.name == "aten._to_copy.default"]
+            assert all(g.values[op.args[0]].constant_id < 0 for op in casts)
+    with vkx.load(pte) as program:
+        (shape, dtype), = program["decode"].output_specs
+        assert dtype == "float32"
