@@ -2,8 +2,8 @@
 
 The model is `--layers` × Linear(`--width`, `--width`) (default 4 × 2048: 64 MiB of fp32 weights;
 16 × 4096 is 1 GiB, large enough that a GPU's per-call cost does not hide the weight bytes), exported by vkx in fp32,
-fp16 (`dtype="fp16"`) and with vkx's own weight-only quantization in int8 and int4 (groups
-of 32, fp16 scales: vkx.export.quantize). For each file, measured in one run:
+fp16 (`dtype="fp16"`) and with vkx's own weight-only quantization in int8, int4 (groups
+of 32, fp16 scales and offsets: vkx.export.quantize) and int4 with scales alone (int4-symmetric). For each file, measured in one run:
 
 * file bytes and device bytes (the loader's `weight_bytes`), each over fp32's;
 * the load's peak over W + A (W = device weight bytes, A = activations), measured in a fresh
@@ -36,7 +36,9 @@ from torch.nn import functional as F
 from infer import median_seconds  # bench/ is this script's directory: sys.path[0]
 
 ROOT = Path(__file__).resolve().parents[1]
-DTYPES = ("fp32", "fp16", "int8", "int4")
+DTYPES = ("fp32", "fp16", "int8", "int4", "int4-symmetric")
+"""int4 is vkx's affine groups (a scale and an offset); int4-symmetric the scale alone (vkx's int4 until
+issue 39, still what torchao and ExecuTorch files carry): the offset's cost in the kernels."""
 GROUP = 32
 MiB = 1 << 20
 
@@ -82,14 +84,18 @@ def copy_bandwidth(runs: int) -> float:
 
 def variant(base: nn.Module, dtype: str) -> tuple[nn.Module, str, list[torch.Tensor]]:
     """(module to export, export dtype, the fp32 weights it computes with)."""
-    from vkx.export.quantize import dequantize, quantize_module
+    from vkx.export.quantize import QuantLinear, dequantize, quantize_module, quantize_weight
 
     if dtype in ("fp32", "fp16"):
         weights = [layer.weight.detach() for layer in base]
         if dtype == "fp16":
             weights = [w.half().float() for w in weights]
         return base, dtype, weights
-    quantized = quantize_module(base, dtype, GROUP)
+    if dtype == "int4-symmetric":
+        quantized = nn.Sequential(*(QuantLinear(layer, *quantize_weight(layer.weight, 4, GROUP), 4, GROUP)
+                                    for layer in base))
+    else:
+        quantized = quantize_module(base, dtype, GROUP)
     bits = 8 if dtype == "int8" else 4
     return quantized, "fp32", [dequantize(layer.weight_q, layer.scales, bits, GROUP) for layer in quantized]
 
