@@ -54,10 +54,6 @@ class Scheme:
         bits = BITS[name]
         return cls(bits, group_size or DEFAULT_GROUP[bits], affine=bits == 4)
 
-    def __str__(self) -> str:
-        return f"int{self.bits} {'affine' if self.affine else 'symmetric'} " + \
-            (f"groups of {self.group}" if self.group else "per row")
-
 
 def quantize_weight(weight: torch.Tensor, bits: int, group_size: int | None,
                     scale_dtype: torch.dtype = torch.float16,

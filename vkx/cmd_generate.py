@@ -11,7 +11,7 @@ import typer
 from vkx import paths
 from vkx.format import ProgramFile
 from vkx.format.et_llm import llm_info
-from vkx.cmd_run import EXTERNAL, FILE
+from vkx.cmd_run import DEVICE, EXTERNAL, FILE, PROFILE
 from vkx.console import note, plain_lines, size, user_errors
 
 SCHEMA = "vkx.generate/1"
@@ -72,11 +72,8 @@ def generate(
                                                "(needs --temperature)."),
     seed: Optional[int] = typer.Option(None, "--seed", metavar="N", help="Seed of the sampling."),
     json: bool = typer.Option(False, "--json", help="One JSON object on stdout (schema vkx.generate/1)."),
-    device: Optional[str] = typer.Option(None, "--device", metavar="INDEX|NAME",
-                                         help="Device index or name substring, as vkx devices lists them."),
-    profile: Optional[str] = typer.Option(None, "--profile", metavar="NAME",
-                                          help="Use a device profile's limits where lower (docs/profiles.md) "
-                                               "[default: VKX_DEVICE_PROFILE]."),
+    device: Optional[str] = DEVICE,
+    profile: Optional[str] = PROFILE,
 ) -> None:
     """Generate text with the causal LM program FILE (exported from a Hugging Face folder), streaming it,
     until --max-new-tokens or an EOS token of the model."""

@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from vkx import paths
 from vkx.cmd_generate import read_tokenizer
-from vkx.cmd_run import EXTERNAL, FILE
+from vkx.cmd_run import DEVICE, EXTERNAL, FILE, PROFILE
 from vkx.console import console, note, user_errors
 from vkx.format import ProgramFile
 
@@ -26,11 +26,8 @@ def perplexity(
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=2, metavar="N",
                                              help="Score the text's first N tokens [default: all]."),
     json: bool = typer.Option(False, "--json", help="One JSON object on stdout (schema vkx.perplexity/1)."),
-    device: Optional[str] = typer.Option(None, "--device", metavar="INDEX|NAME",
-                                         help="Device index or name substring, as vkx devices lists them."),
-    profile: Optional[str] = typer.Option(None, "--profile", metavar="NAME",
-                                          help="Use a device profile's limits where lower (docs/profiles.md) "
-                                               "[default: VKX_DEVICE_PROFILE]."),
+    device: Optional[str] = DEVICE,
+    profile: Optional[str] = PROFILE,
 ) -> None:
     """The perplexity of the causal LM program FILE (exported with vkx export DIR --score) over a text: its
     tokens in windows of the export's --max-seq-len, every position's fp32 logits from one call a window."""

@@ -23,6 +23,12 @@ FILE = typer.Argument(..., metavar="FILE", hidden=True)  # each command's docstr
 EXTERNAL = typer.Option([], "--external-data", metavar="FILE",
                         help="A .ptd or .safetensors file with named data (repeatable) "
                              "[default: FILE's same-stem .ptd/.safetensors when FILE needs one].")
+DEVICE = typer.Option(None, "--device", metavar="INDEX|NAME",
+                      help="Device index or name substring, as vkx devices lists them "
+                           "[default: VKX_DEVICE, else the first GPU].")
+PROFILE = typer.Option(None, "--profile", metavar="NAME",
+                       help="Use a device profile's limits where lower (docs/profiles.md) [default: VKX_DEVICE_PROFILE].")
+"""The options of every command that opens a device (run, generate, perplexity)."""
 
 
 Schedule = paths.choices("Schedule", ("lazy", "eager"))
@@ -140,13 +146,9 @@ def run(
                                help="Run N times (0: load only); the first run is timed on its own."),
     json: bool = typer.Option(False, "--json", help="One JSON object on stdout (schema vkx.run/2) instead of tables."),
     seed: int = typer.Option(0, "--seed", metavar="N", help="Seed of the random inputs."),
-    device: Optional[str] = typer.Option(None, "--device", metavar="INDEX|NAME",
-                                         help="Device index or name substring, as vkx devices lists them "
-                                              "[default: VKX_DEVICE, else the first GPU]."),
+    device: Optional[str] = DEVICE,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No loading line or progress bars on stderr."),
-    profile: Optional[str] = typer.Option(None, "--profile", metavar="NAME",
-                                          help="Use a device profile's limits where lower (docs/profiles.md) "
-                                               "[default: VKX_DEVICE_PROFILE]."),
+    profile: Optional[str] = PROFILE,
     method: Optional[str] = typer.Option(None, "--method", metavar="NAME",
                                          help="The method to run, in a file of several (vkx inspect lists them)."),
 ) -> None:
