@@ -16,7 +16,7 @@ that feeds only quantized consumers emits nothing, and its consumer emits one
 `vkx.linear_q` / `vkx.embedding_q` that reads torchao's own integers and scales, so
 vkx computes with exactly the weights torchao computes with. Values that fit in
 [-8, 7] (torchao's int4 and narrower) are packed 4-bit, others stored as int8.
-Non-zero zero points (asymmetric quantization) are refused.
+Non-zero zero points (asymmetric quantization) become affine scales, (scale, -zero_point * scale) pairs.
 """
 from __future__ import annotations
 
@@ -178,7 +178,7 @@ class Layout:
     q: torch.Tensor
     """The weight in the contract's packing."""
     scales: torch.Tensor
-    """[N, K / group_size]."""
+    """[N, K / group_size], or affine (scale, offset) pairs [N, K / group_size, 2] for non-zero zero points."""
 
 
 _LAYOUT_KEY = "vkx.torchao_layout"
@@ -213,9 +213,7 @@ def _repack(b: Operands, weight: Weight) -> Layout:
     if q.dtype != torch.int8 or q.dim() != 2:
         raise ExportError(f"{where}: integer data is {q.dtype} {list(q.shape)}, not a 2-D int8 tensor")
     n, k = q.shape
-    if weight.zero_point is not None and bool(b.constant_nodes[weight.zero_point][1].ne(0).any()):
-        raise ExportError(f"{where}: non-zero zero points (asymmetric quantization); vkx supports "
-                          f"symmetric weights only (MappingType.SYMMETRIC)")
+    zero = None if weight.zero_point is None else b.constant_nodes[weight.zero_point][1]
     if not scale.is_floating_point() or scale.dim() == 0 or scale.shape[0] != n or scale.numel() % n:
         raise ExportError(f"{where}: scales {scale.dtype} {list(scale.shape)} do not fit a [{n}, {k}] weight")
     groups = scale.numel() // n
@@ -224,7 +222,15 @@ def _repack(b: Operands, weight: Weight) -> Layout:
     if not group or group % VALUES_PER_WORD[bits]:
         raise ExportError(f"{where}: groups of {k / groups:g} of {k} input features; vkx needs a group size "
                           f"that divides K and is a multiple of {VALUES_PER_WORD[bits]} for {bits}-bit weights")
-    return Layout(bits, group, pack_int4(q) if bits == 4 else q, scale.reshape(n, groups))
+    scales = scale.reshape(n, groups)
+    if zero is not None and bool(zero.ne(0).any()):
+        if zero.numel() != n * groups:
+            raise ExportError(f"{where}: zero points {list(zero.shape)} do not fit {groups} groups of {n} rows")
+        # (q - zero) * scale = q * scale + offset: affine pairs, in fp32 so that the scale is exact and the
+        # offset rounded once
+        wide = scales.to(torch.float32)
+        scales = torch.stack([wide, -zero.reshape(n, groups).to(torch.float32) * wide], dim=-1)
+    return Layout(bits, group, pack_int4(q) if bits == 4 else q, scales)
 
 
 def pack_int4(q: torch.Tensor) -> torch.Tensor:

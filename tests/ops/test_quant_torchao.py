@@ -62,13 +62,14 @@ class Block(nn.Module):
         return self.head(self.norm3(x))
 
 
-CONFIGS = ("int4-g32", "int4-g64", "int4-g128", "int8", "intx-int8-per-row")
+CONFIGS = ("int4-g32", "int4-g64", "int4-g128", "int4-g32-asymmetric", "int4-g128-asymmetric", "int8",
+           "intx-int8-per-row")
 """The torchao weight-only configs vkx exports, by name (`config`)."""
 
 
 def config(name: str):
     """torchao's config for a name of CONFIGS (int4 in groups of 32/64/128, int8 per row through
-    Int8WeightOnlyConfig or IntxWeightOnlyConfig), or "int4-g32-asymmetric" (which vkx refuses)."""
+    Int8WeightOnlyConfig or IntxWeightOnlyConfig); "-asymmetric": with zero points (vkx's affine scales)."""
     from torchao.quantization import Int8WeightOnlyConfig, IntxWeightOnlyConfig, MappingType
     from torchao.quantization.granularity import PerAxis, PerGroup
     if name == "int8":
@@ -135,12 +136,14 @@ def test_int4_weights_are_stored_packed(tmp_path):
     assert report.constant_bytes == weights // 2 + scales + 512 * 4  # + the fp32 bias
 
 
-def test_asymmetric_torchao_weights_are_refused(tmp_path):
+def test_asymmetric_torchao_weights_are_affine(tmp_path):
+    """Zero points become (scale, -zero_point * scale) pairs: the file's scales are [N, groups, 2]."""
     torch.manual_seed(4)
     model = _quantized(MLP().eval(), "int4-g32-asymmetric")
-    with pytest.raises(ExportError, match="non-zero zero points"):
-        vkx.export_model(model, (torch.randn(1, 256),), tmp_path / "mlp.pte")
-    assert not (tmp_path / "mlp.pte").exists()
+    vkx.export_model(model, (torch.randn(1, 256),), tmp_path / "mlp.pte")
+    graph = ProgramFile.open(tmp_path / "mlp.pte").vulkan.graph
+    scales = [graph.values[op.args[2]] for op in graph.chain if op.name == "vkx.linear_q.default"]
+    assert sorted(tuple(s.dims) for s in scales) == [(256, 16, 2), (512, 8, 2)]
 
 
 def test_a_dequantized_weight_used_elsewhere_is_not_rewritten(tmp_path):
