@@ -6,9 +6,10 @@ on the meta device and the checkpoint's tensors are assigned to it straight from
 file mappings, so the weights are in memory once. Without weight files the architecture gets
 random weights of real magnitude. `CausalLM` wraps the model for export: one forward
 `(input_ids [1, n], cache_position [n]) -> logits [1, 1, vocab]` (the last position's: the only
-ones generation reads; fp32 whatever the model's dtype) that writes its keys and values into per-layer cache buffers at
-`cache_position` (`index_copy_`), exported twice: `prefill` (n = the prefill length) and
-`decode` (n = 1). docs/architecture.md describes it.
+ones generation reads; fp32 whatever the model's dtype) that writes its keys and values into
+per-layer cache buffers at `cache_position` (`index_copy_`), exported twice: `prefill` (n = the
+prefill length) and `decode` (n = 1); and `score`, every position's logits, for perplexity.
+docs/architecture.md describes it.
 """
 from __future__ import annotations
 
@@ -316,7 +317,8 @@ def _names(names: list[str], shown: int = 3) -> str:
 class CausalLM(torch.nn.Module):
     """A causal LM with its KV cache as buffers: `forward(input_ids, cache_position) -> logits`
     of the last of the n positions, `[1, 1, vocab]` (the language-model head runs on that row
-    only: a prefill of n tokens does not compute n × vocab logits that nobody reads).
+    only: a prefill of n tokens does not compute n × vocab logits that nobody reads); `score`,
+    the same call's logits of all n positions. Logits are fp32 (`fp32_head`).
 
     Each layer's keys and values are buffers `[1, kv_heads, max_seq_len, head_dim]` in the
     model's dtype, written at `cache_position` with `index_copy_`. The mask is built here from
