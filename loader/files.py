@@ -185,6 +185,10 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
         for p in external_data:
             opened.append(ExternalData.open(p))
         delegates = methods_of(pf)
+        names = [plan.name for plan in pf.program.execution_plan]
+        unknown = [name for name in methods or () if name not in names]
+        if unknown:
+            raise InputError(f"{os.fspath(path)}: no method {', '.join(unknown)} (it has {', '.join(names)})")
         by_plan = delegates is None and not is_method(pf.program.execution_plan[0])
         if not by_plan:
             try:
@@ -214,9 +218,6 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
         return _load_methods(pf, delegates, source.externals, schedule, device, upload, methods, timeline=timeline,
                              progress=progress, **options)
     name = pf.program.execution_plan[0].name
-    if methods is not None and list(methods) != [name]:
-        source.close()
-        raise InputError(f"{pf.path}: its one method is {name}, not {', '.join(methods)}")
     methods = load_methods({name: graph}, source, [0], schedule, device, upload, timeline=timeline,
                            progress=progress, **options)
     methods[name].name_io(*names)
@@ -232,10 +233,6 @@ def _load_methods(pf: ProgramFile, delegates: list[VulkanDelegate], externals: l
     if len(set(names)) != len(names):
         methods.close()
         raise BadProgramError(f"{pf.path}: two execution plans share a name ({', '.join(names)})")
-    unknown = [name for name in wanted or () if name not in names]
-    if unknown:
-        methods.close()
-        raise InputError(f"{pf.path}: no method {', '.join(unknown)} (it has {', '.join(names)})")
     chosen = [i for i, name in enumerate(names) if wanted is None or name in wanted]
     loaded = load_methods({names[i]: delegates[i].graph for i in chosen}, methods, [methods.bases[i] for i in chosen],
                           schedule, device, upload, **options)

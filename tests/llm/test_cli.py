@@ -216,3 +216,14 @@ def test_score_and_head_are_for_folders_only(tmp_path):
     for args in (["--score"], ["--quantize", "int4", "--quantize-head", "int8"]):
         assert "is for a Hugging Face model folder" in one_error_line(
             vkx("export", EXAMPLES / "mlp.py", "-o", tmp_path / "m.pte", *args))
+
+
+def test_load_takes_a_subset_of_methods(scored):
+    """vkx.load(methods=...) loads those alone; a name the file lacks is an InputError naming what it has."""
+    import vkx
+    from vkx.loader.errors import InputError
+    folder, _, _ = scored
+    with vkx.load(folder / "scored.pte", methods=["score"]) as program:
+        assert program.methods == ["score"]
+    with pytest.raises(InputError, match="no method generate .it has prefill, decode, score."):
+        vkx.load(folder / "scored.pte", methods=["score", "generate"])
