@@ -159,3 +159,24 @@ def test_executorch_reads_the_tags(name, tmp_path):
     tags = [(int(v.value.storage_type), int(v.value.memory_layout)) for v in theirs.values if hasattr(v.value, "dims")]
     assert tags == [(int(v.storage_type), int(v.memory_layout)) for v in ours.values if isinstance(v, Tensor)]
     assert ((1, 2) in tags) == (name == "cnn")  # TEXTURE_3D + CHANNELS_PACKED: the convolutions' chain
+
+
+def test_a_product_of_two_dtypes_is_refused(tmp_path):
+    """vkx reads a 16-bit weight widened for an fp32 product as stored (an LM's fp32 logits); ExecuTorch's
+    runtime computes a product in one dtype, so that file is refused for it, not written wrong."""
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(32, 16).to(torch.float16))
+
+        def forward(self, x):
+            return F.linear(x, self.weight.float())
+
+    x, model = torch.randn(1, 16), Head()
+    with pytest.raises(ExportError, match="float16 and float32 tensors: one dtype"):
+        vkx.export_model(model, (x,), tmp_path / "h.pte", target="executorch")
+    assert not (tmp_path / "h.pte").exists()
+    vkx.export_model(model, (x,), tmp_path / "v.pte")  # vkx's own target: the weight read as stored
+    with vkx.load(tmp_path / "v.pte") as program:
+        got = torch.as_tensor(program(x))
+    torch.testing.assert_close(got, F.linear(x, model.weight.float()), rtol=1e-5, atol=1e-5)
