@@ -30,6 +30,7 @@ from vkx.export.errors import ExportError
 from vkx.export.trace import convert
 from vkx.format import dtypes
 from vkx.format.metadata import ProgramMetadata
+from vkx.format.methods import SCORE
 
 try:
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -43,8 +44,6 @@ SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 TOKENIZER = "tokenizer.json"
 GENERATION_CONFIG = "generation_config.json"
-SCORE = "score"
-"""The method of every position's logits (`export_folder(score=True)`)."""
 
 @dataclass(frozen=True)
 class Folder:

@@ -72,11 +72,11 @@ def quantize_weight(weight: torch.Tensor, bits: int, group_size: int | None,
                           f"(a multiple of {per_word})")
     qmin, qmax = (-8, 7) if bits == 4 else (-127, 127)
     groups = scale_groups(k, group)
-    padded = F.pad(w, (0, groups * group - k)).reshape(n, groups, group)
+    # a short last group is filled out with its own first value: it changes neither the group's largest
+    # magnitude nor its range, and the filled positions are dropped below
+    tail = w[:, (groups - 1) * group:(groups - 1) * group + 1].expand(n, groups * group - k)
+    grouped = torch.cat([w, tail], dim=1).reshape(n, groups, group)
     if affine:
-        # the last group's padding must not widen its range: it repeats the group's first value
-        tail = w[:, (groups - 1) * group:(groups - 1) * group + 1].expand(n, groups * group - k)
-        grouped = torch.cat([w, tail], dim=1).reshape(n, groups, group)
         low, high = grouped.amin(-1), grouped.amax(-1)
         scales = ((high - low) / (qmax - qmin)).to(scale_dtype)
         scales = torch.where(scales == 0, torch.ones_like(scales), scales)  # a constant group: q = 0
@@ -84,8 +84,6 @@ def quantize_weight(weight: torch.Tensor, bits: int, group_size: int | None,
         q = torch.round((grouped - offsets.to(torch.float32).unsqueeze(-1)) / scales.to(torch.float32).unsqueeze(-1))
         stored = torch.stack([scales, offsets], dim=-1)
     else:
-        # zeros after a short last group change no group's largest magnitude
-        grouped = padded
         scales = (grouped.abs().amax(-1) / qmax).to(scale_dtype)
         scales = torch.where(scales == 0, torch.ones_like(scales), scales)  # an all-zero group stays zero
         q = torch.round(grouped / scales.to(torch.float32).unsqueeze(-1))
@@ -192,7 +190,7 @@ def quantize_module(module: nn.Module, scheme: str, group_size: int | None = Non
         if tied is not None and id(getattr(tied, "weight", None)) in embedded:
             raise ExportError(f"{head_name} is tied to the token embedding (one weight): --quantize-head "
                               f"{head} differs from --quantize-embedding {embedding or DEFAULT_TABLES}")
-    done: dict[int, tuple[torch.Tensor, torch.Tensor, int] | None] = {}  # id(weight) -> packed, scales, group
+    done: dict[int, tuple[torch.Tensor, torch.Tensor, int, int] | None] = {}  # id(weight) -> packed, scales, bits, group
 
     def replace(name: str, layer: nn.Module) -> nn.Module:
         weight = layer.weight
@@ -207,13 +205,11 @@ def quantize_module(module: nn.Module, scheme: str, group_size: int | None = Non
                     q, scales = quantize_weight(weight, chosen.bits, group, scale_dtype, chosen.affine)
                 except ExportError as error:
                     raise ExportError(f"{type(layer).__name__} {name!r}: {error}") from None
-                done[id(weight)] = (q, scales, group)
+                done[id(weight)] = (q, scales, chosen.bits, group)
         if done[id(weight)] is None:
             return layer
-        q, scales, group = done[id(weight)]
         kind = QuantLinear if isinstance(layer, nn.Linear) else QuantEmbedding
-        bits = 4 if q.dtype == torch.uint8 else 8
-        return kind(layer, q, scales, bits, group)
+        return kind(layer, *done[id(weight)])
 
     def walk(parent: nn.Module, prefix: str) -> nn.Module:
         copied = copy.copy(parent)

@@ -10,6 +10,9 @@ from .op_state import STATE
 from .program import ExecutionPlan
 from .pte import VULKAN_BACKEND, ProgramFile, VulkanDelegate
 
+SCORE = "score"
+"""A causal LM's method of every position's logits (`vkx export DIR --score`, read by `vkx perplexity`)."""
+
 
 @dataclass(frozen=True)
 class StateDecl:

@@ -15,10 +15,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from vkx.format.methods import SCORE
 from vkx.loader.errors import InputError
-
-SCORE = "score"
-"""The method of every position's logits (vkx.export.hf.SCORE)."""
 
 
 @dataclass(frozen=True)

@@ -93,7 +93,7 @@ def generate(
     from vkx.loader.device import Device, default_device
     from vkx.loader.et_generate import decoder_for
     from vkx.loader.generate import Sampling, Timings, generate as generated, require_lm_methods
-    from vkx.loader.perplexity import SCORE
+    from vkx.format.methods import SCORE
 
     with ProgramFile.open(model) as pf:  # refused before any work: no pipeline is compiled for it
         names = [plan.name for plan in pf.program.execution_plan]

@@ -40,7 +40,8 @@ def perplexity(
     except UnicodeDecodeError as error:
         raise paths.UsageError(f"--text {text}: not UTF-8 text ({error.reason} at byte {error.start})") from None
 
-    from vkx.loader.perplexity import SCORE, perplexity as scored, require_score
+    from vkx.format.methods import SCORE
+    from vkx.loader.perplexity import perplexity as scored, require_score
 
     with ProgramFile.open(model) as pf:  # refused before any work
         require_score([plan.name for plan in pf.program.execution_plan])
