@@ -10,7 +10,8 @@ dequantized to fp32, so 4-bit groups of 32 with a minimum align with its grid). 
 * KL: KL(fp32 || variant) of the next-token distributions, averaged over the predicted positions;
 * top-1: how often the variant's most likely next token is fp32's.
 
-Variants: fp32 (the baseline), fp16 and bf16 (the model cast); vkx's weight schemes as the torch
+Variants: fp32 (the baseline), fp16 and bf16 (the model cast); vkx's bf16 (its matrices bf16, computed
+in fp32: vkx.export.widen); vkx's weight schemes as the torch
 reference computes them (vkx.export.quantize.quantize_module: the CPU kernels of its custom ops
 dequantize); the int4 scheme vkx had before (symmetric, groups of 32, embedding and head int4 too,
 `symmetric_int4_before`); with `--llamacpp DIR` (or $VKX_LLAMACPP) a folder laid out as its README
@@ -52,6 +53,7 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 from vkx.export.quantize import quantize_module  # noqa: E402
+from vkx.export.widen import widen_bf16  # noqa: E402
 
 WINDOW = 512
 LLAMACPP_TYPES = ("Q8_0", "Q4_0", "Q4_K_M")
@@ -82,6 +84,12 @@ def symmetric_int4_before(model: nn.Module, group: int = 32) -> nn.Module:
             scales = (grouped.abs().amax(-1, keepdim=True) / 7).to(torch.float16).to(torch.float32)
             scales = torch.where(scales == 0, torch.ones_like(scales), scales)
             weight.copy_((torch.round(grouped / scales).clamp(-8, 7) * scales).reshape(n, k))
+    return model
+
+
+def widened(model: nn.Module) -> nn.Module:
+    """`model` (its own copy) as vkx exports a bf16 model: matrices bf16, computed in fp32."""
+    widen_bf16(model)
     return model
 
 
@@ -183,6 +191,7 @@ def main() -> None:
     variants: list[tuple[str, Callable[[], nn.Module]]] = [
         ("fp16", lambda: copy.deepcopy(model).to(torch.float16)),
         ("bf16", lambda: copy.deepcopy(model).to(torch.bfloat16)),
+        ("vkx bf16 (bf16 weights, fp32 compute)", lambda: widened(copy.deepcopy(model))),
         ("vkx int8 per row", quantized("int8")),
         ("vkx int4 g32 (emb/head int8)", quantized("int4")),
         ("vkx int4 g64 (emb/head int8)", quantized("int4", 64)),

@@ -28,6 +28,7 @@ from vkx.export.constants import Reference, identity
 from vkx.export.dtypes import torch_dtype
 from vkx.export.errors import ExportError
 from vkx.export.trace import convert
+from vkx.export.widen import widen_bf16
 from vkx.format import dtypes
 from vkx.format.metadata import ProgramMetadata
 from vkx.format.methods import SCORE
@@ -137,13 +138,16 @@ def export_folder(path: str | Path, output: str | Path, *, max_seq_len: int | No
 def causal_lm(folder: Folder, max_seq_len: int, dtype: str = "keep",
               references: dict[tuple, Reference] | None = None) -> "CausalLM":
     """The folder's model wrapped as export_folder exports it: its tensors in `dtype` (check_dtype's
-    choices), the rotary tables in fp32; `references` as build_model's."""
+    choices), the rotary tables in fp32; a model whose weights are then bf16 keeps its matrices bf16
+    and computes in fp32 (vkx.export.widen). `references` as build_model's."""
     stored = check_dtype(dtype)
     model = build_model(folder, torch_dtype(stored) if stored else None, references=references)
     lm = CausalLM(model, max_seq_len)
-    if stored is not None:  # converted here, not by export_model: the rotary tables stay fp32
+    if (torch_dtype(stored) if stored else model.dtype) == torch.bfloat16:
+        widen_bf16(lm)  # in place: the model is this call's own
+    elif stored is not None:
         lm, _ = convert(lm, (), stored)
-        fp32_rotary(lm, model.config)
+    fp32_rotary(lm, model.config)  # after the conversion, not by export_model: the rotary tables stay fp32
     return lm
 
 
@@ -320,7 +324,7 @@ class CausalLM(torch.nn.Module):
     the same call's logits of all n positions. Logits are fp32 (`fp32_head`).
 
     Each layer's keys and values are buffers `[1, kv_heads, max_seq_len, head_dim]` in the
-    model's dtype, written at `cache_position` with `index_copy_`. The mask is built here from
+    dtype the model computes in, written at `cache_position` with `index_copy_`. The mask is built here from
     `cache_position` (a query at position p sees cache slots 0..p), so slots past the current
     position (never written, or written by a padded prefill) are never read.
     """

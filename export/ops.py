@@ -266,13 +266,14 @@ def _cumsum_dim(node: Node, values: Values) -> Values:
     return values
 
 
-WIDENED_READERS = {A.linear.default: "weight"}
-"""Ops whose rule reads an exact fp32 cast of a constant argument as stored (`same`'s widen)."""
+WIDENED_READERS = {A.linear.default: "weight", A.addmm.default: "mat2", A.embedding.default: "weight"}
+"""Ops whose rule reads an exact fp32 cast of a constant argument as stored (`same`'s widen): a 16-bit
+head's fp32 logits, a bf16 LM's matrices (vkx.export.widen)."""
 
 
 def _to_copy(b: Operands, node: Node) -> None:
     """A dtype cast (the output's dtype; layout, device and memory format mean nothing on the device);
-    none where only products read it through (WIDENED_READERS: a 16-bit head's fp32 logits)."""
+    none where only WIDENED_READERS read it through."""
     if b.widened(node) is not node and all(schema_values(user).get(WIDENED_READERS.get(user.target)) is node
                                            for user in node.users):
         return
@@ -360,7 +361,7 @@ SPLITS = frozenset({A.split_with_sizes.default, A.split.Tensor})
 
 OP_RULES: dict[Any, Rule] = {
     A.linear.default: same("aten.linear.default", tref={"weight", "bias"}, widen={WIDENED_READERS[A.linear.default]}),
-    A.addmm.default: same("aten.addmm.default", tref={"self", "mat2"}),
+    A.addmm.default: same("aten.addmm.default", tref={"self", "mat2"}, widen={WIDENED_READERS[A.addmm.default]}),
     A.mm.default: same("aten.mm.default", tref={"mat2"}),
     A.bmm.default: same("aten.bmm.default", tref={"mat2"}),
     A.matmul.default: same("aten.matmul.default"),
@@ -394,7 +395,8 @@ OP_RULES: dict[Any, Rule] = {
     **{op: Rule(_split) for op in SPLITS},
     operator.getitem: Rule(_getitem),
     A.cat.default: same("aten.cat.default", prepare=_cat_dim),
-    A.embedding.default: same("aten.embedding.default", tref={"weight"}),
+    A.embedding.default: same("aten.embedding.default", tref={"weight"},
+                              widen={WIDENED_READERS[A.embedding.default]}),
     A.scaled_dot_product_attention.default: same(
         "aten.scaled_dot_product_attention.default", check=_no_dropout),
     **{op: Rule(_nothing) for op in FORWARDED},

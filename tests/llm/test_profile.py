@@ -1,5 +1,5 @@
 """A causal LM under the Android baseline profile (no 16- or 8-bit storage, docs/profiles.md): the
-same file, bf16 and bf16 with int4 weights, generates the unprofiled run's greedy tokens, its
+same file, fp16 and fp16 with int4 weights, generates the unprofiled run's greedy tokens, its
 weights on the device byte for byte as stored (read through 32-bit words) and its 16-bit
 activations held in fp32 (A doubles, W does not)."""
 from __future__ import annotations
@@ -42,8 +42,8 @@ def _generate(pte, profile: str | None, forced: list[int] | None = None) -> tupl
             steps = [program["decode"].run_numpy(np.array([[token]]), np.array([len(PROMPT) + i]))[0].reshape(-1)
                      for i, token in enumerate(forced or tokens)]
             cache = program.states[0]
-            assert program.state_spec(cache)[1] == "bfloat16"  # the file's dtype, however the device holds it
-            assert program.state(cache).dtype == torch.bfloat16
+            assert program.state_spec(cache)[1] == "float16"  # the file's dtype, however the device holds it
+            assert program.state(cache).dtype == torch.float16
             return tokens, program.memory, steps
     finally:
         dev.close()
@@ -51,18 +51,18 @@ def _generate(pte, profile: str | None, forced: list[int] | None = None) -> tupl
 
 @pytest.mark.parametrize("quantize", [None, "int4"])
 def test_llm_generates_the_unprofiled_tokens_under_the_baseline(tmp_path, folder, quantize):
-    """The profiled run computes in fp32 what the unprofiled one rounds to bf16 after each op, so a
-    step where bf16 ties two tokens may go either way: at every step, the profiled pick is one the
+    """The profiled run computes in fp32 what the unprofiled one rounds to fp16 after each op, so a
+    step where fp16 ties two tokens may go either way: at every step, the profiled pick is one the
     unprofiled logits rank within the two runs' difference of the best."""
     pte = tmp_path / "lm.pte"
-    hf.export_folder(folder, pte, max_seq_len=32, prefill_len=8, dtype="bf16", quantize=quantize)
+    hf.export_folder(folder, pte, max_seq_len=32, prefill_len=8, dtype="fp16", quantize=quantize)
     plain, plain_memory, plain_steps = _generate(pte, None)
     tokens, memory, steps = _generate(pte, BASELINE, forced=plain)
     assert tokens[0] == plain[0]
     for plain_logits, logits in zip(plain_steps, steps):
-        assert logits.dtype == plain_logits.dtype == np.float32  # bf16 logits, as numpy callers get them
+        assert logits.dtype == plain_logits.dtype == np.float32  # fp32 logits (hf.fp32_head)
         np.testing.assert_allclose(logits, plain_logits, atol=0.05 * float(np.abs(plain_logits).max()))
         difference = float(np.abs(logits - plain_logits).max())
         assert plain_logits[logits.argmax()] >= plain_logits.max() - 2 * difference
     assert memory.W == plain_memory.W  # weights as stored: no fp32 copy
-    assert plain_memory.A < memory.A <= 2 * plain_memory.A + dtypes.FLOAT32.itemsize * 64  # bf16 activations in fp32
+    assert plain_memory.A < memory.A <= 2 * plain_memory.A + dtypes.FLOAT32.itemsize * 64  # fp16 activations in fp32

@@ -1,0 +1,69 @@
+"""bf16 weights computed in fp32: what a bf16 language model exports as.
+
+bf16 keeps 8 bits of mantissa. Rounding every activation to it between ops moves a real model's
+logits by ~0.2 (SmolLM2-135M; docs/benchmarks.md, "Quality on real weights"), enough to swap its
+two top tokens, while a Vulkan device computes bf16 in fp32 anyway (its shaders widen the 16 bits
+with a shift). So the matrices (Linear, Embedding and transformers' Conv1D weights: nearly all the
+bytes) stay bf16, and every activation, cache and small tensor (norms, biases) is fp32. Each matrix
+is read through an exact `.float()` that the export does not compute (vkx.export.ops'
+WIDENED_READERS): the product and the gather read the bf16 bytes as stored.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.pytorch_utils import Conv1D
+
+
+class WideLinear(nn.Linear):
+    """nn.Linear with a bf16 weight and fp32 activations."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight.float(), self.bias)
+
+
+class WideEmbedding(nn.Embedding):
+    """nn.Embedding with a bf16 table giving fp32 rows."""
+
+    def forward(self, indices: torch.Tensor) -> torch.Tensor:
+        return F.embedding(indices, self.weight.float(), self.padding_idx, self.max_norm, self.norm_type,
+                           self.scale_grad_by_freq, self.sparse)
+
+
+class WideConv1D(Conv1D):
+    """transformers' Conv1D (GPT-2's projections, weight [in, out]) with a bf16 weight."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight.float())
+        return flat.view(*x.shape[:-1], self.nf)
+
+
+WIDE = {nn.Linear: WideLinear, nn.Embedding: WideEmbedding, Conv1D: WideConv1D}
+"""The modules whose weight stays bf16, by exact type (a subclass may compute otherwise: it goes fp32)."""
+
+
+def widen_bf16(module: nn.Module) -> None:
+    """In place: the weight of each WIDE module in bf16 and read as fp32; every other floating
+    parameter and buffer fp32. A tensor already in its dtype is kept (a checkpoint's bytes stay
+    referenced); a tied one is converted once."""
+    converted: dict[tuple[int, torch.dtype], torch.Tensor] = {}
+
+    def cast(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+        if t is None or not t.is_floating_point() or t.dtype == dtype:
+            return t
+        key = (id(t), dtype)
+        if key not in converted:
+            data = t.detach().to(dtype)
+            converted[key] = nn.Parameter(data, requires_grad=False) if isinstance(t, nn.Parameter) else data
+        return converted[key]
+
+    with torch.no_grad():
+        for m in module.modules():
+            wide = WIDE.get(type(m))
+            for name, t in m._parameters.items():
+                m._parameters[name] = cast(t, torch.bfloat16 if wide and name == "weight" else torch.float32)
+            for name, t in m._buffers.items():
+                m._buffers[name] = cast(t, torch.float32)
+            if wide:
+                m.__class__ = wide
