@@ -7,6 +7,9 @@ member starts at its offset 0, so every member's range lies inside its object by
 * every tensor an op reads was written before it: by an earlier op, or it is a graph input, a
   constant, a prepack output (written at load) or state;
 * every graph output is written (or is an input);
+* no op writes a constant, and a prepack output or state tensor only by the op that makes it (a
+  write into a weight would change it at every call; state changes only through its update ops,
+  each of which makes a tensor of its own);
 * two tensors of one object are never alive at the same op. A tensor lives from its first write
   (an input: before the first op) to its last read or write (an output: past the last op). An
   aliasing view (`liveness.view_sources`) and its source are the same bytes, so they may be.
@@ -40,10 +43,40 @@ def _op(graph: vk.VkGraph, index: int) -> str:
         "the graph's inputs" if index < 0 else "the graph's outputs"
 
 
+def _check_read_only(graph: vk.VkGraph, path: str | None) -> None:
+    """No op writes a constant; a prepack output or state tensor only its own op writes."""
+    maker: dict[int, int] = {}
+    for index, call in enumerate(graph.chain):
+        if call.name in DEDICATED and call.args:
+            for vid in activation_ids(graph, call.args[-1:]):
+                maker.setdefault(vid, index)
+    for index, call in enumerate(graph.chain):
+        for vid in _written(graph, call):
+            value = graph.values[vid]
+            if value.constant_id >= 0:
+                what = f"constant {value.constant_id}"
+            elif maker.get(vid, index) != index:
+                what = f"made by {_op(graph, maker[vid])}"
+            else:
+                continue
+            raise MemoryPlanError(f"vkgraph.chain[{index}]", f"{call.name} writes value {vid}, {what}: "
+                                  "weights are read-only and state changes only through its update ops", path)
+
+
+def _written(graph: vk.VkGraph, call: vk.OperatorCall) -> list[int]:
+    """The tensors (constants too) of `call`'s output argument; bad ids are skipped."""
+    if not call.args:
+        return []
+    out = graph.values[call.args[-1]] if 0 <= call.args[-1] < len(graph.values) else None
+    items = out.items if isinstance(out, vk.ValueList) else (call.args[-1],)
+    return [vid for vid in items if 0 <= vid < len(graph.values) and isinstance(graph.values[vid], vk.Tensor)]
+
+
 def check_memory_plan(graph: vk.VkGraph, path: str | None = None) -> None:
     """Raise MemoryPlanError (naming the tensors and ops) where the plan can give wrong answers.
 
     Value ids are assumed in range (validate checks them first; bad ids are skipped here)."""
+    _check_read_only(graph, path)
     end = len(graph.chain)
     # written at load (prepack) or declared before any call (state): written from the start
     at_load = {vid for call in graph.chain if call.name in (PREPACK, STATE) and call.args

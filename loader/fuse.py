@@ -5,6 +5,11 @@ A match replaces its ops only when its intermediates are read by nothing else (a
 outputs), and the fused step runs at the position of the match's last op, reading its inputs
 there: so no op between the match's first and last one may write into the memory object of an
 input (a plan may reuse an input's memory once the match's first op, its last reader, is done).
+For the same reason a plan may put what the match stores (a value read after it, or a graph output)
+in the memory object of a value the match reads, which the fused kernel reads while it writes: such
+a value gets a tensor of its own (`_own_tensors`), or, a graph output (whose memory is its io port),
+the match stays unfused. vkx.format.memplan proves the plan of the chain as written; this keeps it
+sound for the chain the loader runs.
 
 Patterns (the rotary embedding's, with its cache writes, and its tables': vkx.loader.fuse_rotary):
 - RMSNorm as transformers writes it, `w * to(x32 * rsqrt(mean(x32^2, -1) + eps))` with
@@ -29,14 +34,16 @@ Patterns (the rotary embedding's, with its cache writes, and its tables': vkx.lo
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Callable
 
 from vkx.format import vkgraph as g
+from vkx.format.liveness import DEDICATED
 from vkx.loader.chain import (CAST, MUL, Fused, OpChain, bindings, other_operand, safe, shares_memory,
                               touched_between)
-from vkx.loader.fuse_rotary import rotary, tables
+from vkx.loader.fuse_rotary import ROTARY, rotary, tables
 from vkx.loader.ops import OpBuilder, TensorArg
 from vkx.loader.ops.attention import attention
 from vkx.loader.ops.fused import linear_add
@@ -122,25 +129,6 @@ def _rms_norm(c: OpChain, r: int) -> tuple[list[int], list[int], Fused, _Norm] |
 _PRODUCTS = ("aten.linear.default", "vkx.linear_q.default")
 
 
-def _may_own(c: OpChain, x: int, z: int) -> bool:
-    """Whether a fused product's output `z` can be written where `_output` puts it: a plan may give
-    it its activations' memory (x's last reader was the product), which the fused step reads while
-    it writes; then `z` gets a tensor of its own, which a graph output cannot."""
-    return not (shares_memory(c, x, z) and z in c.outputs)
-
-
-def _output(c: OpChain, builder: OpBuilder, arg: Callable[[int], TensorArg], x: int, z: int) -> TensorArg:
-    """The tensor a fused product of `x` (an RMSNorm's input, where one is folded in) writes `z` into:
-    `z`'s own, or, where the plan put `z` in x's memory, a new tensor that `z` becomes (allocated
-    with the activations; one row, small)."""
-    out = arg(z)
-    if not shares_memory(c, x, z):
-        return out
-    own = builder.temp(out.shape, out.dtype)
-    builder.alias(z, own.vid)
-    return own
-
-
 def _residual_add(c: OpChain, a: int) -> tuple[list[int], list[int], Fused] | None:
     """`linear(x, W) + r` whose add is op `a`: one row of activations, no bias, r of the sum's shape,
     the product read by the add only."""
@@ -163,7 +151,7 @@ def _residual_add(c: OpChain, a: int) -> tuple[list[int], list[int], Fused] | No
         return None
     if tuple(rt.dims) != tuple(zt.dims) or tuple(yt.dims) != tuple(zt.dims) or r == x:
         return None
-    if math.prod(xt.dims) != xt.dims[-1] or not _may_own(c, x, z):
+    if math.prod(xt.dims) != xt.dims[-1]:
         return None
     inputs = [x, w, r]
     if linear_q:
@@ -171,11 +159,10 @@ def _residual_add(c: OpChain, a: int) -> tuple[list[int], list[int], Fused] | No
         inputs.insert(2, s)
 
         def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
-            linear_q_row(builder, arg(x), arg(w), arg(s), arg(r), _output(c, builder, arg, x, z), int(bits),
-                         int(group))
+            linear_q_row(builder, arg(x), arg(w), arg(s), arg(r), arg(z), int(bits), int(group))
     else:
         def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
-            linear_add(builder, arg(x), arg(w), arg(r), _output(c, builder, arg, x, z))
+            linear_add(builder, arg(x), arg(w), arg(r), arg(z))
 
     ops = sorted([p, a])
     return ops, inputs, Fused("linear_add", tuple(chain[i].node_id for i in ops), run)
@@ -240,15 +227,14 @@ def _float_weights(weights: list[_Weight]) -> list[int]:
     return [w.w for w in weights if w.scales is None]
 
 
-def _foldable(c: OpChain, norms: dict[int, _Norm], x: int, products: list[int], weights: list[_Weight],
-              outs: list[int]) -> _Norm | None:
+def _foldable(c: OpChain, norms: dict[int, _Norm], x: int, products: list[int],
+              weights: list[_Weight]) -> _Norm | None:
     """The RMSNorm whose output `x` is, where it folds into these products (matvec.comp's and
     matvec_q.comp's NORM): it has a weight, x is read by them alone and is no graph output (the fold
     writes no x), its input, its weight and the float weights are of one dtype (`_one_dtype`), and x's
-    input is intact until the products run and shares no memory with their outputs."""
+    input is intact until the products run."""
     norm = norms.get(x)
     if norm is None or norm.weight is None or x in c.outputs or sorted(c.readers.get(x, [])) != sorted(products) \
-            or any(shares_memory(c, norm.x, z) for z in outs) \
             or not _one_dtype(c, norm.x, [norm.weight, *_float_weights(weights)]):
         return None
     return norm if safe(c, [*norm.ops, *products], [norm.x, norm.weight]) else None
@@ -263,7 +249,7 @@ def _norm_product(c: OpChain, i: int, norms: dict[int, _Norm],
         return None
     x, w = found
     z = c.graph.chain[i].args[-1]
-    norm = _foldable(c, norms, x, [i], [w], [z])
+    norm = _foldable(c, norms, x, [i], [w])
     wt, zt = c.tensor(w.w), c.tensor(z)
     if norm is None or zt is None or c.tensor(x).dims[-1] % 8 or math.prod(zt.dims) != wt.dims[0] \
             or -(-wt.dims[0] // MAX_MATVEC_ROWS) > MAX_GROUPS \
@@ -300,22 +286,21 @@ def _swiglu(c: OpChain, m: int, norms: dict[int, _Norm],
     xt, wgt, wut, zt = c.tensor(x), c.tensor(wg.w), c.tensor(wu.w), c.tensor(z)
     if zt is None or tuple(wgt.dims) != tuple(wut.dims) or wg.packing(c) != wu.packing(c):
         return None
-    if xt.dims[-1] % 8 or math.prod(zt.dims) != wgt.dims[0] or not _may_own(c, x, z) \
+    if xt.dims[-1] % 8 or math.prod(zt.dims) != wgt.dims[0] \
             or any(t.nbytes > max_binding_bytes for t in (xt, wgt, wut, zt)):
         return None
 
-    norm = _foldable(c, norms, x, [gate[0], up[0]], [wg, wu], [z])
+    norm = _foldable(c, norms, x, [gate[0], up[0]], [wg, wu])
     read = x if norm is None else norm.x
     if wg.scales is None and not _one_dtype(c, read, [wg.w, wu.w]):
         return None
 
     def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
-        out = _output(c, builder, arg, read, z)
         fold = None if norm is None else RowNorm(arg(norm.weight), norm.eps)
         if wg.scales is None:
-            matvec_glu(builder, arg(read), arg(wg.w), arg(wu.w), out, fold)
+            matvec_glu(builder, arg(read), arg(wg.w), arg(wu.w), arg(z), fold)
         else:
-            swiglu_q_row(builder, arg(read), wg.args(arg), wu.args(arg), out, wg.bits, wg.group, fold)
+            swiglu_q_row(builder, arg(read), wg.args(arg), wu.args(arg), arg(z), wg.bits, wg.group, fold)
 
     ops = sorted([gate[0], act, up[0], m, *(norm.ops if norm else ())])
     inputs = [x] if norm is None else [norm.x, norm.weight]
@@ -341,7 +326,7 @@ def _products(c: OpChain, i: int, norms: dict[int, _Norm],
         return None
     outs = [chain[r].args[-1] for r in readers]
     tensors = [c.tensor(t) for w in weights for t in (w[1].w, w[1].scales) if t is not None]
-    if any(c.tensor(z) is None or math.prod(c.tensor(z).dims) != c.tensor(w.w).dims[0] or not _may_own(c, x, z)
+    if any(c.tensor(z) is None or math.prod(c.tensor(z).dims) != c.tensor(w.w).dims[0]
            for z, (_, w) in zip(outs, weights)) or c.tensor(x).dims[-1] % 8 \
             or any(t.nbytes > max_binding_bytes for t in tensors + [c.tensor(t) for t in [x, *outs]]):
         return None
@@ -352,13 +337,13 @@ def _products(c: OpChain, i: int, norms: dict[int, _Norm],
     if any(touched_between(c, i, r, z, readers) for r, z in zip(readers[1:], outs[1:])):
         return None
     kernel = [w for _, w in weights]
-    norm = _foldable(c, norms, x, readers, kernel, outs)
+    norm = _foldable(c, norms, x, readers, kernel)
     read = x if norm is None else norm.x
     if first.scales is None and not _one_dtype(c, read, [w.w for w in kernel]):
         return None
 
     def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
-        stores = [_output(c, builder, arg, read, z) for z in outs]
+        stores = [arg(z) for z in outs]
         fold = None if norm is None else RowNorm(arg(norm.weight), norm.eps)
         if first.scales is None:
             matvec_products(builder, arg(read), [w.args(arg) for w in kernel], stores, fold)
@@ -422,10 +407,6 @@ def _grouped_attention(c: OpChain, i: int) -> tuple[list[int], list[int], Fused]
     qt, ot = c.tensor(q), c.tensor(out)
     if qt is None or ot is None or len(qt.dims) != 4 or qt.dims[1] != c.tensor(k).dims[1]:
         return None
-    # the attention kernels read their inputs while they write: a plan may have given the output the
-    # memory of an input whose last reader, as planned, was one of the ops fused away
-    if any(shares_memory(c, x, out) for x in (q, uk, uv, mask)):
-        return None
     node = chain[i].node_id
 
     def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
@@ -437,6 +418,49 @@ def _grouped_attention(c: OpChain, i: int) -> tuple[list[int], list[int], Fused]
     ops = sorted(k_ops + v_ops + [i])
     inputs = [q, uk, uv] + ([mask] if mask_t is not None else [])
     return ops, inputs, Fused("grouped attention", tuple(chain[j].node_id for j in ops), run)
+
+
+def _own_memory(c: OpChain, vid: int) -> bool:
+    """Whether `vid` has memory of its own whatever its `mem_obj_id` (a weight, state: `DEDICATED`)."""
+    i = c.writer.get(vid)
+    return c.is_weight(vid) or (i is not None and c.graph.chain[i].name in DEDICATED)
+
+
+_IN_PLACE = frozenset({"rms_norm", ROTARY})
+"""Steps whose kernel stores each element from the invocation that reads each input's element at the
+same place, after it reads it (shaders/rms_norm.comp: after the row's sum): an input of the output's
+element count and size (no broadcast) may be the output's memory."""
+
+
+def _stored_over_reads(c: OpChain, ops: list[int], in_place: bool) -> set[int]:
+    """What the match's kernel stores (a value its ops write that is read after it or is a graph
+    output) in the memory object of a value it reads from outside the match; with `in_place`
+    (`_IN_PLACE`), not over a value of its element count and size."""
+    chain, inside = c.graph.chain, set(ops)
+    written = {v for i in ops for v in c.items(chain[i].args[-1])}
+    read = {v for i in ops for a in chain[i].args[:-1] for v in c.items(a)
+            if v not in written and c.tensor(v) is not None and not _own_memory(c, v)}
+    stored = {v for v in written if c.tensor(v) is not None and not _own_memory(c, v)
+              and (v in c.outputs or any(r not in inside for r in c.readers.get(v, [])))}
+    def same_places(x: int, z: int) -> bool:
+        xt, zt = c.tensor(x), c.tensor(z)
+        return in_place and xt.numel == zt.numel and xt.dtype.itemsize == zt.dtype.itemsize
+
+    return {z for z in stored if any(shares_memory(c, x, z) and not same_places(x, z) for x in read)}
+
+
+def _own_tensors(step: Fused, vids: set[int]) -> Fused:
+    """`step`, each of `vids` first given a tensor of its own (allocated with the activations)."""
+    if not vids:
+        return step
+
+    def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
+        for vid in sorted(vids):
+            t = arg(vid)
+            builder.alias(vid, builder.temp(t.shape, t.dtype).vid)
+        step.run(builder, arg)
+
+    return dataclasses.replace(step, run=run)
 
 
 def fuse(graph: g.VkGraph, max_binding_bytes: int, max_bindings: int) -> list:
@@ -483,8 +507,10 @@ def fuse(graph: g.VkGraph, max_binding_bytes: int, max_bindings: int) -> list:
         ops, inputs, step = found
         folded = [n for n in norms.values() if set(n.ops) <= set(ops)]
         own = set(ops).difference(*(n.ops for n in folded))
-        if taken.intersection(own) or not (step.first or safe(c, ops, inputs)):
+        clashes = _stored_over_reads(c, ops, step.name in _IN_PLACE)
+        if taken.intersection(own) or not (step.first or safe(c, ops, inputs)) or clashes & c.outputs:
             continue
+        step = _own_tensors(step, clashes)
         for n in folded:  # the norm's own step goes: the products do its work
             del at[n.ops[-1]], norms[n.y]
         taken.update(ops)

@@ -19,9 +19,14 @@ from dataclasses import dataclass
 from typing import Callable
 
 from vkx.format import dtypes, vkgraph as g
-from vkx.loader.chain import CAST, MUL, Fused, OpChain, shares_memory, touched_between
+from vkx.loader.chain import CAST, MUL, Fused, OpChain, touched_between
 from vkx.loader.ops import OpBuilder, TensorArg
 from vkx.loader.ops.fused import rotary_tables, rotate_half
+
+
+ROTARY = "rotary"
+"""The name of one rotation's step (no cache write beside it): each pair of y is stored by the
+invocation that reads the pair of x, cos and sin at its place (shaders/fused_rotary.comp)."""
 
 
 def _slice_of(c: OpChain, vid: int, src: int, start: int, length: int) -> int | None:
@@ -114,7 +119,7 @@ def rotary(c: OpChain, a: int, max_binding_bytes: int) -> tuple[list[int], list[
         inputs += [chain[k.write].args[0], chain[k.write].args[2]]
     if v is not None:
         inputs += [chain[v].args[0], chain[v].args[3]]
-    name = "rotary" if k is None else "rotary and cache write" if q is None else \
+    name = ROTARY if k is None else "rotary and cache write" if q is None else \
         "q and k rotaries, k's cache write" if v is None else "q and k rotaries, k and v cache writes"
     return ops, inputs, Fused(name, tuple(chain[i].node_id for i in ops), run)
 
@@ -262,9 +267,8 @@ def tables(c: OpChain, i: int, max_binding_bytes: int) -> tuple[list[int], list[
     if (tuple(ct.dims), ct.datatype) != (tuple(st.dims), st.datatype) or tuple(ct.dims) != tuple(et.dims) \
             or not dtypes.of(ct.datatype).is_float or max(t.nbytes for t in (ct, et)) > max_binding_bytes:
         return None
-    for y in (cos, sin):  # written at the last op's place: read only after it, its memory not the positions'
-        if min(c.readers.get(y, [last + 1])) <= last or shares_memory(c, pos, y) \
-                or touched_between(c, c.writer[y], last, y, ops):
+    for y in (cos, sin):  # written at the last op's place: read only after it
+        if min(c.readers.get(y, [last + 1])) <= last or touched_between(c, c.writer[y], last, y, ops):
             return None
 
     def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:

@@ -1,7 +1,8 @@
 """`Method`: one loaded graph (a method of a program) you can call with numpy arrays or torch tensors.
 
 Inputs are checked (count, shape, dtype: the dtype each input was exported with;
-int64 is also taken for int32 inputs), written into host-visible io buffers, the
+int64 is also taken for int32 inputs; the elements of an input that indexes memory, a token id or
+a cache position, in range: vkx.format.indexing.index_ranges), written into host-visible io buffers, the
 pre-recorded command buffer is replayed, and outputs come back in the dtype
 the graph declares: torch tensors when any input was one, else numpy arrays (torch
 is not needed to run). One output gives one value; several give a tuple. Inputs
@@ -22,6 +23,7 @@ from typing import Callable
 import numpy as np
 
 from vkx.format import dtypes, vkgraph as g
+from vkx.format.indexing import IndexRange, index_ranges
 from vkx.loader.errors import InputError, LoadError
 from vkx.loader.ports import Port, bf16_bits, bf16_values, host_array
 from vkx.loader.report import MemoryReport
@@ -113,6 +115,8 @@ class Method(Closes):
         self._greedy: tuple | None = None
         """(steps, view of the [count, tokens...] readback buffer) of that recording, once made."""
         self._in = [Port(t, io) for io, t in io_in]
+        self._ranges: list[IndexRange] = index_ranges(graph)
+        """What the elements of the inputs that index memory must lie in, checked on the host each call."""
         self._out = [Port(t, io) for t, io in io_out]
         self.closed = False
         """True once `close()` has released the device memory."""
@@ -169,7 +173,17 @@ class Method(Closes):
             if a.shape != p.shape or not p.takes(a, bits):
                 self._refuse(len(given), a, bits)
             given.append((p, a, bits))
+        for r in self._ranges:
+            self._in_range(r, given[r.input][1])
         return given, from_torch
+
+    def _in_range(self, r: IndexRange, a: np.ndarray) -> None:
+        """InputError naming the first element of `a` (input `r.input`) outside `r`."""
+        if a.size and not (r.low <= a.min() and a.max() < r.high):
+            bad = a[(a < r.low) | (a >= r.high)].flat[0]
+            p = self._in[r.input]
+            label = f"input {r.input}" if p.name is None else f"input {r.input} ({p.name})"
+            raise InputError(f"{label}: {r.refusal(int(bad))}")
 
     def _refuse(self, i: int, a: np.ndarray, bits: bool) -> None:
         p = self._in[i]
@@ -279,6 +293,10 @@ class Method(Closes):
         if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)):
             raise InputError(f"greedy steps must be an int, not {type(steps).__name__}")
         given = self._inputs(self._arguments((input_ids, cache_position), {}))[0]
+        last = given[1][1].astype(np.int64) + max(int(steps) - 1, 0)  # the position the last step writes
+        for r in self._ranges:
+            if r.input == 1:
+                self._in_range(r, last)
         return self._execute(given, torch_out=False, steps=int(steps))[0]
 
     def __call__(self, *inputs, **named):

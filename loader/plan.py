@@ -246,7 +246,12 @@ class PlanMethod(Closes):
     def _step(self, values: list, ci: int, pc: int, ins: Instruction) -> int:
         """Run one instruction; returns the index of the next."""
         if ins.kind == "KernelCall":
-            self._kernels[ci, pc](values)
+            kernel = self._kernels[ci, pc]
+            try:
+                kernel(values)
+            except IndexError as error:  # torch's refusal of an index outside its tensor (an input's)
+                raise InputError(f"execution_plan[{PLAN}].chains[{ci}].instructions[{pc}] ({kernel.name}): "
+                                 f"{error}") from None
         elif ins.kind == "DelegateCall":
             delegate = self.delegates[ins.index]
             n = len(delegate.input_specs)

@@ -8,7 +8,7 @@ import torch
 from vkx.format import vkgraph as g
 from vkx.format.opset import check_graph
 from vkx.loader import load_graph
-from vkx.loader.errors import BadProgramError
+from vkx.loader.errors import BadProgramError, InputError
 
 DATATYPES = {torch.float32: g.DataType.FLOAT32, torch.float16: g.DataType.FLOAT16,
              torch.int32: g.DataType.INT32, torch.int8: g.DataType.INT8}
@@ -68,14 +68,17 @@ def test_index_copy_into_state(dtype, shape, dim):
         assert torch.equal(program.state("cache"), torch.zeros(shape, dtype=dtype))
 
 
-def test_positions_outside_the_state_write_nothing():
+def test_positions_outside_the_state_are_refused_and_write_nothing():
+    """The call checks the positions on the host (vkx.format.indexing); the state is untouched."""
     graph = state_graph("vkx.index_copy.default", (4, 3), torch.float32, 0, 2)
     with load_graph(graph) as program:
         source = torch.ones(2, 3)
-        got = program(torch.tensor([-1, 4], dtype=torch.int32), source)
-        assert torch.equal(got, torch.zeros(4, 3))
-        got = program(torch.tensor([3, 7], dtype=torch.int32), source)
-        assert torch.equal(got, torch.tensor([[0.0] * 3] * 3 + [[1.0] * 3]))
+        for positions in ([-1, 4], [3, 7]):
+            with pytest.raises(InputError, match="is outside the cache"):
+                program(torch.tensor(positions, dtype=torch.int32), source)
+        assert torch.equal(program.state("cache"), torch.zeros(4, 3))
+        got = program(torch.tensor([3, 0], dtype=torch.int32), source)
+        assert torch.equal(got, torch.tensor([[1.0] * 3] + [[0.0] * 3] * 2 + [[1.0] * 3]))
 
 
 def test_copy_into_state_with_an_initial_constant():
