@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-SYSTEM_PACKAGES := libvulkan1 mesa-vulkan-drivers glslc vulkan-validationlayers
+SYSTEM_PACKAGES := libvulkan1 mesa-vulkan-drivers glslc vulkan-validationlayers python3-venv
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 .PHONY: demo test test-profile wheel-test device-wheels profiles schemas shaders system-packages clean
@@ -74,13 +74,15 @@ schemas: $(VENV)/.installed
 	$(PY) -m vkx.format._regen
 
 # Every shader variant the op builders declare, compiled into the package data the runtime loads
-# (the wheel's build does the same: setup.py). Rebuilt when a shader or a builder changes.
+# (the wheel's build does the same: setup.py). Rebuilt when a shader or a builder changes, only the
+# changed shaders' variants; the first build takes minutes and says how far it is every few seconds.
 shaders: system-packages $(VENV)/.installed shaders/spirv.zip
 
 shaders/spirv.zip: $(wildcard shaders/*.comp shaders/*.glslh loader/ops/*.py) loader/spirv.py $(VENV)/.installed
 	$(PY) -m vkx.loader.spirv $@ --if-stale
 
-# Debian packages: the Vulkan loader, lavapipe (the CPU device), glslc, validation layers.
+# Debian packages: the Vulkan loader, lavapipe (the CPU device), glslc, validation layers, and the venv
+# module, which Debian's python3 lacks without python3-venv.
 system-packages:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -89,7 +91,9 @@ system-packages:
 	fi
 
 # torch is pinned first: a CPU build of 2.13.0 is on disk, an unpinned torch pulls a CUDA build.
+# pip is quiet (-q): one line says what the minutes of silence are.
 $(VENV)/.installed: pyproject.toml
+	@echo "installing into $(VENV): torch==2.13.0, then vkx in editable mode with its test extra"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'

@@ -1,6 +1,7 @@
 """The wheel tested as users get it (issue 23): built from this clone, installed into a fresh venv
-without torch, with no glslc on PATH and an empty cache folder, where `vkx inspect`, `validate`,
-`run`, `generate` and a `vkx.load()` script run on files the dev venv exported; then `vkx[export]`
+without torch (with the tokenizer extra, as the README installs the runtime), with no glslc on PATH
+and an empty cache folder, where `vkx inspect`, `validate`, `run`, `generate` (token ids, and a
+prompt with a tokenizer) and a `vkx.load()` script run on files the dev venv exported; then `vkx[export]`
 in another fresh venv exports a model; and the sdist builds.
 
 Run by `make wheel-test` (the dev venv's Python orchestrates; nothing here imports vkx). Each step
@@ -56,14 +57,17 @@ root, files = (Path(a) for a in sys.argv[1:3])
 sys.path[:0] = [str(root), str(files)]
 from mlp import get_model
 from tests.llm.families import write_folder
+from tests.llm.test_cli import write_tokenizer
 module, (x,) = get_model()
 with torch.no_grad():
     want = module.eval()(x)
 np.save(files / "x.npy", x.numpy())
 np.save(files / "want.npy", want.numpy())
 write_folder(files / "llama", "llama", weights=True)
+write_tokenizer(files / "llama" / "tokenizer.json")
 '''
-"""torch's output of examples/mlp.py for its example input, and a tiny Llama checkpoint (tests/llm)."""
+"""torch's output of examples/mlp.py for its example input, and a tiny Llama checkpoint with its tokenizer
+(tests/llm)."""
 
 
 class Steps:
@@ -157,10 +161,11 @@ def main() -> int:
             return finish(steps, began)
         wheel = wheels[0]
 
-        # the runtime: a fresh venv, no torch, no glslc, an empty cache
+        # the runtime as the README installs it (the tokenizer extra): a fresh venv, no torch, no glslc, an empty cache
         run_venv, run_cache = work / "run-venv", work / "run-home" / "cache"
         run_cache.mkdir(parents=True)
-        steps.run("runtime venv: pip install the wheel", make_venv(run_venv, [wheel]))
+        steps.run("runtime venv: pip install the wheel with its tokenizer extra",
+                  make_venv(run_venv, [f"{wheel}[tokenizer]"]))
         env = user_env(run_venv, run_cache)
         vkx = run_venv / "bin" / "vkx"
         steps.run("runtime venv: no torch, no glslc", [run_venv / "bin" / "python", "-c",
@@ -174,6 +179,10 @@ def main() -> int:
         steps.run("runtime venv: vkx generate", [vkx, "generate", files / "lm.pte", "--prompt-ids", PROMPT_IDS,
                                                  "--max-new-tokens", "4", "--json"], env=env, cwd=work,
                   check=lambda done: None if len(json.loads(done.stdout)["tokens"]) >= 1 else done.stdout)
+        steps.run("runtime venv: vkx generate --prompt --tokenizer",
+                  [vkx, "generate", files / "lm.pte", "--prompt", "w3 w14 w15", "--tokenizer",
+                   files / "llama" / "tokenizer.json", "--max-new-tokens", "4"], env=env, cwd=work,
+                  check=lambda done: None if done.stdout.strip() else "no text")
         steps.run("runtime venv: vkx.load() matches torch", [run_venv / "bin" / "python", "-c", LOAD,
                   files / "mlp.pte", files / "x.npy", files / "want.npy"], env=env, cwd=work)
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from vkx.format import ConstantPayload, IOSpec, ScalarType, describe, validate, write_program
 from vkx.format import vkgraph as vk
+from vkx.format.errors import VkxError
 
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -31,19 +32,45 @@ def parse_size(s: str) -> int:
     return int(float(s[:-1]) * UNITS[s[-1].upper()]) if s[-1].upper() in UNITS else int(s)
 
 
+def size_list(text: str) -> list[int]:
+    """An argparse type: comma-separated sizes (64M, 1G, 4096)."""
+    try:
+        sizes = [parse_size(s) for s in text.split(",")]
+    except (ValueError, IndexError, OverflowError):
+        sizes = []
+    if not sizes or min(sizes) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: not sizes such as 64M,1G")
+    return sizes
+
+
+def positive(text: str) -> int:
+    """An argparse type: a whole number above 0."""
+    if not text.isdigit() or int(text) == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number above 0")
+    return int(text)
+
+
+def folder(text: str) -> str:
+    """An argparse type: an existing folder."""
+    if not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text}: no such folder")
+    return text
+
+
 def make(path: Path, total: int, n: int) -> None:
     each = total // n // 4 * 4
     zeros = memoryview(bytes(each))
+    # each add broadcasts a constant over an activation of its width: a graph the validator accepts
     act = dict(storage_type=vk.StorageType.TEXTURE_3D, memory_layout=vk.MemoryLayout.TENSOR_WIDTH_PACKED)
-    values: list[vk.Value] = [vk.Tensor(vk.DataType.FLOAT32, (1, 256), mem_obj_id=0, **act)]
+    values: list[vk.Value] = [vk.Tensor(vk.DataType.FLOAT32, (1, each // 4), mem_obj_id=0, **act)]
     chain = []
     for i in range(n):
         values.append(vk.Tensor(vk.DataType.FLOAT32, (each // 4,), constant_id=i))
-        values.append(vk.Tensor(vk.DataType.FLOAT32, (1, 256), mem_obj_id=(i + 1) % 2, **act))
+        values.append(vk.Tensor(vk.DataType.FLOAT32, (1, each // 4), mem_obj_id=(i + 1) % 2, **act))
         chain.append(vk.OperatorCall(i, "aten.add.Tensor", (len(values) - 3 if i else 0, len(values) - 2, len(values) - 1)))
     graph = vk.VkGraph(values=values, chain=chain, input_ids=[0], output_ids=[len(values) - 1])
     payloads = [ConstantPayload(f"w{i}", each, lambda: zeros) for i in range(n)]
-    io = [IOSpec(ScalarType.FLOAT, (1, 256))]
+    io = [IOSpec(ScalarType.FLOAT, (1, each // 4))]
     write_program(path, graph, payloads, io, io)
 
 
@@ -93,26 +120,36 @@ def measure(path: Path, fn) -> tuple[float, int, int, float]:
     return cold, got, res, warm
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="64M,1G")
-    ap.add_argument("--constants", type=int, default=64)
-    ap.add_argument("--dir", default=None)
-    args = ap.parse_args()
-    sizes = [parse_size(s) for s in args.sizes.split(",")]
-    with tempfile.TemporaryDirectory(dir=args.dir) as d:
+def measure_all(sizes: list[int], constants: int, directory: str | None) -> list[tuple]:
+    """A row per file size and call: (file bytes, call, write seconds, *measure())."""
+    with tempfile.TemporaryDirectory(dir=directory) as d:
         warmup = Path(d) / "warmup.pte"
-        make(warmup, 1 << 20, args.constants)
+        make(warmup, max(1 << 20, 4 * constants), constants)
         describe(warmup), validate(warmup)  # imports and first-call costs out of the way
         rows = []
         for size in sizes:
             path = Path(d) / f"m{size}.pte"
             t = time.perf_counter()
-            make(path, size, args.constants)
+            make(path, size, constants)
             made = time.perf_counter() - t
             for name, fn in (("describe", describe), ("validate", validate)):
                 rows.append((path.stat().st_size, name, made, *measure(path, fn)))
             path.unlink()
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=size_list, default="64M,1G")
+    ap.add_argument("--constants", type=positive, default=64)
+    ap.add_argument("--dir", type=folder, default=None)
+    args = ap.parse_args()
+    if min(args.sizes) < 4 * args.constants:  # a float a constant
+        ap.error(f"--sizes: {min(args.sizes):,} bytes cannot hold {args.constants} constants of 4 bytes")
+    try:
+        rows = measure_all(args.sizes, args.constants, args.dir)
+    except (VkxError, OSError) as error:  # a file the validator refuses, a full disk: one line
+        ap.exit(2, f"{ap.prog}: error: {error}\n")
     print(f"{'file':>12} {'call':>9} {'write s':>8} {'cold ms':>8} {'warm ms':>8} {'read from disk':>15} {'resident':>10}")
     for size, name, made, cold, got, res, warm in rows:
         print(f"{size:>12,} {name:>9} {made:>8.2f} {cold * 1e3:>8.1f} {warm * 1e3:>8.1f} {got:>15,} {res:>10,}")

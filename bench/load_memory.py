@@ -239,6 +239,51 @@ def plot(rows: list[dict], path: Path) -> None:
     print(f"wrote {path}")
 
 
+def positive(text: str) -> int:
+    """An argparse type: a whole number above 0."""
+    if not text.isdigit() or int(text) == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number above 0")
+    return int(text)
+
+
+def dtype_list(text: str) -> list[str]:
+    """An argparse type: comma-separated export dtypes."""
+    from vkx.format.dtypes import DTYPE_CHOICES
+
+    names = text.split(",")
+    unknown = [n for n in names if n not in DTYPE_CHOICES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"{', '.join(unknown)}: not one of {', '.join(DTYPE_CHOICES)}")
+    return names
+
+
+def check_outputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse an output that cannot be written before minutes of work, not after (one line); make
+    the folders the outputs go in."""
+    folders = [("--out", args.out)] if args.out else []
+    for option, path in (("--plot", args.plot), ("--json", args.json)):
+        if path is None:
+            continue
+        if path.is_dir():
+            parser.error(f"{option} {path}: a folder, not a file")
+        folders.append((option, path.parent))
+    if args.plot:
+        try:
+            from matplotlib.backend_bases import FigureCanvasBase
+        except ImportError:
+            parser.error("--plot needs matplotlib: pip install matplotlib")
+        formats = FigureCanvasBase.get_supported_filetypes()
+        if args.plot.suffix[1:].lower() not in formats:
+            parser.error(f"--plot {args.plot}: not a file type matplotlib writes ({', '.join(sorted(formats))})")
+    for option, folder in folders:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            parser.error(f"{option}: cannot make the folder {folder}: {error.strerror}")
+        if not os.access(folder, os.W_OK):
+            parser.error(f"{option}: the folder {folder} is not writable")
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         path, external, schedule, upload, nbytes = sys.argv[2:7]
@@ -247,11 +292,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plot", type=Path, help="write the memory timeline PNG here")
     parser.add_argument("--out", type=Path, help="folder for the exported files (default: a temporary one)")
-    parser.add_argument("--width", type=int, default=4096, help="layer width; 4096 gives W = 1 GiB")
+    parser.add_argument("--width", type=positive, default=4096, help="layer width; 4096 gives W = 1 GiB")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
-    parser.add_argument("--dtypes", default="fp32", help="comma-separated: fp32,fp16,bf16 (default fp32)")
+    parser.add_argument("--dtypes", type=dtype_list, default="fp32",
+                        help="comma-separated: fp32,fp16,bf16 (default fp32)")
     args = parser.parse_args()
-    dtypes = args.dtypes.split(",")
+    dtypes = args.dtypes
+    check_outputs(parser, args)
 
     with tempfile.TemporaryDirectory(dir=args.out) as tmp:
         files = export_all(Path(tmp), args.width, dtypes)

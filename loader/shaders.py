@@ -4,7 +4,7 @@ The SPIR-V of a variant (a shader and its defines) comes from the archive built 
 (vkx.loader.spirv; `make shaders` in a checkout): the installed runtime runs no compiler. Shaders
 in development folders (VKX_SHADER_PATH, `add_shader_dir`) are compiled with glslc instead, cached
 by content hash under $XDG_CACHE_HOME/vkx/spirv (or ~/.cache/vkx/spirv), and so is a checkout's
-shader before `make shaders` (docs/architecture.md, "Shader variants").
+shader before `make shaders`, which stderr says once (docs/architecture.md, "Shader variants").
 Pipelines are created once per process per device and cached on it; the driver's
 compiled code is kept between processes by vkx.loader.pipeline_cache, and creating
 pipelines that are not in it is announced on stderr (it happens at load, once).
@@ -123,24 +123,38 @@ def compile_spirv(name: str, defines: Mapping[str, Union[str, int]] | None = Non
     defines = dict(defines or {})
     if _prebuilt.holds(name) and not any((root / f"{name}.comp").is_file() for root in development_dirs()):
         return _prebuilt.get(name, defines)
-    root = next((r for r in development_dirs() if (r / f"{name}.comp").is_file()), packaged_dir())
+    development = next((r for r in development_dirs() if (r / f"{name}.comp").is_file()), None)
+    root = development or packaged_dir()
     if not (root / f"{name}.comp").is_file():
         raise ShaderError(f"shader {name!r} not found (no shaders/{name}.comp)")
     if not spirv.is_declared(name, defines):
         variant = spirv.variant_text(defines).replace("\n", " ") or "no defines"
         raise VariantNotBuiltError(f"shader {name}: variant not declared ({variant}); its builder must "
                                    "declare it (docs/architecture.md, 'Shader variants')")
-    return _compiled(root, name, defines)
+    return _compiled(root, name, defines, packaged=development is None)
 
 
-def _compiled(root: Path, name: str, defines: spirv.Defines) -> bytes:
-    """glslc's SPIR-V of root/<name>.comp, from the cache when possible."""
+_said_no_archive = False
+
+
+def _no_archive(name: str) -> str:
+    """Why the package's own shader is compiled here: a checkout before `make shaders`."""
+    if _prebuilt.path.is_file():
+        return f"{_prebuilt.path} has no {name}.comp (built before it was added)"
+    return f"no shader archive ({_prebuilt.path})"
+
+
+def _compiled(root: Path, name: str, defines: spirv.Defines, packaged: bool) -> bytes:
+    """glslc's SPIR-V of root/<name>.comp, from the cache when possible; `packaged`: a shader of the
+    package, which its archive did not give."""
     text = spirv.variant_text(defines)
     key = hashlib.sha256(f"{spirv.source_digest(root, name)}\n{text}".encode()).hexdigest()
     version = glslc_version()
     if version is None:  # no compiler here: SPIR-V built elsewhere from the same source will do
         for cached in sorted(cache_dir().glob(f"{name}-{key[:32]}-*.spv")):
             return cached.read_bytes()
+        if packaged:
+            raise ShaderError(f"{_no_archive(name)} and no glslc: `make shaders` builds it")
         raise ShaderError(f"glslc is not available and no cached SPIR-V for {name}.comp "
                           f"{text.replace(chr(10), ' ')} in {cache_dir()}")
     cached = cache_dir() / f"{name}-{key[:32]}-{hashlib.sha256(version.encode()).hexdigest()[:8]}.spv"
@@ -148,6 +162,11 @@ def _compiled(root: Path, name: str, defines: spirv.Defines) -> bytes:
         return cached.read_bytes()
     except OSError:
         pass
+    global _said_no_archive
+    if packaged and not _said_no_archive:  # once: it makes this load slower, not wrong
+        _said_no_archive = True
+        print(f"vkx: {_no_archive(name)}: glslc compiles the shaders at load, once each "
+              "(`make shaders` builds the archive)", file=sys.stderr)
     code = spirv.glslc(root / f"{name}.comp", defines)
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ import argparse
 import hashlib
 import json
 import os
+import queue
 import re
 import subprocess
 import sys
@@ -36,6 +37,8 @@ HEADERS = (".glslh",)
 INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
 GLSLC_ARGS = ("-fshader-stage=compute", "--target-env=vulkan1.1", "-O")
 """SPIR-V 1.3, which every Vulkan 1.1 device accepts: every shader builds for it."""
+PROGRESS_SECONDS = 3.0
+"""The longest a build is silent: the whole archive takes minutes (15 on a busy 2-core machine)."""
 
 
 
@@ -122,11 +125,67 @@ def _reusable(out: Path, digests: Mapping[str, str]) -> dict[str, bytes]:
         return {}
 
 
+class _Progress:
+    """How far a build is, on stderr: at each tenth of the variants and PROGRESS_SECONDS after the
+    last report; rewritten in place on a terminal, a line each in a log."""
+
+    def __init__(self, total: int):
+        self.total, self.step = total, max(1, total // 10)
+        self.began = self.last = time.perf_counter()
+        self.in_place = sys.stderr.isatty()
+        self.open = False
+        """Whether the terminal's line is not ended yet."""
+
+    def due(self) -> float:
+        """Seconds until the next report is due."""
+        return max(0.0, self.last + PROGRESS_SECONDS - time.perf_counter())
+
+    def report(self, done: int) -> None:
+        self.last = time.perf_counter()
+        seconds = self.last - self.began
+        text = f"vkx: compiled {done:,} of {self.total:,} shader variants ({seconds:.0f} s"
+        if 0 < done < self.total:
+            left = seconds / done * (self.total - done)
+            text += f", about {left / 60:.0f} min left" if left >= 120 else f", about {left:.0f} s left"
+        self.open = self.in_place and done < self.total
+        print(f"\r{text})\x1b[K" if self.in_place else f"{text})", end="" if self.open else "\n",
+              file=sys.stderr, flush=True)
+
+
+def _compile(root: Path, todo: list[tuple[str, dict]], jobs: int | None, progress: bool) -> dict[str, bytes]:
+    """glslc's SPIR-V of each (shader, defines) of `todo`, by entry name, `jobs` at a time (default:
+    a CPU each); `progress`: how far it is (_Progress). The first failure cancels the compiles not begun."""
+    finished: queue.SimpleQueue = queue.SimpleQueue()
+    compiled: dict[str, bytes] = {}
+    shown = _Progress(len(todo)) if progress and todo else None
+    with ThreadPoolExecutor(jobs or os.cpu_count() or 1) as pool:
+        try:
+            for shader, defines in todo:
+                pool.submit(glslc, root / f"{shader}.comp", defines).add_done_callback(
+                    lambda future, name=entry_name(shader, defines): finished.put((name, future)))
+            for done in range(1, len(todo) + 1):
+                while True:  # a report every PROGRESS_SECONDS while none finishes
+                    try:
+                        name, future = finished.get(timeout=shown.due() if shown else None)
+                        break
+                    except queue.Empty:
+                        shown.report(done - 1)
+                compiled[name] = future.result()
+                if shown and (done % shown.step == 0 or done == len(todo) or shown.due() == 0):
+                    shown.report(done)
+        except BaseException:
+            pool.shutdown(cancel_futures=True)
+            if shown and shown.open:
+                print(file=sys.stderr)  # the error on a line of its own
+            raise
+    return compiled
+
+
 def build(root: Path, out: Path, variants: Mapping[str, list[Defines]], jobs: int | None = None,
           progress: bool = False) -> dict:
     """Compile every variant of every shader in `root` into the archive `out` (written atomically;
-    the variants of unchanged shaders are taken from the archive it replaces); `progress`: a line on
-    stderr at each tenth of the variants compiled."""
+    the variants of unchanged shaders are taken from the archive it replaces); `progress`: how far
+    it is, on stderr (`_Progress`)."""
     missing = sorted(s for s in variants if not (root / f"{s}.comp").is_file())
     if missing:
         raise ShaderError(f"variants declared for shaders without a source in {root}: {missing}")
@@ -134,14 +193,7 @@ def build(root: Path, out: Path, variants: Mapping[str, list[Defines]], jobs: in
     reuse = _reusable(out, digests)
     work = [(shader, dict(d)) for shader, ds in sorted(variants.items()) for d in ds]
     todo = [w for w in work if entry_name(*w) not in reuse]
-    compiled: dict[str, bytes] = {}
-    began, step = time.perf_counter(), max(1, len(todo) // 10)
-    with ThreadPoolExecutor(jobs or os.cpu_count() or 1) as pool:
-        for done, (w, code) in enumerate(zip(todo, pool.map(lambda w: glslc(root / f"{w[0]}.comp", w[1]), todo)), 1):
-            compiled[entry_name(*w)] = code
-            if progress and (done % step == 0 or done == len(todo)):  # a build of minutes says how far it is
-                print(f"vkx: compiled {done:,} of {len(todo):,} shader variants ({time.perf_counter() - began:.0f} s)",
-                      file=sys.stderr, flush=True)
+    compiled = _compile(root, todo, jobs, progress)
     code = {name: reuse.get(name) or compiled[name] for name in (entry_name(*w) for w in work)}
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=out.name, suffix=".tmp")
