@@ -110,8 +110,8 @@ def measure(calls: int, rounds: int) -> dict:
     phases = {
         "baseline: empty submit + wait + reset": empty,
         "the same, fence polled (vkGetFenceStatus)": empty.polled,
-        "arguments and checks, numpy": lambda: program._inputs(program._arguments((xn,), {})),
-        "arguments and checks, torch": lambda: program._inputs(program._arguments((xt,), {})),
+        "arguments and checks, numpy": lambda: method._inputs(method._arguments((xn,), {})),
+        "arguments and checks, torch": lambda: method._inputs(method._arguments((xt,), {})),
         "input write (one np.copyto)": lambda: port_in.write(xn, False),
         "output read (one copy)": lambda: port_out.read(False),
         "torch.from_numpy of the output": lambda: torch.from_numpy(out),
