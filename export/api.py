@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, Mapping, Protocol
 
@@ -24,7 +24,7 @@ from vkx.export.trace import convert, convert_inputs, to_eval, trace
 from vkx.format import IOSpec, MethodSpec, WriteReport, dtypes, write_methods
 from vkx.format.dtypes import DType
 from vkx.format.external import EXTERNAL_SUFFIXES
-from vkx.format.metadata import ProgramMetadata
+from vkx.format.metadata import ProgramMetadata, relative_to
 
 
 
@@ -93,7 +93,8 @@ def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
                  quantize_head: Literal["int8", "int4", "none"] | None = None,
                  target: Literal["vkx", "executorch"] = "vkx", progress: Progress | None = None,
                  references: Mapping[tuple, Reference] | None = None,
-                 metadata: ProgramMetadata = ProgramMetadata()) -> ExportReport:
+                 metadata: ProgramMetadata = ProgramMetadata(),
+                 source: str | os.PathLike | None = None) -> ExportReport:
     """Export `module` (put in eval mode) to a Vulkan-delegated `.pte` at `path`.
 
     `dtype`: the floating type of every parameter, buffer, activation, input and output
@@ -116,7 +117,9 @@ def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
     `references` (vkx.export.hf does this for a checkpoint folder): the module's tensors that are
     a safetensors checkpoint's own bytes, by `constants.identity`; those the program uses as they
     are stay there, referenced by name (docs/format.md, "Weights by reference"). `metadata`: what
-    the file records besides (a causal LM's EOS token ids).
+    the file records besides (a causal LM's EOS token ids). `source`: the model file or folder the
+    module came from, recorded relative to the .pte (`vkx export` replaces a default output only
+    when it records the same source).
 
     Raises ExportError, before anything is written, for a bad option, an unwritable
     destination, an op outside the contract or a constant that narrowing would change.
@@ -166,6 +169,8 @@ def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
         keys.stop()
     distinct = {p.key: p for spec in specs for p in spec.payloads}
     stages.start("write", sum(p.nbytes for p in distinct.values() if p.stored_in is None))
+    if source is not None:
+        metadata = replace(metadata, source=relative_to(path, [source])[0])
     written: WriteReport = write_methods(path, specs, layout=layout, external_data=external_data,
                                          alignment=alignment, on_bytes=progress.advance, metadata=metadata)
     return ExportReport(

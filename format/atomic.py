@@ -9,16 +9,21 @@ The same holds for `.NAME.<hex>.old`, the second name a write of a .pte + .ptd p
 .ptd it replaces until the .pte is in place: a writer killed between the two renames leaves it,
 and the next write of that target removes it.
 
+Renames are made under `folder_lock`, an `flock` on the target's folder: the writer of a .pte +
+.ptd pair holds it across both renames, so that two writes of one pair cannot interleave theirs.
+
 Errors are `WriteError`s naming the target, never the hidden temp file.
 """
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import re
 import secrets
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from .errors import WriteError
 
@@ -67,12 +72,39 @@ def remove_stale(path: Path) -> list[str]:
     return removed
 
 
-class AtomicFile:
-    """Context manager; call commit() before leaving, or nothing is left behind."""
+@contextmanager
+def folder_lock(*paths: str | os.PathLike) -> Iterator[None]:
+    """Hold an `flock` on the folder of each path (each folder once, in one order, so two writers
+    cannot deadlock) until the block ends. A folder that cannot be opened for reading (mode -wx) or
+    locked (some network filesystems) is written unlocked, as before locks were taken."""
+    folders = sorted({os.path.realpath(Path(p).absolute().parent) for p in paths})
+    with ExitStack() as held:
+        for folder in folders:
+            try:
+                fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
+            except OSError:
+                continue
+            held.callback(os.close, fd)
+            if fcntl is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)  # released by the close, also when the process dies
+                except OSError:
+                    pass
+        yield
 
-    def __init__(self, path: str | os.PathLike, on_bytes: Callable[[int], None] | None = None):
+
+class AtomicFile:
+    """Context manager; call commit() before leaving, or nothing is left behind.
+
+    With `digest`, every byte `write()` passes on is hashed too (sha256: `self.sha`); bytes
+    `write_at()` patches in are not.
+    """
+
+    def __init__(self, path: str | os.PathLike, on_bytes: Callable[[int], None] | None = None,
+                 digest: bool = False):
         self.path = Path(path)
         self.on_bytes = on_bytes
+        self.sha = hashlib.sha256() if digest else None
         self.pos = 0
         self._committed = False
         self._old: Path | None = None  # a link to the file commit(keep_old=True) replaced
@@ -109,9 +141,22 @@ class AtomicFile:
                 done += os.write(self.fd, mv[done:])
         except OSError as error:
             raise WriteError(self.path, error) from error
+        if self.sha is not None:
+            self.sha.update(mv)
         self.pos += mv.nbytes
         if self.on_bytes is not None and mv.nbytes:
             self.on_bytes(mv.nbytes)
+
+    def write_at(self, offset: int, data: bytes) -> None:
+        """Overwrite bytes already written (a field whose value is known only at the end)."""
+        if offset + len(data) > self.pos:
+            raise AssertionError(f"write_at past the bytes written: {offset} + {len(data)} > {self.pos}")
+        done = 0
+        try:
+            while done < len(data):
+                done += os.pwrite(self.fd, data[done:], offset + done)
+        except OSError as error:
+            raise WriteError(self.path, error) from error
 
     def pad_to(self, offset: int) -> None:
         if offset < self.pos:

@@ -54,7 +54,8 @@ class InvalidValueError(FormatError):
 
 
 class MismatchError(InvalidValueError):
-    """Named data of another dtype or shape than the tensor that uses it."""
+    """Named data of another dtype or shape than the tensor that uses it, or external data written for
+    another program (docs/format.md, "Pair identity")."""
 
 
 class MissingKeyError(FormatError):

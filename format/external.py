@@ -13,7 +13,7 @@ from .errors import (BadMagicError, DuplicateKeyError, FormatError, InvalidValue
 from .flatbuf import Reader
 from .headers import FLAT_TENSOR, FLAT_TENSOR_IDENTIFIER, SAFETENSORS_LENGTH, FlatTensorHeader, read_flat_tensor
 from .infile import InputFile
-from .metadata import recorded_external
+from .metadata import DIGEST_PATTERN, METADATA, recorded_external, written_at
 from .pte import VULKAN_BACKEND, ProgramFile, VulkanDelegate
 
 SAFETENSORS_MAX_HEADER = 100 * 1024 * 1024  # the safetensors library's own limit
@@ -21,6 +21,12 @@ ALIASES_METADATA = "vkx.aliases"
 """The safetensors `__metadata__` entry with a stored tensor's other names: JSON {alias: stored key}."""
 EXTERNAL_SUFFIXES = (".ptd", ".safetensors")
 """The suffixes of external data files (FlatTensor, safetensors)."""
+DIGEST_KEY = "vkx.data_digest"
+"""Where an external data file vkx wrote records its data digest, the identity it shares with the .pte
+written with it (docs/format.md, "Pair identity"): a .ptd's named-data key of a 32-byte segment, a
+.safetensors `__metadata__` entry (hex)."""
+DIGEST_BYTES = 32
+"""A data digest: a sha256."""
 
 
 class ExternalData(InputFile):
@@ -32,11 +38,13 @@ class ExternalData(InputFile):
     named_data: dict[str, FileRange]
     dtypes: dict[str, tuple[str, tuple[int, ...]]]
     """safetensors only: key -> (dtype string, shape) as the file declares."""
+    digest: str | None
+    """The data digest the file records (hex; `DIGEST_KEY`), None where it records none."""
 
     def _load(self) -> None:
         """A .ptd or a .safetensors file, chosen by content."""
         buf = self.read(0, min(self.size, FLAT_TENSOR.end))
-        self.named_data, self.dtypes, self.header = {}, {}, None
+        self.named_data, self.dtypes, self.header, self.digest = {}, {}, None, None
         if self.size >= 8 and bytes(buf[4:8]) == FLAT_TENSOR_IDENTIFIER:
             self.kind = "ptd"
             self._load_ptd(buf)
@@ -84,6 +92,12 @@ class ExternalData(InputFile):
             if idx >= len(ranges):
                 raise OutOfBoundsError(f"named_data[{i}].segment_index", f"segment index {idx} out of range ({len(ranges)} segments)", path)
             self._add(key, ranges[idx], f"named_data[{i}].key")
+        digest = self.named_data.pop(DIGEST_KEY, None)  # the file's identity, not a tensor
+        if digest is not None:
+            if digest.size != DIGEST_BYTES:
+                raise InvalidValueError(f"named_data[{DIGEST_KEY!r}]", f"{digest.size} bytes, a data digest is "
+                                        f"{DIGEST_BYTES}", path)
+            self.digest = bytes(self.read(digest.offset, DIGEST_BYTES)).hex()
 
     def _load_safetensors(self) -> None:
         path = self.path
@@ -116,7 +130,13 @@ class ExternalData(InputFile):
                 raise OutOfBoundsError(f"{where}.data_offsets", f"[{begin}, {end}) outside the data ({data} bytes)", path)
             self._add(key, FileRange(path, base + begin, end - begin), where)
             self.dtypes[key] = (dtype, tuple(shape))
-        self._load_aliases(meta.get("__metadata__"))
+        metadata = meta.get("__metadata__")
+        self._load_aliases(metadata)
+        if isinstance(metadata, dict) and DIGEST_KEY in metadata:
+            digest = metadata[DIGEST_KEY]
+            if not (isinstance(digest, str) and DIGEST_PATTERN.fullmatch(digest)):
+                raise InvalidValueError(f"__metadata__[{DIGEST_KEY!r}]", "is not a sha256 in lowercase hex", path)
+            self.digest = digest
 
     def _load_aliases(self, metadata: object) -> None:
         """The other names of stored tensors (docs/format.md, "Tensor names"): more keys for their bytes."""
@@ -155,17 +175,37 @@ def constant_tensors(graph: vk.VkGraph) -> dict[int, vk.Tensor]:
     return out
 
 
+def check_pair(pf: ProgramFile, external: Sequence[ExternalData]) -> None:
+    """MismatchError for an external data file that another write made than the .pte `pf`'s own: a .pte
+    recording the data digest of its external data takes no file recording another (docs/format.md,
+    "Pair identity"). Files recording none (ExecuTorch's, older vkx's, a user's own) and the
+    checkpoints the .pte references are not compared; nothing is hashed."""
+    recorded = pf.metadata.external_digest
+    if recorded is None:
+        return
+    folder = written_at(pf.path).parent
+    referenced = {os.path.realpath(folder / name) for name in pf.metadata.external_files}
+    for e in external:
+        if e.digest not in (None, recorded) and os.path.realpath(e.path) not in referenced:
+            raise MismatchError(f"compile_specs[{METADATA!r}].external_digest",
+                                f"{e.path} is not the external data written with this program (its data digest "
+                                f"is {e.digest[:12]}..., the program's {recorded[:12]}...): export them again "
+                                "together", pf.path)
+
+
 def resolve_constants(pf: ProgramFile, external: Sequence[ExternalData] = (),
                       delegate: VulkanDelegate | None = None) -> list[FileRange]:
     """Where each constant of `delegate` (default: the first) is, indexed by constant_id.
 
     Named constants are looked up in the external files in order, then in the
     .pte's named data; legacy ones inside the delegate blob's constant section.
-    A safetensors entry must have the dtype and shape of the tensor that uses it.
+    A safetensors entry must have the dtype and shape of the tensor that uses it,
+    and an external file vkx wrote must be the .pte's own (`check_pair`).
     """
     v = delegate or pf.vulkan
     if v is None:
         raise FormatError("execution_plan", f"no {VULKAN_BACKEND} delegate", pf.path)
+    check_pair(pf, external)
     tensors = constant_tensors(v.graph)
     out = []
     for k, ref in enumerate(v.graph.constants):
@@ -203,9 +243,10 @@ def missing_keys(pf: ProgramFile, exts: Sequence[ExternalData] = ()) -> list[str
 
 
 def external_beside(path: str | os.PathLike) -> Path | None:
-    """The same-stem .ptd (else .safetensors) file beside a .pte, where one exists."""
+    """The same-stem .ptd (else .safetensors) file beside a .pte, where one exists: beside the file
+    itself, for a symlink its target (where the pair was written), not beside the link."""
     for suffix in EXTERNAL_SUFFIXES:
-        candidate = Path(path).with_suffix(suffix)
+        candidate = written_at(path).with_suffix(suffix)
         if candidate.is_file():
             return candidate
     return None

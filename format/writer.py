@@ -8,22 +8,25 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
 
 from . import dtypes, vkgraph as vk
-from .atomic import AtomicFile
+from .atomic import AtomicFile, folder_lock
 from .common import ScalarType, align, lcm, segment_alignment
 from .encode import PlanSpec, encode_flat_tensor, encode_program, encode_vkgraph, insert_header, plan_io
 from .errors import DuplicateKeyError, InvalidValueError, MissingKeyError
-from .external import ALIASES_METADATA, ExternalData, check_entry, constant_tensors
+from .external import ALIASES_METADATA, DIGEST_BYTES, DIGEST_KEY, ExternalData, check_entry, constant_tensors
 from .headers import DELEGATE, EXTENDED, FLAT_TENSOR, SAFETENSORS_LENGTH
 from .metadata import ProgramMetadata, relative_to
 from .names import encode_io_names
 
 Buffer = Any  # any C-contiguous buffer-protocol object: bytes, memoryview, numpy array, mmap
 CHUNK = 8 * 1024 * 1024
+_NO_DIGEST = "0" * 2 * DIGEST_BYTES
+"""A .safetensors data digest's hex digits while the file is written."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,8 @@ def _unique(methods: Sequence[MethodSpec]) -> dict[str, ConstantPayload]:
     if len(set(names)) != len(names):
         twice = next(name for name in names if names.count(name) > 1)
         raise DuplicateKeyError("payloads", f"name {twice!r} is given to two tensors (or twice to one)")
+    if DIGEST_KEY in names:
+        raise InvalidValueError("payloads", f"name {DIGEST_KEY!r} is where an external data file records its digest")
     return out
 
 
@@ -243,7 +248,8 @@ def write_methods(path: str | os.PathLike, methods: Sequence[MethodSpec], *,
     files = tuple(dict.fromkeys(p.stored_in for p in referenced))
     _check_references(methods, files)
     written_to = None if external_data is None else relative_to(path, [external_data])[0]
-    metadata = ProgramMetadata(relative_to(path, files), metadata.eos_token_ids, written_to)
+    metadata = replace(metadata, external_files=relative_to(path, files), external_data=written_to,
+                       external_digest=None)
     blobs = []
     for m in methods:
         legacy = _fill_constants(m.graph, m.payloads, layout)
@@ -256,43 +262,24 @@ def write_methods(path: str | os.PathLike, methods: Sequence[MethodSpec], *,
     first_named = 1 + len(blobs)
     segments = [_Segment(offsets[0], 0)] + [_Segment(o, b.size) for o, b in zip(offsets[1:first_named], blobs)]
     segments += [_Segment(o, p.nbytes, p) for o, p in zip(offsets[first_named:], in_pte)]
-    plans = []
-    for i, m in enumerate(methods):
-        io, arena = plan_io([(s.scalar_type, s.sizes) for s in list(m.inputs) + list(m.outputs)])
-        specs = _io_specs(m.inputs, m.outputs) + ([metadata.encode()] if metadata else [])
-        plans.append(PlanSpec(m.name, io[:len(m.inputs)], io[len(m.inputs):], arena, 1 + i, m.pytree_in, m.pytree_out,
-                              specs))
-    fb = encode_program(plans, [(s.offset, s.size) for s in segments],
-                        _entries(in_pte, first_named) if in_pte else None)
-    program_size = EXTENDED.padded + len(fb)
-    sbo = align(program_size, max([128] + aligns))
-    header = EXTENDED.pack(program_size=program_size, segment_base_offset=sbo,
-                           segment_data_size=segments[-1].offset + segments[-1].size)
 
     ext_target = None if external_data is None else Path(external_data)
     ext_bytes = 0
-    with AtomicFile(path, on_bytes) as out:
-        out.write(insert_header(fb, header))
-        out.pad_to(sbo)
-        for s, blob in zip(segments[1:first_named], blobs):
-            out.pad_to(sbo + s.offset)
-            out.write(blob.head)
-            for key, off in blob.legacy.items():
-                out.pad_to(sbo + s.offset + len(blob.head) + off)
-                _write_payload(out, unique[key])
-            out.pad_to(sbo + s.offset + s.size)
-        for s in segments[first_named:]:
-            out.pad_to(sbo + s.offset)
-            _write_payload(out, s.payload)
-        if ext_target is None:
-            out.commit()
-        else:
-            with AtomicFile(ext_target, on_bytes) as ext:
-                if ext_target.suffix == ".safetensors":
-                    _write_safetensors(ext, [m.graph for m in methods], named, alignment)
-                else:
-                    _write_ptd(ext, named, alignment)
-                ext_bytes = ext.pos
+    with ExitStack() as stack:
+        if ext_target is not None:  # written first: the .pte records the digest it ends with
+            ext = stack.enter_context(AtomicFile(ext_target, on_bytes, digest=True))
+            if ext_target.suffix == ".safetensors":
+                digest = _write_safetensors(ext, [m.graph for m in methods], named, alignment)
+            else:
+                digest = _write_ptd(ext, named, alignment)
+            metadata = replace(metadata, external_digest=digest)
+            ext_bytes = ext.pos
+        out = stack.enter_context(AtomicFile(path, on_bytes))
+        _write_pte(out, methods, metadata, blobs, segments, aligns, unique)
+        with folder_lock(*[p for p in (path, ext_target) if p is not None]):
+            if ext_target is None:
+                out.commit()
+            else:  # the pair's two renames, which no other writer of this folder comes between
                 ext.commit(keep_old=True)  # a failure to commit the .pte brings back the old one
                 try:
                     out.commit()
@@ -304,23 +291,63 @@ def write_methods(path: str | os.PathLike, methods: Sequence[MethodSpec], *,
                        sum(p.nbytes for p in referenced), files)
 
 
-def _write_ptd(out: AtomicFile, named: Sequence[ConstantPayload], alignment: int | None) -> None:
+def _write_pte(out: AtomicFile, methods: Sequence[MethodSpec], metadata: ProgramMetadata, blobs: Sequence[_Blob],
+               segments: Sequence[_Segment], aligns: Sequence[int], unique: dict[str, ConstantPayload]) -> None:
+    """The program: header, Program flatbuffer (every delegate recording `metadata`), delegate blobs, and
+    the segments of its own named data (`segments` after the blobs)."""
+    first_named = 1 + len(blobs)
+    in_pte = [s.payload for s in segments[first_named:]]
+    plans = []
+    for i, m in enumerate(methods):
+        io, arena = plan_io([(s.scalar_type, s.sizes) for s in list(m.inputs) + list(m.outputs)])
+        specs = _io_specs(m.inputs, m.outputs) + ([metadata.encode()] if metadata else [])
+        plans.append(PlanSpec(m.name, io[:len(m.inputs)], io[len(m.inputs):], arena, 1 + i, m.pytree_in, m.pytree_out,
+                              specs))
+    fb = encode_program(plans, [(s.offset, s.size) for s in segments],
+                        _entries(in_pte, first_named) if in_pte else None)
+    program_size = EXTENDED.padded + len(fb)
+    sbo = align(program_size, max([128, *aligns]))
+    header = EXTENDED.pack(program_size=program_size, segment_base_offset=sbo,
+                           segment_data_size=segments[-1].offset + segments[-1].size)
+    out.write(insert_header(fb, header))
+    out.pad_to(sbo)
+    for s, blob in zip(segments[1:first_named], blobs):
+        out.pad_to(sbo + s.offset)
+        out.write(blob.head)
+        for key, off in blob.legacy.items():
+            out.pad_to(sbo + s.offset + len(blob.head) + off)
+            _write_payload(out, unique[key])
+        out.pad_to(sbo + s.offset + s.size)
+    for s in segments[first_named:]:
+        out.pad_to(sbo + s.offset)
+        _write_payload(out, s.payload)
+
+
+def _write_ptd(out: AtomicFile, named: Sequence[ConstantPayload], alignment: int | None) -> str:
+    """The .ptd; returns its data digest, recorded last: the sha256 of every byte before its own
+    segment, which is one more named-data entry (`DIGEST_KEY`)."""
     aligns = [segment_alignment(p.nbytes, alignment) for p in named]
-    offsets = _place([(p.nbytes, a) for p, a in zip(named, aligns)])
-    fb = encode_flat_tensor([(o, p.nbytes) for o, p in zip(offsets, named)], _entries(named, 0))
+    offsets = _place([(p.nbytes, a) for p, a in zip(named, aligns)] + [(DIGEST_BYTES, 1)])
+    sizes = [p.nbytes for p in named] + [DIGEST_BYTES]
+    fb = encode_flat_tensor(list(zip(offsets, sizes)), _entries(named, 0) + [(DIGEST_KEY, len(named))])
     start = FLAT_TENSOR.padded
     sbo = align(start + len(fb), max([128] + aligns))
     header = FLAT_TENSOR.pack(flatbuffer_offset=start, flatbuffer_size=len(fb), segment_base_offset=sbo,
-                              segment_data_size=offsets[-1] + named[-1].nbytes if named else 0)
+                              segment_data_size=offsets[-1] + DIGEST_BYTES)
     out.write(insert_header(fb, header))
-    out.pad_to(sbo)  # the segment data starts here even when there is none (ExecuTorch checks the size)
     for o, p in zip(offsets, named):
         out.pad_to(sbo + o)
         _write_payload(out, p)
+    out.pad_to(sbo + offsets[-1])
+    digest = out.sha.digest()
+    out.write(digest)
+    return digest.hex()
 
 
 def _write_safetensors(out: AtomicFile, graphs: Sequence[vk.VkGraph], named: Sequence[ConstantPayload],
-                       alignment: int | None) -> None:
+                       alignment: int | None) -> str:
+    """The .safetensors; returns its data digest, the sha256 of the file with the digest's own hex digits
+    as zeros (`__metadata__[DIGEST_KEY]`)."""
     by_key = {}
     for graph in graphs:
         for cid, t in sorted(constant_tensors(graph).items()):
@@ -332,11 +359,17 @@ def _write_safetensors(out: AtomicFile, graphs: Sequence[vk.VkGraph], named: Seq
         meta[p.key] = {"dtype": dtype, "shape": shape, "data_offsets": [pos, pos + p.nbytes]}
         pos += p.nbytes
     aliases = {alias: p.key for p in named for alias in p.aliases}
+    # the data digest is known at the end: hashed as zeros, then written over them
+    meta["__metadata__"] = {DIGEST_KEY: _NO_DIGEST}
     if aliases:  # safetensors keys cannot share bytes: a tied tensor's other names go in the metadata
-        meta["__metadata__"] = {ALIASES_METADATA: json.dumps(aliases, separators=(",", ":"))}
+        meta["__metadata__"][ALIASES_METADATA] = json.dumps(aliases, separators=(",", ":"))
     text = json.dumps(meta, separators=(",", ":")).encode()
     prefix = SAFETENSORS_LENGTH.size
     start = align(prefix + len(text), max([8] + [segment_alignment(p.nbytes, alignment) for p in named]))
     out.write(SAFETENSORS_LENGTH.pack(start - prefix) + text.ljust(start - prefix, b" "))
     for p in named:
         _write_payload(out, p)
+    digest = out.sha.hexdigest()
+    field = f'"{DIGEST_KEY}":"'.encode()  # once in the JSON: no tensor has that name, and strings escape quotes
+    out.write_at(prefix + text.index(field) + len(field), digest.encode())
+    return digest

@@ -15,8 +15,10 @@ seen in time (docs/safety.md, "Upload paths").
 
 With no external data given, a .pte that records its external files (weights by
 reference, docs/format.md "Program metadata") gets those; one whose named constants
-are not all inside it gets the same-stem .ptd / .safetensors beside it, with a
-warning that says so.
+are not all inside it gets the same-stem .ptd / .safetensors beside it (beside a
+symlink's target), with a warning that says so. An external file vkx wrote is taken
+only with the .pte written with it: both record one data digest (docs/format.md,
+"Pair identity"; checked by `resolve_constants`, nothing is hashed at load).
 """
 from __future__ import annotations
 

@@ -11,13 +11,16 @@ The keys name the pipelines whose code the data holds (`pipeline_key`), so a pro
 pipelines it will create without the driver compiling them. A file is used only when all of it
 checks out: the magic, the lengths, the digest, and the driver header's size, version, vendor,
 device and UUID against this device; anything else (corrupt, truncated, another device's or
-driver's) is ignored, never handed to the driver. Writing is atomic (a temporary file renamed
-over the old one), and a cache folder that cannot be written is no error.
+driver's) is ignored, never handed to the driver. Only a regular file of at most `MAX_BYTES` is read
+at all: a symlink (to /dev/zero, say), a FIFO or a huge file is ignored without a read. Writing is
+atomic (a temporary file renamed over the old one), and a cache folder that cannot be written is no
+error. The driver's data may be its header alone (lavapipe keeps no pipelines): `held` says so.
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import struct
 import tempfile
 from dataclasses import dataclass
@@ -31,6 +34,9 @@ _COUNT = struct.Struct("<I")
 _DIGEST = 32
 DRIVER_HEADER = struct.Struct("<IIII16s")
 """VkPipelineCacheHeaderVersionOne: headerSize, headerVersion, vendorID, deviceID, pipelineCacheUUID."""
+MAX_BYTES = 256 << 20
+"""The largest cache file read (or written): far above what vkx's pipelines take on any driver, so
+that only a file that is no cache of vkx's is left unread."""
 
 
 @dataclass(frozen=True)
@@ -96,21 +102,42 @@ def unpack(blob: bytes, identity: Identity) -> tuple[frozenset[bytes], bytes] | 
 def read(identity: Identity) -> tuple[frozenset[bytes], bytes] | None:
     """The usable cache of this device and driver, or None."""
     try:
-        blob = cache_path(identity).read_bytes()
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; O_NOFOLLOW: vkx writes no symlink
+        fd = os.open(cache_path(identity), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return None
-    return unpack(blob, identity)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_BYTES:
+            return None
+        blob = os.read(fd, st.st_size + 1)  # one more byte shows a file that grew since the fstat
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return unpack(blob, identity) if len(blob) == st.st_size else None
+
+
+def held(identity: Identity, data: bytes) -> str:
+    """What the driver's cache data holds, for people: its size, and where it is kept, or that the
+    driver keeps no pipeline (its data is its header alone: lavapipe's)."""
+    if len(data) <= DRIVER_HEADER.size:
+        return f"the driver keeps none: its cache data is {len(data)} B"
+    return f"kept by the driver: {len(data):,} B in {cache_path(identity)}"
 
 
 def write(identity: Identity, keys: frozenset[bytes], data: bytes) -> None:
     """Replace the device's cache file atomically; a folder that cannot be written is left alone."""
-    path = cache_path(identity)
+    path, blob = cache_path(identity), pack(keys, data)
+    if len(blob) > MAX_BYTES:  # it would never be read
+        return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(pack(keys, data))
+                f.write(blob)
             os.replace(tmp, path)
         except BaseException:
             os.unlink(tmp)

@@ -231,8 +231,7 @@ class Pipelines:
         compiled = len(self._compiled) - before
         if compiled:
             print(f"vkx: compiled {compiled} compute pipeline{'s' * (compiled != 1)} for {self.device.name} "
-                  f"(once for this device and driver: kept in {pipeline_cache.cache_path(self._identity)})",
-                  file=sys.stderr)
+                  f"({pipeline_cache.held(self._identity, self._cache_data())})", file=sys.stderr)
         return got
 
     def get(self, name: str, defines: Mapping[str, Union[str, int]] | None, nbindings: int,

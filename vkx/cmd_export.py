@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import sys
 import time
 import traceback
@@ -18,10 +19,12 @@ from rich.text import Text
 
 from vkx import paths
 from vkx.console import console, fail, plain, plain_lines, size, user_errors
+from vkx.format import ProgramFile
 from vkx.format.describe import owns_external
 from vkx.format.dtypes import DTYPE_CHOICES
 from vkx.format.external import EXTERNAL_SUFFIXES
-from vkx.format.errors import VkxError
+from vkx.format.errors import FormatError, VkxError
+from vkx.format.metadata import written_at
 
 if TYPE_CHECKING:
     from vkx.export import ExportReport
@@ -134,14 +137,20 @@ def _check_paths(model: Path, output: Optional[Path], external_data: Optional[Pa
     """Every path and option checked before torch is imported; the .pte path to write."""
     if not folder:
         paths.model_file(model)
+        if model.suffix.lower() != ".py":  # else its default output, MODEL.pte, could be another model's
+            raise paths.UsageError(f"{model} is not a Python file: vkx export takes a .py file defining get_model(), "
+                                   "or a Hugging Face model folder")
     inputs = [model]
     if weights is not None:
         if weights.is_dir() or not weights.exists():
             raise paths.UsageError(f"--weights {weights}: weights file not found (a .safetensors state dict)")
         inputs.append(weights)
     default = model.parent / f"{model.name}.pte" if folder else model.with_suffix(".pte")
+    given = output
     output = paths.output_file(output or default, "-o", "the output (a program)", (".pte",),
                                inputs)
+    if given is None and os.path.lexists(output) and not _exported_from(output, model):
+        raise paths.UsageError(f"{output} exists and was not exported from {model}: pass -o {output} to replace it")
     if external_data is not None:
         if layout == Layout.legacy:
             raise paths.UsageError("--external-data: external data needs the named layout "
@@ -164,11 +173,24 @@ def _check_paths(model: Path, output: Optional[Path], external_data: Optional[Pa
     return output
 
 
+def _exported_from(program: Path, source: Path) -> bool:
+    """Whether the .pte at `program` records that vkx exported it from `source` (docs/format.md,
+    "Program metadata"): the one kind of file a default output replaces."""
+    try:
+        with ProgramFile.open(program) as pf:
+            recorded = pf.metadata.source
+        return recorded is not None and paths.is_same_file(written_at(program).parent / recorded, source)
+    except (FormatError, OSError):  # not a program, not vkx's, unreadable
+        return False
+
+
 @user_errors
 def export(
     model: Path = typer.Argument(..., metavar="MODEL", hidden=True),  # the docstring says what it is
-    output: Optional[Path] = typer.Option(None, "-o", "--output", metavar="FILE.pte",
-                                          help="The .pte to write [default: MODEL.pte beside the model]."),
+    output: Optional[Path] = typer.Option(
+        None, "-o", "--output", metavar="FILE.pte",
+        help="The .pte to write, replacing any file there [default: MODEL.pte beside the model, which replaces "
+             "only a program exported from MODEL]."),
     layout: Layout = typer.Option(Layout.named, help="Where constants go: named data, or inside the delegate blob."),
     external_data: Optional[Path] = typer.Option(
         None, "--external-data", metavar="FILE",
@@ -242,7 +264,7 @@ def export(
                 options = dict(layout=layout.value, external_data=external_data, dtype=dtype, alignment=alignment,
                                quantize=quantize.value if quantize else None, group_size=group_size,
                                quantize_embedding=quantize_embedding.value if quantize_embedding else None,
-                               progress=display)
+                               progress=display, source=model)
                 if folder:
                     with _quiet_torch(verbose):
                         report = export_folder(model, output, max_seq_len=max_seq_len, prefill_len=prefill_len,

@@ -15,7 +15,7 @@ def test_export_says_when_it_replaces_a_file(tmp_path):
     second = vkx_here("export", model, "-q", "--external-data", tmp_path / "mlp.ptd")
     assert second.returncode == 0, second.stderr
     assert second.stdout.startswith(f"wrote {tmp_path / 'mlp.pte'} (replaced the existing file) + "
-                                    f"{tmp_path / 'mlp.ptd'} (332.5 KiB): ")
+                                    f"{tmp_path / 'mlp.ptd'} (332.8 KiB): ")
     third = vkx_here("export", model, "--json", "--external-data", tmp_path / "mlp.ptd")
     report = json.loads(third.stdout)
     assert report["schema"] == "vkx.export/2"

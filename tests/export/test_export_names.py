@@ -101,7 +101,7 @@ def test_a_ptd_without_weights_is_whole(tmp_path):
     report = vkx.export_model(model, (torch.randn(2, 3),), tmp_path / "m.pte", external_data=tmp_path / "m.ptd")
     assert report.constant_bytes == 0
     with ExternalData.open(tmp_path / "m.ptd") as ext:
-        assert ext.named_data == {} and ext.size == ext.header.segment_base_offset
+        assert ext.named_data == {} and ext.size == ext.header.segment_base_offset + ext.header.segment_data_size
     assert validate(tmp_path / "m.pte", [tmp_path / "m.ptd"]).warnings == []
     from executorch.runtime import Runtime, Verification
     program = Runtime.get().load_program((tmp_path / "m.pte").read_bytes(),

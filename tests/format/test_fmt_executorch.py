@@ -6,6 +6,7 @@ import pytest
 from .conftest import DATA, GOLDEN
 from .fmt_tiny import tiny_constants, write_tiny, write_tiny_ref
 from vkx.format import ExternalData, ProgramFile, resolve_constants
+from vkx.format.external import DIGEST_KEY
 from vkx.format import vkgraph as vk
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
@@ -103,7 +104,9 @@ def test_executorch_accepts_vkx_files(et, tmp_path, kwargs):
     assert "forward" in program.method_names
     if ext == "ptd":
         ft = et.flat_tensor(ext_path.read_bytes())
-        assert ft.version == 0 and sorted(n.key for n in ft.named_data) == sorted({c.named_key for c in graph.constants})
+        # the constants, and the data digest the .pte records too (docs/format.md, "Pair identity")
+        assert ft.version == 0 and sorted(n.key for n in ft.named_data) == sorted({c.named_key for c in graph.constants}
+                                                                                 | {DIGEST_KEY})
 
 
 def test_executorch_accepts_a_program_referencing_a_checkpoint(et, tmp_path):

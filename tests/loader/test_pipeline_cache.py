@@ -57,6 +57,7 @@ def test_second_process_compiles_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     first, said = _pipelines_in_a_new_process(capsys)
     assert said.startswith("vkx: compiled 1 compute pipeline for ") and said.count("\n") == 1
+    assert "the driver keeps none" in said or "kept by the driver" in said  # what the cache holds, said
     path = pipeline_cache.cache_path(first._identity)
     kept = pipeline_cache.read(first._identity)
     assert path.parent == tmp_path / "vkx" / "pipelines" and kept is not None and len(kept[0]) == 1
