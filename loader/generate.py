@@ -22,6 +22,7 @@ from typing import Callable, Iterable, Iterator, Protocol, Sequence
 
 import numpy as np
 
+from vkx.format.indexing import IndexRange
 from vkx.loader.errors import InputError
 
 
@@ -151,9 +152,10 @@ def check_request(input_ids: Sequence[int], max_new_tokens: int, shape: LMShape)
     """InputError, before any work, for an empty prompt, an id outside the vocabulary or too long a sequence."""
     if not input_ids:
         raise InputError("the prompt has no tokens")
-    bad = [t for t in input_ids if not 0 <= t < shape.vocab_size]
+    vocabulary = IndexRange(0, 0, shape.vocab_size, "token id", "the vocabulary")
+    bad = [t for t in input_ids if not vocabulary.low <= t < vocabulary.high]
     if bad:
-        raise InputError(f"token id {bad[0]} is outside the vocabulary (0..{shape.vocab_size - 1})")
+        raise InputError(vocabulary.refusal(bad[0]))
     if max_new_tokens < 1:
         raise InputError(f"max_new_tokens must be at least 1, not {max_new_tokens}")
     # the last new token is never fed back, so it needs no cache slot
