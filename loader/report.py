@@ -5,15 +5,18 @@ attributes on top: `W`, `A`, `peak`, `phases` by name, and `str()` gives the tab
 """
 from __future__ import annotations
 
+import textwrap
+
 from vkx.loader.memory import MiB
 from vkx.loader.trace import Phase
 
 DEVICE_KINDS = ("weights", "imported", "state", "activations", "staging", "io")
 """The device columns, in load order (loader/memory.py's kinds)."""
-FOOTNOTE = ("device memory in MiB as allocated: buffers under 4 MiB share blocks (the weights' sized to "
-            "the load's small weights, up to 64 MiB; others 4 MiB, doubling), so a small model shows whole "
-            "blocks; imported: file pages the device uses in place (upload=import), no device memory "
-            "allocated for them")
+FOOTNOTE = textwrap.fill(
+    "device memory in MiB as allocated: buffers under 4 MiB share blocks (the weights' sized to the load's "
+    "small weights, up to 64 MiB; others 4 MiB, doubling), so a small model shows whole blocks; imported: "
+    "file pages the device uses in place (upload=import), no device memory allocated for them", width=80)
+"""Under the device table, in lines of 80 columns (the tables are narrower: a pipe or a log keeps it readable)."""
 
 
 class MemoryReport(dict):
@@ -50,7 +53,7 @@ class MemoryReport(dict):
                           "Host memory by phase (MiB; peak = VmHWM since the previous phase)", _table(host),
                           "Device memory by phase (MiB allocated)", _table(device), FOOTNOTE,
                           f"W {self.W:,} B (copied {self['copies_per_weight_byte']:.1f}x per byte), "
-                          f"A {self.A:,} B, device peak {self.peak:,} B"])
+                          f"activations allocated {self.A:,} B, device peak {self.peak:,} B"])
 
 
 def _mib(n: int) -> str:

@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
+from vkx.cmd_run import Profile
 from vkx.console import console, safe, size, user_errors
 
 SCHEMA = "vkx.devices/1"
@@ -14,10 +15,11 @@ _TYPES = {0: "other", 1: "integrated", 2: "discrete", 3: "virtual", 4: "cpu"}
 
 
 @user_errors
-def devices(json: bool = typer.Option(False, "--json", help="Print one JSON object (schema vkx.devices/1)."),
-            profile: Optional[str] = typer.Option(None, "--profile", metavar="NAME",
-                                                  help="Show the limits in force under this device profile "
-                                                       "(docs/profiles.md) [default: VKX_DEVICE_PROFILE].")) -> None:
+def devices(json: bool = typer.Option(False, "--json", help=f"Print one JSON object (schema {SCHEMA})."),
+            profile: Optional[Profile] = typer.Option(
+                None, "--profile", metavar="NAME",
+                help=f"Show the limits in force under this device profile: {', '.join(p.value for p in Profile)} "
+                     "[default: VKX_DEVICE_PROFILE].")) -> None:
     """List the Vulkan devices: index, name, type, memory heaps, whether the direct upload path exists,
     and the device profile in force with the limits kernels are chosen from."""
     import vulkan as vk
@@ -26,10 +28,11 @@ def devices(json: bool = typer.Option(False, "--json", help="Print one JSON obje
     from vkx.loader.memory import Allocator
 
     found = []
-    first = Device("0", profile=profile)
+    name = profile.value if profile else None
+    first = Device("0", profile=name)
     count = len(vk.vkEnumeratePhysicalDevices(first.instance))
     for index in range(count):
-        dev = first if index == 0 else Device(str(index), profile=profile)
+        dev = first if index == 0 else Device(str(index), profile=name)
         try:
             found.append({"index": index, "name": dev.name, "type": _TYPES.get(dev.device_type, "other"),
                           "heap_bytes": list(dev.heap_sizes),

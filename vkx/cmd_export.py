@@ -18,7 +18,7 @@ from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, Te
 from rich.text import Text
 
 from vkx import paths
-from vkx.console import console, fail, plain, plain_lines, size, user_errors
+from vkx.console import console, elapsed, fail, plain, plain_lines, size, user_errors
 from vkx.format import ProgramFile
 from vkx.format.describe import owns_external
 from vkx.format.dtypes import DTYPE_CHOICES
@@ -235,7 +235,6 @@ def export(
     """Export MODEL to a Vulkan .pte (ExecuTorch 1.5.1 compatible). MODEL is a Python file whose get_model()
     returns (module, example_inputs), or a Hugging Face causal LM folder (config.json, safetensors weights or
     none for random ones), exported as methods prefill and decode with a KV cache."""
-    started = time.perf_counter()  # the total includes importing torch: the user waits for it too
     folder = _is_folder(model, weights, (max_seq_len, prefill_len))
     if not folder and (score or quantize_head is not None):
         raise paths.UsageError(f"{'--score' if score else '--quantize-head'} is for a Hugging Face model folder")
@@ -290,7 +289,7 @@ def export(
         fail(str(error))
     finally:  # the console outlives this call where the CLI runs in-process (tests, scripts)
         console.quiet = console_was_quiet
-    seconds = time.perf_counter() - started
+    seconds = elapsed()  # since the process started: importing Python, vkx and torch included, as the user waits
     replaced = [p for p in existing if p in (report.path, report.external_path)]  # not a referenced checkpoint
     stage_seconds = {"import": import_seconds, **report.seconds}
     print(json.dumps(as_json(report, stage_seconds, seconds, replaced)) if json_out

@@ -4,27 +4,57 @@ from __future__ import annotations
 import json as jsonlib
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
 from vkx import paths
+from vkx.cmd_run import DEVICE, EXTERNAL, FILE, PROFILE, Profile
+from vkx.console import Status, elapsed, note, option_message, plain_lines, size, user_errors
 from vkx.format import ProgramFile
+from vkx.format import vkgraph as vk
 from vkx.format.et_llm import llm_info
-from vkx.cmd_run import DEVICE, EXTERNAL, FILE, PROFILE
-from vkx.console import note, plain_lines, size, user_errors
+from vkx.format.methods import methods, states
+
+if TYPE_CHECKING:
+    from vkx.loader.generate import LMShape
 
 SCHEMA = "vkx.generate/1"
+IDS = "comma-separated token ids, such as 1,2,3"
 
 
 def _prompt_ids(text: str) -> list[int]:
-    try:
-        ids = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise paths.UsageError(f"--prompt-ids {text!r}: expected comma-separated token ids, such as 1,2,3") from None
+    ids = []
+    for part in (part.strip() for part in text.split(",")):
+        try:
+            ids += [int(part)] if part else []
+        except ValueError:
+            raise paths.UsageError(option_message("--prompt-ids", f"{part!r} is not a token id",
+                                                  f"expected {IDS}")) from None
     if not ids:
-        raise paths.UsageError("--prompt-ids: no token ids")
+        raise paths.UsageError(option_message("--prompt-ids", f"{text!r} has no token ids", IDS))
     return ids
+
+
+def _header_shape(pf: ProgramFile) -> Optional["LMShape"]:
+    """The sizes a request is checked against, read from the header of a program `vkx export DIR` wrote
+    (what `ProgramDecoder` reads from the loaded methods), so that a prompt that cannot fit costs no load;
+    None for another program (ExecuTorch's LLM recipe: checked once loaded)."""
+    from vkx.loader.generate import LMShape
+
+    delegates = methods(pf)
+    names = [plan.name for plan in pf.program.execution_plan]
+    if delegates is None or "prefill" not in names:
+        return None
+    graph = delegates[names.index("prefill")].graph
+
+    def first(vids) -> Optional[vk.Tensor]:
+        value = graph.values[vids[0]] if vids and 0 <= vids[0] < len(graph.values) else None
+        return value if isinstance(value, vk.Tensor) else None
+    ids, logits, caches = first(graph.input_ids), first(graph.output_ids), states(graph)
+    if ids is None or logits is None or not caches or len(ids.dims) != 2 or len(caches[0].tensor.dims) != 4:
+        return None
+    return LMShape(prefill_len=ids.dims[1], max_seq_len=caches[0].tensor.dims[2], vocab_size=logits.dims[-1])
 
 
 def _peak_rss() -> int:
@@ -70,10 +100,10 @@ def generate(
     top_p: Optional[float] = typer.Option(None, "--top-p", min=0.0, max=1.0, metavar="P",
                                           help="Sample among the most likely tokens holding probability P "
                                                "(needs --temperature)."),
-    seed: Optional[int] = typer.Option(None, "--seed", metavar="N", help="Seed of the sampling."),
-    json: bool = typer.Option(False, "--json", help="One JSON object on stdout (schema vkx.generate/1)."),
+    seed: Optional[int] = typer.Option(None, "--seed", min=0, metavar="N", help="Seed of the sampling."),
+    json: bool = typer.Option(False, "--json", help=f"One JSON object on stdout (schema {SCHEMA})."),
     device: Optional[str] = DEVICE,
-    profile: Optional[str] = PROFILE,
+    profile: Optional[Profile] = PROFILE,
 ) -> None:
     """Generate text with the causal LM program FILE (exported from a Hugging Face folder), streaming it,
     until --max-new-tokens or an EOS token of the model."""
@@ -84,6 +114,31 @@ def generate(
         raise paths.UsageError(f"--tokenizer {tokenizer}: no such file (a tokenizer.json)")
     if prompt is not None and tokenizer is None:
         raise paths.UsageError("--prompt needs --tokenizer FILE.json (or give --prompt-ids)")
+    if top_p == 0:  # typer's bounds are closed: 0 passes them
+        raise paths.UsageError(option_message("--top-p", "0 keeps no token", "a number more than 0, at most 1"))
+    if temperature == 0 and (top_k, top_p) != (None, None):
+        raise paths.UsageError(option_message("--top-k" if top_k is not None else "--top-p",
+                                              "sampling options need a temperature",
+                                              "add --temperature T; without one, decoding is greedy"))
+
+    from vkx.format.methods import SCORE
+    from vkx.loader.generate import Sampling, check_request, require_lm_methods
+
+    with ProgramFile.open(model) as pf:  # refused before any work: no pipeline is compiled for it
+        names = [plan.name for plan in pf.program.execution_plan]
+        if llm_info(pf.program) is None:
+            require_lm_methods(names)
+        shape = _header_shape(pf)
+    # a score method (vkx export --score) plans a whole window's activations: generation never calls it
+    wanted = [name for name in names if name != SCORE] if SCORE in names else None
+    sampling = Sampling(temperature, top_k, top_p, seed)
+    sampling.check()
+    text_tokenizer = read_tokenizer(tokenizer) if tokenizer is not None else None
+    ids = _prompt_ids(prompt_ids) if prompt_ids is not None else text_tokenizer.encode(prompt).ids
+    if not ids:
+        raise paths.UsageError(option_message("--prompt", f"{prompt!r} has no tokens", "a text of one token or more"))
+    if shape is not None:
+        check_request(ids, max_new_tokens, shape)
     if beside is not None and not json:
         note(f"using external data {beside} (found beside {model})")
 
@@ -92,29 +147,23 @@ def generate(
     from vkx.loader import load
     from vkx.loader.device import Device, default_device
     from vkx.loader.et_generate import decoder_for
-    from vkx.loader.generate import Sampling, Timings, generate as generated, require_lm_methods
-    from vkx.format.methods import SCORE
+    from vkx.loader.generate import Timings, generate as generated
 
-    with ProgramFile.open(model) as pf:  # refused before any work: no pipeline is compiled for it
-        names = [plan.name for plan in pf.program.execution_plan]
-        if llm_info(pf.program) is None:
-            require_lm_methods(names)
-    # a score method (vkx export --score) plans a whole window's activations: generation never calls it
-    wanted = [name for name in names if name != SCORE] if SCORE in names else None
-    sampling = Sampling(temperature, top_k, top_p, seed)
-    sampling.check()
-    text_tokenizer = read_tokenizer(tokenizer) if tokenizer is not None else None
-    ids = _prompt_ids(prompt_ids) if prompt_ids is not None else text_tokenizer.encode(prompt).ids
     own = device is not None or profile is not None
-    dev = Device(device, profile=profile) if own else default_device()
+    dev = Device(device, profile=profile.value if profile else None) if own else default_device()
     timings = Timings()
     try:
-        with load(model, [str(p) for p in external], device=dev, sequence_length=1, methods=wanted) as program:
+        with Status(f"loading {model} on {dev.name}", shown=not json) as status, \
+                load(model, [str(p) for p in external], device=dev, sequence_length=1, methods=wanted,
+                     progress=status.weights) as program:
+            status.show("warming up")
             decoder = decoder_for(program)  # refuses a program that is not a causal LM
+            status.show(f"prefill of {len(ids)} prompt tokens")
             stream = _Stream(text_tokenizer) if text_tokenizer is not None and not json else None
             tokens = []
             for token in generated(decoder, ids, max_new_tokens, decoder.shape, sampling=sampling, timings=timings,
                                    stop=decoder.eos_token_ids):
+                status.done()  # the first token is here: the line goes before the text comes
                 tokens.append(token)
                 if stream is not None:
                     stream.add(token)
@@ -138,7 +187,7 @@ def generate(
               "decode_seconds": timings.decode_seconds, "decode_tokens_per_s": timings.decode_tokens_per_s,
               "peak_rss_bytes": _peak_rss(), "device_peak_bytes": device_peak,
               "dispatches_per_token": decode.dispatch_count, "barriers_per_token": decode.barrier_count,
-              "gpu_ms_per_token": gpu_ms}
+              "gpu_ms_per_token": gpu_ms, "seconds": elapsed()}
     if json:
         print(jsonlib.dumps(report))
         return
@@ -146,14 +195,14 @@ def generate(
     print(f"prefill {report['prefill_tokens_per_s']:,.1f} tokens/s ({len(ids)} tokens), "
           f"decode {report['decode_tokens_per_s']:,.1f} tokens/s, "
           f"time to first token {report['time_to_first_token_seconds'] * 1e3:,.1f} ms, "
-          f"peak RSS {size(report['peak_rss_bytes'])}, device {size(device_peak)}")
+          f"peak RSS {size(report['peak_rss_bytes'])}, device {size(device_peak)}, {report['seconds']:,.2f} s in all")
 
 
 def read_tokenizer(path: Path):
     try:
         from tokenizers import Tokenizer
     except ImportError:
-        raise paths.UsageError("--tokenizer needs the tokenizers package: pip install 'vkx[llm]'") from None
+        raise paths.UsageError("--tokenizer needs the tokenizers package: pip install 'vkx[tokenizer]'") from None
     try:
         return Tokenizer.from_file(str(path))
     except Exception as error:  # tokenizers raises a bare Exception for a file it cannot read

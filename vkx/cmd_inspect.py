@@ -15,7 +15,7 @@ from rich.table import Table
 
 from vkx import paths
 from vkx.console import console, fail, note, safe, size, user_errors
-from vkx.format.describe import EAGER_PEAK, IMPORT_ALIGNMENT, LAZY_PEAK, describe
+from vkx.format.describe import EAGER_PEAK, IMPORT_ALIGNMENT, LAZY_PEAK, SCHEMA as DESCRIBE_SCHEMA, describe
 from vkx.format.errors import VkxError
 from vkx.format.validate import validate as validate_file
 
@@ -118,15 +118,23 @@ def memory_table(t: dict[str, int]) -> Table:
     tot = _table("Load memory", "", "bytes", "meaning")
     for name, meaning in (("W", f"weights: {t['constants']} constants, each stored tensor once"),
                           ("w", "largest constant"),
-                          ("A", "activations (shared memory objects)"), ("A_live", "peak live activations"),
+                          ("A", "activations the plan needs (shared memory objects)"), ("A_live", "peak live activations"),
                           ("IO", "input and output buffers"),
                           ("state", "state tensors (kept across calls)"),
                           ("peak_lazy", f"{LAZY_PEAK} (lazy load, the default)"),
                           ("peak_eager", f"{EAGER_PEAK} (eager load)"),
-                          ("import_ready_bytes", f"in {t['import_ready']} constants importable in place "
-                                                 f"(file offset a multiple of {IMPORT_ALIGNMENT} B)")):
+                          ("import_ready_bytes", _importable(t))):
         tot.add_row(name, _size(t[name]), meaning)
     return tot
+
+
+def _importable(t: dict[str, int]) -> str:
+    """What `vkx run --upload import` does with the file: every constant is used in place or it refuses."""
+    where = f"file offset a multiple of {IMPORT_ALIGNMENT} B"
+    if t["import_ready"] == t["constants"]:
+        return f"all {t['constants']} constants importable in place ({where}): --upload import can load it"
+    return (f"in {t['import_ready']} of {t['constants']} constants importable in place ({where}): "
+            "--upload import refuses this file (the other uploads copy)")
 
 
 def _print_tensors(tensors: list[dict[str, Any]]) -> None:
@@ -180,7 +188,7 @@ def inspect(
     file: Path = FILE,
     external_data: List[Path] = EXTERNAL,
     json: bool = typer.Option(False, "--json", help="Print the describe() report as one line of JSON "
-                                                    "(schema vkx.describe/2)."),
+                                                    f"(schema {DESCRIBE_SCHEMA})."),
     tensors: bool = typer.Option(False, "--tensors", help="Also list every stored tensor by name."),
 ) -> None:
     """Show what is inside the .pte FILE: segments, delegate, VkGraph, constants, load-memory estimates."""
@@ -195,7 +203,8 @@ def inspect(
 def validate(
     file: Path = FILE,
     external_data: List[Path] = EXTERNAL,
-    json: bool = typer.Option(False, "--json", help="Print one JSON object (schema vkx.validate/1), also on failure."),
+    json: bool = typer.Option(False, "--json",
+                              help=f"Print one JSON object (schema {VALIDATE_SCHEMA}), also on failure."),
 ) -> None:
     """Check the .pte FILE (and its external data) against every rule of the file format; exit 2 on the first
     problem."""

@@ -6,12 +6,11 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from vkx import paths
 from vkx.cmd_generate import read_tokenizer
-from vkx.cmd_run import DEVICE, EXTERNAL, FILE, PROFILE
-from vkx.console import console, note, user_errors
+from vkx.cmd_run import DEVICE, EXTERNAL, FILE, PROFILE, Profile
+from vkx.console import Status, elapsed, note, user_errors
 from vkx.format import ProgramFile
 
 SCHEMA = "vkx.perplexity/1"
@@ -25,9 +24,9 @@ def perplexity(
     tokenizer: Path = typer.Option(..., "--tokenizer", metavar="FILE.json", help="A Hugging Face tokenizer.json."),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=2, metavar="N",
                                              help="Score the text's first N tokens [default: all]."),
-    json: bool = typer.Option(False, "--json", help="One JSON object on stdout (schema vkx.perplexity/1)."),
+    json: bool = typer.Option(False, "--json", help=f"One JSON object on stdout (schema {SCHEMA})."),
     device: Optional[str] = DEVICE,
-    profile: Optional[str] = PROFILE,
+    profile: Optional[Profile] = PROFILE,
 ) -> None:
     """The perplexity of the causal LM program FILE (exported with vkx export DIR --score) over a text: its
     tokens in windows of the export's --max-seq-len, every position's fp32 logits from one call a window."""
@@ -55,21 +54,22 @@ def perplexity(
     from vkx.loader.device import Device, default_device
 
     own = device is not None or profile is not None
-    dev = Device(device, profile=profile) if own else default_device()
-    bar = Progress(TextColumn("windows"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console,
-                   disable=json, transient=True)
+    dev = Device(device, profile=profile.value if profile else None) if own else default_device()
     try:
-        with load(model, [str(p) for p in external], device=dev, methods=[SCORE]) as program, bar:
-            task = bar.add_task("score", total=None)
-            result = scored(program, ids, lambda done, total: bar.update(task, completed=done, total=total))
+        with Status(f"loading {model} on {dev.name}", shown=not json) as status, \
+                load(model, [str(p) for p in external], device=dev, methods=[SCORE],
+                     progress=status.weights) as program:
+            status.show("windows scored")
+            result = scored(program, ids, status.count)
     finally:
         if own:
             dev.close()
+    seconds = elapsed()
     if json:
         print(jsonlib.dumps({"schema": SCHEMA, "model": str(model), "text": str(text),
                              "perplexity": result.perplexity, "mean_nll": result.mean_nll,
                              "tokens": len(ids), "predicted_tokens": result.predicted, "window": result.window,
-                             "windows": result.windows}))
+                             "windows": result.windows, "seconds": seconds}))
         return
     print(f"perplexity {result.perplexity:.4f} over {result.predicted:,} predicted tokens of {text.name} "
-          f"({len(ids):,} tokens in {result.windows} window(s) of {result.window})")
+          f"({len(ids):,} tokens in {result.windows} window(s) of {result.window}), {seconds:,.2f} s in all")

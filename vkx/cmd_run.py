@@ -9,14 +9,16 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
 from vkx import paths
-from vkx.console import MiB, console, fail, note, plain_lines, safe, size, stderr, user_errors
+from vkx.console import (MiB, Status, console, elapsed, fail, note, option_message, plain_lines, safe,
+                         size, stderr, user_errors)
 from vkx.format import ExternalData, FormatError, dtypes
 from vkx.format.atomic import AtomicFile
+from vkx.loader.limits import PROFILES
 
 SCHEMA = "vkx.run/2"
 FILE = typer.Argument(..., metavar="FILE", hidden=True)  # each command's docstring says what it is
@@ -26,9 +28,14 @@ EXTERNAL = typer.Option([], "--external-data", metavar="FILE",
 DEVICE = typer.Option(None, "--device", metavar="INDEX|NAME",
                       help="Device index or name substring, as vkx devices lists them "
                            "[default: VKX_DEVICE, else the first GPU].")
+Profile = paths.choices("Profile", PROFILES)
+"""`--profile`: the device profiles vkx.loader.limits knows."""
 PROFILE = typer.Option(None, "--profile", metavar="NAME",
-                       help="Use a device profile's limits where lower (docs/profiles.md) [default: VKX_DEVICE_PROFILE].")
+                       help=f"Use a device profile's limits and features where lower than the device's: "
+                            f"{', '.join(PROFILES)} (vkx devices --profile NAME lists them) "
+                            "[default: VKX_DEVICE_PROFILE].")
 """The options of every command that opens a device (run, generate, perplexity)."""
+SEED = typer.Option(0, "--seed", min=0, metavar="N", help="Seed of the random inputs.")
 
 
 Schedule = paths.choices("Schedule", ("lazy", "eager"))
@@ -45,8 +52,8 @@ def _random_inputs(specs, seed: int):
             out.append(rng.standard_normal(shape).astype(dt))
         elif dt.kind == "b":
             out.append(rng.integers(0, 2, shape).astype(bool))
-        else:
-            out.append(rng.integers(0, 4, shape).astype(dt))  # small: safe as indices
+        else:  # zeros: a token id, a position and an index every program takes (a call checks their range)
+            out.append(np.zeros(shape, dt))
     return out
 
 
@@ -78,17 +85,6 @@ def _read_inputs(path: Path, specs):
     named = [getattr(s, "name", None) for s in specs]
     wanted = ", ".join(named) if all(named) else f"input_0..input_{len(specs) - 1}"
     fail(f"{path}: expected tensors {wanted} (or exactly {len(specs)} tensors), found {sorted(tensors)}")
-
-
-class _Bytes(ProgressColumn):
-    def render(self, task) -> Text:
-        return Text(f"{size(int(task.completed))} / {size(int(task.total or 0))}")
-
-
-def _upload_bar(quiet: bool) -> Progress:
-    """The weight-upload bar on stderr; disabled with --quiet and when stderr is not a terminal."""
-    return Progress(TextColumn("weights"), BarColumn(), _Bytes(), console=stderr, transient=True,
-                    disable=quiet or not stderr.is_terminal)
 
 
 def _run_bar(quiet: bool) -> Progress:
@@ -144,16 +140,18 @@ def run(
                                              "phase) into this PNG (needs matplotlib)."),
     repeat: int = typer.Option(10, "--repeat", min=0, metavar="N",
                                help="Run N times (0: load only); the first run is timed on its own."),
-    json: bool = typer.Option(False, "--json", help="One JSON object on stdout (schema vkx.run/2) instead of tables."),
-    seed: int = typer.Option(0, "--seed", metavar="N", help="Seed of the random inputs."),
+    json: bool = typer.Option(False, "--json",
+                              help=f"One JSON object on stdout (schema {SCHEMA}) instead of tables."),
+    seed: int = SEED,
     device: Optional[str] = DEVICE,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No loading line or progress bars on stderr."),
-    profile: Optional[str] = PROFILE,
+    profile: Optional[Profile] = PROFILE,
     method: Optional[str] = typer.Option(None, "--method", metavar="NAME",
                                          help="The method to run, in a file of several (vkx inspect lists them)."),
 ) -> None:
     """Load the .pte FILE onto the Vulkan device and run it (one method of a file of several)."""
     external, beside = paths.loadable(model, external_data)
+    name = _method(paths.method_names(model), method)
     if inputs is not None:
         _check_inputs_file(inputs)
     if output is not None:
@@ -169,21 +167,16 @@ def run(
     from vkx.loader import load
     from vkx.loader.device import Device, default_device
     own = device is not None or profile is not None
-    dev = Device(device, profile=profile) if own else default_device()
+    dev = Device(device, profile=profile.value if profile else None) if own else default_device()
     try:
-        if not quiet and stderr.is_terminal:
-            stderr.print(f"loading {safe(model)} on {safe(dev.name)} ({schedule.value} schedule)")
-        bars = _upload_bar(quiet)
-        task = bars.add_task("weights", total=None)
         t0 = time.perf_counter()
-        with bars:
+        with Status(f"loading {model} on {dev.name} ({schedule.value} schedule)", shown=not quiet) as status:
             program = load(model, [str(p) for p in external], schedule=schedule.value, device=dev,
-                           upload=upload.value, trace_memory=trace_memory,
-                           progress=lambda done, total: bars.update(task, completed=done, total=total))
+                           upload=upload.value, trace_memory=trace_memory, progress=status.weights)
         load_s = time.perf_counter() - t0
         outs, first_s, times = [], None, []
         with program:
-            target = _method(program, method)
+            target = program[name]
             if repeat:
                 specs = target.input_specs
                 xs = _read_inputs(inputs, specs) if inputs else _random_inputs(specs, seed)
@@ -208,23 +201,24 @@ def run(
         if own:
             dev.close()
     report = _report(model, schedule.value, memory, load_s, first_s, times, outs, out_specs, trace_memory)
-    report["method"] = target.name
+    report["method"] = name
+    report["seconds"] = elapsed()
     if json:
         print(jsonlib.dumps(report))
         return
     _print(report, model, memory, trace_memory, output, plot)
 
 
-def _method(program, name: Optional[str]):
-    """The method `--method` names; a file of several methods needs it."""
-    methods = program.methods
-    if len(methods) > 1:
-        if name is None:
+def _method(methods: list[str], name: Optional[str]) -> str:
+    """The method to run, checked against the file's `methods` before anything is loaded: the one
+    `--method` names; a file of several needs it."""
+    if name is None:
+        if len(methods) > 1:
             raise paths.UsageError(f"the file has methods {', '.join(methods)}: pass --method NAME")
-        return program[name]
-    if name is not None and name != methods[0]:
-        raise paths.UsageError(f"the file has one method, {methods[0]}: --method {name} names none")
-    return program[methods[0]]
+        return methods[0]
+    if name not in methods:
+        raise paths.UsageError(option_message("--method", f"no method {name!r}", f"methods: {', '.join(methods)}"))
+    return name
 
 
 def _pyplot():
@@ -267,7 +261,7 @@ def _plot(plt, memory, model: Path, path: Path) -> None:
 
 def _report(model: Path, schedule: str, memory, load_s: float, first_s: float | None, times: list[float],
             outs: list, out_specs: list, trace_memory: bool) -> dict:
-    """The run for scripts (schema vkx.run/2): bytes exact, times in seconds, dtypes as stored."""
+    """The run for scripts (schema SCHEMA): bytes exact, times in seconds, dtypes as stored."""
     phases = memory["phases"]
     base = phases[0]["rss"]
     report = {
@@ -299,7 +293,7 @@ def _print(report: dict, model: Path, memory, trace_memory: bool, output: Option
     st = report["steady_run_seconds"]
     if st is not None:
         timing += f"   steady {st['median'] * 1e3:,.2f} ms (median of {st['runs']})"
-    console.print(timing)
+    console.print(f"{timing}   {report['seconds']:,.2f} s in all")
     if report["outputs"]:
         t = Table(show_edge=False, header_style="bold")
         for c in ("output", "shape", "dtype"):
@@ -308,7 +302,9 @@ def _print(report: dict, model: Path, memory, trace_memory: bool, output: Option
             t.add_row(str(i), "×".join(map(str, o["shape"])) or "scalar", o["dtype"])
         console.print(t)
     if trace_memory:
-        print(plain_lines(str(memory)), flush=True)  # the tables `print(program.memory)` shows in Python
+        # the tables `print(program.memory)` shows in Python; on a terminal, a line longer than its width (the
+        # footnote) wraps at it
+        console.print(Text(plain_lines(str(memory))))
         peaks = report["device_peak_bytes"]
         console.print(f"peak RSS over baseline: load {size(report['load_peak_rss_over_baseline'])}, "
                       f"with the first run {size(report['peak_rss_over_baseline'])}; "

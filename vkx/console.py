@@ -1,16 +1,23 @@
-"""Shared CLI plumbing: one-line errors with exit code 2, the rich console, safe strings, units."""
+"""Shared CLI plumbing: one-line errors with exit code 2, the rich console, safe strings, units, the
+transient status of a load, and the seconds the user has waited."""
 from __future__ import annotations
 
 import functools
+import io
 import os
 import re
 import sys
+import time
 import unicodedata
-from typing import Callable, NoReturn, TypeVar
+from contextlib import redirect_stderr
+from typing import Callable, NoReturn, Optional, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn
+from rich.table import Column
+from rich.text import Text
 
 from vkx.format.errors import VkxError
 
@@ -72,6 +79,11 @@ def note(message: str) -> None:
     print(f"vkx: {plain(message)}", file=sys.stderr)
 
 
+def option_message(option: str, problem: str, allowed: Optional[str] = None) -> str:
+    """A bad option value in the one form every command gives it: `--option: problem (allowed)`."""
+    return f"{option}: {problem}" + (f" ({allowed})" if allowed else "")
+
+
 def fail(message: str) -> NoReturn:
     """Print `vkx: error: message` on stderr and exit with code 2.
 
@@ -108,3 +120,83 @@ def size(n: int) -> str:
         if n >= scale:
             return f"{n / scale:,.1f} {unit}"
     return f"{n} B"
+
+
+_IMPORTED = time.monotonic()
+
+
+def elapsed() -> float:
+    """Seconds since this process started: what the user has waited, interpreter and imports included
+    (/proc's start time; where there is none, since vkx's CLI was imported)."""
+    try:
+        with open("/proc/self/stat") as stat:
+            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime, after the command name
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, AttributeError, ValueError):  # no /proc, or no CLOCK_BOOTTIME (not Linux)
+        return time.monotonic() - _IMPORTED
+
+
+class _Done(ProgressColumn):
+    """How far the current step is: weight bytes uploaded, or a count; nothing while the total is unknown."""
+
+    def render(self, task) -> Text:
+        if not task.total:
+            return Text("")
+        if task.fields.get("weights"):
+            return Text(f"weights {size(int(task.completed))} / {size(int(task.total))}")
+        return Text(f"{int(task.completed)}/{int(task.total)}")
+
+
+class Status:
+    """What a command is doing while the user waits (loading, uploading weights, warming up), as one
+    transient line on stderr, drawn on a terminal only and when `shown`: it is gone once the command has
+    something to show, or an error. Notes the loader prints on stderr meanwhile (pipelines compiled) are
+    held back: printed after the line on success; dropped on failure, so that the error line is all
+    that is left on the screen.
+    """
+
+    def __init__(self, text: str, shown: bool):
+        self._notes = io.StringIO()
+        self._redirect = redirect_stderr(self._notes)
+        # its own console on the stderr of now: the notes' redirection must not take the line with it
+        screen = _Console(highlight=False, file=sys.stderr)
+        # the text takes what the bar and the count leave of the width (a long path is cut, not the count)
+        text_column = TextColumn("{task.description}", table_column=Column(ratio=1, no_wrap=True, overflow="ellipsis"))
+        self._bars = Progress(text_column, BarColumn(bar_width=20), _Done(), console=screen, expand=True,
+                              transient=True, redirect_stderr=False, disable=not (shown and screen.is_terminal))
+        self._task = self._bars.add_task(safe(text), total=None)
+        self._open = False
+
+    def __enter__(self) -> "Status":
+        self._bars.start()
+        self._redirect.__enter__()
+        self._open = True
+        return self
+
+    def __exit__(self, kind, *_) -> None:
+        self.done(ok=kind is None)
+
+    def show(self, text: str, total: Optional[int] = None) -> None:
+        """A new step: `text`, and a count up to `total` when given (`count`)."""
+        self._bars.remove_task(self._task)
+        self._task = self._bars.add_task(safe(text), total=total)
+        self._bars.refresh()
+
+    def count(self, done: int, total: int) -> None:
+        """`done` of the step's `total` (a progress callback: the windows scored)."""
+        self._bars.update(self._task, completed=done, total=total)
+
+    def weights(self, done: int, total: int) -> None:
+        """Weight bytes uploaded (`vkx.load`'s progress callback)."""
+        self._bars.update(self._task, completed=done, total=total, weights=True)
+
+    def done(self, ok: bool = True) -> None:
+        """Remove the line; the notes held back are printed when `ok`."""
+        if not self._open:
+            return
+        self._open = False
+        self._redirect.__exit__(None, None, None)
+        self._bars.stop()
+        if ok:
+            sys.stderr.write(self._notes.getvalue())
+            sys.stderr.flush()

@@ -13,6 +13,7 @@ from typing import Iterable
 from vkx.format import ProgramFile
 from vkx.format.external import EXTERNAL_SUFFIXES, find_external, missing_keys
 from vkx.format.errors import VkxError
+from vkx.format.methods import methods
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors")
 
@@ -97,6 +98,14 @@ def loadable(program: Path, external: Iterable[Path]) -> tuple[list[Path], Path 
     return files, beside
 
 
+def method_names(program: Path) -> list[str]:
+    """The methods `vkx.load` gives the .pte, read from its header: each plan of a file of several
+    methods, else the first plan."""
+    with ProgramFile.open(program) as pf:
+        plans = [plan.name for plan in pf.program.execution_plan]
+        return plans if methods(pf) is not None else plans[:1]
+
+
 def is_same_file(a: Path, b: Path) -> bool:
     """Whether two paths name one file (same inode, or the same resolved path for one not yet made)."""
     try:
@@ -122,4 +131,4 @@ def output_file(path: Path, option: str, what: str, suffixes: tuple[str, ...], i
 
 
 __all__ = ["UsageError", "model_file", "program_file", "external_files", "with_external", "require_external",
-           "output_file"]
+           "method_names", "output_file"]

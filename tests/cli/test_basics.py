@@ -69,7 +69,7 @@ def test_devices_show_the_profile_in_force():
     table = vkx("devices", COLUMNS="200", VKX_DEVICE_PROFILE="adreno-7xx")
     assert table.returncode == 0 and "adreno-7xx" in table.stdout and "subgroup 128" in table.stdout
     assert one_error_line(vkx("devices", "--profile", "phone")) == (
-        "vkx: error: unknown device profile 'phone' (known: android-baseline-2022, android-15, android-16, adreno-7xx)")
+        "vkx: error: --profile: phone is not one of android-baseline-2022, android-15, android-16, adreno-7xx")
 
 
 def test_public_api():

@@ -11,7 +11,7 @@ import shutil
 from tests.format.fmt_tiny import tiny_constants, tiny_graph
 from vkx.format import ConstantPayload, IOSpec, ScalarType, write_program
 
-from .conftest import one_error_line, vkx
+from .conftest import one_error_line, vkx, vkx_here
 
 EVIL_KEY = "[/]\x1b]0;owned\x07[bold red]key"
 EVIL_OP = "\x1b[2J[/]aten.relu.default"
@@ -111,3 +111,23 @@ def test_validate_json(exported, tmp_path):
     failed = json.loads(done.stdout)
     assert done.returncode == 2 and failed["schema"] == "vkx.validate/1" and failed["ok"] is False
     assert done.stderr == f"vkx: error: {failed['error']}\n"
+
+
+def test_inspect_says_what_upload_import_does(exported, tmp_path):
+    """inspect's import row says whether `vkx run --upload import` loads the file (every constant used in
+    place, or a refusal), and run does what it says: the .ptd vkx wrote is aligned for it, a checkpoint's
+    own tensors (safetensors packs them) are not."""
+    said = vkx("inspect", exported / "ext.pte", COLUMNS="400")
+    assert "all 6 constants importable in place" in said.stdout and "--upload import can load it" in said.stdout
+    ran = vkx("run", exported / "ext.pte", "--upload", "import", "--repeat", "1", "--json")
+    assert ran.returncode == 0 and json.loads(ran.stdout)["weight_paths"]["imported"] > 0, ran.stderr
+    from tests.llm.families import write_folder
+    write_folder(tmp_path / "m", "llama", weights=True)
+    done = vkx_here("export", tmp_path / "m", "-o", tmp_path / "lm.pte", "--external-data",
+                    tmp_path / "m" / "model.safetensors", "--max-seq-len", 16, "--prefill-len", 4, "-q")
+    assert done.returncode == 0, done.stderr
+    said = vkx("inspect", tmp_path / "lm.pte", COLUMNS="400")
+    assert re.search(r"in \d+ of \d+ constants importable in place", said.stdout) \
+        and "--upload import refuses this file" in said.stdout
+    line = one_error_line(vkx("run", tmp_path / "lm.pte", "--method", "decode", "--upload", "import", "--repeat", "1"))
+    assert "upload='import'" in line

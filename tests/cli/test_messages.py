@@ -37,7 +37,7 @@ def test_a_truncated_file_says_truncated(exported, tmp_path):
 
 def test_integer_dtype_points_to_quantize(tmp_path):
     line = one_error_line(vkx("export", tmp_path / "m.py", "--dtype", "int8"))
-    assert line == ("vkx: error: Invalid value for '--dtype': int8 is not a floating type: "
+    assert line == ("vkx: error: --dtype: int8 is not a floating type: "
                     "for int8 weights use --quantize int8")
     assert "fp64 is not one of keep, fp32, fp16, bf16" in one_error_line(vkx("export", "m.py", "--dtype", "fp64"))
 

@@ -26,8 +26,8 @@ def test_negative_repeat_is_one_line(exported):
 
 @pytest.mark.parametrize("args, says", [
     (["run", "x.pte", "--bogus"], "No such option: --bogus"),
-    (["run", "x.pte", "--schedule", "later"], "'lazy', 'eager'"),
-    (["run", "x.pte", "--upload", "sideways"], "'auto', 'staging', 'direct'"),
+    (["run", "x.pte", "--schedule", "later"], "--schedule: later is not one of lazy, eager"),
+    (["run", "x.pte", "--upload", "sideways"], "--upload: sideways is not one of auto, staging, direct, import"),
     (["export", "m.py", "--dtype", "fp64"], "fp64 is not one of keep, fp32, fp16, bf16"),
     (["frobnicate"], "No such command"),
     (["run"], "Missing argument 'FILE'"),
