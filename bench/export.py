@@ -142,6 +142,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="folder for the exported files [default: a temporary one]")
     parser.add_argument("--child", choices=["vkx", "executorch"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    for name, value in (('--layers', args.layers), ('--width', args.width), ('--rounds', args.rounds)):
+        if value < 1:
+            parser.error(f"{name} must be at least 1, not {value}")
+    if args.out is not None and not Path(args.out).is_dir():
+        parser.error(f"--out {args.out}: no such folder")
     if args.child:
         child(args.child, args.layers, args.width, args.out)
         return

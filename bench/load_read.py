@@ -88,6 +88,11 @@ def main() -> None:
     ap.add_argument("--dir", default=None)
     ap.add_argument("--copy-only", metavar="FILE", help="only time the bare copies of FILE's bytes")
     args = ap.parse_args()
+    for name, value in (('--layers', args.layers), ('--mib', args.mib)):
+        if value < 1:
+            ap.error(f"{name} must be at least 1, not {value}")
+    if args.dir is not None and not Path(args.dir).is_dir():
+        ap.error(f"--dir {args.dir}: no such folder")
     if args.copy_only:
         size = os.path.getsize(args.copy_only)
         for how, s in copies(Path(args.copy_only), size).items():

@@ -163,6 +163,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="steady runs after the first")
     parser.add_argument("--out", type=Path, help="folder for the exported file (default: a temporary one)")
     args = parser.parse_args()
+    for name, value in (('--layers', args.layers), ('--width', args.width), ('--runs', args.runs)):
+        if value < 1:
+            parser.error(f"{name} must be at least 1, not {value}")
+    if args.out is not None and not Path(args.out).is_dir():
+        parser.error(f"--out {args.out}: no such folder")
     with tempfile.TemporaryDirectory(dir=args.out) as tmp:
         path = Path(tmp) / "stack.pte"
         W = export(path, args.layers, args.width, args.dtype)
