@@ -224,8 +224,9 @@ def upload_weights(built: Built, res: Resources, options: Options, progress: Pro
     dev, allocator = res.device, res.allocator
     mode = upload_mode(options.upload, options.schedule, allocator, dev)
     total = sum(ts[0].nbytes for ts in built.constants.values())
-    allocator.expect("weights", sum(t.nbytes for t in [ts[0] for ts in built.constants.values()] + built.dedicated
-                                    if t.nbytes < allocator.small_limit))
+    # the small weights' block is sized for what it will hold: imported constants take none of it
+    copied = [] if options.upload == "import" else [ts[0] for ts in built.constants.values()]
+    allocator.expect("weights", sum(t.nbytes for t in copied + built.dedicated if t.nbytes < allocator.small_limit))
     if mode == "ring":
         res.ring = StagingRing(dev, allocator, *ring_shape(total, options.staging_chunks, options.staging_chunk_bytes))
     res.uploader = up = Uploader(dev, allocator, mode, res.ring, imports(options.upload, dev))
