@@ -59,13 +59,13 @@ def _number(text: str) -> str:
 def _bad_value(error: typer.BadParameter) -> str:
     """A value typer refused, in vkx's words (`--option: what is wrong (what is allowed)`), not pydantic's
     ("Input should be greater than or equal to 0"): the option's own choices and bounds say what is allowed."""
-    from pydantic import ValidationError
-
     if type(error) is not typer.BadParameter:  # a subclass: click's "Missing argument 'FILE'" says it well
         return error.format_message()
     param = error.param
     name = max(param.opts, key=len) if param.opts else param.human_readable_name
-    if not isinstance(error.__cause__, ValidationError):  # a command's own check (a callback): its words
+    # typer (0.29, pyproject's floor) validates values with pydantic, whose ValidationError says what failed;
+    # any other cause is a command's own check (a callback), in its own words
+    if type(error.__cause__).__name__ != "ValidationError":
         return option_message(name, error.message)
     problem = error.__cause__.errors()[0]
     value = str(problem["input"])
