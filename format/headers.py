@@ -14,6 +14,7 @@ import struct
 from collections import namedtuple
 from typing import Any
 
+from .common import align
 from .errors import BadMagicError, InvalidValueError, OutOfBoundsError, TruncatedError
 
 
@@ -84,6 +85,14 @@ FLAT_TENSOR_IDENTIFIER = b"FT01"
 """A .ptd FlatBuffer's file identifier (its bytes 4-8, before the FH01 header)."""
 SAFETENSORS_LENGTH = struct.Struct("<Q")
 """A .safetensors file's first bytes: the length of the JSON header after them (a writer pads it with spaces)."""
+
+
+def safetensors_header(text: bytes, alignment: int = 8) -> bytes:
+    """A .safetensors file's bytes before its data: the length, then the JSON `text` padded with spaces
+    so that the data starts on a multiple of `alignment` (at least 8, as the format asks)."""
+    prefix = SAFETENSORS_LENGTH.size
+    start = align(prefix + len(text), max(alignment, 8))
+    return SAFETENSORS_LENGTH.pack(start - prefix) + text.ljust(start - prefix, b" ")
 
 
 def read_extended(buf, size: int, path: str) -> ExtendedHeader | None:

@@ -19,7 +19,7 @@ from .common import ScalarType, align, lcm, segment_alignment
 from .encode import PlanSpec, encode_flat_tensor, encode_program, encode_vkgraph, insert_header, plan_io
 from .errors import DuplicateKeyError, InvalidValueError, MissingKeyError
 from .external import ALIASES_METADATA, DIGEST_BYTES, DIGEST_KEY, ExternalData, check_entry, constant_tensors
-from .headers import DELEGATE, EXTENDED, FLAT_TENSOR, SAFETENSORS_LENGTH
+from .headers import DELEGATE, EXTENDED, FLAT_TENSOR, SAFETENSORS_LENGTH, safetensors_header
 from .metadata import ProgramMetadata, relative_to
 from .names import encode_io_names
 
@@ -364,12 +364,10 @@ def _write_safetensors(out: AtomicFile, graphs: Sequence[vk.VkGraph], named: Seq
     if aliases:  # safetensors keys cannot share bytes: a tied tensor's other names go in the metadata
         meta["__metadata__"][ALIASES_METADATA] = json.dumps(aliases, separators=(",", ":"))
     text = json.dumps(meta, separators=(",", ":")).encode()
-    prefix = SAFETENSORS_LENGTH.size
-    start = align(prefix + len(text), max([8] + [segment_alignment(p.nbytes, alignment) for p in named]))
-    out.write(SAFETENSORS_LENGTH.pack(start - prefix) + text.ljust(start - prefix, b" "))
+    out.write(safetensors_header(text, max([8] + [segment_alignment(p.nbytes, alignment) for p in named])))
     for p in named:
         _write_payload(out, p)
     digest = out.sha.hexdigest()
     field = f'"{DIGEST_KEY}":"'.encode()  # once in the JSON: no tensor has that name, and strings escape quotes
-    out.write_at(prefix + text.index(field) + len(field), digest.encode())
+    out.write_at(SAFETENSORS_LENGTH.size + text.index(field) + len(field), digest.encode())
     return digest

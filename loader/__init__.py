@@ -3,7 +3,7 @@
 Modules: files (a .pte and its external data opened, a Program returned), program (Program:
 a loaded file's methods, shared weights and state), method (Method: one loaded graph, called),
 plan (PlanMethod: a whole ExecuTorch execution plan, delegates on the GPU, CPU ops through
-kernels), kernels (a plan's CPU ops bound to torch), stages (the load stages), loading (the one
+kernels), kernels (a plan's CPU ops bound to torch), stages (the load stages), options (their choices, free of torch and Vulkan), loading (the one
 driver that runs them over a file's methods), greedy (what greedy decoding records beside a loaded
 method: its argmax, decode steps chained on the device), device (instance, device, queue, validation), limits (device profiles and the checks
 of every pipeline against the limits in force), _profiles_regen (the profiles' figures read from

@@ -36,14 +36,13 @@ from vkx.loader.device import Device
 from vkx.loader.errors import BadProgramError, LoadError, OutOfDeviceMemoryError
 from vkx.loader.graph import GraphBuilder, RTensor
 from vkx.loader.memory import Allocator, Buffer, MiB
+from vkx.loader.options import SCHEDULES, UPLOADS
 from vkx.loader.prepack import Uploader, imports, upload_mode
 from vkx.loader.record import Executor, StateStore
 from vkx.loader.shaders import Pipeline, pipelines_for
 from vkx.loader.staging import MIN_CHUNK, StagingRing, ring_shape
 from vkx.loader.trace import Timeline
 
-SCHEDULES = ("lazy", "eager")
-UPLOADS = ("auto", "staging", "direct", "import")
 
 Progress = Callable[[int, int], None]
 """`progress(done_bytes, total_bytes)`, called after each weight's upload."""

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json as jsonlib
 import statistics
-import struct
 import time
 from pathlib import Path
 from typing import List, Optional
@@ -18,7 +17,9 @@ from vkx.console import (MiB, Status, console, elapsed, fail, note, option_messa
                          size, stderr, user_errors)
 from vkx.format import ExternalData, FormatError, dtypes
 from vkx.format.atomic import AtomicFile
+from vkx.format.headers import safetensors_header
 from vkx.loader.limits import PROFILES
+from vkx.loader.options import SCHEDULES, UPLOADS
 
 SCHEMA = "vkx.run/2"
 FILE = typer.Argument(..., metavar="FILE", hidden=True)  # each command's docstring says what it is
@@ -38,8 +39,8 @@ PROFILE = typer.Option(None, "--profile", metavar="NAME",
 SEED = typer.Option(0, "--seed", min=0, metavar="N", help="Seed of the random inputs.")
 
 
-Schedule = paths.choices("Schedule", ("lazy", "eager"))
-Upload = paths.choices("Upload", ("auto", "staging", "direct", "import"))
+Schedule = paths.choices("Schedule", SCHEDULES)
+Upload = paths.choices("Upload", UPLOADS)
 
 
 def _random_inputs(specs, seed: int):
@@ -109,10 +110,8 @@ def _write_outputs(path: Path, outputs: list, specs: list) -> None:
                                  "data_offsets": [pos, pos + len(data)]}
         blobs.append(data)
         pos += len(data)
-    text = jsonlib.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
     with AtomicFile(path) as out:
-        out.write(struct.pack("<Q", len(text)) + text)
+        out.write(safetensors_header(jsonlib.dumps(header, separators=(",", ":")).encode()))
         for data in blobs:
             out.write(data)
         out.commit()
