@@ -4,9 +4,11 @@ bf16 keeps 8 bits of mantissa. Rounding every activation to it between ops moves
 logits by ~0.2 (SmolLM2-135M; docs/benchmarks.md, "Quality on real weights"), enough to swap its
 two top tokens, while a Vulkan device computes bf16 in fp32 anyway (its shaders widen the 16 bits
 with a shift). So the matrices (Linear, Embedding and transformers' Conv1D weights: nearly all the
-bytes) stay bf16, and every activation, cache and small tensor (norms, biases) is fp32. Each matrix
-is read through an exact `.float()` that the export does not compute (vkx.export.ops'
-WIDENED_READERS): the product and the gather read the bf16 bytes as stored.
+bytes) and the RMSNorms' weights stay bf16, and every activation, cache, bias and other small tensor
+is fp32. Each matrix is read through an exact `.float()` that the export does not compute (vkx.export.ops'
+WIDENED_READERS): the product and the gather read the bf16 bytes as stored. An RMSNorm multiplies its
+fp32 row by its bf16 weight (the product is fp32, as torch promotes), so the loader folds it into the
+products after it as it does in a 16-bit model (vkx.loader.fuse).
 """
 from __future__ import annotations
 
@@ -40,13 +42,20 @@ class WideConv1D(Conv1D):
 
 
 WIDE = {nn.Linear: WideLinear, nn.Embedding: WideEmbedding, Conv1D: WideConv1D}
-"""The modules whose weight stays bf16, by exact type (a subclass may compute otherwise: it goes fp32)."""
+"""The modules whose weight stays bf16 and is read widened, by exact type (a subclass may compute
+otherwise: it goes fp32)."""
+
+
+def _is_rms_norm(module: nn.Module) -> bool:
+    """transformers' RMSNorms (LlamaRMSNorm, Qwen3RMSNorm, ...): `weight * row`, which takes a bf16 weight
+    and an fp32 row (torch promotes). LayerNorm does not: its parameters go fp32."""
+    return type(module).__name__.endswith("RMSNorm")
 
 
 def widen_bf16(module: nn.Module) -> None:
-    """In place: the weight of each WIDE module in bf16 and read as fp32; every other floating
-    parameter and buffer fp32. A tensor already in its dtype is kept (a checkpoint's bytes stay
-    referenced); a tied one is converted once."""
+    """In place: the weight of each WIDE module in bf16 and read as fp32, each RMSNorm's weight bf16;
+    every other floating parameter and buffer fp32. A tensor already in its dtype is kept (a
+    checkpoint's bytes stay referenced); a tied one is converted once."""
     converted: dict[tuple[int, torch.dtype], torch.Tensor] = {}
 
     def cast(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
@@ -61,8 +70,9 @@ def widen_bf16(module: nn.Module) -> None:
     with torch.no_grad():
         for m in module.modules():
             wide = WIDE.get(type(m))
+            narrow = wide is not None or _is_rms_norm(m)
             for name, t in m._parameters.items():
-                m._parameters[name] = cast(t, torch.bfloat16 if wide and name == "weight" else torch.float32)
+                m._parameters[name] = cast(t, torch.bfloat16 if narrow and name == "weight" else torch.float32)
             for name, t in m._buffers.items():
                 m._buffers[name] = cast(t, torch.float32)
             if wide:

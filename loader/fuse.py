@@ -216,10 +216,11 @@ def _one_row_linear(c: OpChain, vid: int, reader: int) -> tuple[int, int, _Weigh
 
 
 def _one_dtype(c: OpChain, x: int, weights: list[int]) -> bool:
-    """Whether `x`, an activation, and `weights` have one dtype: the rule of the fused row kernels, whose
-    x and weights are typed together (vkx.loader.ops.gemm.one_dtype); otherwise they stay unfused."""
-    dtype = c.tensor(x).datatype
-    return not c.is_weight(x) and all(c.is_weight(w) and c.tensor(w).datatype == dtype for w in weights)
+    """Whether `weights` have one dtype and `x`, an activation, has it or is fp32: the rule of the fused
+    row kernels (vkx.loader.ops.gemm.one_dtype); otherwise they stay unfused."""
+    dtypes_ = {c.tensor(w).datatype for w in weights}
+    return not c.is_weight(x) and all(c.is_weight(w) for w in weights) and len(dtypes_) <= 1 \
+        and (not dtypes_ or c.tensor(x).datatype in (*dtypes_, g.DataType.FLOAT32))
 
 
 def _float_weights(weights: list[_Weight]) -> list[int]:

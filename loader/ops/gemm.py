@@ -409,10 +409,12 @@ the norm's weight (NORM_BINDING, a binding index: a define)."""
 
 def one_dtype(builder: OpBuilder, x: TensorArg, constants: Sequence[TensorArg]) -> bool:
     """Whether `constants` (weights, a norm's weight) have one dtype and x, an activation, has it as the
-    device holds activations (vkx.loader.ops.held_dtype): the one-dtype rule of fused row products,
-    which vkx.loader.fuse checks before it fuses."""
-    return all(t.dtype == constants[0].dtype and held_dtype(t.dtype, builder.limits.features) == x.dtype
-               for t in constants)
+    device holds activations (vkx.loader.ops.held_dtype) or is fp32 (a bf16 language model computes in
+    fp32 over its bf16 weights: vkx.export.widen): the dtype rule of fused row products, which
+    vkx.loader.fuse checks before it fuses."""
+    dtype = constants[0].dtype
+    return all(t.dtype == dtype for t in constants) \
+        and x.dtype in (held_dtype(dtype, builder.limits.features), dtypes.FLOAT32)
 
 
 def row_defines(words: bool, x: DType, w: DType, kind: Optional[str], norm: bool, subgroup: bool) -> dict:
@@ -434,8 +436,8 @@ def row_defines(words: bool, x: DType, w: DType, kind: Optional[str], norm: bool
 def matvec_variants() -> Iterable[Defines]:
     """Products: A and B each of any float dtype (the contract lets them differ; typed: the decode loop's
     loads), read as stored or by words, MATVEC_LOADS, a bias or none, subgroup sums or shared memory:
-    360. Fused row products (ROW_KINDS, a norm folded in or not): x, the weights and the norm's weight
-    of one dtype (`one_dtype`) in 16-byte loads: 60. C's and the bias's dtypes are ANY, the workgroup
+    360. Fused row products (ROW_KINDS, a norm folded in or not): the weights and the norm's weight of
+    one dtype, x of it or fp32 (`one_dtype`), in 16-byte loads: 80. C's and the bias's dtypes are ANY, the workgroup
     specialization constants."""
     for words, a, b, (a_vec, b_vec, k_tail), bias, subgroup in itertools.product(
             WORDS_MODES, FLOATS, FLOATS, MATVEC_LOADS, (False, True), (False, True)):
@@ -443,7 +445,8 @@ def matvec_variants() -> Iterable[Defines]:
     for words, w, kind, norm, subgroup in itertools.product(WORDS_MODES, FLOATS, ROW_KINDS, (False, True),
                                                             (False, True)):
         if kind is not None or norm:
-            yield row_defines(words, held_dtype(w, storage_features(words)), w, kind, norm, subgroup)
+            for x in dict.fromkeys((held_dtype(w, storage_features(words)), dtypes.FLOAT32)):  # `one_dtype`'s
+                yield row_defines(words, x, w, kind, norm, subgroup)
 
 
 def _row_dispatch(builder: OpBuilder, x: TensorArg, weights: Sequence[TensorArg], outs: Sequence[TensorArg],

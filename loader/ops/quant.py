@@ -18,7 +18,7 @@ import itertools
 import struct
 from typing import Iterable, Mapping, Sequence
 
-from vkx.format import opset
+from vkx.format import dtypes, opset
 from vkx.format.contract import Call
 from vkx.format.dtypes import DType
 from vkx.format.op_quant import VALUES_PER_WORD, is_affine, scale_groups
@@ -79,7 +79,7 @@ def matvec_q_variants() -> Iterable[Defines]:
     """Products: each of PACKINGS, x of any float dtype (read as stored or by words), a bias or none,
     subgroup sums or shared memory: 144. vkx.linear_q's fused forms (vkx.loader.fuse), each of
     VKX_PACKINGS: GLU and SEGMENTS with x of any float dtype, and each (or a product without a bias)
-    with an RMSNorm folded in, x and the norm's weight of one dtype: 240. The scales, outputs and bias
+    with an RMSNorm folded in, x of the norm weight's dtype or fp32: 288. The scales, outputs and bias
     are ANY, the workgroup specialization constants."""
     for words, (bits, variant), x, bias, subgroup in itertools.product(WORDS_MODES, PACKINGS, FLOATS, (False, True),
                                                                        (False, True)):
@@ -87,8 +87,9 @@ def matvec_q_variants() -> Iterable[Defines]:
     for words, (bits, variant), d, kind, norm, subgroup in itertools.product(
             WORDS_MODES, VKX_PACKINGS, FLOATS, _NORM_BINDING, (False, True), (False, True)):
         if kind is not None or norm:
-            x = held_dtype(d, storage_features(words)) if norm else d
-            yield matvec_q_defines(words, bits, variant, x, False, subgroup, kind, d if norm else None)
+            # a folded norm's x: its weight's dtype as held, or fp32 (`one_dtype`)
+            for x in dict.fromkeys((held_dtype(d, storage_features(words)), dtypes.FLOAT32)) if norm else (d,):
+                yield matvec_q_defines(words, bits, variant, x, False, subgroup, kind, d if norm else None)
 
 
 def linear_q_defines(words: bool, bits: int, variant: Mapping[str, int], x: DType, bias: bool, vec: bool) -> dict:
@@ -219,7 +220,7 @@ def _norm(bindings: list[TensorArg], push: bytes, norm: RowNorm | None) -> tuple
 
 
 def _refuse_norm(builder: OpBuilder, x: TensorArg, norm: RowNorm | None, what: str) -> None:
-    """UnsupportedOpError unless a folded RMSNorm's weight has x's dtype (`one_dtype`)."""
+    """UnsupportedOpError unless a folded RMSNorm's weight has x's dtype, or x is fp32 (`one_dtype`)."""
     if norm is not None and not one_dtype(builder, x, [norm.weight]):
         raise UnsupportedOpError(f"an RMSNorm of {norm.weight.dtype} weights folded into {what} of {x.dtype} x: "
                                  f"one dtype")
