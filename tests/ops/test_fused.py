@@ -354,6 +354,32 @@ def test_rms_norm_folded_into_the_products_of_its_output(quantize, dtype, tmp_pa
 
 
 @pytest.mark.parametrize("quantize", [None, "int4"], ids=str)
+def test_fp32_activations_over_bf16_weights_fuse_as_16_bit_ones(quantize, tmp_path, monkeypatch):
+    """A bf16 language model computes in fp32 over its bf16 matrices and norm weights (vkx.export.widen):
+    the norms fold into the products and SwiGLU fuses as in a 16-bit model (fp32 x, bf16 W and G), equal
+    to the unfused program and to torch computing the same."""
+    from vkx.export.widen import widen_bf16
+
+    torch.manual_seed(0)
+    module = NormedProducts(hidden=256).eval()
+    widen_bf16(module)
+    inputs = [rand(1, 1, 64, seed=s) * 3 for s in (1, 2, 3)]
+    path = tmp_path / "m.pte"
+    export_model(module, tuple(inputs), str(path), quantize=quantize)  # the dtypes as widen_bf16 left them
+    with vkx.load(path) as program:
+        graph = program.only.graph
+        stored = {graph.values[c.args[1]].datatype.name for c in graph.chain if c.name == "aten.linear.default"}
+    assert stored == ({"BFLOAT16"} if quantize is None else set())  # the matrices bf16 (or quantized)
+    fused, fused_shaders, unfused, _ = _run_both(path, inputs, monkeypatch)
+    assert fused_shaders == {_PRODUCT[quantize]: 4, "binary": 1}
+    with torch.no_grad():  # as stored: bf16 weights (quantized with bf16 scales), fp32 compute
+        want = (module if quantize is None else quantize_module(module, quantize))(*inputs)
+    for f, u, w in zip(fused, unfused, want):
+        assert_close_in(f, w, torch.float32, terms=256)
+        assert_close_in(u, w, torch.float32, terms=256)
+
+
+@pytest.mark.parametrize("quantize", [None, "int4"], ids=str)
 @pytest.mark.parametrize("dtype", EXPORT_DTYPES, ids=lambda d: _NAMES[d])
 def test_fusion_keeps_within_four_storage_buffers(quantize, dtype, tmp_path):
     """Under the Android baseline (4 storage buffers a stage) a match whose kernel would bind more stays
