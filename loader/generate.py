@@ -22,7 +22,9 @@ from typing import Callable, Iterable, Iterator, Protocol, Sequence
 
 import numpy as np
 
+from vkx.format import ProgramFile, vkgraph as vk
 from vkx.format.indexing import IndexRange
+from vkx.format.methods import methods, states
 from vkx.loader.errors import InputError
 
 
@@ -81,6 +83,25 @@ class LMShape:
     prefill_len: int
     max_seq_len: int
     vocab_size: int
+
+    @classmethod
+    def of_file(cls, pf: ProgramFile) -> "LMShape | None":
+        """The sizes of a program `vkx export DIR` wrote, read from its header (what `ProgramDecoder`
+        reads from the loaded methods), so that a request that cannot fit costs no load; None for
+        another program (ExecuTorch's LLM recipe: checked once loaded)."""
+        delegates = methods(pf)
+        names = [plan.name for plan in pf.program.execution_plan]
+        if delegates is None or "prefill" not in names:
+            return None
+        graph = delegates[names.index("prefill")].graph
+
+        def first(vids) -> vk.Tensor | None:
+            value = graph.values[vids[0]] if vids and 0 <= vids[0] < len(graph.values) else None
+            return value if isinstance(value, vk.Tensor) else None
+        ids, logits, caches = first(graph.input_ids), first(graph.output_ids), states(graph)
+        if ids is None or logits is None or not caches or len(ids.dims) != 2 or len(caches[0].tensor.dims) != 4:
+            return None
+        return cls(prefill_len=ids.dims[1], max_seq_len=caches[0].tensor.dims[2], vocab_size=logits.dims[-1])
 
 
 @dataclass(frozen=True)
@@ -148,14 +169,19 @@ class Timings:
         return self.decode_tokens / self.decode_seconds if self.decode_seconds else 0.0
 
 
-def check_request(input_ids: Sequence[int], max_new_tokens: int, shape: LMShape) -> None:
-    """InputError, before any work, for an empty prompt, an id outside the vocabulary or too long a sequence."""
-    if not input_ids:
-        raise InputError("the prompt has no tokens")
+def check_token_ids(input_ids: Sequence[int], shape: LMShape) -> None:
+    """InputError naming the first id outside the vocabulary."""
     vocabulary = IndexRange(0, 0, shape.vocab_size, "token id", "the vocabulary")
     bad = [t for t in input_ids if not vocabulary.low <= t < vocabulary.high]
     if bad:
         raise InputError(vocabulary.refusal(bad[0]))
+
+
+def check_request(input_ids: Sequence[int], max_new_tokens: int, shape: LMShape) -> None:
+    """InputError, before any work, for an empty prompt, an id outside the vocabulary or too long a sequence."""
+    if not input_ids:
+        raise InputError("the prompt has no tokens")
+    check_token_ids(input_ids, shape)
     if max_new_tokens < 1:
         raise InputError(f"max_new_tokens must be at least 1, not {max_new_tokens}")
     # the last new token is never fed back, so it needs no cache slot

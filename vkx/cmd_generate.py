@@ -4,7 +4,7 @@ from __future__ import annotations
 import json as jsonlib
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional
+from typing import List, Optional
 
 import typer
 
@@ -12,12 +12,7 @@ from vkx import paths
 from vkx.cmd_run import DEVICE, EXTERNAL, FILE, PROFILE, Profile
 from vkx.console import Status, elapsed, note, option_message, plain_lines, size, user_errors
 from vkx.format import ProgramFile
-from vkx.format import vkgraph as vk
 from vkx.format.et_llm import llm_info
-from vkx.format.methods import methods, states
-
-if TYPE_CHECKING:
-    from vkx.loader.generate import LMShape
 
 SCHEMA = "vkx.generate/1"
 IDS = "comma-separated token ids, such as 1,2,3"
@@ -34,27 +29,6 @@ def _prompt_ids(text: str) -> list[int]:
     if not ids:
         raise paths.UsageError(option_message("--prompt-ids", f"{text!r} has no token ids", IDS))
     return ids
-
-
-def _header_shape(pf: ProgramFile) -> Optional["LMShape"]:
-    """The sizes a request is checked against, read from the header of a program `vkx export DIR` wrote
-    (what `ProgramDecoder` reads from the loaded methods), so that a prompt that cannot fit costs no load;
-    None for another program (ExecuTorch's LLM recipe: checked once loaded)."""
-    from vkx.loader.generate import LMShape
-
-    delegates = methods(pf)
-    names = [plan.name for plan in pf.program.execution_plan]
-    if delegates is None or "prefill" not in names:
-        return None
-    graph = delegates[names.index("prefill")].graph
-
-    def first(vids) -> Optional[vk.Tensor]:
-        value = graph.values[vids[0]] if vids and 0 <= vids[0] < len(graph.values) else None
-        return value if isinstance(value, vk.Tensor) else None
-    ids, logits, caches = first(graph.input_ids), first(graph.output_ids), states(graph)
-    if ids is None or logits is None or not caches or len(ids.dims) != 2 or len(caches[0].tensor.dims) != 4:
-        return None
-    return LMShape(prefill_len=ids.dims[1], max_seq_len=caches[0].tensor.dims[2], vocab_size=logits.dims[-1])
 
 
 def _peak_rss() -> int:
@@ -122,13 +96,13 @@ def generate(
                                               "add --temperature T; without one, decoding is greedy"))
 
     from vkx.format.methods import SCORE
-    from vkx.loader.generate import Sampling, check_request, require_lm_methods
+    from vkx.loader.generate import LMShape, Sampling, check_request, require_lm_methods
 
     with ProgramFile.open(model) as pf:  # refused before any work: no pipeline is compiled for it
         names = [plan.name for plan in pf.program.execution_plan]
         if llm_info(pf.program) is None:
             require_lm_methods(names)
-        shape = _header_shape(pf)
+        shape = LMShape.of_file(pf)
     # a score method (vkx export --score) plans a whole window's activations: generation never calls it
     wanted = [name for name in names if name != SCORE] if SCORE in names else None
     sampling = Sampling(temperature, top_k, top_p, seed)

@@ -40,13 +40,17 @@ def perplexity(
         raise paths.UsageError(f"--text {text}: not UTF-8 text ({error.reason} at byte {error.start})") from None
 
     from vkx.format.methods import SCORE
+    from vkx.loader.generate import LMShape, check_token_ids
     from vkx.loader.perplexity import perplexity as scored, require_score
 
     with ProgramFile.open(model) as pf:  # refused before any work
         require_score([plan.name for plan in pf.program.execution_plan])
+        shape = LMShape.of_file(pf)
     ids = read_tokenizer(tokenizer).encode(content).ids[:max_tokens]
     if len(ids) < 2:
         raise paths.UsageError(f"--text {text}: {len(ids)} token(s); perplexity needs at least 2")
+    if shape is not None:  # a tokenizer of another model: refused before the load
+        check_token_ids(ids, shape)
     if beside is not None and not json:
         note(f"using external data {beside} (found beside {model})")
 

@@ -227,3 +227,18 @@ def test_load_takes_a_subset_of_methods(scored):
         assert program.methods == ["score"]
     with pytest.raises(InputError, match="no method generate .it has prefill, decode, score."):
         vkx.load(folder / "scored.pte", methods=["score", "generate"])
+
+
+def test_a_tokenizer_of_a_larger_vocabulary_is_refused_before_the_load(scored, tmp_path):
+    """Token ids past the file's vocabulary (another model's tokenizer) are refused from the header, with
+    the vocabulary's one line, before any device work (a device that cannot open would speak first)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    folder, _, _ = scored
+    tokenizer = Tokenizer(models.WordLevel({"w1": 1, "far": 1000, "[UNK]": 0}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.save(str(tmp_path / "other.json"))
+    (tmp_path / "t.txt").write_text("w1 far w1")
+    line = one_error_line(vkx("perplexity", folder / "scored.pte", "--text", tmp_path / "t.txt", "--tokenizer",
+                              tmp_path / "other.json", VKX_DEVICE="7"))
+    assert line == "vkx: error: token id 1000 is outside the vocabulary (0..255)"
