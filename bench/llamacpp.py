@@ -3,8 +3,9 @@ flatter vkx: docs/benchmarks.md's table "vkx and llama.cpp, honestly measured" i
 
     python3 bench/llamacpp.py LLAMACPP_DIR [--preset 1b] [--runs 10] [--work DIR] [--markdown FILE]
 
-LLAMACPP_DIR is the workplace's llama.cpp kit (../shared/tools/llamacpp: bin.tar.xz with llama-bench and
-llama-quantize, convert/convert_hf_to_gguf.py with its gguf wheel in whl/, make_model.py). The folder
+LLAMACPP_DIR is the workplace's llama.cpp kit (docs/benchmarks.md, "vkx and llama.cpp, honestly
+measured": bin.tar.xz with llama-bench and llama-quantize, convert/convert_hf_to_gguf.py with its gguf
+wheel in whl/, make_model.py). The folder
 (make_model.py's preset, bf16, seed 0) is converted to GGUF f16 and quantized to Q4_0 once; `--work`
 keeps them, and vkx's fp16 and int4 exports of the same folder, between runs.
 
@@ -178,7 +179,7 @@ def report(peer: dict[tuple, Stat], ours: dict[str, dict[str, Stat]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("kit", type=Path, help="the llama.cpp kit (../shared/tools/llamacpp)")
+    parser.add_argument("kit", type=Path, help="the llama.cpp kit (docs/benchmarks.md)")
     parser.add_argument("--preset", default="1b", choices=("1b", "small", "tiny"))
     parser.add_argument("--runs", type=int, default=10, help="samples per figure, each side (default 10)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/vkx-llamacpp"), help="kept between runs")
