@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from vkx.format import vkgraph as g
+from vkx.format.liveness import DEDICATED
 from vkx.loader.ops import OpBuilder, TensorArg
 
 
@@ -124,3 +125,27 @@ def bindings(c: OpChain, ops: list[int]) -> int:
             if v not in written and c.tensor(v) is not None}
     kept = {v for v in written if v in c.outputs or any(r not in inside for r in c.readers.get(v, []))}
     return len(read) + len(kept)
+
+
+def own_memory(c: OpChain, vid: int) -> bool:
+    """Whether `vid` has memory of its own whatever its `mem_obj_id` (a weight, state: `DEDICATED`)."""
+    i = c.writer.get(vid)
+    return c.is_weight(vid) or (i is not None and c.graph.chain[i].name in DEDICATED)
+
+
+def stored_over_reads(c: OpChain, ops: list[int], in_place: bool) -> set[int]:
+    """What the match's kernel stores (a value its ops write that is read after it or is a graph
+    output) in the memory object of a value it reads from outside the match; with `in_place` (a kernel
+    that stores each element after reading that place: vkx.loader.fuse), not over a value of its element
+    count and size."""
+    chain, inside = c.graph.chain, set(ops)
+    written = {v for i in ops for v in c.items(chain[i].args[-1])}
+    read = {v for i in ops for a in chain[i].args[:-1] for v in c.items(a)
+            if v not in written and c.tensor(v) is not None and not own_memory(c, v)}
+    stored = {v for v in written if c.tensor(v) is not None and not own_memory(c, v)
+              and (v in c.outputs or any(r not in inside for r in c.readers.get(v, [])))}
+    def same_places(x: int, z: int) -> bool:
+        xt, zt = c.tensor(x), c.tensor(z)
+        return in_place and xt.numel == zt.numel and xt.dtype.itemsize == zt.dtype.itemsize
+
+    return {z for z in stored if any(shares_memory(c, x, z) and not same_places(x, z) for x in read)}

@@ -40,8 +40,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from vkx.format import vkgraph as g
-from vkx.format.liveness import DEDICATED
-from vkx.loader.chain import (CAST, MUL, Fused, OpChain, bindings, other_operand, safe, shares_memory,
+from vkx.loader.chain import (CAST, MUL, Fused, OpChain, bindings, other_operand, safe, stored_over_reads,
                               touched_between)
 from vkx.loader.fuse_rotary import ROTARY, rotary, tables
 from vkx.loader.ops import OpBuilder, TensorArg
@@ -421,33 +420,10 @@ def _grouped_attention(c: OpChain, i: int) -> tuple[list[int], list[int], Fused]
     return ops, inputs, Fused("grouped attention", tuple(chain[j].node_id for j in ops), run)
 
 
-def _own_memory(c: OpChain, vid: int) -> bool:
-    """Whether `vid` has memory of its own whatever its `mem_obj_id` (a weight, state: `DEDICATED`)."""
-    i = c.writer.get(vid)
-    return c.is_weight(vid) or (i is not None and c.graph.chain[i].name in DEDICATED)
-
-
 _IN_PLACE = frozenset({"rms_norm", ROTARY})
 """Steps whose kernel stores each element from the invocation that reads each input's element at the
 same place, after it reads it (shaders/rms_norm.comp: after the row's sum): an input of the output's
 element count and size (no broadcast) may be the output's memory."""
-
-
-def _stored_over_reads(c: OpChain, ops: list[int], in_place: bool) -> set[int]:
-    """What the match's kernel stores (a value its ops write that is read after it or is a graph
-    output) in the memory object of a value it reads from outside the match; with `in_place`
-    (`_IN_PLACE`), not over a value of its element count and size."""
-    chain, inside = c.graph.chain, set(ops)
-    written = {v for i in ops for v in c.items(chain[i].args[-1])}
-    read = {v for i in ops for a in chain[i].args[:-1] for v in c.items(a)
-            if v not in written and c.tensor(v) is not None and not _own_memory(c, v)}
-    stored = {v for v in written if c.tensor(v) is not None and not _own_memory(c, v)
-              and (v in c.outputs or any(r not in inside for r in c.readers.get(v, [])))}
-    def same_places(x: int, z: int) -> bool:
-        xt, zt = c.tensor(x), c.tensor(z)
-        return in_place and xt.numel == zt.numel and xt.dtype.itemsize == zt.dtype.itemsize
-
-    return {z for z in stored if any(shares_memory(c, x, z) and not same_places(x, z) for x in read)}
 
 
 def _own_tensors(step: Fused, vids: set[int]) -> Fused:
@@ -508,7 +484,7 @@ def fuse(graph: g.VkGraph, max_binding_bytes: int, max_bindings: int) -> list:
         ops, inputs, step = found
         folded = [n for n in norms.values() if set(n.ops) <= set(ops)]
         own = set(ops).difference(*(n.ops for n in folded))
-        clashes = _stored_over_reads(c, ops, step.name in _IN_PLACE)
+        clashes = stored_over_reads(c, ops, step.name in _IN_PLACE)
         if taken.intersection(own) or not (step.first or safe(c, ops, inputs)) or clashes & c.outputs:
             continue
         step = _own_tensors(step, clashes)
