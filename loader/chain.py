@@ -114,16 +114,21 @@ def safe(c: OpChain, ops: Sequence[int], inputs: Sequence[int]) -> bool:
     return True
 
 
-def bindings(c: OpChain, ops: list[int]) -> int:
-    """The storage buffers a fused kernel binds: the tensors its ops read from outside the match, and
-    what they write that outlives it (read by another op, a graph output); intermediates are never
-    stored."""
+def boundary(c: OpChain, ops: list[int]) -> tuple[set[int], set[int]]:
+    """(the tensors the match's ops read from outside it, what they write that outlives it: read by
+    another op, or a graph output): what a fused kernel binds; intermediates are never stored."""
     inside = set(ops)
     chain = c.graph.chain
     written = {v for i in ops for v in c.items(chain[i].args[-1])}
     read = {v for i in ops for a in chain[i].args[:-1] for v in c.items(a)
             if v not in written and c.tensor(v) is not None}
     kept = {v for v in written if v in c.outputs or any(r not in inside for r in c.readers.get(v, []))}
+    return read, kept
+
+
+def bindings(c: OpChain, ops: list[int]) -> int:
+    """The storage buffers a fused kernel binds (`boundary`)."""
+    read, kept = boundary(c, ops)
     return len(read) + len(kept)
 
 
@@ -138,12 +143,10 @@ def stored_over_reads(c: OpChain, ops: list[int], in_place: bool) -> set[int]:
     output) in the memory object of a value it reads from outside the match; with `in_place` (a kernel
     that stores each element after reading that place: vkx.loader.fuse), not over a value of its element
     count and size."""
-    chain, inside = c.graph.chain, set(ops)
-    written = {v for i in ops for v in c.items(chain[i].args[-1])}
-    read = {v for i in ops for a in chain[i].args[:-1] for v in c.items(a)
-            if v not in written and c.tensor(v) is not None and not own_memory(c, v)}
-    stored = {v for v in written if c.tensor(v) is not None and not own_memory(c, v)
-              and (v in c.outputs or any(r not in inside for r in c.readers.get(v, [])))}
+    read, kept = boundary(c, ops)
+    read = {v for v in read if not own_memory(c, v)}
+    stored = {v for v in kept if c.tensor(v) is not None and not own_memory(c, v)}
+
     def same_places(x: int, z: int) -> bool:
         xt, zt = c.tensor(x), c.tensor(z)
         return in_place and xt.numel == zt.numel and xt.dtype.itemsize == zt.dtype.itemsize
