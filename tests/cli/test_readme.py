@@ -1,5 +1,6 @@
 """Every ```sh block of README.md runs as written, in order, in a copy of examples/ (`vkx` = the venv's
-script), and writes nothing that git would see nor anything at the root but in out/; its ```text
+script), and writes nothing that git would see nor anything at the root but in out/; every command but
+export and the benchmarks runs where torch cannot be imported, as in the runtime-only install; its ```text
 blocks are installs alone. The bench scripts' bad arguments get one error line, before any work."""
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from tests.llm.families import config, write_folder
 from tests.llm.test_cli import write_tokenizer
 
 from .conftest import EXAMPLES, ROOT, VKX
+from .test_no_torch import BLOCK, python_path
 
 pytestmark = pytest.mark.vulkan  # the device is opened in child processes too
 
@@ -28,6 +30,8 @@ SMALL = {"bench/load_memory.py": "--width 64", "bench/export.py": "--skip-execut
 """Arguments added to each benchmark's line: its sizes made small enough for a test."""
 INSTALLS = ("pip install ", "python -m vkx.loader.spirv ")
 """What a ```text block may hold: set-up a test does not run."""
+NEEDS_TORCH = ("vkx export ", ".venv/bin/python bench/")
+"""README commands that need the full install; the rest run as the runtime-only install (`vkx[tokenizer]`) would."""
 IGNORED_AT_ROOT = {"out"}
 """What README commands may write at the repository root (besides examples/): a folder git ignores."""
 
@@ -52,7 +56,7 @@ def test_readme_text_blocks_are_installs_alone():
     assert lines and all(c.startswith(INSTALLS) for c in lines), lines
 
 
-def test_readme_commands_run_in_order(tmp_path):
+def test_readme_commands_run_in_order(tmp_path, tmp_path_factory):
     sh = blocks((ROOT / "README.md").read_text(), "sh")
     assert sh[0].splitlines() == SETUP
     shutil.copytree(EXAMPLES, tmp_path / "examples", ignore=shutil.ignore_patterns("*.pte", "*.ptd", "__pycache__"))
@@ -69,19 +73,28 @@ def test_readme_commands_run_in_order(tmp_path):
     staged = git("status", "--porcelain", "--untracked-files=all", cwd=tmp_path)
     at_root = set(os.listdir(tmp_path))
     env = {**os.environ, "VKX_VALIDATION": "1", "PATH": f"{VKX.parent}{os.pathsep}{os.environ['PATH']}"}
-    ran = []
+    blocker = tmp_path_factory.mktemp("no_torch")
+    (blocker / "sitecustomize.py").write_text(BLOCK)
+    runtime_only = {**env, "PYTHONPATH": python_path(blocker)}
+    probe = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True, env=runtime_only)
+    assert probe.returncode == 1 and "blocked by the test" in probe.stderr, probe.stderr
+    ran, without_torch = [], []
     for block in sh[1:]:
         for command in commands(block):
             bench = next((name for name in SMALL if f" {name}" in command), None)
             if bench:
                 command += f" {SMALL[bench]}"
+            full = command.startswith(NEEDS_TORCH)
             # pipefail: a command piped into grep or head must itself exit 0
-            done = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=tmp_path, env=env,
-                                  capture_output=True, text=True, timeout=300)
+            done = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=tmp_path,
+                                  env=env if full else runtime_only, capture_output=True, text=True, timeout=300)
             assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
             assert "vkx: error" not in done.stderr and "Traceback" not in done.stderr, f"{command}\n{done.stderr}"
             ran.append(bench or command.split()[1])
+            if not full:
+                without_torch.append(ran[-1])
     assert set(SMALL) <= set(ran) and {"generate", "perplexity"} <= set(ran), ran
+    assert {"inspect", "validate", "run", "generate", "perplexity", "devices"} <= set(without_torch), without_torch
     assert (tmp_path / "examples" / "mlp.ptd").is_file() and (tmp_path / "examples" / "mlp-legacy.pte").is_file()
     assert (tmp_path / "out" / "timeline.png").is_file() and (tmp_path / "out" / "llama-int4.pte").is_file()
     assert git("status", "--porcelain", "--untracked-files=all", cwd=tmp_path) == staged  # all written is ignored
