@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from vkx.format import opset
 from vkx.format import vkgraph as g
 from vkx.format.liveness import DEDICATED
 from vkx.loader.ops import OpBuilder, TensorArg
@@ -43,8 +44,28 @@ class OpChain:
         v = self.value(vid)
         return v.items if isinstance(v, g.ValueList) else (vid,)
 
-    def value(self, vid: int):
-        return self.graph.values[vid] if 0 <= vid < len(self.graph.values) else None
+    def value(self, vid: int | None):
+        return self.graph.values[vid] if isinstance(vid, int) and 0 <= vid < len(self.graph.values) else None
+
+    def args(self, i: int, *names: str) -> tuple[int | None, ...]:
+        """Op `i`'s arguments `names` (value ids), read by its declaration: None for one the call leaves out
+        (a call may end before its trailing optional arguments; the output is always its last)."""
+        op = self.graph.chain[i]
+        declared = [a.name for a in opset.lookup(op.name).args]
+        given = op.args[:-1]
+        return tuple(given[k] if (k := declared.index(n)) < len(given) else None for n in names)
+
+    def absent(self, vid: int | None) -> bool:
+        """Whether an optional argument is left out of its call or given as Null."""
+        return vid is None or isinstance(self.value(vid), g.Null)
+
+    def number(self, i: int, name: str) -> float | None:
+        """Op `i`'s number argument `name`: its value, or the declared default where the call leaves it out."""
+        (vid,) = self.args(i, name)
+        if vid is not None:
+            return self.scalar(vid)
+        default = next(a.default for a in opset.lookup(self.graph.chain[i].name).args if a.name == name)
+        return float(default) if isinstance(default, (int, float)) else None
 
     def op_of(self, vid: int, *names: str) -> int | None:
         """The index of the op named one of `names` that writes `vid`, if that is how `vid` is made."""

@@ -69,16 +69,16 @@ def _rms_norm(c: OpChain, r: int) -> tuple[list[int], list[int], Fused, _Norm] |
     add = c.op_of(mse, "aten.add.Tensor")
     if add is None or not c.only_reader(mse, r):
         return None
-    ms, eps_vid, alpha = chain[add].args[:3]
+    ms, eps_vid = c.args(add, "self", "other")
     eps = c.scalar(eps_vid)
-    if eps is None or c.scalar(alpha) != 1.0:
+    if eps is None or c.number(add, "alpha") != 1.0:
         return None
     mean = c.op_of(ms, "aten.mean.dim")
     if mean is None or not c.only_reader(ms, add):
         return None
-    sq, dims, keepdim = chain[mean].args[:3]
+    sq, dims, keepdim = c.args(mean, "self", "dim", "keepdim")
     pow_ = c.op_of(sq, "aten.pow.Tensor_Scalar")
-    if pow_ is None or not c.only_reader(sq, mean) or c.scalar(chain[pow_].args[1]) != 2.0:
+    if pow_ is None or not c.only_reader(sq, mean) or c.number(pow_, "exponent") != 2.0:
         return None
     h = chain[pow_].args[0]
     ht = c.tensor(h)
@@ -132,8 +132,8 @@ def _residual_add(c: OpChain, a: int) -> tuple[list[int], list[int], Fused] | No
     """`linear(x, W) + r` whose add is op `a`: one row of activations, no bias, r of the sum's shape,
     the product read by the add only."""
     chain = c.graph.chain
-    left, right, alpha, z = chain[a].args[:4]
-    if c.scalar(alpha) != 1.0 or left == right:
+    (left, right), z = c.args(a, "self", "other"), chain[a].args[-1]
+    if c.number(a, "alpha") != 1.0 or left == right:
         return None
     for y, r in ((left, right), (right, left)):
         p = c.op_of(y, *_PRODUCTS)
@@ -143,10 +143,9 @@ def _residual_add(c: OpChain, a: int) -> tuple[list[int], list[int], Fused] | No
         return None
     op = chain[p]
     linear_q = op.name == "vkx.linear_q.default"
-    x, w = op.args[0], op.args[1]
-    bias = op.args[3] if linear_q else op.args[2]
+    x, w, bias = c.args(p, "input", "weight", "bias")
     xt, wt, rt, yt, zt = c.tensor(x), c.tensor(w), c.tensor(r), c.tensor(y), c.tensor(z)
-    if any(t is None for t in (xt, wt, rt, yt, zt)) or not isinstance(c.value(bias), g.Null) or not xt.dims:
+    if any(t is None for t in (xt, wt, rt, yt, zt)) or not c.absent(bias) or not xt.dims:
         return None
     if tuple(rt.dims) != tuple(zt.dims) or tuple(yt.dims) != tuple(zt.dims) or r == x:
         return None
@@ -154,7 +153,7 @@ def _residual_add(c: OpChain, a: int) -> tuple[list[int], list[int], Fused] | No
         return None
     inputs = [x, w, r]
     if linear_q:
-        s, bits, group = op.args[2], c.scalar(op.args[4]), c.scalar(op.args[5])
+        (s,), bits, group = c.args(p, "scales"), c.number(p, "bits"), c.number(p, "group_size")
         inputs.insert(2, s)
 
         def run(builder: OpBuilder, arg: Callable[[int], TensorArg]) -> None:
@@ -191,18 +190,18 @@ def _row_product(c: OpChain, p: int) -> tuple[int, _Weight] | None:
     if op.name not in _PRODUCTS:
         return None
     linear_q = op.name == "vkx.linear_q.default"
-    x, w, bias = op.args[0], op.args[1], op.args[3] if linear_q else op.args[2]
+    x, w, bias = c.args(p, "input", "weight", "bias")
     xt, wt = c.tensor(x), c.tensor(w)
     if xt is None or wt is None or len(wt.dims) != 2 or not xt.dims or math.prod(xt.dims) != xt.dims[-1] \
-            or not isinstance(c.value(bias), g.Null):
+            or not c.absent(bias):
         return None
     if not linear_q:
         return x, _Weight(w)
-    bits, group = c.scalar(op.args[4]), c.scalar(op.args[5])
-    if c.tensor(op.args[2]) is None or bits is None or group is None or int(group) % (128 // int(bits)) \
+    (scales,), bits, group = c.args(p, "scales"), c.number(p, "bits"), c.number(p, "group_size")
+    if c.tensor(scales) is None or bits is None or group is None or int(group) % (128 // int(bits)) \
             or xt.dims[-1] % (128 // int(bits)):
         return None  # not matvec_q.comp's: rows of whole 16-byte chunks inside the scale groups
-    return x, _Weight(w, op.args[2], int(bits), int(group))
+    return x, _Weight(w, scales, int(bits), int(group))
 
 
 def _one_row_linear(c: OpChain, vid: int, reader: int) -> tuple[int, int, _Weight] | None:
@@ -395,13 +394,12 @@ def _repeated_heads(c: OpChain, vid: int) -> tuple[list[int], int, tuple[int, ..
 def _grouped_attention(c: OpChain, i: int) -> tuple[list[int], list[int], Fused] | None:
     """sdpa (op `i`) whose key and value are `_repeated_heads` of grouped ones, read by it alone."""
     chain = c.graph.chain
-    q, k, v, mask, dropout, causal, scale = chain[i].args[:7]
+    q, k, v, mask, causal, scale = c.args(i, "query", "key", "value", "attn_mask", "is_causal", "scale")
     out = chain[i].args[-1]
     found = [_repeated_heads(c, t) if c.only_reader(t, i) else None for t in (k, v)]
-    causal_v, scale_v, mask_t = c.value(causal), c.value(scale), c.tensor(mask)
-    if None in found or c.scalar(dropout) != 0.0 or not isinstance(causal_v, g.Bool) or \
-            not (isinstance(scale_v, g.Null) or c.scalar(scale) is not None) or \
-            not (mask_t is not None or isinstance(c.value(mask), g.Null)):
+    causal_v, mask_t = c.value(causal) if causal is not None else g.Bool(False), c.tensor(mask)
+    if None in found or c.number(i, "dropout_p") != 0.0 or not isinstance(causal_v, g.Bool) or \
+            not (c.absent(scale) or c.scalar(scale) is not None) or not (mask_t is not None or c.absent(mask)):
         return None
     (k_ops, uk, k_shape), (v_ops, uv, v_shape) = found
     qt, ot = c.tensor(q), c.tensor(out)

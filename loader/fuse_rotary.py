@@ -34,9 +34,9 @@ def _slice_of(c: OpChain, vid: int, src: int, start: int, length: int) -> int | 
     i = c.op_of(vid, "aten.slice_copy.Tensor")
     if i is None:
         return None
-    x, dim, first, end, step = c.graph.chain[i].args[:5]
+    x, dim, first, end = c.args(i, "self", "dim", "start", "end")
     t = c.tensor(x)
-    if x != src or t is None or c.scalar(step) != 1.0 or c.scalar(dim) is None:
+    if x != src or t is None or c.number(i, "step") != 1.0 or c.scalar(dim) is None:
         return None
     if int(c.scalar(dim)) % len(t.dims) != len(t.dims) - 1:
         return None
@@ -63,8 +63,8 @@ class _Rotation:
 def _rotation(c: OpChain, a: int, max_binding_bytes: int) -> _Rotation | None:
     """transformers' rotary embedding `x * cos + cat(-x[..., h:], x[..., :h]) * sin` whose add is op `a`."""
     chain = c.graph.chain
-    left, right, alpha = chain[a].args[:3]
-    if c.scalar(alpha) != 1.0:
+    left, right = c.args(a, "self", "other")
+    if c.number(a, "alpha") != 1.0:
         return None
     for first, second in ((left, right), (right, left)):
         found = _rotary_terms(c, a, first, second)

@@ -111,3 +111,64 @@ def test_the_loader_refuses_an_op_writing_a_weight(tmp_path):
     graph = dataclasses.replace(graph, chain=[*graph.chain, vk.OperatorCall(9, "aten.relu.default", (1, 2))])
     with pytest.raises(ProgramFormatError, match="writes value 2, constant 2"):
         vkx.load(write_graph(tmp_path / "m.pte", graph, tiny_constants()))
+
+
+def _without_defaults(graph: vk.VkGraph) -> tuple[vk.VkGraph, int]:
+    """`graph` with each call ended before its trailing arguments that hold their declared default (a
+    call may leave them out), and how many arguments went."""
+    from vkx.format import opset
+    chain, dropped = [], 0
+    for op in graph.chain:
+        given, decl = list(op.args[:-1]), opset.lookup(op.name).args
+        while given and decl[len(given) - 1].default is not ... and \
+                _holds(graph.values[given[-1]], decl[len(given) - 1].default):
+            given.pop()
+            dropped += 1
+        chain.append(dataclasses.replace(op, args=(*given, op.args[-1])))
+    return dataclasses.replace(graph, chain=chain), dropped
+
+
+def _holds(value: vk.Value, default) -> bool:
+    if default is None:
+        return isinstance(value, vk.Null)
+    return isinstance(value, (vk.Int, vk.Double, vk.Bool)) and value.value == default
+
+
+def test_calls_without_their_optional_arguments_fuse_and_compute_as_full_ones(tmp_path):
+    """A call may end before its trailing optional arguments (an add's alpha, a linear's bias, an sdpa's
+    scale): fusion reads arguments by their declaration. Before, a residual add without alpha raised an
+    untyped ValueError while loading, and patterns read an output where the argument was left out."""
+    import torch
+
+    import vkx
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm, self.q = torch.nn.Parameter(torch.rand(64) + 0.5), torch.nn.Linear(64, 64, bias=False)
+            self.kv, self.out = torch.nn.Linear(64, 32, bias=False), torch.nn.Linear(64, 64, bias=False)
+
+        def forward(self, x):
+            h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.norm
+            q = self.q(h).view(1, 4, 4, 16).transpose(1, 2)
+            k = self.kv(h).view(1, 4, 2, 16).transpose(1, 2)
+            k = k[:, :, None].expand(1, 2, 2, 4, 16).reshape(1, 4, 4, 16)
+            attended = torch.nn.functional.scaled_dot_product_attention(q, k, k, is_causal=True)
+            return self.out(attended.transpose(1, 2).reshape(1, 4, 64)[:, -1:]) + x[:, -1:]
+
+    torch.manual_seed(0)
+    x = torch.randn(1, 4, 64)
+    path = tmp_path / "block.pte"
+    vkx.export_model(Block().eval(), (x,), str(path))
+    graph, constants = graph_and_constants(path)
+    short, dropped = _without_defaults(graph)
+    assert dropped >= 3, dropped
+    validate(write_graph(tmp_path / "short.pte", short, constants))  # a file may hold these calls
+    from vkx.loader import load_graph
+    counts = []
+    for each in (graph, short):
+        with load_graph(each, constants) as program:
+            counts.append((program.run_numpy(x.numpy())[0], program.dispatch_count))
+    (full, full_dispatches), (out, dispatches) = counts
+    np.testing.assert_array_equal(out, full)
+    assert dispatches == full_dispatches
