@@ -19,6 +19,7 @@ gives them dedicated buffers), and zero-byte tensors touch no memory: neither is
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 from . import vkgraph as vk
@@ -111,14 +112,24 @@ def check_memory_plan(graph: vk.VkGraph, path: str | None = None) -> None:
         if value.mem_obj_id >= 0 and value.nbytes and vid not in dedicated and vid not in at_load:
             objects.setdefault(value.mem_obj_id, []).append(span)
     for obj, members in sorted(objects.items()):
-        live: list[_Span] = []
+        # The live members, by the tensor whose bytes they are: only one such root may be alive at a
+        # time, so each member is checked against the first live one of another root, never against
+        # each live member (many live views of one tensor would make that quadratic in a file's size).
+        live: dict[int, dict[int, _Span]] = {}
+        ending: list[tuple[int, int, int]] = []  # (last, value id, root), a heap: who stops living first
         for span in sorted(members, key=lambda s: (s.first, s.value_id)):
-            live = [other for other in live if other.last >= span.first]
-            for other in live:
-                if roots.get(other.value_id, other.value_id) != roots.get(span.value_id, span.value_id):
-                    raise MemoryPlanError(
-                        f"vkgraph.values[{span.value_id}].mem_obj_id",
-                        f"values {other.value_id} and {span.value_id} share memory object {obj} while both are "
-                        f"alive: {span.value_id} is written at {_op(graph, span.first)}, {other.value_id} is "
-                        f"used until {_op(graph, other.last)}", path)
-            live.append(span)
+            while ending and ending[0][0] < span.first:
+                _, vid, root = heapq.heappop(ending)
+                del live[root][vid]
+                if not live[root]:
+                    del live[root]
+            root = roots.get(span.value_id, span.value_id)
+            other = next((next(iter(spans.values())) for r, spans in live.items() if r != root), None)
+            if other is not None:
+                raise MemoryPlanError(
+                    f"vkgraph.values[{span.value_id}].mem_obj_id",
+                    f"values {other.value_id} and {span.value_id} share memory object {obj} while both are "
+                    f"alive: {span.value_id} is written at {_op(graph, span.first)}, {other.value_id} is "
+                    f"used until {_op(graph, other.last)}", path)
+            live.setdefault(root, {})[span.value_id] = span
+            heapq.heappush(ending, (span.last, span.value_id, root))
