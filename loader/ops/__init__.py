@@ -345,7 +345,7 @@ def all_variants() -> dict[str, list[dict[str, Union[str, int]]]]:
 
 
 _OP_MODULES = ("elementwise", "reduce", "shape", "matmul", "conv", "attention", "prepack", "quant", "models",
-               "executorch", "state", "layout", "sampling", "act_quant", "fused")
+               "executorch", "state", "layout", "sampling", "act_quant", "fused", "sample")
 
 
 def lookup(name: str) -> Builder:
