@@ -16,5 +16,5 @@ class UnsupportedOpsError(ExportError):
 
     def __init__(self, problems: list[str]):
         self.problems = problems
-        lines = "\n".join(f"  {p}" for p in problems)
-        super().__init__(f"the model uses {len(problems)} op(s) vkx cannot lower:\n{lines}")
+        self.details = tuple(problems)
+        super().__init__(f"the model uses {len(problems)} op(s) vkx cannot lower:")

@@ -14,6 +14,13 @@ class VkxError(Exception):
     The CLI prints the message as one line and exits with code 2; no traceback.
     """
 
+    details: tuple[str, ...] = ()
+    """Lines that follow the message, one a problem (the ops a model uses that vkx cannot lower): part
+    of `str()`, indented, and printed by the CLI a line each, under its one error line."""
+
+    def __str__(self) -> str:
+        return "\n".join([super().__str__(), *(f"  {line}" for line in self.details)])
+
 
 class FormatError(VkxError):
     """A file is not what the format says it must be.

@@ -286,7 +286,7 @@ def export(
     except VkxError as error:
         if verbose:
             _print_user_traceback(error, model)
-        fail(str(error))
+        fail(error)
     finally:  # the console outlives this call where the CLI runs in-process (tests, scripts)
         console.quiet = console_was_quiet
     seconds = elapsed()  # since the process started: importing Python, vkx and torch included, as the user waits

@@ -214,7 +214,7 @@ def validate(
     except VkxError as error:
         if json:
             print(jsonlib.dumps({"schema": VALIDATE_SCHEMA, "ok": False, "path": str(file), "error": str(error)}))
-        fail(str(error))
+        fail(error)
     constants = describe(file, external)["totals"]["constants"]  # one meaning: what export and inspect count
     if json:
         print(jsonlib.dumps({"schema": VALIDATE_SCHEMA, "ok": True, "path": r.path, "external": r.external,

@@ -84,13 +84,12 @@ def option_message(option: str, problem: str, allowed: Optional[str] = None) -> 
     return f"{option}: {problem}" + (f" ({allowed})" if allowed else "")
 
 
-def fail(message: str) -> NoReturn:
-    """Print `vkx: error: message` on stderr and exit with code 2.
-
-    Control characters are escaped line by line: a message that lists problems
-    (the unsupported ops) keeps its lines, nothing else reaches the terminal raw.
-    """
-    print(f"vkx: error: {plain_lines(message)}", file=sys.stderr)
+def fail(message: str | VkxError) -> NoReturn:
+    """Print `vkx: error: message` on stderr, as one line whatever it holds (a file name with a line
+    break), then a typed error's `details` a line each, and exit with code 2."""
+    details = message.details if isinstance(message, VkxError) else ()
+    head = Exception.__str__(message) if details else str(message)
+    print("\n".join([f"vkx: error: {plain(head)}", *(f"  {plain(line)}" for line in details)]), file=sys.stderr)
     raise typer.Exit(2)
 
 
@@ -101,7 +100,7 @@ def user_errors(command: F) -> F:
         try:
             return command(*args, **kwargs)
         except VkxError as error:
-            fail(str(error))
+            fail(error)
         except BrokenPipeError:  # before OSError: the reader of stdout went away, not a user's file
             reader_gone()
             raise typer.Exit(0)

@@ -67,3 +67,27 @@ def test_bidirectional_controls_are_escaped_in_names(exported, tmp_path):
     assert json.loads(vkx("inspect", tmp_path / f"a{RLO}b.pte", "--json").stdout)["tensors"][1]["names"] == [hidden]
     line = one_error_line(vkx("inspect", tmp_path / f"no{RLO}\u200bfile\u2028.pte"))
     assert re.search(r"no\\u202e\\u200bfile\\u2028\.pte", line) and RLO not in line
+
+
+def test_a_name_with_a_line_break_stays_on_the_error_line(exported, tmp_path):
+    """A file name is the user's text: its line break is written as an escape, never as a second line."""
+    named = tmp_path / "two\nlines.pte"
+    named.write_bytes(b"x")
+    for command in ("inspect", "validate", "run"):
+        assert one_error_line(vkx(command, named)).endswith("two\\x0alines.pte: header: 1 bytes is too short "
+                                                             "for a program"), command
+        assert "gone\\x0afile.pte" in one_error_line(vkx(command, tmp_path / "gone\nfile.pte"))
+
+
+def test_ops_vkx_cannot_lower_are_listed_a_line_each_under_the_error(tmp_path):
+    model = tmp_path / "model.py"
+    model.write_text("import torch\n\nclass M(torch.nn.Module):\n    def forward(self, x):\n"
+                     "        return x.cumprod(0).sort().values\n\n"
+                     "def get_model():\n    return M(), (torch.randn(3),)\n")
+    done = vkx("export", model)
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert done.stderr.splitlines() == [
+        "vkx: error: the model uses 2 op(s) vkx cannot lower:",
+        "  aten.cumprod.default (not supported) at model.py:5: return x.cumprod(0).sort().values",
+        "  aten.sort.default (not supported) at model.py:5: return x.cumprod(0).sort().values"]
+    assert not (tmp_path / "model.pte").exists()
