@@ -23,8 +23,14 @@ _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFDIR: "a directory", stat.S_IFCHR: "a 
           stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
 
 
+def _identity(st: os.stat_result) -> tuple[int, int, int]:
+    """What a rewrite in place changes: the size, the modification time and the inode's change time,
+    which a write also sets and which, unlike the mtime, no call can put back."""
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
 class InputFile:
-    """A regular file open for positioned reads; remembers its size and mtime at open."""
+    """A regular file open for positioned reads; remembers its size and times at open."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = os.fspath(path)
@@ -36,7 +42,7 @@ class InputFile:
                 kind = _KINDS.get(stat.S_IFMT(st.st_mode), "not a regular file")
                 raise NotRegularFileError("file", f"is {kind}; vkx reads regular files only", self.path)
             self.size = st.st_size
-            self._identity = (st.st_size, st.st_mtime_ns)
+            self._identity = _identity(st)
             if self.size == 0:
                 raise TruncatedError("file", "empty file", self.path)
         except BaseException:
@@ -107,10 +113,12 @@ class InputFile:
             done += got
 
     def check_unchanged(self) -> None:
-        """FileChangedError if the file's size or modification time differ from those seen at open
-        (it was rewritten in place; a file renamed over it is not seen, and needs no check)."""
+        """FileChangedError if the file's size or times differ from those seen at open (it was rewritten
+        in place; a file renamed over it is not seen, and needs no check)."""
         st = os.fstat(self.fd)
-        if (st.st_size, st.st_mtime_ns) != self._identity:
+        now = _identity(st)
+        # unlinking (a file renamed over this one) sets the change time too: the bytes are as they were
+        if now != self._identity and not (st.st_nlink == 0 and now[:2] == self._identity[:2]):
             raise FileChangedError("file", f"changed while being read (now {st.st_size} bytes, "
                                    f"{self.size} when opened)", self.path)
 

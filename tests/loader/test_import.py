@@ -193,9 +193,12 @@ with load(pte, [ptd], upload=upload) as p:
         with open(ptd + ".new", "wb") as f:
             f.write(bytes(os.path.getsize(ptd)))
         os.replace(ptd + ".new", ptd)
-    elif how == "overwrite":  # the same file written in place
+    elif how in ("overwrite", "overwrite, mtime put back"):  # the same file written in place
+        seen = os.stat(ptd)
         with open(ptd, "r+b") as f:
             f.write(bytes(os.path.getsize(ptd)))
+        if how != "overwrite":
+            os.utime(ptd, ns=(seen.st_atime_ns, seen.st_mtime_ns))
     else:                     # truncated
         os.truncate(ptd, 0)
     try:
@@ -224,9 +227,10 @@ def test_a_file_changed_under_a_default_load_changes_nothing(tmp_path, how):
 def test_a_file_changed_under_an_import_is_a_typed_error_at_the_next_call(tmp_path):
     """upload="import": a replaced file changes nothing (the old inode stays mapped); one truncated
     (SIGBUS before) or overwritten in place is a BadFileError at the next call, before the device
-    reads a page. The check is the file's size and mtime, so it holds on every kind of device."""
+    reads a page. The check is the file's size, mtime and ctime (which no one can put back: before,
+    a rewrite with its mtime restored went unnoticed), so it holds on every kind of device."""
     assert _change(tmp_path, "replace", "import") == ["ran", True]
-    for how in ("truncate", "overwrite"):
+    for how in ("truncate", "overwrite", "overwrite, mtime put back"):
         kind, text = _change(tmp_path, how, "import")
         assert kind == "BadFileError" and "w.ptd" in text and "changed" in text, (how, text)
 
