@@ -170,3 +170,24 @@ def test_what_the_driver_keeps_is_said_as_it_is(tmp_path, monkeypatch):
     assert pipeline_cache.held(me, header) == "the driver keeps none: its cache data is 32 B"
     assert pipeline_cache.held(me, header + bytes(5000)) == (f"kept by the driver: 5,032 B in "
                                                             f"{pipeline_cache.cache_path(me)}")
+
+
+@pytest.mark.vulkan
+@pytest.mark.parametrize("command", [["export", "mlp.py", "-o", "new.pte"], ["run", "mlp.pte", "--repeat", "1"],
+                                     ["inspect", "mlp.pte"], ["validate", "mlp.pte"]])
+def test_a_700_mib_address_space_gets_a_line_or_an_answer(pairs, tmp_path, command):
+    """Under `ulimit -v` 700 MiB the runtime commands run (three tracebacks before: can't start new thread);
+    an export, where torch's own code aborted the process (std::bad_alloc), is refused in one line."""
+    (tmp_path / "mlp.py").write_text((EXAMPLES / "mlp.py").read_text())
+    (tmp_path / "mlp.pte").write_bytes((pairs / "o.pte").read_bytes())
+    (tmp_path / "mlp.ptd").write_bytes((pairs / "o.ptd").read_bytes())
+    limit = 700 << 20
+    done = subprocess.run([VKX, *command], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "VKX_VALIDATION": "1"},
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+    if command[0] == "export":
+        assert one_error_line(done) == ("vkx: error: vkx export needs an address space of at least 1.0 GiB for "
+                                        "torch; ulimit -v allows 700.0 MiB")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["mlp.ptd", "mlp.pte", "mlp.py"]
+    else:
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
