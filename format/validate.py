@@ -6,7 +6,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator, NoReturn, Sequence
 
-from . import contract, opset, vkgraph as vk
+from . import contract, dtypes, opset, vkgraph as vk
 from .common import FileRange
 from .errors import FormatError, InvalidValueError, OutOfBoundsError, OverlapError, TruncatedError
 from .et_llm import static_graph
@@ -16,7 +16,7 @@ from .memplan import check_memory_plan
 from .methods import methods as methods_of, states as graph_states
 from .names import io_names
 from .op_state import STATE, UPDATES
-from .program import DecodedProgram, EValue
+from .program import DecodedProgram, EValue, ExecutionPlan
 from .pte import VULKAN_BACKEND, ProgramFile, VulkanDelegate
 
 
@@ -62,6 +62,8 @@ def validate(path: str | os.PathLike, external: Sequence[str | os.PathLike] = ()
                     found = set(_check_constants(pf, v, exts, report))
                     ranges += found - set(ranges) if several else found
             _check_states(pf, delegates)
+            for pi, plan in enumerate(pf.program.execution_plan):
+                check_outputs_written(plan, f"execution_plan[{pi}]", pf.path)
             _check_named_data_use(pf, delegates, exts, report)
             report.delegates = len(delegates)
             report.constants = sum(len(v.graph.constants) for v in delegates)
@@ -281,10 +283,26 @@ def _check_delegate_calls(pf: ProgramFile, v: VulkanDelegate) -> None:
              f"execution_plan[{v.plan_index}].delegates[{v.delegate_index}]", pf.path)
 
 
+def check_outputs_written(plan: ExecutionPlan, at: str, path: str) -> None:
+    """Each output of the plan is an input, a constant or an argument of an instruction (a run writes it)."""
+    used = {a for chain in plan.chains for ins in chain.instructions for a in ins.args} | set(plan.inputs)
+    for i, vid in enumerate(plan.outputs):
+        ev = plan.values[vid]
+        if ev.kind == "Tensor" and ev.value.data_buffer_idx == 0 and vid not in used:
+            _fail(InvalidValueError, f"{at}.outputs[{i}]", f"value {vid} is no input or constant and no "
+                  "instruction writes it: the output would be whatever its memory held", path)
+
+
+_HOST_DTYPES = {(vk.DataType.INT64, vk.DataType.INT32)}
+"""(plan tensor dtype, delegate host dtype) pairs besides equal ones: ExecuTorch's exporter gives its
+delegates int32 for the program's int64 tensors (indices, argmax), and both runtimes convert."""
+
+
 def check_delegate_args(values: Sequence[EValue], args: Sequence[int], graph: vk.VkGraph, where: str,
                         path: str) -> None:
     """A DelegateCall's args (plan value ids, in range) are its VkGraph's inputs then outputs: as many,
-    each a tensor of the graph tensor's shape (the delegate reads from and copies into them)."""
+    each a tensor of the graph tensor's shape and of its host dtype (the staging dtype, else its own:
+    the delegate reads from and copies into them as that dtype)."""
     ports = [*graph.input_ids, *graph.output_ids]
     if len(args) != len(ports):
         _fail(InvalidValueError, where, f"{len(args)} args, the VkGraph has {len(graph.input_ids)} inputs + "
@@ -296,6 +314,13 @@ def check_delegate_args(values: Sequence[EValue], args: Sequence[int], graph: vk
             what = f"a {ev.kind}" if sizes is None else f"a tensor of shape {list(sizes)}"
             _fail(InvalidValueError, f"{where}[{j}]", f"value {arg} is {what}; the delegate's "
                   f"{'input' if j < len(graph.input_ids) else 'output'} (value {vid}) has shape {list(t.dims)}", path)
+        if isinstance(t, vk.Tensor):
+            host = t.staging_datatype if t.staging_datatype != vk.DataType.UNSET else t.datatype
+            declared = dtypes.of_scalar_type(ev.value.scalar_type)
+            if declared is None or (declared.datatype, host) not in _HOST_DTYPES and declared.datatype != host:
+                _fail(InvalidValueError, f"{where}[{j}]", f"value {arg} is a {declared or ev.value.scalar_type} "
+                      f"tensor; the delegate's {'input' if j < len(graph.input_ids) else 'output'} (value {vid}) "
+                      f"is {host.name.lower()} on the host", path)
 
 
 def _check_constants(pf: ProgramFile, v: VulkanDelegate, exts: Sequence[ExternalData],

@@ -36,6 +36,7 @@ from vkx.format.external import find_external, missing_keys
 from vkx.format.methods import is_method, methods as methods_of
 from vkx.format.names import io_names
 from vkx.format.pte import VulkanDelegate
+from vkx.format.validate import check_delegate_args
 from vkx.loader.errors import (BadFileError, BadProgramError, FileError, InputError, LoadError, MissingDataError,
                                as_load_error)
 from vkx.loader.named_data import FreeableBuffer
@@ -193,6 +194,10 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
             raise InputError(f"{os.fspath(path)}: no method {', '.join(unknown)} (it has {', '.join(names)})")
         by_plan = delegates is None and not is_method(pf.program.execution_plan[0])
         if not by_plan:
+            for pi, v in enumerate(delegates or [pf.vulkan]):  # the plan's tensors are what a call gives back
+                called = pf.program.execution_plan[pi]
+                check_delegate_args(called.values, called.inputs + called.outputs, v.graph,
+                                    f"execution_plan[{pi}].chains[0].instructions[0].args", pf.path)
             try:
                 graph = static_graph(pf.vulkan.graph, sequence_length)
             except ContractError as error:

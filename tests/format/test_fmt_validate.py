@@ -240,3 +240,34 @@ def test_errors_are_vkx_errors():
     assert issubclass(FormatError, VkxError)
     e = OutOfBoundsError("a.b", "bad", "f.pte")
     assert (e.where, str(e)) == ("a.b", "f.pte: a.b: bad")
+
+
+def _byte(offset: int, value: int):
+    """A patch setting one byte (bench/reliability.py's byte mutations of tiny_named.pte found these)."""
+    def patch(data, path):
+        data[offset] = value
+    return patch
+
+
+@pytest.mark.vulkan
+def test_a_plan_output_no_instruction_writes_is_refused(tmp_path):
+    """Byte 640 empties the plan's instruction list: validate said ok and `vkx run` returned whatever the
+    output's memory held (-2.8e-13, 3.1e-41, ...), another answer each run."""
+    from tests.cli.conftest import one_error_line, vkx
+    path = _broken(tmp_path, _byte(640, 0))
+    with pytest.raises(InvalidValueError, match=r"execution_plan\[0\]\.outputs\[0\]: value 1 is no input or "
+                                                r"constant and no instruction writes it"):
+        validate(path)
+    assert "no instruction writes it" in one_error_line(vkx("run", path, "--repeat", "1"))
+
+
+@pytest.mark.vulkan
+def test_a_delegate_output_of_another_host_dtype_than_the_plans_is_refused(tmp_path):
+    """Byte 1789 makes the graph output's staging dtype bool: validate said ok and `vkx run` returned
+    [True, True, True] for a program whose plan declares a float32 output."""
+    from tests.cli.conftest import one_error_line, vkx
+    path = _broken(tmp_path, _byte(1789, 0))
+    with pytest.raises(InvalidValueError, match="value 1 is a float32 tensor; the delegate's output "
+                                                r"\(value 8\) is bool on the host"):
+        validate(path)
+    assert "is bool on the host" in one_error_line(vkx("run", path, "--repeat", "1"))
