@@ -29,7 +29,8 @@ import vkx
 from vkx.export import hf
 from vkx.loader.device import Device
 from vkx.loader.errors import LoadError
-from vkx.loader.generate import ProgramDecoder, Timings, generate
+from vkx.loader.lm.decoders import ProgramDecoder
+from vkx.loader.lm.generate import Timings, generate
 from vkx.loader.limits import PROFILES
 from vkx.loader.shaders import pipelines_for
 

@@ -6,11 +6,11 @@ Three measurements of the same greedy generation:
   vkx            the exported program (prefill + decode methods, KV cache on the device), twice:
                  the second generation shows what the first one's one-off costs were;
   torch wrapper  the very module vkx exported (vkx.export.hf.CausalLM) run eagerly by torch,
-                 through the same generation loop (loader/generate.py): the same work, op for op;
+                 through the same generation loop (loader/lm/generate.py): the same work, op for op;
   transformers   `model.generate(do_sample=False)` with its own cache (decode tokens/s from the
                  whole call minus one forward of the prompt).
 Torch runs on CUDA where it is available, else on the CPU. Then vkx's greedy bursts: the wall time
-of a submission and of each decode step chained in it (`Method.greedy`). Then vkx's decode call itself: its
+of a submission and of each decode step chained in it (`GreedyChain`). Then vkx's decode call itself: its
 dispatches and barriers per token (and per decoder layer), its GPU time per token as a call runs
 (timestamps), and the per-shader table of one serialised, timestamped decode call; then the same
 for one prefill call (a whole chunk of --prefill-len tokens).
@@ -34,8 +34,9 @@ import torch
 
 import vkx
 from vkx.export import hf
-from vkx.loader.generate import LMShape, ProgramDecoder, Timings, generate, greedy_by_calls
-from vkx.loader.greedy import GREEDY_CHAIN
+from vkx.loader.lm.decoders import ProgramDecoder
+from vkx.loader.lm.generate import BURST, LMShape, Timings, generate, greedy_by_calls
+from vkx.loader.lm.greedy import GreedyChain, chains
 
 _spec = importlib.util.spec_from_file_location("llama_load", Path(__file__).with_name("llama_load.py"))
 llama_load = importlib.util.module_from_spec(_spec)
@@ -44,7 +45,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class TorchDecoder:
-    """loader/generate.py's Decoder over hf.CausalLM in torch eager."""
+    """loader/lm/generate.py's Decoder over hf.CausalLM in torch eager."""
 
     def __init__(self, lm: hf.CausalLM, device: str):
         self.lm, self.device = lm.to(device), device
@@ -154,26 +155,27 @@ def main() -> None:
     if bursts is not None:
         fixed, each = bursts
         print(f"vkx greedy bursts (wall): {fixed * 1e3:.2f} ms a submission + {each * 1e3:.3f} ms a chained step "
-              f"({GREEDY_CHAIN / (fixed + GREEDY_CHAIN * each):,.0f} tokens/s at {GREEDY_CHAIN} steps a submission)")
+              f"({BURST / (fixed + BURST * each):,.0f} tokens/s at {BURST} steps a submission)")
     print_call_report("decode", call, layers, 1)
     print_call_report("prefill", prefill_call, layers, args.prefill_len)
 
 
 def burst_report(method, inputs) -> tuple[float, float] | None:
-    """(host seconds a submission, seconds a chained step) of `Method.greedy`: the wall time of 1 and
-    of GREEDY_CHAIN steps in one submission (medians of 5), split by a straight line; None where it
-    cannot chain."""
-    if not getattr(method, "chains_greedy", False):
+    """(host seconds a submission, seconds a chained step) of greedy steps chained on the device (`GreedyChain`):
+    the wall time of 1 and of BURST steps in one submission (medians of 5), split by a straight line;
+    None where it cannot chain."""
+    if not chains(method):
         return None
+    chain = GreedyChain(method)
     median = {}
-    for n in (1, GREEDY_CHAIN):
+    for n in (1, BURST):
         samples = []
         for _ in range(5):
             began = time.perf_counter()
-            method.greedy(*inputs, n)
+            chain(*inputs, n)
             samples.append(time.perf_counter() - began)
         median[n] = sorted(samples)[2]
-    each = (median[GREEDY_CHAIN] - median[1]) / (GREEDY_CHAIN - 1)
+    each = (median[BURST] - median[1]) / (BURST - 1)
     return median[1] - each, each
 
 

@@ -91,7 +91,8 @@ def child(path: str, schedule: str, cap_bytes: int, new_tokens: int) -> dict:
     import vkx
     from vkx.format.errors import VkxError
     from vkx.loader.device import default_device
-    from vkx.loader.generate import ProgramDecoder, Timings, generate
+    from vkx.loader.lm.decoders import ProgramDecoder
+    from vkx.loader.lm.generate import Timings, generate
 
     device = default_device()  # the driver's own memory is not the load's: the cap counts from here
     if cap_bytes > 0:

@@ -32,7 +32,7 @@ import vulkan as vk
 from torch import nn
 
 import vkx
-from vkx.loader.device import UINT64_MAX
+from vkx.loader.device import UINT64_MAX, CommandPool
 
 ffi = vk.ffi
 lib = vk._vulkan.lib
@@ -43,7 +43,8 @@ class EmptySubmit:
 
     def __init__(self, device):
         self.device = device
-        self.cmd = device.command_buffer()
+        self.commands = CommandPool(device)
+        self.cmd = self.commands.buffer()
         vk.vkBeginCommandBuffer(self.cmd, vk.VkCommandBufferBeginInfo())
         vk.vkEndCommandBuffer(self.cmd)
         self.fence = vk.vkCreateFence(device.device, vk.VkFenceCreateInfo(), None)
@@ -70,7 +71,7 @@ class EmptySubmit:
 
     def close(self) -> None:
         vk.vkDestroyFence(self.device.device, self.fence, None)
-        vk.vkFreeCommandBuffers(self.device.device, self.device.command_pool, 1, [self.cmd])
+        self.commands.close()
 
 
 def replay_split(executor) -> tuple[float, float, float]:

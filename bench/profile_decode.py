@@ -22,7 +22,8 @@ import vkx
 from vkx.export import hf
 from vkx.loader.device import Device
 from vkx.loader.errors import LoadError
-from vkx.loader.generate import ProgramDecoder, Timings, generate
+from vkx.loader.lm.decoders import ProgramDecoder
+from vkx.loader.lm.generate import Timings, generate
 from vkx.loader.limits import PROFILES
 
 _spec = importlib.util.spec_from_file_location("llama_load", Path(__file__).with_name("llama_load.py"))

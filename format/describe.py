@@ -29,14 +29,18 @@ with VK_EXT_external_memory_host (upload="import"): the loader imports the enclo
 the buffer at the constant's offset in them, which must be a multiple of the buffer's alignment
 (64 on lavapipe; docs/memory.md)."""
 
-LAZY_PEAK = "W + A + IO + state"
+LAZY_PEAK = "W + max(S, A + IO + state)"
 EAGER_PEAK = "2W + A + IO + w + state"
 
 
-def lazy_peak(W: int, A: int, IO: int, state: int) -> int:
-    """Device memory at the end of a lazy load (LAZY_PEAK): each weight allocated right before its
-    upload, the staging ring (S <= W / 100) freed before the state, activations and io buffers."""
-    return W + A + IO + state
+def lazy_peak(W: int, A: int, IO: int, state: int, S: int = 0) -> int:
+    """The most device memory a lazy load holds (LAZY_PEAK): what `vkx inspect` prints (S = 0: it knows
+    no device, so no ring), what `program.memory` reports and what tests/memory holds loads to. The
+    stages' order makes it the bound (vkx.loader.stages): each weight is allocated right before its
+    upload, so the weights stage holds at most W plus the staging ring (S, at most W / 100; 0 on the
+    direct and import paths), and the ring is freed before the state, the activations and the io
+    buffers are allocated, after which the load holds W + A + IO + state (docs/memory.md)."""
+    return W + max(S, A + IO + state)
 
 
 def eager_peak(W: int, A: int, IO: int, w: int, state: int) -> int:

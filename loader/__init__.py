@@ -1,11 +1,12 @@
-"""The Vulkan loader: `load(path)` -> `Program`; `load_graph(graph, constants)` -> `Method`.
+"""The Vulkan loader: `load(path)` -> `Program`; `load_graph(graph, constants)` -> `Program` of one method.
 
 Modules: files (a .pte and its external data opened, a Program returned), program (Program:
-a loaded file's methods, shared weights and state), method (Method: one loaded graph, called),
-plan (PlanMethod: a whole ExecuTorch execution plan, delegates on the GPU, CPU ops through
-kernels), kernels (a plan's CPU ops bound to torch), stages (the load stages), options (their choices, free of torch and Vulkan), loading (the one
-driver that runs them over a file's methods), greedy (what greedy decoding records beside a loaded
-method: its argmax, decode steps chained on the device), device (instance, device, queue, validation), limits (device profiles and the checks
+a loaded file's methods and the load they share, `Load`: weights, state, memory, its one release
+path), method (Method: one loaded graph, called; `LoadedMethod`, the interface every method offers;
+`Tail`, the one way to extend a method by a tail graph), plan (PlanMethod: a whole ExecuTorch
+execution plan, delegates on the GPU, CPU ops through kernels), kernels (a plan's CPU ops bound to
+torch), stages (the load stages), options (their choices, free of torch and Vulkan), loading (the one
+driver that runs them over a file's methods), device (instance, device, queue, validation), limits (device profiles and the checks
 of every pipeline against the limits in force), _profiles_regen (the profiles' figures read from
 Khronos' published files into profiles.json), memory (allocator + ledger), staging (upload
 ring), named_data (freeable buffers read from the files with pread), prepack (constant upload),
@@ -15,9 +16,9 @@ pipelines kept on disk), graph (tensors and the dispatch list), fuse (chains of 
 does), fuse_rotary (its rotary-and-cache-write pattern), chain (what the patterns read of a graph's
 op chain), ops (one module per op family: an OperatorCall into dispatches), hazards (where a barrier
 is needed), record (the execute command buffer), ports (a call's inputs and outputs), trace
-(memory timeline), report (what a load used, as `program.memory`), generate (token generation),
-et_generate (token generation over ExecuTorch's LLM programs), perplexity (a text's perplexity from a
-program's score method), errors (the typed errors).
+(memory timeline), report (what a load used, as `program.memory`, and the lazy peak's one formula),
+lm (causal LMs: token generation, greedy decoding's device recordings, perplexity; the load path
+never imports it), errors (the typed errors).
 """
 from __future__ import annotations
 

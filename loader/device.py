@@ -116,7 +116,6 @@ class Device:
         self.device = None
         self._messenger = None
         self._destroy_messenger = None
-        self.command_pool = None
         self.closed = False
         self._on_close: list = []
         self._pointer_properties = None
@@ -321,8 +320,6 @@ class Device:
         self.submit_lock = threading.Lock()
         self._pointer_properties = (None if self.import_alignment is None else
                                     vk.vkGetDeviceProcAddr(self.device, "vkGetMemoryHostPointerPropertiesEXT"))
-        self.command_pool = vk.vkCreateCommandPool(self.device, vk.VkCommandPoolCreateInfo(
-            flags=vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT, queueFamilyIndex=self.queue_family), None)
 
     # -- queries -----------------------------------------------------------
     @property
@@ -381,17 +378,18 @@ class Device:
             _messages.clear()
         raise ValidationError(found)
 
-    def command_buffer(self):
-        """A new primary command buffer from the device's pool (free it with vkFreeCommandBuffers)."""
-        return vk.vkAllocateCommandBuffers(self.device, vk.VkCommandBufferAllocateInfo(
-            commandPool=self.command_pool, level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY, commandBufferCount=1))[0]
-
     def wait_fence(self, fence, timeout_ns: int = UINT64_MAX) -> None:
         fences = ffi.new("VkFence[1]", [fence])
         result = lib.vkWaitForFences(self.device, 1, fences, vk.VK_TRUE, timeout_ns)
         if result != vk.VK_SUCCESS:
             raise DeviceError(f"vkWaitForFences failed ({result})")
         self.check()
+
+    def wait_idle(self) -> None:
+        """Wait until the device has done all its work. vkDeviceWaitIdle uses every queue of the device,
+        which Vulkan wants used by one thread at a time: the submissions' lock is held."""
+        with self.submit_lock:
+            lib.vkDeviceWaitIdle(self.device)
 
     def on_close(self, fn) -> None:
         """Run `fn()` before the device is destroyed (pipeline caches and the like)."""
@@ -406,8 +404,6 @@ class Device:
             for fn in reversed(self._on_close):
                 fn()
             self._on_close.clear()
-            if self.command_pool is not None:
-                vk.vkDestroyCommandPool(self.device, self.command_pool, None)
             vk.vkDestroyDevice(self.device, None)
             self.device = None
         if self.instance is not None:
@@ -421,6 +417,32 @@ class Device:
 
 
 _default: Device | None = None
+class CommandPool:
+    """The command pool of one owner (an executor, a state store, a copy batch) and the buffers it
+    allocates. Vulkan lets one thread at a time use a pool and its buffers; an owner's work runs under
+    its program's lock, so pools are never shared between programs (loaded and called from several
+    threads, a pool of the device's tripped the validation layer's threading checks)."""
+
+    def __init__(self, device: Device):
+        self.device = device
+        self.handle = vk.vkCreateCommandPool(device.device, vk.VkCommandPoolCreateInfo(
+            flags=vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT, queueFamilyIndex=device.queue_family), None)
+
+    def buffer(self):
+        """A new primary command buffer (`free` it, or `close` the pool)."""
+        return vk.vkAllocateCommandBuffers(self.device.device, vk.VkCommandBufferAllocateInfo(
+            commandPool=self.handle, level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY, commandBufferCount=1))[0]
+
+    def free(self, cmd) -> None:
+        vk.vkFreeCommandBuffers(self.device.device, self.handle, 1, [cmd])
+
+    def close(self) -> None:
+        """Destroy the pool and every buffer it holds (none may be pending)."""
+        if self.handle is not None:
+            vk.vkDestroyCommandPool(self.device.device, self.handle, None)
+            self.handle = None
+
+
 _default_lock = threading.Lock()
 
 

@@ -1,10 +1,9 @@
 """`load_methods`: the one driver that runs the load stages (vkx.loader.stages) over one graph or
-every method of a file, in the lazy (default) or eager order, and binds each loaded method's
-greedy-decoding recordings (vkx.loader.greedy); `load_graph` for graphs built by hand.
+every method of a file, in the lazy (default) or eager order, into one `Load` that the methods share;
+`load_graph` (graphs built by hand) and `load_source` return the `Program` of one such graph.
 """
 from __future__ import annotations
 
-import functools
 from typing import Sequence
 
 import vulkan as vk
@@ -12,10 +11,10 @@ import vulkan as vk
 from vkx.format import vkgraph as g
 from vkx.loader.device import Device, default_device
 from vkx.loader.errors import DeviceError, LoadError, OutOfDeviceMemoryError
-from vkx.loader.greedy import record_argmax, record_greedy
 from vkx.loader.memory import Allocator, MiB
 from vkx.loader.method import Method
 from vkx.loader.named_data import FreeableBuffer
+from vkx.loader.program import Load, Program
 from vkx.loader.stages import (Options, Progress, Resources, allocate_activations, allocate_shared_activations,
                                allocate_states, build, check_budget, merge, record, upload_eager, upload_weights)
 from vkx.loader.trace import Timeline
@@ -56,7 +55,8 @@ def load_methods(graphs: dict[str, g.VkGraph], source, bases: Sequence[int], sch
     `bases[i]` in `source`. Weights are uploaded once for all of them (a byte range of the
     files is one device tensor, whichever method reads it), state once per name; the methods'
     activations take turns in one allocation (calls run one at a time); each method's command
-    buffer is recorded once. Returns each method's `Method`, all sharing one device load."""
+    buffer is recorded once. Returns each method's `Method`, all referencing one `Load` (a `Program` of
+    them holds it and releases it)."""
     options = Options(schedule, upload, staging_chunks, staging_chunk_bytes, memory_budget, max_binding_bytes)
     timeline = timeline or Timeline()
     if not timeline.phases:
@@ -79,13 +79,9 @@ def load_methods(graphs: dict[str, g.VkGraph], source, bases: Sequence[int], sch
             upload_eager(weights, res, kept, progress)                     # M = 2W + A
         timeline.mark("after activation allocation")
         res.states.reset()
-        methods = {}
-        for (name, graph), built, (io_in, io_out) in zip(graphs.items(), builts, io):
-            executor = record(built, res, io_in, io_out)
-            methods[name] = Method(res, graph, executor, io_in, io_out, options.schedule,
-                                   "import" if res.uploader.imports else res.uploader.mode, name,
-                                   functools.partial(record_argmax, built, graph, res, options, io_in),
-                                   functools.partial(record_greedy, built, graph, res, options, io_in))
+        load = Load(res, options.schedule)
+        methods = {name: Method(load, graph, built, options, record(built, res, io_in, io_out), io_in, io_out, name)
+                   for (name, graph), built, (io_in, io_out) in zip(graphs.items(), builts, io)}
         dev.check()
         return methods
     except BaseException as error:
@@ -103,15 +99,16 @@ def load_methods(graphs: dict[str, g.VkGraph], source, bases: Sequence[int], sch
 
 
 def load_graph(graph: g.VkGraph, constants: Sequence = (), schedule: str = "lazy",
-               device: Device | str | int | None = None, upload: str = "auto", **options) -> Method:
-    """Load a hand-built VkGraph whose constant i has the bytes `constants[i]`."""
+               device: Device | str | int | None = None, upload: str = "auto", **options) -> Program:
+    """Load a hand-built VkGraph whose constant i has the bytes `constants[i]`: a `Program` of one
+    method, "forward", called as that method (`vkx.load`'s programs are too)."""
     return load_source(graph, InMemoryConstants(constants), schedule, device, upload, **options)
 
 
 def load_source(graph: g.VkGraph, source, schedule: str = "lazy", device=None, upload: str = "auto",
-                **options) -> Method:
-    """Run the four stages over `graph`, whose constants come from `source` (`get(cid)`)."""
-    return load_methods({"forward": graph}, source, [0], schedule, device, upload, **options)["forward"]
+                **options) -> Program:
+    """Run the four stages over `graph`, whose constants come from `source` (`get(cid)`): its `Program`."""
+    return Program(load_methods({"forward": graph}, source, [0], schedule, device, upload, **options))
 
 
 def device_of(device) -> tuple[Device, bool]:

@@ -1,4 +1,6 @@
-"""`Method`: one loaded graph (a method of a program) you can call with numpy arrays or torch tensors.
+"""`Method`: one loaded graph (a method of a program) you can call with numpy arrays or torch tensors;
+`LoadedMethod`, the interface every method of a program offers (`PlanMethod` too); `Tail`, the one way
+to extend a loaded method by a tail graph on the device (loader/lm's argmax and chained greedy steps).
 
 Inputs are checked (count, shape, dtype: the dtype each input was exported with;
 int64 is also taken for int32 inputs; the elements of an input that indexes memory, a token id or
@@ -16,17 +18,25 @@ bfloat16 inputs and outputs (rounded to bfloat16 on the way in, as torch rounds)
 """
 from __future__ import annotations
 
-import math
-import threading
-from typing import Callable
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
 from vkx.format import dtypes, vkgraph as g
 from vkx.format.indexing import IndexRange, index_ranges
 from vkx.loader.errors import InputError, LoadError
-from vkx.loader.ports import Port, bf16_bits, bf16_values, host_array
-from vkx.loader.report import MemoryReport
+from vkx.loader.graph import Dispatch, RTensor
+from vkx.loader.memory import Buffer
+from vkx.loader.ports import Port, host_array
+from vkx.loader.record import Executor
+from vkx.loader.shaders import Pipeline, pipelines_for
+from vkx.loader.stages import Built, Options, graph_builder, recorded
+
+if TYPE_CHECKING:
+    from vkx.loader.program import Load
+
+R = TypeVar("R")
 
 
 class TensorSpec(tuple):
@@ -53,13 +63,19 @@ class TensorSpec(tuple):
 
 
 class Closes:
-    """`with` support and a last-resort close for objects that own device memory (`close()`, `closed`)."""
+    """`with` support for objects with a `close()`."""
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class OwnsMemory:
+    """A last-resort close for the one object that owns a load's device memory (`close()`, `closed`),
+    when its last reference goes: a program's methods reference that load, so `vkx.load(p).run_numpy(x)`
+    keeps it while the call runs (a close in the program's own finalizer released it mid-call)."""
 
     def __del__(self):
         if not getattr(self, "closed", True):
@@ -69,63 +85,148 @@ class Closes:
                 pass
 
 
-class Method(Closes):
-    """One loaded graph: call it with tensors; `close()` (or `with`) releases its device memory
-    (a method of a `Program` leaves that to the program).
+class LoadedMethod(Closes, ABC):
+    """What every method of a `Program` offers, whichever way it runs: `Method` runs one graph on the
+    device, `PlanMethod` an ExecuTorch plan instruction by instruction. Code that takes a method asks
+    this interface, never the method's kind."""
 
-    Safe to call from several threads: calls run one at a time.
+    name: str
+    """The method's name (its execution plan's name)."""
+    load: Any
+    """The load it belongs to (`program.Load`, `plan.PlanLoad`), which its `Program` holds and closes."""
+    closed: bool
+    """True once `close()` has closed the method (its program's `close()` does)."""
+
+    @property
+    @abstractmethod
+    def input_specs(self) -> list[TensorSpec]:
+        """(shape, dtype name) of each input, in order."""
+
+    @property
+    @abstractmethod
+    def output_specs(self) -> list[TensorSpec]:
+        """(shape, dtype name) of each output, in order."""
+
+    @abstractmethod
+    def __call__(self, *inputs, **named):
+        """Run on tensors; one output, or a tuple for several."""
+
+    @abstractmethod
+    def run_numpy(self, *arrays, **named) -> list[np.ndarray]:
+        """Run on numpy arrays; one array per output."""
+
+    @property
+    def tail(self) -> "Tail | None":
+        """What extends this method by a tail graph on the device (`Tail`); None for a method that runs
+        its plan on the host."""
+        return None
+
+    @abstractmethod
+    def close(self) -> None:
+        """Refuse later calls (the load is its program's to release)."""
+
+
+class Tail:
+    """The one way to extend a loaded method by a tail graph over its outputs (an argmax, the hand-over
+    of a token to the next step, sampling: loader/lm): `build` binds and builds the tail's ops as a
+    load builds any graph, over tensors of the method's load, and `recording` keeps what is recorded
+    with them. What it allocates and records is the load's, released with it."""
+
+    def __init__(self, method: "Method", built: Built, options: Options, io_in: list, io_out: list):
+        self._method, self._built, self._options = method, built, options
+        self.io_in: list[tuple[Buffer, RTensor]] = io_in
+        """The method's io buffers and its input tensors, which a recording copies in first."""
+        self.inputs: list[RTensor] = [t for _, t in io_in]
+        """The method's input tensors (`.arg.dtype`: as held on the device)."""
+        self.outputs: list[RTensor] = [t for t, _ in io_out]
+        """The method's output tensors."""
+        self._recordings: dict[str, Any] = {}
+
+    @property
+    def _resources(self):
+        return self._method.load.resources
+
+    @property
+    def device(self):
+        """The Vulkan device of the load."""
+        return self._resources.device
+
+    def recording(self, key: str, make: Callable[["Tail"], R]) -> R:
+        """The recording `key` of this method, made by `make(tail)` on first use and kept: made under the
+        load's lock (no call runs meanwhile), the load open."""
+        with self._method.load.lock:
+            self._method.check_open()
+            if key not in self._recordings:
+                self._recordings[key] = make(self)
+            return self._recordings[key]
+
+    def build(self, graph: g.VkGraph) -> tuple[list[Dispatch], list[Pipeline], list[RTensor]]:
+        """The method's dispatches then `graph`'s, their pipelines, and `graph`'s output tensors: input i
+        of `graph` is the method's output i (of its dtype and shape); its other tensors get memory of
+        the load. A tail graph has no constants."""
+        method_graph = self._method.graph
+        if len(graph.input_ids) > len(self.outputs):
+            raise LoadError(f"a tail graph of {len(graph.input_ids)} inputs over method {self._method.name!r} "
+                            f"of {len(self.outputs)} outputs")
+        sources = {}
+        for vid, out in zip(graph.input_ids, self.outputs):
+            value, source = graph.values[vid], method_graph.values[out.vid]
+            if not isinstance(value, g.Tensor) or (value.datatype, tuple(value.dims)) != \
+                    (source.datatype, tuple(out.arg.shape)):
+                raise LoadError(f"tail graph input {vid} is not output {out.vid} of method {self._method.name!r} "
+                                f"({source.datatype.name} {list(out.arg.shape)})")
+            sources[vid] = out
+        res = self._resources
+        builder = graph_builder(graph, res.device, self._options).build()
+        pipelines = self.pipelines([(x.shader, dict(x.defines), len(x.bindings), x.spec) for x in builder.dispatches])
+        for t in builder.used_tensors():
+            if t.is_constant:
+                raise LoadError(f"a tail graph has no constants (value {t.vid} is constant {t.constant_id})")
+            t.buffer = sources[t.vid].buffer if t.vid in sources else self.buffer(t.nbytes, "activations", "device")
+        return ([*self._built.builder.dispatches, *builder.dispatches], [*self._built.pipelines, *pipelines],
+                [builder.tensors[vid] for vid in graph.output_ids])
+
+    def buffer(self, nbytes: int, kind: str, want: str) -> Buffer:
+        """A buffer of the load's (`Allocator.buffer`'s kinds and memory types)."""
+        return self._resources.allocator.buffer(nbytes, kind, want)
+
+    def pipelines(self, requests: list[tuple]) -> list[Pipeline]:
+        """The compute pipelines of (shader, defines, bindings, specialization) requests."""
+        return pipelines_for(self.device).get_all(requests)
+
+    def record(self, executor: Executor) -> Executor:
+        """`executor` recorded and warmed up, owned by the load."""
+        return recorded(executor, self._resources)
+
+
+class Method(LoadedMethod):
+    """One loaded graph of a `Program`: call it with tensors. It owns nothing of the load it runs on
+    (`load`, which the program holds and closes).
+
+    Safe to call from several threads: calls run one at a time (the load's lock).
     """
 
-    def __init__(self, resources, graph: g.VkGraph, executor, io_in, io_out, schedule: str, upload: str,
-                 name: str = "forward", record_argmax: Callable[[], tuple] | None = None,
-                 record_greedy: Callable[[], tuple] | None = None):
-        self._resources = resources
+    def __init__(self, load: "Load", graph: g.VkGraph, built: Built, options: Options, executor: Executor,
+                 io_in: list, io_out: list, name: str = "forward"):
+        self.load = load
+        """The program's shared load (`program.Load`), which the program closes."""
         self.name = name
         """The method's name (its execution plan's name)."""
         self.graph = graph
         """The VkGraph that was loaded (vkx.format.vkgraph)."""
-        self.schedule = schedule
-        """The load order that was used: "lazy" or "eager"."""
-        self.upload = upload
-        """How weights reached the device: "import" (used in place where possible, the rest
-        copied directly or staged), "direct", "ring" or "eager"."""
-        self.device = resources.device
-        """The Vulkan device the program runs on."""
-        self.ledger = resources.allocator.ledger
-        """Device bytes per kind (live now, peak, allocation counts)."""
-        self.timeline = resources.timeline
-        """Host and device memory at each load phase (`memory["phases"]`)."""
-        self.copies_per_weight_byte = resources.uploader.copies_per_byte
-        """Bytes the CPU and the device copied per weight byte on its way (0 imported, 1 direct, 2 staged)."""
-        self.weight_bytes = resources.uploader.weight_bytes
-        """Device bytes of the constants: equal to their bytes in the file."""
-        self.weight_paths = dict(resources.uploader.path_bytes)
-        """Weight bytes "imported" (used in place, no copy), copied "direct", or "staged"."""
         self.dispatch_count = len(executor.dispatches)
         """Compute dispatches recorded in the command buffer that each call replays."""
         self.barrier_count = executor.barriers
         """Barriers between those dispatches (one only where a dispatch depends on an earlier one)."""
         self._executor = executor
-        self._record_argmax = record_argmax
-        """Records, on the first `argmax()`, the call followed by its output's argmax (greedy.record_argmax)."""
-        self._argmax: tuple | None = None
-        """(executor, port) of that recording, once made."""
-        self._record_greedy = record_greedy
-        """Records, on the first `greedy()`, the chained greedy steps (greedy.record_greedy)."""
-        self._greedy: tuple | None = None
-        """(steps, view of the [count, tokens...] readback buffer) of that recording, once made."""
+        self._tail = Tail(self, built, options, io_in, io_out)
         self._in = [Port(t, io) for io, t in io_in]
         self._ranges: list[IndexRange] = index_ranges(graph)
         """What the elements of the inputs that index memory must lie in, checked on the host each call."""
         self._out = [Port(t, io) for t, io in io_out]
         self.closed = False
-        """True once `close()` has released the device memory."""
-        self._owner = True
-        """Whether close() releases the load (a method of a `Program` leaves that to it)."""
+        """True once `close()` has closed the method (its program's `close()` does)."""
         self._executed = False
-        # One recorded command buffer, one fence and one set of io buffers serve every call, so a
-        # call (write inputs, submit, wait, read outputs) must not overlap another call or close().
-        self._lock = threading.Lock()
 
     # -- signatures --------------------------------------------------------------
     @property
@@ -192,112 +293,51 @@ class Method(Closes):
             raise InputError(f"{label}: shape {a.shape}, expected {p.shape}")
         raise InputError(f"{label}: dtype {'bfloat16' if bits else a.dtype.name}, expected {p.dtype}")
 
-    def _execute(self, given: list, torch_out: bool, argmax: bool = False, steps: int | None = None) -> list[np.ndarray]:
-        """Write the inputs, replay the command buffer, and read the outputs (fresh arrays); with
-        `argmax`, the recording that ends in the output's argmax, and that argmax; with `steps`, that
-        many chained greedy steps, and their tokens."""
-        with self._lock:
-            if self.closed:
-                raise LoadError("program is closed")
-            self._resources.source.check_mapped()  # imported weights' files (docs/safety.md)
-            if steps is not None:
-                return [self._run_greedy(given, steps)]
-            executor, outputs = self._executor, self._out
-            if argmax:
-                executor, port = self._argmax_recording()
-                outputs = [port]
+    def check_index(self, i: int, values) -> None:
+        """InputError unless `values`, elements for input `i`, lie in the range an input that indexes memory
+        must (a token id, a position: vkx.format.indexing); no check where input `i` indexes nothing."""
+        for r in self._ranges:
+            if r.input == i:
+                self._in_range(r, np.asarray(values))
+
+    def check_open(self) -> None:
+        """LoadError once the method or its program is closed (under the load's lock)."""
+        if self.closed:
+            raise LoadError("program is closed")
+        self.load.check_open()
+
+    def _call(self, given: list, run: Callable[[], R]) -> R:
+        """Under the load's lock, the method open and imported weights' files unchanged (docs/safety.md):
+        the checked inputs written into the io buffers, then `run()`."""
+        with self.load.lock:
+            self.check_open()
+            self.load.resources.source.check_mapped()
             for p, a, bits in given:
                 p.write(a, bits)
-            executor.run()
+            out = run()
             if not self._executed:
                 self._executed = True
-                self.timeline.mark("after execute")
-            return [p.read(torch_out) for p in outputs]
+                self.load.timeline.mark("after execute")
+            return out
 
-    def _argmax_recording(self) -> tuple:
-        """(executor, port) of `argmax`'s recording, made on first use (under the lock)."""
-        if self._argmax is None:
-            if self._record_argmax is None:
-                raise LoadError(f"method {self.name!r} has no argmax recording")
-            tail, t, readback = self._record_argmax()
-            self._argmax = (tail, Port(t, readback))
-        return self._argmax
+    def _execute(self, given: list, torch_out: bool) -> list[np.ndarray]:
+        """Write the inputs, replay the command buffer, and read the outputs (fresh arrays)."""
+        def run() -> list[np.ndarray]:
+            self._executor.run()
+            return [p.read(torch_out) for p in self._out]
+        return self._call(given, run)
 
-    def _greedy_recording(self) -> tuple:
-        """(steps, view of [count, tokens...]) of `greedy`'s recording, made on first use (under the lock)."""
-        if self._greedy is None:
-            if self._record_greedy is None or not self.chains_greedy:
-                raise LoadError(f"method {self.name!r} cannot chain greedy steps: that needs inputs (a token id "
-                                "[1, 1], a position [1]) held as int32 and one float output of one row")
-            chained, readback = self._record_greedy()
-            self._greedy = (chained, np.frombuffer(readback.mapped(), np.int32, count=chained.counter.arg.numel))
-        return self._greedy
-
-    def _run_greedy(self, given: list, steps: int) -> np.ndarray:
-        """`greedy`'s work, under the lock: write, submit, read; in turns of the chain's length."""
-        if steps < 1:
-            raise InputError(f"greedy steps must be at least 1, not {steps}")
-        chained, tokens = self._greedy_recording()
-        (ids, _, _), (position, first, _) = given
-        for p, a, bits in given:
-            p.write(a, bits)
-        out = []
-        while len(out) < steps:
-            n = min(steps - len(out), chained.chain)
-            chained.run(n)
-            out.extend(tokens[1:n + 1])
-            ids.view[...] = out[-1]  # the next turn starts where this one ended
-            position.view[...] = int(first.reshape(-1)[0]) + len(out)
-        return np.array(out, np.int32)
-
-    def record_ahead(self, *, argmax: bool = False, greedy: bool = False) -> None:
-        """Make now the recordings that `argmax` and `greedy` make on their first call (command
-        buffers, pipelines), so that a first call costs what later ones do: generation does this
-        before it starts its clock."""
-        with self._lock:
-            if self.closed:
-                raise LoadError("program is closed")
-            if argmax:
-                self._argmax_recording()
-            if greedy:
-                self._greedy_recording()
+    def replay(self, arrays: Sequence, run: Callable[[list], R]) -> R:
+        """Check `arrays` as this method's inputs, as a call does, then, as a call runs, write them into
+        the io buffers and return `run(given)` (given: each input's `Port`, array and bits): what a
+        recording made through `tail` runs in place of the method's own (loader/lm)."""
+        given = self._inputs(self._arguments(tuple(arrays), {}))[0]
+        return self._call(given, lambda: run(given))
 
     def run_numpy(self, *arrays, **named) -> list[np.ndarray]:
         """Run on numpy arrays (or anything numpy takes), by position or input name; returns
         one array per output (bfloat16 ones as float32)."""
         return self._execute(self._inputs(self._arguments(arrays, named))[0], torch_out=False)
-
-    def argmax(self, *arrays, **named) -> np.ndarray:
-        """Run on numpy arrays as `run_numpy` does, and return the index of the largest element
-        along the last dim of the method's one (float) output, its first one (NaN the largest), as
-        int32 of the output's shape less that dim: computed on the device after the call, so only
-        the indices are read back (a greedy decoding step's token id, not the vocabulary's logits).
-        The first call records that second command buffer (the method's dispatches, then the argmax)."""
-        return self._execute(self._inputs(self._arguments(arrays, named))[0], torch_out=False, argmax=True)[0]
-
-    @property
-    def chains_greedy(self) -> bool:
-        """Whether `greedy` can chain this method's steps: a decode method, (token id [1, 1], position
-        [1]) held as int32 on the device -> one float output of one row (logits)."""
-        ins_ok = [p.device for p in self._in] == [dtypes.INT32] * 2 and [p.shape for p in self._in] == [(1, 1), (1,)]
-        return ins_ok and len(self._out) == 1 and self._out[0].device.is_float and \
-            math.prod(self._out[0].shape[:-1]) == 1
-
-    def greedy(self, input_ids, cache_position, steps: int) -> np.ndarray:
-        """`steps` tokens of greedy decoding after token `input_ids` [1, 1] at `cache_position` [1],
-        chained on the device in one submission: each step runs this (decode) method, takes its
-        logits' argmax as `argmax` does and feeds that token back at the next position, with no host
-        work between steps (a submission chains greedy.GREEDY_CHAIN of them; more take turns); the
-        state (the KV cache) advances as `steps` calls would advance it. Returns the tokens, int32
-        [steps]. The first call records the steps (greedy.record_greedy)."""
-        if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)):
-            raise InputError(f"greedy steps must be an int, not {type(steps).__name__}")
-        given = self._inputs(self._arguments((input_ids, cache_position), {}))[0]
-        last = given[1][1].astype(np.int64) + max(int(steps) - 1, 0)  # the position the last step writes
-        for r in self._ranges:
-            if r.input == 1:
-                self._in_range(r, last)
-        return self._execute(given, torch_out=False, steps=int(steps))[0]
 
     def __call__(self, *inputs, **named):
         """Run on numpy arrays or torch tensors, by position or input name; returns one output,
@@ -311,13 +351,17 @@ class Method(Closes):
                    for o, p in zip(res, self._out)]
         return res[0] if len(res) == 1 else tuple(res)
 
+    @property
+    def tail(self) -> Tail:
+        """What extends this method by a tail graph on the device (`Tail`)."""
+        return self._tail
+
     def profile(self, *tensors, runs: int = 10) -> list[tuple[str, str, float]]:
         """(node, shader, GPU seconds) of every dispatch in order, the median of `runs`
         timestamped calls on these inputs (bench/infer.py --profile)."""
         self._execute(self._inputs(self._arguments(tensors, {}))[0], torch_out=False)  # checks, writes the inputs
-        with self._lock:
-            if self.closed:
-                raise LoadError("program is closed")
+        with self.load.lock:
+            self.check_open()
             times = self._executor.profile(runs)
             return [(x.node, x.shader, t) for x, t in zip(self._executor.dispatches, times)]
 
@@ -325,94 +369,22 @@ class Method(Closes):
         """GPU seconds of one call on these inputs, first dispatch to last as a call records them
         (timestamps; the median of `runs` calls). DeviceError where the queue has no timestamps."""
         self._execute(self._inputs(self._arguments(tensors, {}))[0], torch_out=False)  # checks, writes the inputs
-        with self._lock:
-            if self.closed:
-                raise LoadError("program is closed")
+        with self.load.lock:
+            self.check_open()
             return self._executor.gpu_seconds(runs)
 
     @property
     def has_timestamps(self) -> bool:
         """Whether the device's compute queue can time dispatches (profile, gpu_seconds)."""
-        return bool(self.device.timestamp_bits) and self.device.timestamp_period > 0
-
-    # -- methods and state -------------------------------------------------------------
-    @property
-    def methods(self) -> list[str]:
-        """This one method (as `Program.methods`, for a graph loaded alone)."""
-        return [self.name]
-
-    def __getitem__(self, name: str) -> "Method":
-        if name != self.name:
-            raise InputError(f"no method {name!r} (methods: {self.name})")
-        return self
-
-    @property
-    def states(self) -> list[str]:
-        """The names of the persistent state tensors."""
-        return list(self._resources.states.states)
-
-    def reset(self) -> None:
-        """Every state tensor back to its initial value."""
-        with self._lock:
-            if self.closed:
-                raise LoadError("program is closed")
-            self._resources.states.reset()
-
-    def _state_tensor(self, name: str):
-        store = self._resources.states
-        if name not in store.states:
-            known = ", ".join(store.states) or "none"
-            raise InputError(f"no state {name!r} (states: {known})")
-        return store.states[name][0]
-
-    def state_spec(self, name: str) -> TensorSpec:
-        """(shape, dtype name) of state tensor `name`, without reading it."""
-        t = self._state_tensor(name)
-        return TensorSpec(t.arg.shape, t.staging.name, name)
-
-    def state(self, name: str):
-        """A copy of state tensor `name`: a torch tensor, or a numpy array where torch is not installed."""
-        store = self._resources.states
-        t = self._state_tensor(name)
-        with self._lock:
-            if self.closed:
-                raise LoadError("program is closed")
-            data = store.read(name, self._resources.allocator)
-        held, dtype = t.arg.dtype, t.staging
-        array = np.frombuffer(data, np.dtype(held.numpy)).reshape(t.arg.shape).copy()
-        if held != dtype:  # held in 32 bits on a device without narrow storage (vkx.loader.ops.held_dtype)
-            array = bf16_bits(array) if dtype is dtypes.BFLOAT16 else array.astype(np.dtype(dtype.numpy))
-        try:
-            import torch
-        except ImportError:
-            return bf16_values(array) if dtype is dtypes.BFLOAT16 else array
-        out = torch.from_numpy(array)
-        return out.view(torch.bfloat16) if dtype is dtypes.BFLOAT16 else out
-
-    # -- memory ----------------------------------------------------------------------
-    @property
-    def memory(self) -> MemoryReport:
-        """The load's memory report: schedule, upload, weight bytes and paths, the ledger, the heap
-        budget (None once closed) and the phases (docs/memory.md); `print()` it for the tables."""
-        return MemoryReport({"schedule": self.schedule, "upload": self.upload,
-                "device": self.device.name,
-                "weight_bytes": self.weight_bytes,
-                "copies_per_weight_byte": self.copies_per_weight_byte,
-                "weight_paths": dict(self.weight_paths),
-                "ledger": self.ledger.snapshot(),
-                "heap_budget": self.device.heap_budget() if not self.closed else None,
-                "phases": self.timeline.as_list()})
+        device = self.load.device
+        return bool(device.timestamp_bits) and device.timestamp_period > 0
 
     # -- lifetime -----------------------------------------------------------------------
     def close(self) -> None:
-        """Release the device memory (when this method owns its load); waits for a call in progress."""
-        with self._lock:
+        """Refuse later calls; waits for a call in progress. The load is the program's to release."""
+        with self.load.lock:
             if self.closed:
                 return
             self.closed = True
             for port in self._in + self._out:
                 port.view = None  # drop views of the io buffers before their memory goes
-            if self._owner:
-                self._resources.close()
-        if self._owner:
-            self.device.check()

@@ -12,8 +12,8 @@ of the memory-planned arenas); each delegate is a `Method` loaded as
 Everything that could refuse the file is checked before any GPU work: torch is
 importable, and every KernelCall binds to a torch op (one UnsupportedOpError
 lists every op that does not). The delegates are then loaded one after another
-in delegate order, each with the chosen schedule; closing the `PlanMethod`
-closes every one of them.
+in delegate order, each with the chosen schedule, each a `Program` of its own;
+the plan's load (`PlanLoad`) holds them, and closing its program closes every one.
 """
 from __future__ import annotations
 
@@ -23,13 +23,14 @@ import numpy as np
 
 from vkx.format import FormatError, ProgramFile
 from vkx.format.program import ExecutionPlan, Instruction, TensorMeta
-from vkx.format.validate import check_delegate_args
+from vkx.format.validate import check_delegate_args, check_outputs_written
 from vkx.loader.errors import (BadProgramError, FileError, InputError, LoadError, TorchMissingError,
                                UnsupportedOpError, as_load_error)
 from vkx.loader.kernels import Kernel, Refused, bind, op_name, static_value, torch_dtype
-from vkx.loader.method import Closes, Method, TensorSpec
-from vkx.loader.report import MemoryReport
 from vkx.loader.loading import load_source
+from vkx.loader.method import LoadedMethod, OwnsMemory, TensorSpec
+from vkx.loader.program import Program
+from vkx.loader.report import MemoryReport
 from vkx.loader.trace import Timeline
 
 PLAN = 0
@@ -45,7 +46,7 @@ def load_plan(path, constants_of: Callable[[int], Any], schedule: str, device, u
     """Check and bind the plan of the .pte at `path`, then load each of its Vulkan delegates onto `device`,
     delegate i's constants from `constants_of(i)` (files opened for that delegate alone: vkx.loader.files).
     `timeline`: the load's, its first phases before the delegates' own."""
-    delegates: list[Method] = []
+    delegates: list[Program] = []
     try:
         with ProgramFile.open(path) as pf:
             plan = pf.program.execution_plan[PLAN]
@@ -150,29 +151,120 @@ def _check_instructions(plan: ExecutionPlan, graphs: dict, path: str) -> None:
                 check_delegate_args(plan.values, ins.args, v.graph, f"{place}.args", path)
             except FormatError as error:
                 raise as_load_error(error) from None
+    try:
+        check_outputs_written(plan, f"execution_plan[{PLAN}]", path)
+    except FormatError as error:
+        raise as_load_error(error) from None
 
 
-class PlanMethod(Closes):
-    """A method run by its execution plan: call it with tensors; `close()` (or `with`) closes every delegate."""
+class PlanLoad(OwnsMemory):
+    """The load of a plan-driven method: each delegate's `Program` (its graph loaded alone, as
+    `load_source` loads one), the device and the plan's phases before theirs; `close()` closes every
+    delegate. An ExecuTorch plan holds no state of vkx's (its KV caches, if any, are plan values)."""
+
+    def __init__(self, delegates: dict[int, Program], on_close, device, timeline: Timeline):
+        self.delegates = delegates
+        """delegate index -> its loaded Program."""
+        self.device = device
+        """The Vulkan device the delegates run on."""
+        self.timeline = timeline
+        """The load's phases before the delegates' own (each delegate's Program has its timeline)."""
+        self._on_close = on_close
+        self.closed = False
+        """True once `close()` has closed every delegate."""
+
+    @property
+    def weight_bytes(self) -> int:
+        """Device bytes of the constants of every delegate."""
+        return sum(p.weight_bytes for p in self.delegates.values())
+
+    @property
+    def schedule(self) -> str | None:
+        """The load order the delegates used (None: no delegate)."""
+        return next((p.schedule for p in self.delegates.values()), None)
+
+    @property
+    def upload(self) -> str | None:
+        """How the first delegate's weights reached the device (None: no delegate)."""
+        return next((p.upload for p in self.delegates.values()), None)
+
+    @property
+    def copies_per_weight_byte(self) -> float:
+        """Bytes copied per weight byte, over every delegate's weights."""
+        w = self.weight_bytes
+        return sum(p.copies_per_weight_byte * p.weight_bytes for p in self.delegates.values()) / w if w else 0.0
+
+    @property
+    def weight_paths(self) -> dict[str, int]:
+        """Weight bytes by the way they reached the device, over every delegate."""
+        return _sums([p.weight_paths for p in self.delegates.values()])
+
+    @property
+    def states(self) -> list[str]:
+        """None: the plan's values are its own."""
+        return []
+
+    def reset(self) -> None:
+        """Nothing to reset: no state."""
+
+    def state_spec(self, name: str) -> TensorSpec:
+        raise InputError(f"no state {name!r} (states: none)")
+
+    def state(self, name: str):
+        raise InputError(f"no state {name!r} (states: none)")
+
+    @property
+    def memory(self) -> MemoryReport:
+        """Each delegate's `Program.memory`, and totals as one sequential load sees them."""
+        each = [p.memory for p in self.delegates.values()]
+        resident = peak_total = 0
+        for m in each:  # delegate k loads while the ones before it hold their memory
+            peak_total = max(peak_total, resident + m["ledger"]["peak_total"])
+            resident += m["ledger"]["total"]
+        return MemoryReport({"schedule": self.schedule, "upload": self.upload,
+                             "device": self.device.name, "weight_bytes": self.weight_bytes,
+                             "copies_per_weight_byte": self.copies_per_weight_byte,
+                             "weight_paths": self.weight_paths,
+                             "ledger": {"peak": _sums([m["ledger"]["peak"] for m in each]),
+                                        "peak_total": peak_total, "total": resident},
+                             "phases": self.timeline.as_list() + [
+                                 {**ph, "name": f"delegate {di}: {ph['name']}"}
+                                 for di, m in zip(self.delegates, each) for ph in m["phases"]],
+                             "delegates": each})
+
+    def close(self) -> None:
+        """Close every delegate's Program (each releases its device memory), then what the load owns."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            for p in self.delegates.values():
+                p.close()
+        finally:
+            if self._on_close is not None:
+                self._on_close()
+
+
+class PlanMethod(LoadedMethod):
+    """A method run by its execution plan: call it with tensors. Its delegates make its load
+    (`PlanLoad`), which its program holds and closes."""
 
     def __init__(self, plan: ExecutionPlan, kernels: dict[tuple[int, int], Kernel], constants: dict[int, Any],
-                 delegates: dict[int, Method], on_close, device, timeline: Timeline):
+                 delegates: dict[int, Program], on_close, device, timeline: Timeline):
         self.plan = plan
         """The execution plan this method runs (vkx.format.program)."""
         self.name = plan.name
         """The method's name (its execution plan's name)."""
+        self.load = PlanLoad(delegates, on_close, device, timeline)
+        """The plan's load: its delegates' programs, which the program closes."""
         self.delegates = delegates
-        """delegate index -> its loaded Method."""
-        self.device = device
-        """The Vulkan device the delegates run on."""
-        self.timeline = timeline
-        """The load's phases before the delegates' own (each delegate's Method has its timeline)."""
-        self._kernels, self._constants, self._on_close = kernels, constants, on_close
+        """delegate index -> its loaded Program."""
+        self._kernels, self._constants = kernels, constants
         self._initial = [None if ev.kind == "Tensor" else static_value(plan, ev) for ev in plan.values]
         self._tensors = [(vid, tuple(ev.value.sizes), torch_dtype(ev.value.scalar_type))
                          for vid, ev in enumerate(plan.values) if ev.kind == "Tensor" and vid not in constants]
         self.closed = False
-        """True once `close()` has closed every delegate."""
+        """True once `close()` has closed the method."""
 
     # -- signatures --------------------------------------------------------------
     def _specs(self, ids) -> list[TensorSpec]:
@@ -196,11 +288,6 @@ class PlanMethod(Closes):
         """(shape, dtype name) of each plan output, in order."""
         return self._specs(self.plan.outputs)
 
-    @property
-    def weight_bytes(self) -> int:
-        """Device bytes of the constants of every delegate."""
-        return sum(p.weight_bytes for p in self.delegates.values())
-
     # -- calling -------------------------------------------------------------------
     def __call__(self, *tensors):
         """Run the plan on torch tensors; returns a tensor, or a tuple for several outputs."""
@@ -216,7 +303,7 @@ class PlanMethod(Closes):
 
     def _run(self, given) -> list:
         import torch
-        if self.closed:
+        if self.closed or self.load.closed:
             raise LoadError("program is closed")
         plan = self.plan
         if len(given) != len(plan.inputs):
@@ -268,41 +355,9 @@ class PlanMethod(Closes):
             values[ins.args[0]] = None  # the tensor's memory goes; a later use is the file's error
         return pc + 1
 
-    # -- memory ----------------------------------------------------------------------
-    @property
-    def memory(self) -> MemoryReport:
-        """Each delegate's `Method.memory`, and totals as one sequential load sees them."""
-        each = [p.memory for p in self.delegates.values()]
-        first = each[0] if each else {}
-        resident = peak_total = 0
-        for m in each:  # delegate k loads while the ones before it hold their memory
-            peak_total = max(peak_total, resident + m["ledger"]["peak_total"])
-            resident += m["ledger"]["total"]
-        w = self.weight_bytes
-        return MemoryReport({"schedule": first.get("schedule"), "upload": first.get("upload"),
-                             "device": self.device.name,
-                "weight_bytes": w,
-                "copies_per_weight_byte": sum(m["copies_per_weight_byte"] * m["weight_bytes"] for m in each) / w if w else 0.0,
-                "weight_paths": _sums([m["weight_paths"] for m in each]),
-                "ledger": {"peak": _sums([m["ledger"]["peak"] for m in each]),
-                           "peak_total": peak_total, "total": resident},
-                "phases": self.timeline.as_list() + [{**ph, "name": f"delegate {di}: {ph['name']}"}
-                                                     for di, m in zip(self.delegates, each) for ph in m["phases"]],
-                "delegates": each})
-
-    # -- lifetime -----------------------------------------------------------------------
     def close(self) -> None:
-        """Close every delegate's Method (each releases its device memory), then what the load owns."""
-        if self.closed:
-            return
+        """Refuse later calls (the delegates are the load's, which the program closes)."""
         self.closed = True
-        try:
-            for p in self.delegates.values():
-                p.close()
-        finally:
-            if self._on_close is not None:
-                self._on_close()
-
 
 
 def _sums(counts: list[dict[str, int]]) -> dict[str, int]:

@@ -124,7 +124,7 @@ class Uploader:
 
     def close(self) -> None:
         if self._batch is not None:
-            lib.vkDeviceWaitIdle(self.device.device)
+            self.device.wait_idle()
             self._batch.close(in_flight=False)
             self._batch = None
 

@@ -12,8 +12,8 @@ paths use raw `vk._vulkan.lib` calls with structs built once.
 timestamp after every dispatch (serialised, so the difference of two neighbouring
 stamps is one dispatch's GPU time) and replays that command buffer;
 `Executor.gpu_seconds` records them as a call does, with a timestamp before the
-first dispatch and after the last. `Steps` splits the same parts over several command
-buffers, so that one submission runs many greedy decoding steps.
+first dispatch and after the last. Its parts (`inputs_in`, `record_dispatches`, `outputs_out`) are methods
+of their own, so that a recording of another shape reuses them (loader/lm's chained greedy steps).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import time
 
 import vulkan as vk
 
-from vkx.loader.device import UINT64_MAX, Device
+from vkx.loader.device import UINT64_MAX, CommandPool, Device
 from vkx.loader.errors import DeviceError
 from vkx.loader.graph import Dispatch, RTensor
 from vkx.loader.hazards import barriers_before
@@ -35,14 +35,14 @@ SPIN_SECONDS = 0.002
 than polling on the H200 (docs/benchmarks.md, per-call overhead), and torch's CUDA synchronise
 spins too. Never on a CPU device, whose driver threads need the cores a spin would take."""
 
-_COMPUTE = vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
-_TRANSFER = vk.VK_PIPELINE_STAGE_TRANSFER_BIT
+COMPUTE = vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
+TRANSFER = vk.VK_PIPELINE_STAGE_TRANSFER_BIT
 _HOST = vk.VK_PIPELINE_STAGE_HOST_BIT
 _BIND = vk.VK_PIPELINE_BIND_POINT_COMPUTE
 _BOTTOM = vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT
 
 
-def _barrier(src_access: int, dst_access: int):
+def barrier(src_access: int, dst_access: int):
     mb = ffi.new("VkMemoryBarrier*")
     mb.sType = vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER
     mb.srcAccessMask = src_access
@@ -51,16 +51,15 @@ def _barrier(src_access: int, dst_access: int):
 
 
 def _release(device: Device, owner) -> None:
-    """Free `owner`'s recorded command buffer and its fence (waiting for the device first): the one
-    release path of Executor and StateStore."""
+    """Free `owner`'s command pool (its recorded buffers with it) and its fence, waiting for the device
+    first: the one release path of Executor and StateStore."""
     d = device.device
     if owner.fence is not None:
-        lib.vkDeviceWaitIdle(d)
+        device.wait_idle()
         vk.vkDestroyFence(d, owner.fence, None)
         owner.fence = None
-    if owner.cmd is not None:
-        vk.vkFreeCommandBuffers(d, device.command_pool, 1, [owner.cmd])
-        owner.cmd = None
+    owner.commands.close()
+    owner.cmd = None
 
 
 class Executor:
@@ -71,14 +70,15 @@ class Executor:
         self.pipelines = pipelines  # one per dispatch
         self.inputs, self.outputs = inputs, outputs
         self.pool = None
+        self.commands = CommandPool(device)
         self.cmd = None
         self.fence = None
         self.barriers = 0
         """Compute->compute barriers between the dispatches of the recording a call replays."""
 
     def record(self) -> None:
-        self._allocate_sets()
-        self.cmd = self.device.command_buffer()
+        self.allocate_sets()
+        self.cmd = self.commands.buffer()
         self.fence = vk.vkCreateFence(self.device.device, vk.VkFenceCreateInfo(), None)
         self._keep = self._commands(self.cmd)
 
@@ -91,7 +91,7 @@ class Executor:
         self._fences = ffi.new("VkFence[1]", [self.fence])
         self.device.check()
 
-    def _allocate_sets(self) -> None:
+    def allocate_sets(self) -> None:
         """One descriptor set per dispatch, written once."""
         d = self.device.device
         self._sets = []
@@ -123,40 +123,40 @@ class Executor:
         vk.vkBeginCommandBuffer(cmd, vk.VkCommandBufferBeginInfo())
         if queries is not None:
             lib.vkCmdResetQueryPool(cmd, queries, 0, len(self.dispatches) + 1 if each else 2)
-        keep = (*self._inputs_in(cmd), *self._dispatches(cmd, queries, each), *self._outputs_out(cmd))
+        keep = (*self.inputs_in(cmd), *self.record_dispatches(cmd, queries, each), *self.outputs_out(cmd))
         vk.vkEndCommandBuffer(cmd)
         return keep
 
-    def _inputs_in(self, cmd) -> tuple:
+    def inputs_in(self, cmd) -> tuple:
         """Prepack uploads and host writes made visible, then the io buffers copied into the input tensors."""
         rw = vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT
         tr = vk.VK_ACCESS_TRANSFER_READ_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT
-        start = _barrier(vk.VK_ACCESS_TRANSFER_WRITE_BIT | vk.VK_ACCESS_HOST_WRITE_BIT | rw, rw | tr)
-        lib.vkCmdPipelineBarrier(cmd, _TRANSFER | _HOST | _COMPUTE, _TRANSFER | _COMPUTE, 0,
+        start = barrier(vk.VK_ACCESS_TRANSFER_WRITE_BIT | vk.VK_ACCESS_HOST_WRITE_BIT | rw, rw | tr)
+        lib.vkCmdPipelineBarrier(cmd, TRANSFER | _HOST | COMPUTE, TRANSFER | COMPUTE, 0,
                                  1, start, 0, ffi.NULL, 0, ffi.NULL)
         region = ffi.new("VkBufferCopy*")
         for io, t in self.inputs:
             region.srcOffset, region.dstOffset, region.size = 0, 0, t.nbytes
             if t.nbytes:
                 lib.vkCmdCopyBuffer(cmd, io.handle, t.buffer.handle, 1, region)
-        after_in = _barrier(vk.VK_ACCESS_TRANSFER_WRITE_BIT, rw)
-        lib.vkCmdPipelineBarrier(cmd, _TRANSFER, _COMPUTE, 0, 1, after_in, 0, ffi.NULL, 0, ffi.NULL)
+        after_in = barrier(vk.VK_ACCESS_TRANSFER_WRITE_BIT, rw)
+        lib.vkCmdPipelineBarrier(cmd, TRANSFER, COMPUTE, 0, 1, after_in, 0, ffi.NULL, 0, ffi.NULL)
         return start, after_in, region
 
-    def _dispatches(self, cmd, queries=None, each: bool = False, needed: list[bool] | None = None) -> tuple:
+    def record_dispatches(self, cmd, queries=None, each: bool = False, needed: list[bool] | None = None) -> tuple:
         """The dispatches, each barrier where `barriers_before` puts one (`needed`, when given:
         worked out once for several recordings), or timestamped (`_commands`)."""
         if queries is not None:
             lib.vkCmdWriteTimestamp(cmd, _BOTTOM, queries, 0)
         rw = vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT
-        between = _barrier(vk.VK_ACCESS_SHADER_WRITE_BIT, rw)
+        between = barrier(vk.VK_ACCESS_SHADER_WRITE_BIT, rw)
         set_ptr = ffi.new("VkDescriptorSet[1]")
         stage = vk.VK_SHADER_STAGE_COMPUTE_BIT
         if needed is None:
             needed = [False] * len(self.dispatches) if each else barriers_before(self.dispatches)
         for i, (x, p) in enumerate(zip(self.dispatches, self.pipelines)):
             if needed[i]:
-                lib.vkCmdPipelineBarrier(cmd, _COMPUTE, _COMPUTE, 0, 1, between, 0, ffi.NULL, 0, ffi.NULL)
+                lib.vkCmdPipelineBarrier(cmd, COMPUTE, COMPUTE, 0, 1, between, 0, ffi.NULL, 0, ffi.NULL)
             lib.vkCmdBindPipeline(cmd, _BIND, p.handle)
             set_ptr[0] = self._sets[i]
             lib.vkCmdBindDescriptorSets(cmd, _BIND, p.layout, 0, 1, set_ptr, 0, ffi.NULL)
@@ -164,7 +164,7 @@ class Executor:
                 lib.vkCmdPushConstants(cmd, p.layout, stage, 0, len(x.push), ffi.from_buffer(x.push))
             lib.vkCmdDispatch(cmd, *x.groups)
             if each:
-                lib.vkCmdPipelineBarrier(cmd, _COMPUTE, _COMPUTE, 0, 1, between, 0, ffi.NULL, 0, ffi.NULL)
+                lib.vkCmdPipelineBarrier(cmd, COMPUTE, COMPUTE, 0, 1, between, 0, ffi.NULL, 0, ffi.NULL)
                 lib.vkCmdWriteTimestamp(cmd, _BOTTOM, queries, i + 1)
         if queries is not None and not each:
             lib.vkCmdWriteTimestamp(cmd, _BOTTOM, queries, 1)
@@ -172,18 +172,18 @@ class Executor:
             self.barriers = sum(needed)
         return between, set_ptr
 
-    def _outputs_out(self, cmd) -> tuple:
+    def outputs_out(self, cmd) -> tuple:
         """The output tensors copied into the readback buffers, then made visible to the host."""
-        before_out = _barrier(vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT,
+        before_out = barrier(vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT,
                               vk.VK_ACCESS_TRANSFER_READ_BIT)
-        lib.vkCmdPipelineBarrier(cmd, _COMPUTE | _TRANSFER, _TRANSFER, 0, 1, before_out, 0, ffi.NULL, 0, ffi.NULL)
+        lib.vkCmdPipelineBarrier(cmd, COMPUTE | TRANSFER, TRANSFER, 0, 1, before_out, 0, ffi.NULL, 0, ffi.NULL)
         region = ffi.new("VkBufferCopy*")
         for t, io in self.outputs:
             region.srcOffset, region.dstOffset, region.size = 0, 0, t.nbytes
             if t.nbytes:
                 lib.vkCmdCopyBuffer(cmd, t.buffer.handle, io.handle, 1, region)
-        to_host = _barrier(vk.VK_ACCESS_TRANSFER_WRITE_BIT, vk.VK_ACCESS_HOST_READ_BIT)
-        lib.vkCmdPipelineBarrier(cmd, _TRANSFER, _HOST, 0, 1, to_host, 0, ffi.NULL, 0, ffi.NULL)
+        to_host = barrier(vk.VK_ACCESS_TRANSFER_WRITE_BIT, vk.VK_ACCESS_HOST_READ_BIT)
+        lib.vkCmdPipelineBarrier(cmd, TRANSFER, _HOST, 0, 1, to_host, 0, ffi.NULL, 0, ffi.NULL)
         return before_out, to_host, region
 
     def profile(self, runs: int) -> list[float]:
@@ -206,7 +206,7 @@ class Executor:
         d = dev.device
         queries = vk.vkCreateQueryPool(d, vk.VkQueryPoolCreateInfo(
             queryType=vk.VK_QUERY_TYPE_TIMESTAMP, queryCount=n), None)
-        cmd = dev.command_buffer()
+        cmd = self.commands.buffer()
         try:
             keep = self._commands(cmd, queries, each)
             submit = ffi.new("VkSubmitInfo*")
@@ -234,7 +234,7 @@ class Executor:
             del keep
             return [sorted(s)[len(s) // 2] for s in samples]
         finally:
-            vk.vkFreeCommandBuffers(d, dev.command_pool, 1, [cmd])
+            self.commands.free(cmd)
             vk.vkDestroyQueryPool(d, queries, None)
             dev.check()
 
@@ -248,18 +248,18 @@ class Executor:
         if not first:
             return
         dev = self.device
-        cmd = dev.command_buffer()
+        cmd = self.commands.buffer()
         fence = vk.vkCreateFence(dev.device, vk.VkFenceCreateInfo(), None)
         try:
             vk.vkBeginCommandBuffer(cmd, vk.VkCommandBufferBeginInfo(
                 flags=vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT))
             set_ptr = ffi.new("VkDescriptorSet[1]")
             rw = vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT
-            between = _barrier(rw, rw)  # the sets name real buffers: synchronization validation
+            between = barrier(rw, rw)  # the sets name real buffers: synchronization validation
             for k, i in enumerate(first.values()):  # checks even a dispatch of no workgroups
                 x, p = self.dispatches[i], self.pipelines[i]
                 if k:
-                    lib.vkCmdPipelineBarrier(cmd, _COMPUTE, _COMPUTE, 0, 1, between, 0, ffi.NULL, 0, ffi.NULL)
+                    lib.vkCmdPipelineBarrier(cmd, COMPUTE, COMPUTE, 0, 1, between, 0, ffi.NULL, 0, ffi.NULL)
                 lib.vkCmdBindPipeline(cmd, _BIND, p.handle)
                 set_ptr[0] = self._sets[i]
                 lib.vkCmdBindDescriptorSets(cmd, _BIND, p.layout, 0, 1, set_ptr, 0, ffi.NULL)
@@ -280,13 +280,13 @@ class Executor:
             dev.wait_fence(fence)
         finally:
             vk.vkDestroyFence(dev.device, fence, None)
-            vk.vkFreeCommandBuffers(dev.device, dev.command_pool, 1, [cmd])
+            self.commands.free(cmd)
         dev.check()
 
     def run(self) -> None:
-        self._submit_and_wait(self._submit)
+        self.submit_and_wait(self._submit)
 
-    def _submit_and_wait(self, submit) -> None:
+    def submit_and_wait(self, submit) -> None:
         d = self.device
         with d.submit_lock:
             r = lib.vkQueueSubmit(d.queue, 1, submit, self.fence)
@@ -315,80 +315,6 @@ class Executor:
             self.pool = None
 
 
-class Steps(Executor):
-    """Greedy decoding steps chained on the device, up to `chain` of them in one submission, with
-    command buffers recorded once: the head copies the inputs in, zeroes `counter` and copies the first
-    word of `first` after it; each of the
-    `chain` step buffers holds the same dispatches of one step (a decode call, its argmax, and the
-    hand-over of the chosen token to the next step: greedy.record_greedy) behind a barrier on what
-    came before; the tail copies the outputs out. A submission lists the head, the first `steps`
-    step buffers and the tail: distinct buffers, so none is pending twice (one buffer listed `steps`
-    times would need VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT, which drivers may pay for with a
-    copy per use)."""
-
-    def __init__(self, device: Device, dispatches: list[Dispatch], pipelines: list[Pipeline],
-                 inputs: list[tuple[Buffer, RTensor]], outputs: list[tuple[RTensor, Buffer]], counter: RTensor,
-                 chain: int, first: Buffer):
-        super().__init__(device, dispatches, pipelines, inputs, outputs)
-        self.counter = counter
-        self.chain = chain
-        self.first = first
-        """An io buffer whose first word the head copies into the word after `counter` (its buffer's last)."""
-        self.head = self.tail = None
-        self.step_cmds: list = []
-
-    def record(self) -> None:
-        self._allocate_sets()
-        dev = self.device
-        self.fence = vk.vkCreateFence(dev.device, vk.VkFenceCreateInfo(), None)
-        self._fences = ffi.new("VkFence[1]", [self.fence])
-        rw = vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT
-        self.head = dev.command_buffer()
-        vk.vkBeginCommandBuffer(self.head, vk.VkCommandBufferBeginInfo())
-        keep = [*self._inputs_in(self.head)]
-        words = -(-self.counter.nbytes // 4) * 4
-        lib.vkCmdFillBuffer(self.head, self.counter.buffer.handle, 0, words, 0)
-        seed = ffi.new("VkBufferCopy*")
-        seed.srcOffset, seed.dstOffset, seed.size = 0, words, 4
-        lib.vkCmdCopyBuffer(self.head, self.first.handle, self.counter.buffer.handle, 1, seed)
-        zeroed = _barrier(vk.VK_ACCESS_TRANSFER_WRITE_BIT, rw)
-        lib.vkCmdPipelineBarrier(self.head, _TRANSFER, _COMPUTE, 0, 1, zeroed, 0, ffi.NULL, 0, ffi.NULL)
-        vk.vkEndCommandBuffer(self.head)
-        after_step = _barrier(vk.VK_ACCESS_SHADER_WRITE_BIT, rw)  # the step before, or the head
-        needed = barriers_before(self.dispatches)
-        keep += [zeroed, after_step, seed]
-        for _ in range(self.chain):
-            cmd = dev.command_buffer()
-            self.step_cmds.append(cmd)
-            vk.vkBeginCommandBuffer(cmd, vk.VkCommandBufferBeginInfo())
-            lib.vkCmdPipelineBarrier(cmd, _COMPUTE, _COMPUTE, 0, 1, after_step, 0, ffi.NULL, 0, ffi.NULL)
-            keep += self._dispatches(cmd, needed=needed)
-            vk.vkEndCommandBuffer(cmd)
-        self.tail = dev.command_buffer()
-        vk.vkBeginCommandBuffer(self.tail, vk.VkCommandBufferBeginInfo())
-        keep += self._outputs_out(self.tail)
-        vk.vkEndCommandBuffer(self.tail)
-        self._keep = keep
-        dev.check()
-
-    def run(self, steps: int) -> None:
-        """`steps` (1 to `chain`) steps in one submission, waiting until done."""
-        cmds = ffi.new("VkCommandBuffer[]", [self.head, *self.step_cmds[:steps], self.tail])
-        submit = ffi.new("VkSubmitInfo*")
-        submit.sType = vk.VK_STRUCTURE_TYPE_SUBMIT_INFO
-        submit.commandBufferCount = steps + 2
-        submit.pCommandBuffers = cmds
-        self._submit_and_wait(submit)
-
-    def close(self) -> None:
-        super().close()  # waits for the device
-        for cmd in (self.head, self.tail, *self.step_cmds):
-            if cmd is not None:
-                vk.vkFreeCommandBuffers(self.device.device, self.device.command_pool, 1, [cmd])
-        self.head = self.tail = None
-        self.step_cmds = []
-
-
 class StateStore:
     """The persistent state tensors: one device buffer per name, shared by every method.
 
@@ -399,18 +325,19 @@ class StateStore:
     def __init__(self, device: Device, states: dict[str, tuple[RTensor, RTensor | None]]):
         self.device = device
         self.states = states
+        self.commands = CommandPool(device)
         self.cmd = self.fence = None
         if states:
             self._record()
 
     def _record(self) -> None:
-        self.cmd = self.device.command_buffer()
+        self.cmd = self.commands.buffer()
         self.fence = vk.vkCreateFence(self.device.device, vk.VkFenceCreateInfo(), None)
         vk.vkBeginCommandBuffer(self.cmd, vk.VkCommandBufferBeginInfo())
         # earlier calls may still read or write the state: they finish before it is overwritten
         rw = vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT
-        before = _barrier(rw | vk.VK_ACCESS_TRANSFER_WRITE_BIT, vk.VK_ACCESS_TRANSFER_WRITE_BIT)
-        lib.vkCmdPipelineBarrier(self.cmd, _COMPUTE | _TRANSFER, _TRANSFER, 0, 1, before, 0, ffi.NULL, 0, ffi.NULL)
+        before = barrier(rw | vk.VK_ACCESS_TRANSFER_WRITE_BIT, vk.VK_ACCESS_TRANSFER_WRITE_BIT)
+        lib.vkCmdPipelineBarrier(self.cmd, COMPUTE | TRANSFER, TRANSFER, 0, 1, before, 0, ffi.NULL, 0, ffi.NULL)
         region = ffi.new("VkBufferCopy*")
         for t, initial in self.states.values():
             if initial is None:
@@ -418,8 +345,8 @@ class StateStore:
             else:
                 region.srcOffset, region.dstOffset, region.size = 0, 0, t.nbytes
                 lib.vkCmdCopyBuffer(self.cmd, initial.buffer.handle, t.buffer.handle, 1, region)
-        after = _barrier(vk.VK_ACCESS_TRANSFER_WRITE_BIT, rw | vk.VK_ACCESS_TRANSFER_READ_BIT)
-        lib.vkCmdPipelineBarrier(self.cmd, _TRANSFER, _COMPUTE | _TRANSFER, 0, 1, after, 0, ffi.NULL, 0, ffi.NULL)
+        after = barrier(vk.VK_ACCESS_TRANSFER_WRITE_BIT, rw | vk.VK_ACCESS_TRANSFER_READ_BIT)
+        lib.vkCmdPipelineBarrier(self.cmd, TRANSFER, COMPUTE | TRANSFER, 0, 1, after, 0, ffi.NULL, 0, ffi.NULL)
         vk.vkEndCommandBuffer(self.cmd)
 
     def reset(self) -> None:
@@ -431,24 +358,24 @@ class StateStore:
         """A copy of state `name`'s bytes, through a readback buffer freed before returning."""
         t = self.states[name][0]
         out = allocator.buffer(t.nbytes, "io", "readback")
-        cmd = self.device.command_buffer()
+        cmd = self.commands.buffer()
         fence = vk.vkCreateFence(self.device.device, vk.VkFenceCreateInfo(), None)
         try:
             vk.vkBeginCommandBuffer(cmd, vk.VkCommandBufferBeginInfo())
-            done = _barrier(vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT,
+            done = barrier(vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT,
                             vk.VK_ACCESS_TRANSFER_READ_BIT)
-            lib.vkCmdPipelineBarrier(cmd, _COMPUTE | _TRANSFER, _TRANSFER, 0, 1, done, 0, ffi.NULL, 0, ffi.NULL)
+            lib.vkCmdPipelineBarrier(cmd, COMPUTE | TRANSFER, TRANSFER, 0, 1, done, 0, ffi.NULL, 0, ffi.NULL)
             region = ffi.new("VkBufferCopy*")
             region.srcOffset, region.dstOffset, region.size = 0, 0, t.nbytes
             lib.vkCmdCopyBuffer(cmd, t.buffer.handle, out.handle, 1, region)
-            to_host = _barrier(vk.VK_ACCESS_TRANSFER_WRITE_BIT, vk.VK_ACCESS_HOST_READ_BIT)
-            lib.vkCmdPipelineBarrier(cmd, _TRANSFER, _HOST, 0, 1, to_host, 0, ffi.NULL, 0, ffi.NULL)
+            to_host = barrier(vk.VK_ACCESS_TRANSFER_WRITE_BIT, vk.VK_ACCESS_HOST_READ_BIT)
+            lib.vkCmdPipelineBarrier(cmd, TRANSFER, _HOST, 0, 1, to_host, 0, ffi.NULL, 0, ffi.NULL)
             vk.vkEndCommandBuffer(cmd)
             self._submit(cmd, fence)
             return bytes(out.mapped()[:t.nbytes])
         finally:
             vk.vkDestroyFence(self.device.device, fence, None)
-            vk.vkFreeCommandBuffers(self.device.device, self.device.command_pool, 1, [cmd])
+            self.commands.free(cmd)
             out.free()
 
     def _submit(self, cmd, fence) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import textwrap
 
+from vkx.format.describe import LAZY_PEAK, lazy_peak
 from vkx.loader.memory import MiB
 from vkx.loader.trace import Phase
 
@@ -38,6 +39,17 @@ class MemoryReport(dict):
         return self["ledger"]["peak_total"]
 
     @property
+    def lazy_peak(self) -> int | None:
+        """`lazy_peak` over this load's bytes allocated per kind (the weights as allocated: small ones
+        share blocks), which `peak` never exceeds; None for an eager load and for a plan's delegates
+        (they load one after another)."""
+        if self["schedule"] != "lazy" or "delegates" in self:
+            return None
+        peak = self["ledger"]["peak"]
+        return lazy_peak(peak.get("weights", 0) + peak.get("imported", 0), self.A, peak.get("io", 0),
+                         peak.get("state", 0), peak.get("staging", 0))
+
+    @property
     def phases(self) -> dict[str, Phase]:
         """Each phase of the load by name, in order ("before load" ... "after execute")."""
         return {p["name"]: Phase(**p) for p in self["phases"]}
@@ -49,11 +61,13 @@ class MemoryReport(dict):
                  for p in phases]
         device = [["phase", *DEVICE_KINDS]] + [[p.name, *(_mib(p.device.get(k, 0)) for k in DEVICE_KINDS)]
                                                for p in phases]
+        bound = self.lazy_peak
         return "\n".join([f"{self['device']}: schedule={self['schedule']} upload={self['upload']}",
                           "Host memory by phase (MiB; peak = VmHWM since the previous phase)", _table(host),
                           "Device memory by phase (MiB allocated)", _table(device), FOOTNOTE,
                           f"W {self.W:,} B (copied {self['copies_per_weight_byte']:.1f}x per byte), "
-                          f"activations allocated {self.A:,} B, device peak {self.peak:,} B"])
+                          f"activations allocated {self.A:,} B, device peak {self.peak:,} B"
+                          + (f" (lazy bound {LAZY_PEAK}: {bound:,} B)" if bound is not None else "")])
 
 
 def _mib(n: int) -> str:

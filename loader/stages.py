@@ -21,7 +21,7 @@ file stays mapped until the program closes (after the device memory is freed); a
 under it is an error at the next call (docs/safety.md). "auto" always copies. Other weights fall
 back one by one; upload="import" refuses instead (`ImportRefusedError`).
 
-lazy runs the stages as listed: peak W + A + IO + state. eager (the old order, for comparison)
+lazy runs the stages as listed: peak W + max(S, A + IO + state) (format.describe.lazy_peak). eager (the old order, for comparison)
 allocates every weight and every activation first, copies each weight through a full-size
 staging buffer, and keeps the host copies until the end: peak 2W + A + IO + w + state
 (format/describe.py spells both; docs/memory.md).

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import vulkan as vk
 
-from vkx.loader.device import UINT64_MAX, Device
+from vkx.loader.device import UINT64_MAX, CommandPool, Device
 from vkx.loader.errors import DeviceError
 from vkx.loader.memory import Allocator, Buffer, MiB
 from vkx.loader.named_data import FreeableBuffer
@@ -42,7 +42,8 @@ class CopyBatch:
 
     def __init__(self, device: Device):
         self.device = device
-        self.cmd = device.command_buffer()
+        self.commands = CommandPool(device)
+        self.cmd = self.commands.buffer()
         self.fence = vk.vkCreateFence(device.device, vk.VkFenceCreateInfo(), None)
         self._fences = ffi.new("VkFence[1]", [self.fence])
         self._cmds = ffi.new("VkCommandBuffer[1]", [self.cmd])
@@ -78,7 +79,7 @@ class CopyBatch:
         if in_flight:
             lib.vkWaitForFences(d, 1, self._fences, vk.VK_TRUE, UINT64_MAX)
         vk.vkDestroyFence(d, self.fence, None)
-        vk.vkFreeCommandBuffers(d, self.device.command_pool, 1, [self.cmd])
+        self.commands.close()
 
 
 def _check(result: int, call: str) -> None:

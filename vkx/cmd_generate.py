@@ -96,7 +96,8 @@ def generate(
                                               "add --temperature T; without one, decoding is greedy"))
 
     from vkx.format.methods import SCORE
-    from vkx.loader.generate import LMShape, Sampling, check_request, require_lm_methods
+    from vkx.loader.lm.decoders import require_lm_methods
+    from vkx.loader.lm.generate import LMShape, Sampling, check_request
 
     with ProgramFile.open(model) as pf:  # refused before any work: no pipeline is compiled for it
         names = [plan.name for plan in pf.program.execution_plan]
@@ -105,8 +106,7 @@ def generate(
         shape = LMShape.of_file(pf)
     # a score method (vkx export --score) plans a whole window's activations: generation never calls it
     wanted = [name for name in names if name != SCORE] if SCORE in names else None
-    sampling = Sampling(temperature, top_k, top_p, seed)
-    sampling.check()
+    Sampling(temperature, top_k, top_p, seed).check()  # before the load, as the options were
     text_tokenizer = read_tokenizer(tokenizer) if tokenizer is not None else None
     ids = _prompt_ids(prompt_ids) if prompt_ids is not None else text_tokenizer.encode(prompt).ids
     if not ids:
@@ -120,8 +120,7 @@ def generate(
 
     from vkx.loader import load
     from vkx.loader.device import Device, default_device
-    from vkx.loader.et_generate import decoder_for
-    from vkx.loader.generate import Timings, generate as generated
+    from vkx.loader.lm.generate import Timings
 
     own = device is not None or profile is not None
     dev = Device(device, profile=profile.value if profile else None) if own else default_device()
@@ -131,12 +130,14 @@ def generate(
                 load(model, [str(p) for p in external], device=dev, sequence_length=1, methods=wanted,
                      progress=status.weights) as program:
             status.show("warming up")
-            decoder = decoder_for(program)  # refuses a program that is not a causal LM
+            # Program.generate's one path: the decoder is built and warmed up here (a program that is not
+            # a causal LM is refused), the tokens come as the loop asks for them
+            generated = program.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                                         seed=seed, timings=timings)
             status.show(f"prefill of {len(ids)} prompt tokens")
             stream = _Stream(text_tokenizer) if text_tokenizer is not None and not json else None
             tokens = []
-            for token in generated(decoder, ids, max_new_tokens, decoder.shape, sampling=sampling, timings=timings,
-                                   stop=decoder.eos_token_ids):
+            for token in generated:
                 status.done()  # the first token is here: the line goes before the text comes
                 tokens.append(token)
                 if stream is not None:
@@ -152,7 +153,7 @@ def generate(
     finally:
         if own:
             dev.close()
-    stopped = "eos" if tokens[-1] in decoder.eos_token_ids else "max_new_tokens"
+    stopped = "eos" if tokens[-1] in program.eos_token_ids else "max_new_tokens"
     report = {"schema": SCHEMA, "model": str(model), "prompt_tokens": len(ids), "tokens": tokens, "stop": stopped,
               # as streamed (_Stream): special tokens kept
               "text": text_tokenizer.decode(tokens, skip_special_tokens=False) if text_tokenizer is not None else None,

@@ -40,8 +40,8 @@ def perplexity(
         raise paths.UsageError(f"--text {text}: not UTF-8 text ({error.reason} at byte {error.start})") from None
 
     from vkx.format.methods import SCORE
-    from vkx.loader.generate import LMShape, check_token_ids
-    from vkx.loader.perplexity import perplexity as scored, require_score
+    from vkx.loader.lm.generate import LMShape, check_token_ids
+    from vkx.loader.lm.perplexity import perplexity as scored, require_score
 
     with ProgramFile.open(model) as pf:  # refused before any work
         require_score([plan.name for plan in pf.program.execution_plan])

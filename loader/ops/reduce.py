@@ -442,5 +442,5 @@ def reduce_stats(builder: OpBuilder, call: Call) -> None:
 @variants("next_token")
 def next_token_variants() -> Iterable[Defines]:
     """shaders/next_token.comp, the hand-over of an argmax's token to the next greedy step chained on
-    the device (loader/greedy.py, record_greedy): no defines."""
+    the device (loader/lm/greedy.py, GreedyChain): no defines."""
     yield {}

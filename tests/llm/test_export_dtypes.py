@@ -17,7 +17,7 @@ from vkx.export import hf
 from vkx.export.quantize import quantize_module
 from vkx.format import ProgramFile, dtypes, resolve_constants
 from vkx.format.methods import methods
-from vkx.loader.generate import ProgramDecoder
+from vkx.loader.lm.decoders import ProgramDecoder
 
 pytestmark = pytest.mark.vulkan
 

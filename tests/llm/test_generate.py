@@ -1,4 +1,4 @@
-"""loader/generate.py: sampling in numpy, and the generation loop (chunked prefill, decode) against transformers."""
+"""loader/lm/generate.py: sampling in numpy, and the generation loop (chunked prefill, decode) against transformers."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +8,7 @@ import torch
 from tests.llm.families import VOCAB, write_folder
 from vkx.export import hf
 from vkx.loader.errors import InputError
-from vkx.loader.generate import LMShape, Sampling, Timings, generate, greedy_by_calls, sample
+from vkx.loader.lm.generate import BURST, LMShape, Sampling, Timings, generate, greedy_by_calls, sample
 from vkx.format.errors import VkxError
 
 
@@ -104,7 +104,7 @@ def test_generation_matches_transformers_greedy(qwen, prompt_len):
 
 
 def test_greedy_decodes_in_doubling_bursts_and_stops_inside_one(qwen):
-    """Decode steps are asked for in bursts of 1, 2, 4, ... MAX_BURST tokens (one device submission
+    """Decode steps are asked for in bursts of 1, 2, 4, ... BURST tokens (one device submission
     each for a vkx program); a stop token inside a burst ends the output there."""
     decoder = TorchDecoder(hf.CausalLM(qwen, 64))
     bursts, chained = [], decoder.decode_greedy
@@ -116,7 +116,7 @@ def test_greedy_decodes_in_doubling_bursts_and_stops_inside_one(qwen):
     decoder.decode_greedy = spy
     timings = Timings()
     tokens = list(generate(decoder, [1, 2, 3], 40, LMShape(8, 64, VOCAB), timings=timings))
-    assert bursts == [1, 2, 4, 8, 16, 8] and len(tokens) == 40
+    assert BURST == 16 and bursts == [1, 2, 4, 8, 16, 8] and len(tokens) == 40
     assert timings.decode_tokens == 39 == len(timings.step_seconds)
     stop = tokens[12]  # decoded in the burst of 8
     assert list(generate(decoder, [1, 2, 3], 40, LMShape(8, 64, VOCAB), stop=[stop])) == \

@@ -13,7 +13,8 @@ from tests.llm.families import write_folder
 from vkx.export import hf
 from vkx.format import dtypes
 from vkx.loader.device import Device
-from vkx.loader.generate import ProgramDecoder, generate
+from vkx.loader.lm.decoders import ProgramDecoder
+from vkx.loader.lm.generate import generate
 
 pytestmark = pytest.mark.vulkan
 

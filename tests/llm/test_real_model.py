@@ -18,8 +18,9 @@ from tests.llm.real_model import CHAT_PROMPTS, GPL3, chat_ids, real_model_folder
 from vkx.export import hf
 from vkx.export.quantize import quantize_module
 from vkx.loader import load
-from vkx.loader.generate import ProgramDecoder, generate
-from vkx.loader.perplexity import perplexity
+from vkx.loader.lm.decoders import ProgramDecoder
+from vkx.loader.lm.generate import generate
+from vkx.loader.lm.perplexity import perplexity
 
 WINDOW = 128
 """The exports' --max-seq-len: two windows of the text, and room for a chat prompt and its answer."""
@@ -51,7 +52,7 @@ def fp32_model(folder):
 
 
 def torch_perplexity(logits_of, ids: list[int]) -> float:
-    """exp(mean NLL) over windows of WINDOW tokens, each scored alone (as vkx.loader.perplexity does)."""
+    """exp(mean NLL) over windows of WINDOW tokens, each scored alone (as vkx.loader.lm.perplexity does)."""
     total, count = 0.0, 0
     for start in range(0, len(ids), WINDOW):
         chunk = torch.tensor(ids[start:start + WINDOW])

@@ -9,7 +9,9 @@ import vkx
 from tests.llm.families import FAMILIES, VOCAB, write_folder
 from vkx.export import hf
 from vkx.loader.errors import InputError, LoadError
-from vkx.loader.generate import ProgramDecoder, generate
+from vkx.loader.lm.decoders import ProgramDecoder
+from vkx.loader.lm.generate import generate
+from vkx.loader.lm.greedy import Argmax, GreedyChain, chains
 
 pytestmark = pytest.mark.vulkan
 
@@ -94,29 +96,35 @@ def test_repeated_kv_heads_fuse_away(exported, tmp_path, monkeypatch):
 
 
 def test_chained_greedy_steps_equal_one_call_each(exported):
-    """`Method.greedy` (steps chained on the device, each feeding its argmax to the next) gives the
-    tokens and the KV cache that one `argmax` call a step gives, whatever the number of steps."""
+    """`GreedyChain` (steps chained on the device, each feeding its argmax to the next) gives the tokens and
+    the KV cache that one `Argmax` call a step gives, whatever the number of steps; each is recorded
+    once per method, however often it is made."""
     _, pte, _ = exported("llama")
     ids = np.array([[3, 14, 15, 92, 65, 35, 89, 79]])
     with vkx.load(pte) as program:
         decode = program["decode"]
-        assert decode.chains_greedy and not program["prefill"].chains_greedy
+        assert chains(decode) and not chains(program["prefill"])
+        recordings = len(program._load.resources.executors)
+        chain, argmax, prefill_argmax = GreedyChain(decode), Argmax(decode), Argmax(program["prefill"])
+        assert len(program._load.resources.executors) == recordings + 3  # the load's: released with it
+        GreedyChain(decode), Argmax(decode)
+        assert len(program._load.resources.executors) == recordings + 3
 
         def after_prompt() -> tuple[int, int]:
             program.reset()
-            return int(program["prefill"].argmax(ids, np.arange(PREFILL))[0, 0]), PREFILL
+            return int(prefill_argmax(ids, np.arange(PREFILL))[0, 0]), PREFILL
 
         token, position = after_prompt()
         expected = []
         for step in range(21):
-            expected.append(int(decode.argmax(np.array([[token]]), np.array([position + step]))[0, 0]))
+            expected.append(int(argmax(np.array([[token]]), np.array([position + step]))[0, 0]))
             token = expected[-1]
         caches = {name: program.state(name).clone() for name in program.states}
         for bursts in ([21], [1, 2, 4, 6, 8], [5, 16], [20, 1]):  # 16 a submission: more take turns
             token, position = after_prompt()
             got = []
             for n in bursts:
-                out = decode.greedy(np.array([[token]]), np.array([position]), n)
+                out = chain(np.array([[token]]), np.array([position]), n)
                 assert out.dtype == np.int32 and out.shape == (n,)
                 got += out.tolist()
                 token, position = got[-1], position + n
@@ -125,6 +133,9 @@ def test_chained_greedy_steps_equal_one_call_each(exported):
                 assert torch.equal(program.state(name), cache), name
         for bad in (0, -3, 2.0):
             with pytest.raises(InputError, match="greedy steps must be"):
-                decode.greedy(np.array([[token]]), np.array([position]), bad)
+                chain(np.array([[token]]), np.array([position]), bad)
         with pytest.raises(LoadError, match="cannot chain greedy steps"):
-            program["prefill"].greedy(ids, np.arange(PREFILL), 2)
+            GreedyChain(program["prefill"])
+    with pytest.raises(LoadError, match="program is closed"):
+        chain(np.array([[token]]), np.array([position]), 1)
+    assert program.ledger.is_zero

@@ -7,6 +7,7 @@ import torch
 
 from vkx.loader import load_graph
 from vkx.loader.errors import InputError, LoadError
+from vkx.loader.lm.greedy import Argmax
 
 from .helpers import relu_add_graph, weights
 
@@ -104,7 +105,7 @@ class _Counting:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_argmax_reads_back_the_indices_only(tmp_path, dtype):
-    """Method.argmax: the output's argmax over its last dim computed on the device after the call
+    """lm.greedy.Argmax: the output's argmax over its last dim computed on the device after the call
     (a greedy decode step's token ids), the same as the argmax of the output a plain call returns;
     plain calls before and after are unchanged."""
     import vkx
@@ -118,7 +119,7 @@ def test_argmax_reads_back_the_indices_only(tmp_path, dtype):
         for seed in range(3):
             x = torch.randn(1, 5, 64, generator=torch.Generator().manual_seed(seed)).to(dtype)
             logits = p(x)
-            got = p.argmax(x)
+            got = Argmax(p.only)(x)
             assert got.dtype == np.int32 and got.shape == (1, 5)
             np.testing.assert_array_equal(got, logits.float().argmax(-1).numpy())
             torch.testing.assert_close(p(x), logits, rtol=0, atol=0)
@@ -130,4 +131,23 @@ def test_argmax_needs_one_float_output():
     graph.output_ids.append(2)
     with load_graph(graph, [w]) as p:
         with pytest.raises(LoadError, match="one output"):
-            p.argmax(np.zeros(N, np.float32))
+            Argmax(p.only)
+
+
+def test_a_program_nobody_holds_keeps_its_load_while_a_call_runs():
+    """`load_graph(...).run_numpy(x)`: the program goes while its method runs, and its load stays until
+    the method goes too (before, the program's finalizer released the load: "program is closed")."""
+    import gc
+    import weakref
+
+    graph, w = relu_add_graph(N), weights(N)
+    x = np.linspace(-2, 2, N, dtype=np.float32)
+    np.testing.assert_array_equal(load_graph(graph, [w]).run_numpy(x)[0], expect(x, w))
+    method = load_graph(graph, [w]).forward
+    gc.collect()
+    np.testing.assert_array_equal(method(x), expect(x, w))
+    ledger, load = method.load.ledger, weakref.ref(method.load)
+    assert sum(ledger.live.values()) > 0
+    del method
+    gc.collect()
+    assert load() is None and sum(ledger.live.values()) == 0  # released with the last reference

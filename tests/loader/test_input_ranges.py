@@ -13,6 +13,7 @@ from tests.cli.conftest import one_error_line, vkx as run_vkx
 from vkx.format import vkgraph as g
 from vkx.format.indexing import IndexRange, index_ranges
 from vkx.loader.errors import InputError
+from vkx.loader.lm.greedy import Argmax, GreedyChain
 
 pytestmark = pytest.mark.vulkan
 
@@ -48,7 +49,7 @@ def test_method_calls_refuse_an_id_or_a_position_outside_its_table(decoder):
                 ([[-1]], [0], f"token id -1 is outside the vocabulary (0..{VOCAB - 1})"),
                 ([[1]], [CACHE], f"input 1 (cache_position): position {CACHE} is outside the cache (0..{CACHE - 1})"),
                 ([[1]], [2 ** 32], f"position {2 ** 32} is outside the cache")]:  # int64: no wrap to 0 on the way
-            for call in (decode.run_numpy, decode, decode.argmax):
+            for call in (decode.run_numpy, decode, Argmax(decode)):
                 with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
                     call(np.array(ids, np.int64), np.array(pos, np.int64))
         prefill = program["prefill"]
@@ -58,9 +59,9 @@ def test_method_calls_refuse_an_id_or_a_position_outside_its_table(decoder):
         with pytest.raises(InputError, match=f"position {CACHE + 5} is outside the cache"):
             prefill(np.zeros((1, n), np.int64), positions)
         # greedy steps write positions p .. p + steps - 1: the last must fit too
-        decode.greedy(np.array([[1]]), np.array([CACHE - 3]), 3)
+        GreedyChain(decode)(np.array([[1]]), np.array([CACHE - 3]), 3)
         with pytest.raises(InputError, match=f"position {CACHE} is outside the cache"):
-            decode.greedy(np.array([[1]]), np.array([CACHE - 3]), 4)
+            GreedyChain(decode)(np.array([[1]]), np.array([CACHE - 3]), 4)
 
 
 def test_executorch_llm_positions_are_checked_with_the_steps_after_them():

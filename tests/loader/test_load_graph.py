@@ -21,6 +21,31 @@ def test_relu_add(schedule, upload):
     assert p.ledger.is_zero
 
 
+def test_load_graph_returns_a_program_that_owns_its_load():
+    """load_graph gives a Program, as vkx.load does: its one method "forward" is called as the program
+    and owns nothing of the load (no memory, state or ledger of its own; closing it refuses its calls
+    and leaves the load), which the program holds and releases."""
+    from vkx.loader import Method, Program
+    from vkx.loader.errors import LoadError
+    w = weights()
+    x = np.ones(1000, np.float32)
+    p = load_graph(relu_add_graph(), [w.tobytes()])
+    assert isinstance(p, Program) and p.methods == ["forward"] and p["forward"] is p.only
+    method = p.only
+    assert isinstance(method, Method) and method.load is p.only.load
+    program_only = {"memory", "ledger", "timeline", "states", "state", "reset", "methods", "weight_bytes", "upload"}
+    assert program_only.isdisjoint(dir(method))
+    assert p.memory.W == w.nbytes and p.upload in ("direct", "ring") and p.states == []
+    method.close()
+    with pytest.raises(LoadError, match="program is closed"):
+        method(x)
+    assert p.ledger.total > 0 and not p.closed
+    p.close()
+    assert p.closed and p.ledger.is_zero
+    with pytest.raises(LoadError, match="program is closed"):
+        p.reset()
+
+
 def test_unsupported_op_before_allocation():
     graph = relu_add_graph()
     graph.chain.append(g.OperatorCall(2, "aten.nope.default", (0, 3)))

@@ -61,8 +61,9 @@ def test_ring_reuses_fixed_chunks():
     assert a.ledger.live["staging"] == 0
     back = a.buffer(src.size * 4, "io", "host")  # read back through a host-visible copy
     import vulkan as vk
-    cmd = vk.vkAllocateCommandBuffers(dev.device, vk.VkCommandBufferAllocateInfo(
-        commandPool=dev.command_pool, level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY, commandBufferCount=1))[0]
+    from vkx.loader.device import CommandPool
+    commands = CommandPool(dev)
+    cmd = commands.buffer()
     vk.vkBeginCommandBuffer(cmd, vk.VkCommandBufferBeginInfo())
     vk.vkCmdCopyBuffer(cmd, dst.handle, back.handle, 1, [vk.VkBufferCopy(size=src.size * 4)])
     vk.vkEndCommandBuffer(cmd)
@@ -70,7 +71,7 @@ def test_ring_reuses_fixed_chunks():
     vk.vkQueueSubmit(dev.queue, 1, [vk.VkSubmitInfo(pCommandBuffers=[cmd])], fence)
     dev.wait_fence(fence)
     vk.vkDestroyFence(dev.device, fence, None)
-    vk.vkFreeCommandBuffers(dev.device, dev.command_pool, 1, [cmd])
+    commands.close()
     got = np.frombuffer(back.mapped(), np.int32).copy()
     np.testing.assert_array_equal(got, src.astype(np.int32))
     a.close()

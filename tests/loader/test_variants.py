@@ -1211,6 +1211,7 @@ def test_the_sweep_is_broad():
         f"{len(seen)} distinct requests of {len(shaders)} shaders; never requested: {sorted(unreached)}"
 
 
-NOT_SINGLE_OPS = {"fused_rotary", "rotary_table", "next_token"}
+NOT_SINGLE_OPS = {"fused_rotary", "rotary_table", "next_token", "sample"}
 """Shaders no single op requests: the fused rotary embedding and its tables (vkx.loader.fuse_rotary,
-reached by `rotary_module`'s exports), the greedy decode's hand-over (vkx.loader.greedy)."""
+reached by `rotary_module`'s exports), the greedy decode's hand-over (vkx.loader.lm.greedy) and the
+device sampler (vkx.loader.ops.sample, tests/ops/test_sample.py)."""

@@ -34,6 +34,8 @@ def main() -> None:
     print(json.dumps({"host_peak": host_peak, "device_peak": device_peak, "peak": host_peak + device_peak,
                       "device_memory_is_host": device.is_cpu,
                       "staging_peak": report["ledger"]["peak"].get("staging", 0),
+                      "io_peak": report["ledger"]["peak"].get("io", 0),
+                      "state_peak": report["ledger"]["peak"].get("state", 0),
                       "upload": report["upload"], "device": report["device"],
                       "weight_bytes": report["weight_bytes"]}))
 

@@ -9,16 +9,16 @@ the prompt's (their slots are written but never seen: a query at position p sees
 decode overwrites slot p before any query reaches it); a longer one is cut in chunks, the last one
 ending at the prompt's end and overlapping the one before (rewriting those slots with the same
 values). Sampling is numpy; greedy unless a temperature is given. Greedy decoding never reads
-logits: the prefill's argmax is taken on the device (`Method.argmax`: one token id read back), and
-decode steps run in bursts chained on the device (`Method.greedy`: one submission and one read
-back for up to MAX_BURST tokens, each step feeding its token to the next).
+logits: the prefill's argmax is taken on the device (`Argmax`: one token id read back), and
+decode steps run in bursts chained on the device (`GreedyChain`: one submission and one read back for up
+to BURST tokens, each step feeding its token to the next). The decoders over loaded programs are
+vkx.loader.lm.decoders'.
 """
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Protocol, Sequence
+from typing import Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 
@@ -28,12 +28,21 @@ from vkx.format.methods import methods, states
 from vkx.loader.errors import InputError
 
 
+BURST = 16
+"""Greedy tokens one submission decodes at most: the steps a vkx decode method's recording chains on
+the device (vkx.loader.lm.greedy, `GreedyChain`) and the largest burst `generate` asks a decoder for. The
+GPU idles while the host waits, reads back and submits again (0.05 ms a submission on the H200
+against 1.9 ms a 1B fp16 step, docs/benchmarks.md), once in 16 steps, while the step recordings (one
+per place in the chain) stay few; the bursts double from one, so the first tokens come at once, and a
+stop token wastes at most 15 steps."""
+
+
 class Decoder(Protocol):
     """What generation calls: both methods on numpy int64 arrays, returning float logits (of the
     call's last position, or of every position: the last row is read); `prefill_argmax` returns
     those logits' argmax over the vocabulary instead (token ids, what a greedy step reads), and
     `decode_greedy` the next `steps` greedy tokens after one token (int [steps]: `greedy_by_calls`,
-    or chained on the device by `Method.greedy`)."""
+    or chained on the device by vkx.loader.lm.greedy's `GreedyChain`)."""
 
     def prefill(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray: ...
 
@@ -46,22 +55,13 @@ class Decoder(Protocol):
     def reset(self) -> None: ...
 
 
-def greedy_steps(method, argmax: Callable[[np.ndarray, np.ndarray], np.ndarray], input_ids: np.ndarray,
-                 cache_position: np.ndarray, steps: int) -> np.ndarray:
-    """`decode_greedy` over a loaded decode method: chained on the device where it can be
-    (`Method.greedy`), else `greedy_by_calls` with `argmax`."""
-    if getattr(method, "chains_greedy", False):
-        return method.greedy(input_ids, cache_position, steps)
-    return greedy_by_calls(argmax, input_ids, cache_position, steps)
-
-
 def warm_up(decoder: Decoder, shape: LMShape) -> None:
     """One prompt chunk and one burst of greedy steps on zeros, then the state reset: a load's first
     calls ran slower than later ones on a GPU (the H200, 1B fp16: the first 128 greedy tokens at 387
     against 522 tokens/s, 471 after this warm-up; docs/benchmarks.md), so a decoder pays that once,
     as it is built, not in its first generation."""
     decoder.prefill_argmax(np.zeros((1, shape.prefill_len), np.int64), np.arange(shape.prefill_len, dtype=np.int64))
-    decoder.decode_greedy(np.zeros((1, 1), np.int64), np.zeros(1, np.int64), min(MAX_BURST, shape.max_seq_len))
+    decoder.decode_greedy(np.zeros((1, 1), np.int64), np.zeros(1, np.int64), min(BURST, shape.max_seq_len))
     decoder.reset()
 
 
@@ -222,7 +222,7 @@ def _tokens(decoder: Decoder, input_ids: list[int], max_new_tokens: int, shape: 
         ids, at = np.array([[token]], np.int64), np.array([position], np.int64)
         if greedy:
             tokens = [int(t) for t in decoder.decode_greedy(ids, at, min(burst, left))]
-            burst = min(2 * burst, MAX_BURST)
+            burst = min(2 * burst, BURST)
         else:
             tokens = [_token(decoder.decode(ids, at), shape, sampling, rng)]
         spent = time.perf_counter() - step
@@ -235,13 +235,6 @@ def _tokens(decoder: Decoder, input_ids: list[int], max_new_tokens: int, shape: 
                 return
         position += len(tokens)
         left -= len(tokens)
-
-
-MAX_BURST = 16
-"""Greedy tokens decoded per `decode_greedy` call at most: one submission of a vkx program's chained
-steps (loader/greedy.py, GREEDY_CHAIN). The bursts double from one, so the first tokens come at once;
-at 16 the host's fixed cost of a call (submit, wait, read back) is spread over 16 tokens, and a stop
-token wastes at most 15 steps."""
 
 
 def _token(out: np.ndarray, shape: LMShape, sampling: Sampling, rng: np.random.Generator) -> int:
@@ -265,55 +258,3 @@ def _prefill(decoder: Decoder, input_ids: list[int], chunk: int, greedy: bool) -
     for ids, positions in calls:
         out = run(np.array([ids], np.int64), np.array(positions, np.int64))
     return out
-
-
-def require_lm_methods(methods: Iterable[str]) -> None:
-    """InputError unless the methods include prefill and decode (a vkx causal LM program)."""
-    methods = set(methods)
-    if not {"prefill", "decode"} <= methods:
-        raise InputError("not a causal LM program: it needs methods prefill and decode "
-                         f"(it has {', '.join(sorted(methods)) or 'one unnamed method'}); "
-                         "export a Hugging Face folder with vkx export DIR")
-
-
-class ProgramDecoder:
-    """The Decoder over a loaded vkx program of methods `prefill` and `decode` (what `vkx export DIR` writes)."""
-
-    def __init__(self, program):
-        require_lm_methods(getattr(program, "methods", ()))
-        self.program = program
-        (ids_shape, _), _ = program["prefill"].input_specs
-        (logits_shape, _), = program["prefill"].output_specs
-        # every state is a KV cache [1, kv_heads, max_seq_len, head_dim]
-        (cache_shape, _) = program.state_spec(program.states[0])
-        self.shape = LMShape(prefill_len=ids_shape[1], max_seq_len=cache_shape[2], vocab_size=logits_shape[-1])
-        self.eos_token_ids: tuple[int, ...] = program.eos_token_ids
-        """What the program records as the model's EOS ids (generation stops at one)."""
-        for name, greedy in (("prefill", False), ("decode", True)):
-            method = program[name]
-            if hasattr(method, "record_ahead"):  # a Method: its greedy recordings now, not in the first token's time
-                method.record_ahead(argmax=True, greedy=greedy and method.chains_greedy)
-        warm_up(self, self.shape)
-
-    def prefill(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
-        return self.program["prefill"].run_numpy(input_ids, cache_position)[0]
-
-    def decode(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
-        return self.program["decode"].run_numpy(input_ids, cache_position)[0]
-
-    def prefill_argmax(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
-        return self._argmax("prefill", input_ids, cache_position)
-
-    def decode_greedy(self, input_ids: np.ndarray, cache_position: np.ndarray, steps: int) -> np.ndarray:
-        return greedy_steps(self.program["decode"], functools.partial(self._argmax, "decode"), input_ids,
-                            cache_position, steps)
-
-    def _argmax(self, name: str, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
-        method = self.program[name]
-        if hasattr(method, "argmax"):  # a Method: on the device, one id read back a row
-            return method.argmax(input_ids, cache_position)
-        # an ExecuTorch plan run instruction by instruction (PlanMethod): its logits, on the host
-        return np.argmax(method.run_numpy(input_ids, cache_position)[0], -1)
-
-    def reset(self) -> None:
-        self.program.reset()
