@@ -37,9 +37,25 @@ _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NO_TMPFILE = (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL)
 
 
+def _side(path: Path, kind: str) -> Path:
+    """A fresh `.NAME.<hex>.KIND` beside `path` (KIND: tmp or old). Its 14 more bytes must fit the
+    folder's name limit: a longer NAME is replaced by its digest there (a 255-byte target name, which
+    the filesystem takes, made a temp name it refused)."""
+    return path.parent / f".{_stem(path)}.{secrets.token_hex(4)}.{kind}"
+
+
+def _stem(path: Path) -> str:
+    name = os.fsencode(path.name)
+    try:
+        limit = os.pathconf(path.parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    return path.name if len(name) + 14 <= limit else hashlib.sha256(name).hexdigest()[:32]
+
+
 def temp_name(path: Path) -> Path:
     """A fresh `.NAME.<hex>.tmp` beside `path`."""
-    return path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+    return _side(path, "tmp")
 
 
 def remove_stale(path: Path) -> list[str]:
@@ -47,7 +63,7 @@ def remove_stale(path: Path) -> list[str]:
     returns their names."""
     if fcntl is None:
         return []
-    pattern = re.compile(re.escape(f".{path.name}.") + r"[0-9a-f]{8}\.(tmp|old)")
+    pattern = re.compile(re.escape(f".{_stem(path)}.") + r"[0-9a-f]{8}\.(tmp|old)")
     removed = []
     try:
         entries = list(os.scandir(path.parent))
@@ -191,7 +207,7 @@ class AtomicFile:
     def _keep_old(self) -> Path:
         """A second name for the file at `path`, so that it survives the rename over it; locked
         (as a temp file is) for as long as this writer may need it."""
-        old = self.path.parent / f".{self.path.name}.{secrets.token_hex(4)}.old"
+        old = _side(self.path, "old")
         try:
             os.link(self.path, old)
         except OSError:  # no hard links on this filesystem: move it (the path is briefly absent)

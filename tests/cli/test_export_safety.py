@@ -191,3 +191,14 @@ def test_a_700_mib_address_space_gets_a_line_or_an_answer(pairs, tmp_path, comma
         assert sorted(p.name for p in tmp_path.iterdir()) == ["mlp.ptd", "mlp.pte", "mlp.py"]
     else:
         assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+
+
+def test_an_output_name_of_255_bytes_is_written_and_replaced(tmp_path):
+    """The filesystem takes a 255-byte name; the temp and kept-old names beside it were 14 bytes longer
+    ("File name too long") until they took the name's digest past the folder's limit."""
+    source = model(tmp_path / "m.py")
+    stem = "x" * 251
+    for _ in range(2):  # written, then written over (the old .ptd kept under a second name meanwhile)
+        done = vkx("export", source, "-o", tmp_path / f"{stem}.pte", "--external-data", tmp_path / f"{stem}.ptd")
+        assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["m.py", f"{stem}.pte", f"{stem}.ptd"])
