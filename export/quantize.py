@@ -29,6 +29,7 @@ from torch import nn
 
 from vkx.export.errors import ExportError
 from vkx.export.ops import Rule, same
+from vkx.export.parallel import each
 from vkx.format.op_quant import VALUES_PER_WORD, scale_groups
 
 BITS = {"int8": 8, "int4": 4}
@@ -74,24 +75,28 @@ def quantize_weight(weight: torch.Tensor, bits: int, group_size: int | None,
     groups = scale_groups(k, group)
     # a short last group is filled out with its own first value: it changes neither the group's largest
     # magnitude nor its range, and the filled positions are dropped below
-    tail = w[:, (groups - 1) * group:(groups - 1) * group + 1].expand(n, groups * group - k)
-    grouped = torch.cat([w, tail], dim=1).reshape(n, groups, group)
+    if groups * group == k:
+        grouped = w.reshape(n, groups, group)
+    else:
+        tail = w[:, (groups - 1) * group:(groups - 1) * group + 1].expand(n, groups * group - k)
+        grouped = torch.cat([w, tail], dim=1).reshape(n, groups, group)
+    # each pass below writes into the one new tensor the first made (grouped may be the weight itself)
     if affine:
         low, high = grouped.amin(-1), grouped.amax(-1)
         scales = ((high - low) / (qmax - qmin)).to(scale_dtype)
         scales = torch.where(scales == 0, torch.ones_like(scales), scales)  # a constant group: q = 0
         offsets = (low - qmin * scales.to(torch.float32)).to(scale_dtype)
-        q = torch.round((grouped - offsets.to(torch.float32).unsqueeze(-1)) / scales.to(torch.float32).unsqueeze(-1))
+        q = grouped.sub(offsets.to(torch.float32).unsqueeze(-1)).div_(scales.to(torch.float32).unsqueeze(-1))
         stored = torch.stack([scales, offsets], dim=-1)
     else:
         scales = (grouped.abs().amax(-1) / qmax).to(scale_dtype)
         scales = torch.where(scales == 0, torch.ones_like(scales), scales)  # an all-zero group stays zero
-        q = torch.round(grouped / scales.to(torch.float32).unsqueeze(-1))
+        q = grouped.div(scales.to(torch.float32).unsqueeze(-1))
         stored = scales
-    q = q.clamp(qmin, qmax).reshape(n, groups * group)[:, :k].to(torch.int8)
+    q = q.round_().clamp_(qmin, qmax).reshape(n, groups * group)[:, :k]
     if bits == 8:
-        return q, stored
-    u = (q + 8).to(torch.uint8)
+        return q.to(torch.int8), stored
+    u = q.add_(8).to(torch.uint8)
     return (u[:, 0::2] | (u[:, 1::2] << 4)).contiguous(), stored
 
 
@@ -190,26 +195,31 @@ def quantize_module(module: nn.Module, scheme: str, group_size: int | None = Non
         if tied is not None and id(getattr(tied, "weight", None)) in embedded:
             raise ExportError(f"{head_name} is tied to the token embedding (one weight): --quantize-head "
                               f"{head} differs from --quantize-embedding {embedding or DEFAULT_TABLES}")
-    done: dict[int, tuple[torch.Tensor, torch.Tensor, int, int] | None] = {}  # id(weight) -> packed, scales, bits, group
+    chosen: dict[int, tuple[str, nn.Module, Scheme | None]] = {}  # id(weight) -> the first layer of it, its scheme
+    for name, layer in ([(type(module).__name__, module)] if isinstance(module, (nn.Linear, nn.Embedding))
+                        else module.named_modules()):
+        if isinstance(layer, (nn.Linear, nn.Embedding)) and id(layer.weight) not in chosen:
+            table = "embedding" if id(layer.weight) in embedded else "head" if name == head_name else None
+            chosen[id(layer.weight)] = (name, layer, body if table is None else tables[table])
+
+    def quantized(item: tuple[str, nn.Module, Scheme | None]) -> tuple[torch.Tensor, torch.Tensor, int, int] | None:
+        name, layer, scheme = item
+        if scheme is None:
+            return None
+        weight = layer.weight
+        scale_dtype = torch.bfloat16 if weight.dtype == torch.bfloat16 else torch.float16
+        group = scheme.group or weight.shape[1]
+        try:
+            return (*quantize_weight(weight, scheme.bits, group, scale_dtype, scheme.affine), scheme.bits, group)
+        except ExportError as error:
+            raise ExportError(f"{type(layer).__name__} {name!r}: {error}") from None
+    done = dict(zip(chosen, each(quantized, chosen.values())))
 
     def replace(name: str, layer: nn.Module) -> nn.Module:
-        weight = layer.weight
-        if id(weight) not in done:
-            chosen = tables["embedding"] if id(weight) in embedded else tables["head"] if name == head_name else body
-            if chosen is None:
-                done[id(weight)] = None
-            else:
-                scale_dtype = torch.bfloat16 if weight.dtype == torch.bfloat16 else torch.float16
-                group = chosen.group or weight.shape[1]
-                try:
-                    q, scales = quantize_weight(weight, chosen.bits, group, scale_dtype, chosen.affine)
-                except ExportError as error:
-                    raise ExportError(f"{type(layer).__name__} {name!r}: {error}") from None
-                done[id(weight)] = (q, scales, chosen.bits, group)
-        if done[id(weight)] is None:
+        if done[id(layer.weight)] is None:
             return layer
         kind = QuantLinear if isinstance(layer, nn.Linear) else QuantEmbedding
-        return kind(layer, *done[id(weight)])
+        return kind(layer, *done[id(layer.weight)])
 
     def walk(parent: nn.Module, prefix: str) -> nn.Module:
         copied = copy.copy(parent)

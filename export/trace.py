@@ -13,6 +13,7 @@ from torch.export import ExportedProgram
 from vkx.export.dtypes import torch_dtype
 from vkx.export.errors import ExportError
 from vkx.export.ops import decomposition_table
+from vkx.export.parallel import each
 from vkx.export.rules import RULES
 from vkx.format.dtypes import DType
 
@@ -43,18 +44,16 @@ def convert(module: nn.Module, inputs: tuple[torch.Tensor, ...],
         return t is not None and t.is_floating_point() and t.dtype != want
 
     inputs = convert_inputs(inputs, target)
-    if not any(stale(t) for t in itertools.chain(module.parameters(), module.buffers())):
+    originals = {id(t): t for t in itertools.chain(module.parameters(), module.buffers()) if stale(t)}
+    if not originals:
         return module, inputs
-    tensors: dict[int, torch.Tensor] = {}
+    casts = dict(zip(originals, each(lambda t: t.detach().to(want), originals.values())))
+    tensors = {key: nn.Parameter(casts[key], t.requires_grad) if isinstance(t, nn.Parameter) else casts[key]
+               for key, t in originals.items()}
     modules: dict[int, nn.Module] = {}
 
     def cast(t: torch.Tensor | None) -> torch.Tensor | None:
-        if not stale(t):
-            return t
-        if id(t) not in tensors:
-            data = t.detach().to(want)
-            tensors[id(t)] = nn.Parameter(data, t.requires_grad) if isinstance(t, nn.Parameter) else data
-        return tensors[id(t)]
+        return tensors.get(id(t), t) if stale(t) else t
 
     def tree(m: nn.Module) -> nn.Module:
         if id(m) not in modules:
@@ -63,8 +62,7 @@ def convert(module: nn.Module, inputs: tuple[torch.Tensor, ...],
             c._buffers = {name: cast(t) for name, t in m._buffers.items()}
             c._modules = {name: None if child is None else tree(child) for name, child in m._modules.items()}
         return modules[id(m)]
-    with torch.no_grad():
-        return tree(module), inputs
+    return tree(module), inputs
 
 
 def to_eval(module: torch.nn.Module) -> None:

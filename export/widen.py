@@ -17,6 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
+from vkx.export.parallel import each
+
 
 class WideLinear(nn.Linear):
     """nn.Linear with a bf16 weight and fp32 activations."""
@@ -56,24 +58,20 @@ def widen_bf16(module: nn.Module) -> None:
     """In place: the weight of each WIDE module in bf16 and read as fp32, each RMSNorm's weight bf16;
     every other floating parameter and buffer fp32. A tensor already in its dtype is kept (a
     checkpoint's bytes stay referenced); a tied one is converted once."""
-    converted: dict[tuple[int, torch.dtype], torch.Tensor] = {}
+    slots = [(table, name, t, _dtype(m, name, table is m._parameters)) for m in module.modules()
+             for table in (m._parameters, m._buffers) for name, t in table.items() if t is not None]
+    stale = {(id(t), dtype): t for _, _, t, dtype in slots if t.is_floating_point() and t.dtype != dtype}
+    casts = each(lambda item: item[1].detach().to(item[0][1]), stale.items())
+    converted = {key: nn.Parameter(data, requires_grad=False) if isinstance(stale[key], nn.Parameter) else data
+                 for key, data in zip(stale, casts)}
+    for table, name, t, dtype in slots:
+        table[name] = converted.get((id(t), dtype), t)
+    for m in module.modules():
+        if type(m) in WIDE:
+            m.__class__ = WIDE[type(m)]
 
-    def cast(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-        if t is None or not t.is_floating_point() or t.dtype == dtype:
-            return t
-        key = (id(t), dtype)
-        if key not in converted:
-            data = t.detach().to(dtype)
-            converted[key] = nn.Parameter(data, requires_grad=False) if isinstance(t, nn.Parameter) else data
-        return converted[key]
 
-    with torch.no_grad():
-        for m in module.modules():
-            wide = WIDE.get(type(m))
-            narrow = wide is not None or _is_rms_norm(m)
-            for name, t in m._parameters.items():
-                m._parameters[name] = cast(t, torch.bfloat16 if narrow and name == "weight" else torch.float32)
-            for name, t in m._buffers.items():
-                m._buffers[name] = cast(t, torch.float32)
-            if wide:
-                m.__class__ = wide
+def _dtype(module: nn.Module, name: str, parameter: bool) -> torch.dtype:
+    """What widen_bf16 stores a tensor of `module` in: bf16 for a WIDE module's or an RMSNorm's weight."""
+    narrow = type(module) in WIDE or _is_rms_norm(module)
+    return torch.bfloat16 if parameter and narrow and name == "weight" else torch.float32
