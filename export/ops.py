@@ -15,7 +15,7 @@ import torch
 from torch.fx import Node
 
 from vkx.export.operands import FORWARDED, Operands
-from vkx.format import op_decls, op_et, op_models, opset
+from vkx.format import op_decls, op_gather, opset
 
 A = torch.ops.aten
 SLICE = "aten.slice_copy.Tensor"
@@ -225,7 +225,7 @@ def _reciprocal(b: Operands, node: Node) -> None:
     b.emit("aten.div.Tensor", [b.number(1), b.tensor(node.args[0]), b.outputs(node)])
 
 
-# ---- the ops real models add (vkx.format.op_models) ---------------------------------------
+# ---- the ops real models add --------------------------------------------------------------
 
 def _expand_size(node: Node, values: Values) -> Values:
     """The output's size (no -1 entries)."""
@@ -297,20 +297,20 @@ def _bool_only(node: Node) -> str | None:
 
 def _tensor_indices(node: Node) -> str | None:
     indices = node.args[1]
-    if any(i is None for i in indices) or len(indices) > op_models.MAX_INDICES:
-        return f"only index tensors on the first {op_models.MAX_INDICES} dims (no slices between them) are supported"
+    if any(i is None for i in indices) or len(indices) > op_gather.MAX_INDICES:
+        return f"only index tensors on the first {op_gather.MAX_INDICES} dims (no slices between them) are supported"
     if any(i.meta["val"].dtype == torch.bool for i in indices):
         return "indexing with a bool mask is not supported"
     return None
 
 
 MODEL_RULES: dict[Any, Rule] = {
-    **{getattr(A, op).Tensor: same(f"aten.{op}.Tensor") for op in (*op_models.COMPARE, *op_models.LOGICAL)},
-    **{getattr(A, op).Scalar: same(f"aten.{op}.Tensor") for op in (*op_models.COMPARE, *op_models.LOGICAL)},
-    **{getattr(A, op).default: same(f"aten.{op}.default") for op in op_models.MIN_MAX},
+    **{getattr(A, op).Tensor: same(f"aten.{op}.Tensor") for op in (*op_decls.COMPARE, *op_decls.LOGICAL)},
+    **{getattr(A, op).Scalar: same(f"aten.{op}.Tensor") for op in (*op_decls.COMPARE, *op_decls.LOGICAL)},
+    **{getattr(A, op).default: same(f"aten.{op}.default") for op in op_decls.MIN_MAX},
     A.logical_not.default: same("aten.logical_not.default"),
     A.bitwise_not.default: same("aten.logical_not.default", check=_bool_only),
-    **{getattr(A, op).default: same(f"aten.{op}.default") for op in op_models.LOGICAL_ANY},
+    **{getattr(A, op).default: same(f"aten.{op}.default") for op in op_decls.LOGICAL_ANY},
     A.pow.Tensor_Scalar: same("aten.pow.Tensor_Scalar"),
     A.clamp.default: same("aten.clamp.default"),
     A.hardtanh.default: same("aten.clamp.default", prepare=_hardtanh_bounds),
@@ -324,7 +324,7 @@ MODEL_RULES: dict[Any, Rule] = {
 """Comparisons, masks, selection and casts; each elementwise family is derived from its table."""
 
 
-# ---- the ops of ExecuTorch's Vulkan op suite (vkx.format.op_et) ---------------------------
+# ---- the ops of ExecuTorch's Vulkan op suite ----------------------------------------------
 
 ET_RULES: dict[Any, Rule] = {
     A.leaky_relu.default: same("aten.leaky_relu.default"),
@@ -339,7 +339,7 @@ ET_RULES: dict[Any, Rule] = {
     A.repeat.default: same("aten.repeat.default"),
     A.unfold.default: same("aten.unfold_copy.default", prepare=_unfold_dim),
     A.unfold_copy.default: same("aten.unfold_copy.default", prepare=_unfold_dim),
-    **{getattr(A, op).default: same(f"aten.{op}.default") for op in op_et.UNARY},
+    **{getattr(A, op).default: same(f"aten.{op}.default") for op in op_decls.EXTRA_UNARY},
     **{getattr(A, op).default: same(f"aten.{op}.default", prepare=_stat_dims) for op in ("amax", "amin")},
     **{getattr(A, op).default: same(f"aten.{op}.default", prepare=_stat_dim) for op in ("argmax", "argmin")},
     A.var.correction: same("aten.var.correction", prepare=_stat_dims),

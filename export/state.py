@@ -1,5 +1,5 @@
 """Lowering rules for state: in-place updates of buffers the model mutates, and what a mask over
-a cache is built from (static aranges; the comparisons are format/op_models.py's). docs/format.md, "State".
+a cache is built from (static aranges; the comparisons are format/op_decls.py's). docs/format.md, "State".
 
 torch.export functionalises in-place updates (`index_copy_` becomes `index_copy`, whose result
 the graph signature names as the buffer's new content); each lowers to an update op that writes

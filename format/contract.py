@@ -10,11 +10,11 @@ only declared ops, and each loader builder registers against a declaration.
 Arguments come in schema order, the output (a Tensor, or a ValueList of them for
 a multi-output op) last. Trailing arguments with a default may be left out
 (ExecuTorch writes some ops with fewer arguments). This module is the machinery
-(declaring, binding, checking a tensor); the declarations are in `op_decls` (ATen and
-ExecuTorch float and shape ops), `op_models` (the ops real models add: comparisons, masks, selection,
-casts), `op_et` (the rest of what ExecuTorch's Vulkan partitioner emits), `op_quant` (quantized
-ops) and `op_state` (state), with what they share in `op_rules`; `opset` assembles them into the
-table (`OPS`, `lookup`, `check_graph`). docs/architecture.md lists the ops in prose.
+(declaring, binding, checking a tensor); the declarations are in the `op_*` modules, one per
+kind of op (elementwise `op_decls`, `op_reduce`, `op_norm`, `op_shape`, `op_gather`, `op_linalg`,
+`op_conv`, `op_attention`, `op_quant`, `op_state`), with what they share in `op_rules`; `opset`
+assembles them into the table (`OPS`, `lookup`, `check_graph`). docs/architecture.md lists the ops
+in prose.
 """
 from __future__ import annotations
 

@@ -14,6 +14,19 @@ def optional(name: str, kind: Kind, default: Any = ..., saturates: bool = False)
     return Arg(name, kind, optional=True, default=default, saturates=saturates)
 
 
+TENSOR_OPTIONS = (optional("dtype", I, None), optional("layout", I, None), optional("device", I, None),
+                  optional("pin_memory", B, None))
+"""The factory options of ATen's schemas that make a tensor (factories, *_like, dtype copies): the
+output tensor's dtype says everything (ExecuTorch writes them Null)."""
+
+
+def floats(call: Call, *names: str) -> None:
+    """The named tensor arguments (None: left out) and every output are floating."""
+    tensors = [call[n] for n in names if call[n] is not None] + list(call.outputs)
+    bad = [str(t.dtype) for t in tensors if not t.dtype.is_float]
+    call.require(not bad, f"{', '.join(bad)} tensors: the op computes on floats")
+
+
 def broadcast(*shapes: Sequence[int]) -> tuple[int, ...] | None:
     """numpy's broadcast of `shapes`, or None when they do not broadcast."""
     rank = max((len(s) for s in shapes), default=0)

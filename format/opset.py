@@ -1,11 +1,14 @@
-"""The op set: every op the contract declares, by name, assembled from the declaration modules
-(`op_decls`: ATen and ExecuTorch float and shape ops; `op_models`: what real models add;
-`op_et`: the rest of ExecuTorch's Vulkan partitioner; `op_quant`: quantized ops; `op_state`:
-state). Each lists its `OpDecl`s in `DECLS`; the machinery is `vkx.format.contract`.
+"""The op set: every op the contract declares, by name, assembled from the declaration modules, one
+per kind of op whichever model or exporter brought it (`op_decls`: elementwise; `op_reduce`:
+reductions; `op_norm`: normalisations; `op_shape`: shape and layout; `op_gather`: gathers;
+`op_linalg`: matrix products; `op_conv`: convolution, pooling and resampling; `op_attention`:
+attention and rotary embeddings; `op_quant`: quantized ops; `op_state`: state). Each lists its
+`OpDecl`s in `DECLS`; the machinery is `vkx.format.contract`, what the rules share `op_rules`.
 """
 from __future__ import annotations
 
-from . import op_decls, op_et, op_models, op_quant, op_state, vkgraph as g
+from . import (op_attention, op_conv, op_decls, op_gather, op_linalg, op_norm, op_quant, op_reduce, op_shape, op_state,
+               vkgraph as g)
 from .contract import Call, ContractError, OpDecl, Spec, bind, check_tensor
 
 OPS: dict[str, OpDecl] = {}
@@ -20,7 +23,8 @@ def declare(decl: OpDecl) -> OpDecl:
     return decl
 
 
-for _module in (op_decls, op_models, op_et, op_quant, op_state):
+for _module in (op_decls, op_reduce, op_norm, op_shape, op_gather, op_linalg, op_conv, op_attention, op_quant,
+                op_state):
     for _decl in _module.DECLS:
         declare(_decl)
 

@@ -344,8 +344,8 @@ def all_variants() -> dict[str, list[dict[str, Union[str, int]]]]:
     return out
 
 
-_OP_MODULES = ("elementwise", "reduce", "shape", "matmul", "conv", "attention", "prepack", "quant", "models",
-               "executorch", "state", "layout", "sampling", "act_quant", "fused", "sample")
+_OP_MODULES = ("elementwise", "reduce", "shape", "layout", "gather", "matmul", "conv", "sampling", "attention",
+               "prepack", "quant", "act_quant", "state", "fused", "sample")
 
 
 def lookup(name: str) -> Builder:

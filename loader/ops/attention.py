@@ -29,13 +29,14 @@ from typing import Iterable
 
 from vkx.format import dtypes
 from vkx.format.contract import Call
-from vkx.loader.ops import (Defines, OpBuilder, TensorArg, UnsupportedOpError, builds, elem_defines,
-                            held_dtype, read_defines, variants, word_read_defines)
+from vkx.loader.ops import (Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines, any_dtype_variants,
+                            builds, dtype_spec, elem_defines, held_dtype, read_defines, reads_by_words, variants,
+                            word_read_defines)
 from vkx.loader.ops.gemm import Operand, gemm, load8
 from vkx.loader.ops.matmul import batch_plan, batch_strides
-from vkx.loader.ops.models import fill
+from vkx.loader.ops.elementwise import fill
 from vkx.loader.ops.reduce import ROW_MODES, row_dispatch
-from vkx.loader.ops.shape import bind_elems, broadcast_strides, contiguous_strides
+from vkx.loader.ops.shape import bind_elems, broadcast_strides, contiguous_strides, dispatch_groups
 
 _SOFTMAX_PUSH = struct.Struct("<11i")
 _DECODE_PUSH = struct.Struct("<12if2i")
@@ -259,3 +260,43 @@ def _arrivals(builder: OpBuilder, rows: int) -> TensorArg:
     with builder.at_load():
         fill(builder, arrivals, 0, 0)
     return arrivals
+
+
+# --------------------------------------------------------------------------- the Vulkan backend's attention ops
+
+@builds("et_vk.sdpa.default")
+def et_sdpa(builder: OpBuilder, call: Call) -> None:
+    """softmax(scale * q @ k^T + attn_mask) @ v: no causal mask, no grouped heads (the reference's matmuls)."""
+    attention(builder, call.node, call.tensor("q"), call.tensor("k"), call.tensor("v"), call.out,
+              call["attn_mask"], call["scale"], False, False)
+
+
+@builds("et_vk.apply_rotary_emb_hf.default")
+def apply_rotary_emb_hf(builder: OpBuilder, call: Call) -> None:
+    _rotary(builder, call, call["start_pos"], interleaved=False)
+
+
+@builds("et_vk.apply_rotary_emb.default")
+def apply_rotary_emb(builder: OpBuilder, call: Call) -> None:
+    _rotary(builder, call, 0, interleaved=True)
+
+
+def _rotary(builder: OpBuilder, call: Call, start: int, interleaved: bool) -> None:
+    """xq and xk, each turned by the same tables at rows start.. in one dispatch (rotary.comp)."""
+    cos, sin = call.tensor("freqs_cos"), call.tensor("freqs_sin")
+    for x, out in zip((call.tensor("xq"), call.tensor("xk")), call.outputs):
+        if len(cos.shape) == 3:  # heads-first [B, H, S, D], freqs [1, S, R]: the row is the index in dim 2
+            s, h, d = x.shape[2], 1, x.shape[3]
+        else:
+            _, s, h, d = x.shape
+        push = struct.pack("<6I", x.numel, s, h, d, cos.shape[-1], start)
+        builder.dispatch("rotary", [x, cos, sin, out], push, dispatch_groups(x.numel),
+                         any_dtype_defines(INTERLEAVED=interleaved, WORDS=reads_by_words(builder)),
+                         dtype_spec(x, cos, sin, out))
+
+
+@variants("rotary")
+def rotary_variants() -> Iterable[Defines]:
+    """Every dtype a specialization constant: a rotary moves a token's q and k heads (elementwise,
+    as binary.comp), not a bandwidth-critical stream."""
+    return any_dtype_variants("INTERLEAVED")

@@ -1,11 +1,11 @@
-"""Convolution and 2-D pooling (NCHW contiguous).
+"""Convolution and 2-D pooling (NCHW contiguous; vkx.format.op_conv, whose resampling ops are sampling.py's).
 
 aten.convolution.default runs `shaders/conv2d.comp`, a direct convolution where
 each invocation computes up to 4 output channels of one group x 4 output columns
 (register tile); a transposed one runs `shaders/conv_transpose2d.comp`, an invocation per output
 element gathering the inputs that scatter onto it. 1-D convolutions run as 2-D ones with H = 1. Pools run
-`shaders/pool2d.comp`, one invocation per output element; the output size comes
-from the output tensor (so ceil_mode needs no recomputation here). Every tensor
+`shaders/pool2d.comp`, one invocation per output element (max-pool with indices writes those too); the
+output size comes from the output tensor (so ceil_mode needs no recomputation here). Every tensor
 may have any float dtype (input, weight and bias need not agree); sums are fp32,
 rounded once on the store. Shape-derived numbers (conv2d's workgroup size and output
 channels an invocation) and the dtypes of the buffers off the hot loop (conv2d's bias, every
@@ -212,3 +212,10 @@ def max_pool2d(builder: OpBuilder, call: Call) -> None:
 @builds("aten.avg_pool2d.default")
 def avg_pool2d(builder: OpBuilder, call: Call) -> None:
     pool2d(builder, call, (1, 1), call["count_include_pad"], call["divisor_override"] or 0, False)  # 0: none
+
+
+@builds("aten.max_pool2d_with_indices.default")
+def max_pool2d_with_indices(builder: OpBuilder, call: Call) -> None:
+    """The indices (flat in each H x W plane, int32) are computed only when something reads them."""
+    indices = call.outputs[1] if builder.is_read(call.output_vids[1]) else None
+    pool2d(builder, call, call["dilation"], False, 0, True, indices)

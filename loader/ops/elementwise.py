@@ -1,4 +1,6 @@
-"""Elementwise ops: binary arithmetic with broadcasting, unary activations, clone.
+"""Elementwise ops (vkx.format.op_decls): binary arithmetic, comparisons and masks with broadcasting,
+unary activations, clamps and scalar powers, clone; where (shaders/where.comp) and the fills (full,
+arange, *_like: shaders/fill.comp, out[i] = start + i * step).
 
 Each op's operation is a GLSL expression in UNARY_GLSL or BINARY_GLSL below, compiled into
 shaders/unary.comp or shaders/binary.comp as `OP`: adding an elementwise op is its declaration in
@@ -23,11 +25,12 @@ from typing import Iterable, Union
 
 from vkx.format import opset
 from vkx.format.contract import Call
+from vkx.format.dtypes import DType
 
-from . import (OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines, builds, builds_family, dtype_spec,
-               reads_by_words, variants)
+from . import (DTYPE_CODES, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines, any_dtype_variants, builds,
+               builds_family, dtype_spec, elem_defines, reads_by_words, variants)
 from .shape import (MAX_DIMS, bind_elems, broadcast_strides, chunk_elems, collapse_dims,
-                    contiguous_strides, convert_copy, dispatch_groups, pad_dims)
+                    contiguous_strides, convert_copy, dispatch_groups, pad_dims, whole)
 
 Operand = Union[TensorArg, int, float, bool]
 Defines = dict[str, Union[str, int]]
@@ -261,3 +264,104 @@ def gelu(builder: OpBuilder, call: Call) -> None:
 @builds("aten.clone.default")
 def clone(builder: OpBuilder, call: Call) -> None:
     convert_copy(builder, call.tensor("self"), call.out)
+
+
+@builds("aten.pow.Tensor_Scalar")
+def pow_scalar(builder: OpBuilder, call: Call) -> None:
+    e = float(call["exponent"])
+    unary(builder, call, POW_GLSL.get(e, POW_ANY), e)
+
+
+@builds("aten.clamp.default")
+def clamp(builder: OpBuilder, call: Call) -> None:
+    lo, hi = call["min"], call["max"]
+    unary(builder, call, CLAMP, -math.inf if lo is None else float(lo), math.inf if hi is None else float(hi))
+
+
+@builds("aten.hardtanh.default")
+def hardtanh(builder: OpBuilder, call: Call) -> None:
+    """min(max(x, min_val), max_val), NaN kept (ExecuTorch's relu6)."""
+    unary(builder, call, CLAMP, float(call["min_val"]), float(call["max_val"]))
+
+
+@builds("aten.leaky_relu.default", "aten.hardshrink.default")
+def unary_with_argument(builder: OpBuilder, call: Call) -> None:
+    """The op's GLSL expression with its float argument (the second) as p.a."""
+    unary(builder, call, op_glsl(call, UNARY_GLSL), float(call[call.decl.args[1].name]))
+
+
+# --------------------------------------------------------------------------- where, fills: shaders of their own
+
+def select_defines(builder: OpBuilder, out: TensorArg) -> Defines:
+    """The defines of where.comp, gather.comp, index.comp and cumsum.comp: INT_PATH for an integer
+    output; the dtypes of their bindings are specialization constants (`dtype_code`)."""
+    return any_dtype_defines(INT_PATH=not out.dtype.is_float, WORDS=reads_by_words(builder))
+
+
+@variants("where")
+def select_variants() -> Iterable[Defines]:
+    """select_defines' space (gather.comp's and cumsum.comp's too)."""
+    return any_dtype_variants("INT_PATH")
+
+
+@builds("aten.where.self")
+def where(builder: OpBuilder, call: Call) -> None:
+    cond, a, b, out = call.tensor("condition"), call.tensor("self"), call.tensor("other"), call.out
+    if out.numel == 0:
+        return
+    whole(builder, cond, a, b, out)
+    shape = tuple(out.shape) or (1,)
+    strides = [broadcast_strides(t.shape, shape) for t in (cond, a, b)]
+    sizes, (sc, sa, sb, _) = collapse_dims(shape, *strides, contiguous_strides(shape))
+    if len(sizes) > MAX_DIMS:
+        raise UnsupportedOpError(f"where over {len(sizes)} non-mergeable dims (max {MAX_DIMS})")
+    push = struct.pack("<26I", out.numel, len(sizes), *pad_dims(sizes), *pad_dims(sc), *pad_dims(sa), *pad_dims(sb))
+    builder.dispatch("where", [cond, a, b, out], push, dispatch_groups(out.numel), select_defines(builder, out),
+                     dtype_spec(cond, a, b, out))
+
+
+def fill(builder: OpBuilder, out: TensorArg, start: float | int, step: float | int) -> None:
+    """out[i] = start + i * step."""
+    if out.numel == 0:
+        return
+    whole(builder, out)
+    defines = _fill_defines(out.dtype)
+    int_math = not out.dtype.is_float
+    push = struct.pack("<Iffii", out.numel, float(start), float(step), int(start) if int_math else 0,
+                       int(step) if int_math else 0)
+    builder.dispatch("fill", [out], push, dispatch_groups(out.numel), defines)
+
+
+def _fill_defines(dtype: DType) -> Defines:
+    return {**elem_defines("O", "o", dtype), **({} if dtype.is_float else {"INT_PATH": 1})}
+
+
+@variants("fill")
+def fill_variants() -> Iterable[Defines]:
+    for dtype in DTYPE_CODES:
+        yield _fill_defines(dtype)
+
+
+@builds("aten.full.default")
+def full(builder: OpBuilder, call: Call) -> None:
+    fill(builder, call.out, call["fill_value"], 0)
+
+
+@builds("aten.scalar_tensor.default")
+def scalar_tensor(builder: OpBuilder, call: Call) -> None:
+    fill(builder, call.out, call["s"], 0)
+
+
+@builds("aten.arange.start_step")
+def arange(builder: OpBuilder, call: Call) -> None:
+    fill(builder, call.out, call["start"], call["step"])
+
+
+@builds("aten.full_like.default")
+def full_like(builder: OpBuilder, call: Call) -> None:
+    fill(builder, call.out, call["fill_value"], 0)
+
+
+@builds("aten.zeros_like.default", "aten.ones_like.default")
+def zeros_ones_like(builder: OpBuilder, call: Call) -> None:
+    fill(builder, call.out, 1 if call.decl.name == "aten.ones_like.default" else 0, 0)

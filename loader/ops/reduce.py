@@ -1,6 +1,7 @@
-"""Reductions and normalisations: softmax, log-softmax, layer/RMS/batch/group norm, sum, mean; amax,
-amin, argmax, argmin and var (shaders/reduce_stats.comp, one invocation per output, or a workgroup
-per output over at least ROW_MIN elements, as the row-wise ops).
+"""Reductions (vkx.format.op_reduce) and normalisations (vkx.format.op_norm): softmax, log-softmax,
+layer/RMS/batch/group norm (`et_vk.rms_norm` too), sum, mean; amax, amin, argmax, argmin and var
+(shaders/reduce_stats.comp, one invocation per output, or a workgroup per output over at least
+ROW_MIN elements, as the row-wise ops); cumsum (shaders/cumsum.comp, an invocation per line).
 
 Row-wise ops (softmax, layer norm, RMS norm; attention's softmax too) share
 shaders/rows.glslh: a row of at least ROW_MIN elements is one workgroup's (ROW_GROUP), its
@@ -26,8 +27,9 @@ from vkx.format.contract import Call
 from . import (FLOATS, WORDS_MODES, Binding, Defines, OpBuilder, TensorArg, UnsupportedOpError, any_dtype_defines,
                any_dtype_variants, binding_forms, builds, dtype_code, dtype_spec, product, read_defines,
                reads_by_words, variants)
+from .elementwise import select_defines, select_variants
 from .shape import (MAX_DIMS, WORKGROUP, bind_elems, chunk_elems, contiguous_strides, dispatch_groups,
-                    normalize_dim, pad_dims, row_chunks, rows_binding)
+                    normalize_dim, pad_dims, row_chunks, rows_binding, whole)
 
 FLOAT32_EPS = 1.1920928955078125e-07  # torch.finfo(torch.float32).eps
 
@@ -227,6 +229,13 @@ def rms_norm(builder: OpBuilder, call: Call) -> None:
     """eps None is float32's epsilon (as torch)."""
     eps = FLOAT32_EPS if call["eps"] is None else float(call["eps"])
     rms_norm_rows(builder, call.tensor("input"), call["weight"], call.out, math.prod(call["normalized_shape"]), eps)
+
+
+@builds("et_vk.rms_norm.default")
+def vk_rms_norm(builder: OpBuilder, call: Call) -> None:
+    """Over the last dim, by weight [D] (ExecuTorch's reference: fp32 math, the input's dtype out)."""
+    x = call.tensor("x")
+    rms_norm_rows(builder, x, call.tensor("weight"), call.out, x.shape[-1], float(call["eps"]))
 
 
 def rms_norm_rows(builder: OpBuilder, src: TensorArg, weight: TensorArg | None, out: TensorArg, n: int,
@@ -444,3 +453,20 @@ def next_token_variants() -> Iterable[Defines]:
     """shaders/next_token.comp, the hand-over of an argmax's token to the next greedy step chained on
     the device (loader/lm/greedy.py, GreedyChain): no defines."""
     yield {}
+
+
+variants("cumsum")(select_variants)
+
+
+@builds("aten.cumsum.default")
+def cumsum(builder: OpBuilder, call: Call) -> None:
+    src, out = call.tensor("self"), call.out
+    if out.numel == 0:
+        return
+    whole(builder, src, out)
+    shape = tuple(src.shape) or (1,)
+    dim = call["dim"] % len(shape)
+    inner = math.prod(shape[dim + 1:])
+    lines = math.prod(shape[:dim]) * inner
+    builder.dispatch("cumsum", [src, out], struct.pack("<III", lines, shape[dim], inner), dispatch_groups(lines),
+                     select_defines(builder, out), dtype_spec(src, out))

@@ -1,11 +1,11 @@
-"""Shape ops (view, permute, slice, cat, embedding) and the shared copy helpers.
+"""The copy machinery every op module shares: a GPU tensor is a contiguous row-major buffer of its
+dtype's elements, so a shape op is a strided copy (vkx.loader.ops.layout builds them all):
+`strided_copy` walks an index space of up to six (collapsed) dims with arbitrary source and
+destination strides and offsets, `convert_copy` changes the dtype.
 
-Every GPU tensor is a contiguous row-major buffer of its dtype's elements, so each
-shape op is a strided copy: `strided_copy` walks an index space of up to six
-(collapsed) dims with arbitrary source and destination strides and offsets.
-The helpers at the top (`dispatch_groups`, `bind_elems`, `fits_binding`, `chunk_elems`,
-`row_chunks`, `collapse_dims`, `broadcast_strides`, `pad_dims`, `strided_copy`,
-`copy_elems`) are public: other op modules import them.
+The helpers (`dispatch_groups`, `bind_elems`, `fits_binding`, `whole`, `chunk_elems`, `row_chunks`,
+`collapse_dims`, `broadcast_strides`, `pad_dims`, `strided_copy`, `copy_elems`) are public: other op
+modules import them.
 """
 from __future__ import annotations
 
@@ -14,13 +14,10 @@ import math
 import struct
 from typing import Iterable, Iterator, Sequence
 
-from vkx.format.contract import Call
-from vkx.format.op_rules import slice_length
-
 from vkx.format.dtypes import DType
 
-from . import (DTYPE_CODES, WORDS_MODES, Binding, Defines, OpBuilder, SubRange, TensorArg, UnsupportedOpError,
-               any_dtype_defines, builds, dtype_spec, elem_defines, read_form, reads_by_words, variants)
+from . import (DTYPE_CODES, Binding, Defines, OpBuilder, SubRange, TensorArg, UnsupportedOpError, elem_defines,
+               read_form, reads_by_words, variants)
 
 WORKGROUP = 64
 """local_size_x of every shader in this family."""
@@ -101,6 +98,13 @@ def fits_binding(builder: OpBuilder, t: TensorArg, start: int, count: int) -> bo
     """Whether `bind_elems` can bind elements [start, start + count) of `t`."""
     return (t.nbytes <= builder.limits.max_storage_buffer_range
             or _window_bytes(builder, start, count, t.dtype.itemsize)[1] <= builder.limits.max_storage_buffer_range)
+
+
+def whole(builder: OpBuilder, *tensors: TensorArg) -> None:
+    """Refuse tensors larger than one storage binding (kernels that bind each tensor whole)."""
+    for t in tensors:
+        if t.nbytes > builder.limits.max_storage_buffer_range:
+            raise UnsupportedOpError(f"a tensor {t.shape} larger than one storage binding")
 
 
 def _window_bytes(builder: OpBuilder, start: int, count: int, item: int) -> tuple[int, int]:
@@ -324,103 +328,3 @@ def cast_variants() -> Iterable[Defines]:
         yield _cast_defines(src, dst, False)
         if src.itemsize < 4 and dst.itemsize == 4:
             yield _cast_defines(src, dst, True)
-
-
-# --------------------------------------------------------------------------- ops
-
-@builds("aten.view_copy.default")
-def view_copy(builder: OpBuilder, call: Call) -> None:
-    """The bytes are unchanged: `out` is `self`'s buffer (no dispatch) where the graph allows,
-    else a copy (converted when the output's dtype differs)."""
-    view_or_copy(builder, call.tensor("self"), call.out)
-
-
-def view_or_copy(builder: OpBuilder, src: TensorArg, out: TensorArg) -> None:
-    """`out` = `src`'s bytes under another shape: an alias (`OpBuilder.alias_view`), else a copy."""
-    if not builder.alias_view(out, src):
-        convert_copy(builder, src, out)
-
-
-@builds("aten.permute_copy.default")
-def permute_copy(builder: OpBuilder, call: Call) -> None:
-    """A permutation that keeps the dims of size > 1 in their order moves no element (a decode
-    step's [1, 1, H, D] -> [1, H, 1, D]): a view; the others a strided copy."""
-    src = call.tensor("self")
-    dims = [normalize_dim(d, len(src.shape)) for d in call["dims"]]
-    moved = [d for d in dims if src.shape[d] != 1]
-    if moved == sorted(moved) and call.out.dtype == src.dtype:
-        view_or_copy(builder, src, call.out)
-        return
-    strides = contiguous_strides(src.shape)
-    _copy_into(builder, src, call.out, [src.shape[d] for d in dims], [strides[d] for d in dims])
-
-
-@builds("aten.slice_copy.Tensor")
-def slice_copy(builder: OpBuilder, call: Call) -> None:
-    src = call.tensor("self")
-    dim = normalize_dim(call["dim"], len(src.shape))
-    step = call["step"]
-    start, length = slice_length(src.shape[dim], call["start"], call["end"], step)
-    if length == src.shape[dim] and call.out.dtype == src.dtype:  # every element: a view (liveness.SLICE)
-        view_or_copy(builder, src, call.out)
-        return
-    sizes, strides = list(src.shape), list(contiguous_strides(src.shape))
-    sizes[dim] = length
-    offset = start * strides[dim]
-    strides[dim] *= step
-    _copy_into(builder, src, call.out, sizes, strides, src_offset=offset)
-
-
-@builds("aten.cat.default")
-def cat(builder: OpBuilder, call: Call) -> None:
-    out = call.out
-    dim = normalize_dim(call["dim"], len(out.shape))
-    out_strides = contiguous_strides(out.shape)
-    pos = 0
-    for t in call["tensors"]:
-        if t.numel == 0:  # torch skips empty inputs (including legacy 1-D shape (0,))
-            continue
-        _copy_into(builder, t, out, t.shape, contiguous_strides(t.shape),
-                   dst_strides=out_strides, dst_offset=pos * out_strides[dim])
-        pos += t.shape[dim]
-
-
-def _copy_into(builder: OpBuilder, src: TensorArg, dst: TensorArg, sizes: Sequence[int],
-               src_strides: Sequence[int], **where) -> None:
-    """strided_copy, through a converted temporary when the dtypes differ (cat promotes)."""
-    if src.dtype != dst.dtype:
-        converted = builder.temp(src.shape, dst.dtype)
-        convert_copy(builder, src, converted)
-        src = converted
-    strided_copy(builder, src, dst, sizes, src_strides, **where)
-
-
-def _embedding_defines(same: bool, int_path: bool, words: bool) -> Defines:
-    """embedding.comp's defines (a bit copy, else a conversion through int or through float); the
-    dtypes are specialization constants."""
-    return any_dtype_defines(SAME_TYPE=same, INT_PATH=int_path and not same, WORDS=words)
-
-
-@variants("embedding")
-def embedding_variants() -> Iterable[Defines]:
-    for (same, int_path), words in itertools.product(((True, False), (False, True), (False, False)), WORDS_MODES):
-        yield _embedding_defines(same, int_path, words)
-
-
-@builds("aten.embedding.default")
-def embedding(builder: OpBuilder, call: Call) -> None:
-    """out[i, :] = weight[indices[i], :]; an index outside the table gives a zero row."""
-    weight, idx, out = call.tensor("weight"), call.tensor("indices"), call.out
-    vocab, dim = weight.shape
-    n = idx.numel * dim
-    if n == 0:
-        return
-    if max(out.nbytes, idx.nbytes) > builder.limits.max_storage_buffer_range:
-        raise UnsupportedOpError("embedding output larger than one storage binding")
-    defines = _embedding_defines(weight.dtype == out.dtype, not weight.dtype.is_float and not out.dtype.is_float,
-                                 reads_by_words(builder))
-    spec = dtype_spec(weight, idx, out)
-    groups = dispatch_groups(n)
-    for r0, rc in row_chunks(builder, vocab, dim, [weight]):
-        push = struct.pack("<IIiii", n, dim, r0, rc, vocab)
-        builder.dispatch("embedding", [rows_binding(weight, r0, rc, dim), idx, out], push, groups, defines, spec)

@@ -1,4 +1,4 @@
-"""Plain-torch blocks that make ExecuTorch's VulkanPartitioner emit the ops of format/op_et.py
+"""Plain-torch blocks that make ExecuTorch's VulkanPartitioner emit the ops beyond vkx's own exporter
 (files made by make_et_vocab_files.py; each model is built after torch.manual_seed(0))."""
 from __future__ import annotations
 

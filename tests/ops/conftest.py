@@ -104,6 +104,17 @@ FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 EXPORT_DTYPES = FLOAT_DTYPES
 """FLOAT_DTYPES for tests through `run_vkx`."""
 
+ALL_DTYPES = (*FLOAT_DTYPES, torch.int32, torch.int8, torch.uint8, torch.bool)
+"""Every dtype a device tensor may hold: ops that move elements are tested in each."""
+
+
+def assert_equal(got, want) -> None:
+    """The same dtype, shape and elements (NaN where torch has NaN): ops that move elements are exact."""
+    assert got.dtype == want.dtype, f"dtype {got.dtype} != {want.dtype}"
+    assert tuple(got.shape) == tuple(want.shape), f"shape {tuple(got.shape)} != {tuple(want.shape)}"
+    assert torch.equal(got, want) or (want.is_floating_point() and torch.equal(got.isnan(), want.isnan())
+                                      and torch.equal(got.nan_to_num(), want.nan_to_num())), f"{got} != {want}"
+
 
 def tolerance(dtype: torch.dtype, terms: int = 1) -> tuple[float, float]:
     """(rtol, atol) for comparing vkx with torch computing in `dtype` on the CPU.

@@ -1,4 +1,5 @@
-"""aten.scaled_dot_product_attention against torch.
+"""aten.scaled_dot_product_attention against torch (the Vulkan backend's et_vk.sdpa and rotary
+embeddings at the end, against its reference kernels written out here).
 
 Exported modules for the common forms (plain, causal, custom scale, bool and float
 masks given as inputs or buffers); hand-built graphs for enable_gqa and the
@@ -11,7 +12,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .conftest import FLOAT_DTYPES, Const, assert_close_in, assert_norm_close, rand, run_graph, run_vkx
+from vkx.loader.errors import BadProgramError
+
+from .conftest import (FLOAT_DTYPES, Const, assert_close_in, assert_equal, assert_norm_close, rand, run_graph,
+                       run_vkx)
 
 pytestmark = pytest.mark.vulkan
 
@@ -264,3 +268,74 @@ def test_sdpa_decode_split_along_the_sequence(monkeypatch, dtype, S, seen, units
     assert parts == -(-S // chunk) and (parts == 1) == (S == 72 and units == 1)
     got = _sdpa_graph(q, k, v, mask, gqa=True)
     assert_close_in(got, want, dtype, terms=seen)
+
+
+# --------------------------------------------------------------------------- the Vulkan backend's et_vk.sdpa and rotary embeddings
+
+def _rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), -1)
+
+
+def _rope_hf_reference(x, cos, sin, start):
+    r = cos.shape[-1]
+    c, s = cos[start:start + x.shape[1]].unsqueeze(1).float(), sin[start:start + x.shape[1]].unsqueeze(1).float()
+    rot = x[..., :r].float()
+    return torch.cat([rot * c + _rotate_half(rot) * s, x[..., r:].float()], -1).to(x.dtype)
+
+
+def _tables(rows, cols, dtype):
+    angles = torch.outer(torch.arange(rows).float(), 1.0 / 100 ** (torch.arange(cols // 2).float() / cols))
+    angles = torch.cat([angles, angles], -1)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+@pytest.mark.parametrize("rotary,start", [(16, 0), (12, 3)], ids=["full", "partial_at_3"])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_apply_rotary_emb_hf(rotary, start, dtype):
+    xq, xk = rand(2, 5, 4, 16, seed=12, scale=2.0, dtype=dtype), rand(2, 5, 2, 16, seed=13, scale=2.0, dtype=dtype)
+    cos, sin = _tables(10, rotary, torch.float32)
+    got = run_graph("et_vk.apply_rotary_emb_hf.default", [xq, xk, Const(cos), Const(sin), start],
+                    [(xq.shape, dtype), (xk.shape, dtype)])
+    for g_, x in zip(got, (xq, xk)):
+        want = _rope_hf_reference(x, cos, sin, start)
+        assert_close_in(g_, want, dtype, terms=2, each=True)
+        if rotary < 16:
+            assert_equal(g_[..., rotary:], x[..., rotary:])
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_apply_rotary_emb_interleaved(dtype):
+    xq, xk = rand(1, 6, 4, 8, seed=14, scale=2.0, dtype=dtype), rand(1, 6, 2, 8, seed=15, scale=2.0, dtype=dtype)
+    angles = torch.outer(torch.arange(6).float(), 1.0 / 100 ** (torch.arange(4).float() / 4))
+    cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
+    got = run_graph("et_vk.apply_rotary_emb.default", [xq, xk, cos, sin], [(xq.shape, dtype), (xk.shape, dtype)])
+    for g_, x in zip(got, (xq, xk)):
+        re, im = x.float().reshape(*x.shape[:-1], -1, 2).unbind(-1)
+        c, s = cos.float()[None, :, None, :], sin.float()[None, :, None, :]
+        want = torch.stack([re * c - im * s, re * s + im * c], -1).flatten(3).to(dtype)
+        assert_close_in(g_, want, dtype, terms=2, each=True)
+
+
+def test_rotary_tables_must_hold_the_positions():
+    xq = rand(1, 5, 2, 8)
+    cos, sin = _tables(6, 8, torch.float32)
+    with pytest.raises(BadProgramError, match="positions 2..7 outside the 6-row tables"):
+        run_graph("et_vk.apply_rotary_emb_hf.default", [xq, xq, cos, sin, 2], [tuple(xq.shape)] * 2)
+
+
+@pytest.mark.parametrize("masked,scale", [(False, None), (True, None), (True, 0.3)], ids=["plain", "mask", "scale"])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_vk_sdpa(masked, scale, dtype):
+    q, k, v = (rand(2, 3, 5 if i == 0 else 7, 16, seed=16 + i, dtype=dtype) for i in range(3))
+    args = [q, k, v]
+    mask = None
+    if masked:
+        mask = torch.zeros(5, 7).masked_fill(torch.ones(5, 7, dtype=torch.bool).triu(3), float("-inf")).to(dtype)
+        args.append(mask)
+        args.append(scale)
+    s = 1 / 16 ** 0.5 if scale is None else scale
+    scores = (q.double() @ k.double().transpose(-1, -2)) * s + (0 if mask is None else mask.double())
+    want = (torch.softmax(scores, -1) @ v.double()).to(dtype)
+    got = run_graph("et_vk.sdpa.default", args, ((2, 3, 5, 16), dtype))
+    assert_close_in(got, want, dtype, terms=16)

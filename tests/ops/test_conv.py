@@ -9,7 +9,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .conftest import FLOAT_DTYPES, Const, Fn, assert_close_in, assert_norm_close, rand, run_graph, run_vkx
+from .conftest import (FLOAT_DTYPES, Const, Fn, assert_close, assert_close_in, assert_equal, assert_norm_close, rand,
+                       run_graph, run_vkx)
 
 pytestmark = pytest.mark.vulkan
 
@@ -42,7 +43,7 @@ def test_conv2d(name):
 
 
 def test_conv1d_graph():
-    # 1-D convolutions run as 2-D ones (H = 1); tests/ops/test_models_ops exports one.
+    # 1-D convolutions run as 2-D ones (H = 1); test_exported_conv1d exports one.
     x, w, b = rand(2, 4, 20, seed=1), rand(6, 2, 3, seed=2), rand(6, seed=3)
     want = F.conv1d(x, w, b, 2, 1, 1, 2)
     got = run_graph("aten.convolution.default", [x, Const(w), Const(b), [2], [1], [1], False, [0], 2],
@@ -226,3 +227,41 @@ def test_avg_pool2d_zero_divisor_is_refused():
     from vkx.loader.errors import BadProgramError
     with pytest.raises(BadProgramError, match="divisor_override"):
         run_graph("aten.avg_pool2d.default", [rand(1, 2, 4, 4), [2, 2], [2, 2], [0, 0], False, True, 0], (1, 2, 2, 2))
+
+
+# --------------------------------------------------------------------------- max pool with indices
+
+INDEXED_POOLS = [dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=2, stride=2, padding=0, ceil_mode=True),
+         dict(kernel_size=3, stride=1, padding=1, dilation=2)]
+
+
+@pytest.mark.parametrize("kwargs", INDEXED_POOLS, ids=["resnet", "ceil", "dilated"])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_max_pool2d_with_indices(kwargs, dtype):
+    x = rand(2, 3, 9, 11, seed=9, dtype=dtype)
+    x[0, 1, 4, 4] = float("nan")
+    x[1, 0, :3, :3] = float("-inf")  # a window of -inf only: torch's index is its first element
+    want, want_idx = F.max_pool2d(x, return_indices=True, **kwargs)
+    k, s, p, d = kwargs["kernel_size"], kwargs["stride"], kwargs["padding"], kwargs.get("dilation", 1)
+    got, idx = run_graph("aten.max_pool2d_with_indices.default",
+                         [x, [k, k], [s, s], [p, p], [d, d], kwargs.get("ceil_mode", False)],
+                         [(tuple(want.shape), dtype), (tuple(want.shape), torch.int32)])
+    assert torch.equal(got.isnan(), want.isnan()) and got.isnan().any()
+    assert torch.equal(got.nan_to_num(), want.nan_to_num())  # max is exact in any dtype
+    assert_equal(idx.long(), want_idx)
+
+
+def test_max_pool2d_with_indices_defaults():
+    """ExecuTorch may leave out stride ([]: the kernel), padding, dilation and ceil_mode."""
+    x = rand(1, 2, 8, 8, seed=10)
+    want, want_idx = F.max_pool2d(x, 2, return_indices=True)
+    got, idx = run_graph("aten.max_pool2d_with_indices.default", [x, [2, 2]],
+                         [(tuple(want.shape), torch.float32), (tuple(want.shape), torch.int32)])
+    assert_equal(got, want)
+    assert_equal(idx.long(), want_idx)
+
+
+def test_exported_conv1d():
+    module = Fn(lambda m, x: F.conv1d(x, m.w, m.b, stride=2, padding=1), w=rand(6, 4, 3, seed=9), b=rand(6, seed=10))
+    x = rand(1, 4, 16, seed=8)
+    assert_close(run_vkx(module, [x]), module(x))

@@ -1,5 +1,6 @@
 """Elementwise ops against torch in every dtype: binary with broadcasting and immediates,
-activations (NaN and inf as torch has them), clone, prepack."""
+activations (NaN and inf as torch has them), scalar powers, clamps, clone, prepack (comparisons and
+masks: test_elementwise_masks.py; fills: test_fill.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -330,6 +331,70 @@ def test_split_dispatches_small_limit(n, dtype):
     got = run_graph("aten.add.Tensor", [x.float(), Const(y), 1], ((n,), torch.float32),
                     max_binding_bytes=SMALL_BINDING)
     assert_close(got, x.float() + y.float())
+
+
+# --------------------------------------------------------------------------- scalar powers, clamps, the unary ops with an argument
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("exponent", [2, 2.0, 3, 0.5, -0.5, -1, 0, 1.5, -2, 5])
+def test_pow_scalar(exponent, dtype):
+    x = rand(3, 8, seed=5, scale=2.0)
+    if dtype != torch.float32:
+        x = x.clamp(-4, 4)  # 4 ** 5 stays in range; fp16 ** -2 near 0 does not
+        x = torch.where(x.abs() < 0.1, torch.full_like(x, 0.25), x)
+    x = x.to(dtype)
+    for xs in (x, x[:, :7]):
+        got = run_graph("aten.pow.Tensor_Scalar", [xs, exponent], (tuple(xs.shape), dtype))
+        assert_close_in(got, torch.pow(xs, exponent), dtype, each=True)
+
+
+@pytest.mark.parametrize("exponent", [2, 3, 0.5, -1, 0, 1.5, -2])
+def test_pow_specials(exponent):
+    x = torch.tensor(SPECIALS)
+    got = run_graph("aten.pow.Tensor_Scalar", [x, exponent], ((20,), torch.float32))
+    assert_close(got, torch.pow(x, exponent), rtol=2e-6)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("bounds", [(-1.0, 1.0), (0.0, 6.0), (None, 0.5), (-0.5, None), (float("-inf"), 2.0)],
+                         ids=["sym", "relu6", "max", "min", "inf"])
+def test_clamp(bounds, dtype):
+    x = torch.cat([rand(19, seed=6, scale=3.0), torch.tensor([float("nan")])]).to(dtype)
+    got = run_graph("aten.clamp.default", [x, *bounds], ((20,), dtype))
+    assert_close_in(got, torch.clamp(x, *bounds), dtype, each=True)
+
+
+ROUNDING_SPECIALS = [float("nan"), float("inf"), float("-inf"), 0.0, -0.0, 0.5, -0.5, 1.5, 2.5, -2.5, 0.25, -0.4]
+"""Special values and ties of rounding (round: half to even) for the unary ops with an argument."""
+
+
+UNARY_WITH_ARGUMENTS = {  # op, arguments after self -> torch
+    ("sqrt", ()): torch.sqrt,
+    ("round", ()): torch.round,
+    ("leaky_relu", ()): F.leaky_relu,
+    ("leaky_relu", (0.2,)): lambda x: F.leaky_relu(x, 0.2),
+    ("hardshrink", ()): F.hardshrink,
+    ("hardshrink", (1.25,)): lambda x: F.hardshrink(x, 1.25),
+}
+
+
+@pytest.mark.parametrize("op,extra", list(UNARY_WITH_ARGUMENTS), ids=[f"{o}{list(a)}" for o, a in UNARY_WITH_ARGUMENTS])
+@pytest.mark.parametrize("n", [20, 37], ids=["vec4", "scalar"])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_unary_with_arguments(op, extra, n, dtype):
+    x = torch.cat([torch.tensor(ROUNDING_SPECIALS), rand(n - len(ROUNDING_SPECIALS), seed=19, scale=4.0)]).to(dtype)
+    want = UNARY_WITH_ARGUMENTS[(op, extra)](x)
+    got = run_graph(f"aten.{op}.default", [x, *extra], ((n,), dtype))
+    assert_close_in(got, want, dtype, each=True)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_hardtanh(dtype):
+    x = rand(4, 9, seed=12, dtype=dtype, scale=2.0)
+    x[0, 0] = float("nan")
+    got = run_graph("aten.hardtanh.default", [x, -0.5, 0.75], ((4, 9), dtype))
+    want = F.hardtanh(x, -0.5, 0.75)
+    assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.nan_to_num(), want.nan_to_num())
 
 
 # --------------------------------------------------------------------------- through the exporter

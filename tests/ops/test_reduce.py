@@ -1,12 +1,13 @@
-"""Reductions and normalisations against torch in every float dtype (NaN and inf as torch has them)."""
+"""Reductions and normalisations against torch in every float dtype (NaN and inf as torch has them);
+cumsum in integers too."""
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from .conftest import (EXPORT_DTYPES, FLOAT_DTYPES, Const, Fn, assert_close, assert_close_in, rand, run_graph,
-                       run_vkx)
+from .conftest import (EXPORT_DTYPES, FLOAT_DTYPES, Const, Fn, assert_close, assert_close_in, rand, rand_of,
+                       run_graph, run_vkx)
 
 pytestmark = pytest.mark.vulkan
 
@@ -376,3 +377,39 @@ def test_stats_long_rows(name, shape, dim, dtype):
     fn = torch.argmax if name == "aten.argmax.default" else torch.argmin
     got = run_graph(name, [x, dim, False], (tuple(s for i, s in enumerate(shape) if i != dim % len(shape)), torch.int32))
     assert torch.equal(got.long(), fn(x, dim))
+
+
+# --------------------------------------------------------------------------- et_vk.rms_norm, cumsum
+
+def _rms_norm_reference(x, w, eps):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+
+
+@pytest.mark.parametrize("shape", [(2, 5, 64), (3, 17), (7,)])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_vk_rms_norm(shape, dtype):
+    x = rand(*shape, seed=11, scale=2.0, dtype=dtype)
+    w = (torch.rand(shape[-1], generator=torch.Generator().manual_seed(1)) + 0.5).to(dtype)
+    want = _rms_norm_reference(x, w, 1e-6)
+    got = run_graph("et_vk.rms_norm.default", [x, Const(w), 1e-6], (shape, dtype))
+    assert_close_in(got, want, dtype, each=True)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES + (torch.int32,), ids=str)
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_cumsum(dim, dtype):
+    x = rand_of((3, 5, 4), 14, dtype)
+    got = run_graph("aten.cumsum.default", [x, dim, None], ((3, 5, 4), dtype))
+    want = torch.cumsum(x.double(), dim).to(dtype) if dtype.is_floating_point else torch.cumsum(x, dim).to(dtype)
+    if dtype.is_floating_point:
+        assert_close_in(got, want, dtype, terms=5)
+    else:
+        assert_close(got, want)
+
+
+def test_cumsum_of_a_mask_counts():
+    """transformers' position ids: cumsum of a bool/int mask into int32."""
+    mask = rand(2, 9, seed=15) > 0
+    got = run_graph("aten.cumsum.default", [mask, 1, None], ((2, 9), torch.int32))
+    assert_close(got, torch.cumsum(mask, 1).to(torch.int32))

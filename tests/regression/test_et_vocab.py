@@ -1,5 +1,5 @@
 """ExecuTorch 1.5.1's Vulkan files of its op vocabulary (tests/data/et_vocab_*.pte, made by
-tests/data/make_et_vocab_files.py) contain the ops of format/op_et.py, run on vkx and match torch.
+tests/data/make_et_vocab_files.py) contain the ops beyond vkx's own exporter, run on vkx and match torch.
 
 The same models, rebuilt after torch.manual_seed(0), are the oracle (the rope block's fused
 et_vk.sdpa as the same math in matmuls).
