@@ -26,7 +26,7 @@ import numpy as np
 from vkx.format import dtypes, vkgraph as g
 from vkx.format.indexing import IndexRange, index_ranges
 from vkx.loader.errors import InputError, LoadError
-from vkx.loader.graph import Dispatch, RTensor
+from vkx.loader.graph import Dispatch, GraphBuilder, RTensor
 from vkx.loader.memory import Buffer
 from vkx.loader.ports import Port, host_array
 from vkx.loader.record import Executor
@@ -160,31 +160,38 @@ class Tail:
                 self._recordings[key] = make(self)
             return self._recordings[key]
 
-    def build(self, graph: g.VkGraph) -> tuple[list[Dispatch], list[Pipeline], list[RTensor]]:
+    def build(self, graph: g.VkGraph, sources: Sequence[RTensor] | None = None,
+              extend: Callable[[GraphBuilder], list[RTensor]] | None = None
+              ) -> tuple[list[Dispatch], list[Pipeline], list[RTensor]]:
         """The method's dispatches then `graph`'s, their pipelines, and `graph`'s output tensors: input i
-        of `graph` is the method's output i (of its dtype and shape); its other tensors get memory of
-        the load. A tail graph has no constants."""
+        of `graph` is `sources[i]`, a tensor of the method's (default: its outputs; of its dtype and
+        shape); its other tensors get memory of the load. A tail graph has no constants. `extend`, when
+        given, records more dispatches on the graph's builder after its ops (an op called on a builder
+        directly, as loader/ops/sample.py's `record_sample` is) and returns tensors of the graph they
+        write, which follow `graph`'s outputs."""
         method_graph = self._method.graph
-        if len(graph.input_ids) > len(self.outputs):
-            raise LoadError(f"a tail graph of {len(graph.input_ids)} inputs over method {self._method.name!r} "
-                            f"of {len(self.outputs)} outputs")
-        sources = {}
-        for vid, out in zip(graph.input_ids, self.outputs):
+        sources = self.outputs if sources is None else sources
+        if len(graph.input_ids) > len(sources):
+            raise LoadError(f"a tail graph of {len(graph.input_ids)} inputs over {len(sources)} tensors of "
+                            f"method {self._method.name!r}")
+        bound = {}
+        for vid, out in zip(graph.input_ids, sources):
             value, source = graph.values[vid], method_graph.values[out.vid]
             if not isinstance(value, g.Tensor) or (value.datatype, tuple(value.dims)) != \
                     (source.datatype, tuple(out.arg.shape)):
-                raise LoadError(f"tail graph input {vid} is not output {out.vid} of method {self._method.name!r} "
+                raise LoadError(f"tail graph input {vid} is not tensor {out.vid} of method {self._method.name!r} "
                                 f"({source.datatype.name} {list(out.arg.shape)})")
-            sources[vid] = out
+            bound[vid] = out
         res = self._resources
         builder = graph_builder(graph, res.device, self._options).build()
+        written = extend(builder) if extend is not None else []
         pipelines = self.pipelines([(x.shader, dict(x.defines), len(x.bindings), x.spec) for x in builder.dispatches])
         for t in builder.used_tensors():
             if t.is_constant:
                 raise LoadError(f"a tail graph has no constants (value {t.vid} is constant {t.constant_id})")
-            t.buffer = sources[t.vid].buffer if t.vid in sources else self.buffer(t.nbytes, "activations", "device")
+            t.buffer = bound[t.vid].buffer if t.vid in bound else self.buffer(t.nbytes, "activations", "device")
         return ([*self._built.builder.dispatches, *builder.dispatches], [*self._built.pipelines, *pipelines],
-                [builder.tensors[vid] for vid in graph.output_ids])
+                [*(builder.tensors[vid] for vid in graph.output_ids), *written])
 
     def buffer(self, nbytes: int, kind: str, want: str) -> Buffer:
         """A buffer of the load's (`Allocator.buffer`'s kinds and memory types)."""

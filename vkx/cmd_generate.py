@@ -74,7 +74,9 @@ def generate(
     top_p: Optional[float] = typer.Option(None, "--top-p", min=0.0, max=1.0, metavar="P",
                                           help="Sample among the most likely tokens holding probability P "
                                                "(needs --temperature)."),
-    seed: Optional[int] = typer.Option(None, "--seed", min=0, metavar="N", help="Seed of the sampling."),
+    seed: Optional[int] = typer.Option(None, "--seed", min=0, metavar="N",
+                                       help="Seed of the sampling: the same tokens for the same seed "
+                                            "[default: one drawn for each run]."),
     json: bool = typer.Option(False, "--json", help=f"One JSON object on stdout (schema {SCHEMA})."),
     device: Optional[str] = DEVICE,
     profile: Optional[Profile] = PROFILE,

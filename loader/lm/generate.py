@@ -8,16 +8,19 @@ last position: a prompt shorter than a chunk is padded in front, the pads at the
 the prompt's (their slots are written but never seen: a query at position p sees slots 0..p, and
 decode overwrites slot p before any query reaches it); a longer one is cut in chunks, the last one
 ending at the prompt's end and overlapping the one before (rewriting those slots with the same
-values). Sampling is numpy; greedy unless a temperature is given. Greedy decoding never reads
-logits: the prefill's argmax is taken on the device (`Argmax`: one token id read back), and
-decode steps run in bursts chained on the device (`GreedyChain`: one submission and one read back for up
+values). Greedy unless a temperature is given; a sampled token is a function of (seed, its logits'
+position), loader/ops/sample.py's draw, on the host (`sample_reference`) and on the device alike, so
+both give the same tokens for a seed. Greedy decoding never reads logits: the prefill's argmax is
+taken on the device (`Argmax`: one token id read back); decode steps, greedy or sampled, run in
+bursts chained on the device (`GreedyChain`, `SampledChain`: one submission and one read back for up
 to BURST tokens, each step feeding its token to the next). The decoders over loaded programs are
 vkx.loader.lm.decoders'.
 """
 from __future__ import annotations
 
+import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Protocol, Sequence
 
 import numpy as np
@@ -26,23 +29,25 @@ from vkx.format import ProgramFile, vkgraph as vk
 from vkx.format.indexing import IndexRange
 from vkx.format.methods import methods, states
 from vkx.loader.errors import InputError
+from vkx.loader.ops.sample import sample_reference
 
 
 BURST = 16
-"""Greedy tokens one submission decodes at most: the steps a vkx decode method's recording chains on
-the device (vkx.loader.lm.greedy, `GreedyChain`) and the largest burst `generate` asks a decoder for. The
-GPU idles while the host waits, reads back and submits again (0.05 ms a submission on the H200
-against 1.9 ms a 1B fp16 step, docs/benchmarks.md), once in 16 steps, while the step recordings (one
-per place in the chain) stay few; the bursts double from one, so the first tokens come at once, and a
-stop token wastes at most 15 steps."""
+"""Tokens one submission decodes at most: the steps a vkx decode method's recording chains on the
+device (vkx.loader.lm.greedy, `GreedyChain` and `SampledChain`) and the largest burst `generate` asks
+a decoder for. The GPU idles while the host waits, reads back and submits again (0.05 ms a submission
+on the H200 against 1.9 ms a 1B fp16 step, docs/benchmarks.md), once in 16 steps, while the step
+recordings (one per place in the chain) stay few; the bursts double from one, so the first tokens come
+at once, and a stop token wastes at most 15 steps."""
 
 
 class Decoder(Protocol):
     """What generation calls: both methods on numpy int64 arrays, returning float logits (of the
     call's last position, or of every position: the last row is read); `prefill_argmax` returns
-    those logits' argmax over the vocabulary instead (token ids, what a greedy step reads), and
+    those logits' argmax over the vocabulary instead (token ids, what a greedy step reads),
     `decode_greedy` the next `steps` greedy tokens after one token (int [steps]: `greedy_by_calls`,
-    or chained on the device by vkx.loader.lm.greedy's `GreedyChain`)."""
+    or chained on the device by vkx.loader.lm.greedy's `GreedyChain`) and `decode_sampled` the next
+    `steps` sampled ones (`sampled_by_calls`, or `SampledChain`; a seed given)."""
 
     def prefill(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray: ...
 
@@ -52,16 +57,26 @@ class Decoder(Protocol):
 
     def decode_greedy(self, input_ids: np.ndarray, cache_position: np.ndarray, steps: int) -> np.ndarray: ...
 
+    def decode_sampled(self, input_ids: np.ndarray, cache_position: np.ndarray, steps: int,
+                       sampling: "Sampling") -> np.ndarray: ...
+
     def reset(self) -> None: ...
 
 
-def warm_up(decoder: Decoder, shape: LMShape) -> None:
-    """One prompt chunk and one burst of greedy steps on zeros, then the state reset: a load's first
-    calls ran slower than later ones on a GPU (the H200, 1B fp16: the first 128 greedy tokens at 387
-    against 522 tokens/s, 471 after this warm-up; docs/benchmarks.md), so a decoder pays that once,
-    as it is built, not in its first generation."""
-    decoder.prefill_argmax(np.zeros((1, shape.prefill_len), np.int64), np.arange(shape.prefill_len, dtype=np.int64))
-    decoder.decode_greedy(np.zeros((1, 1), np.int64), np.zeros(1, np.int64), min(BURST, shape.max_seq_len))
+def warm_up(decoder: Decoder, shape: LMShape, sampled: bool = False) -> None:
+    """One prompt chunk and one burst of decode steps (greedy, or sampled when `sampled`: what the
+    generation will run) on zeros, then the state reset: a load's first calls ran slower than later
+    ones on a GPU (the H200, 1B fp16: the first 128 greedy tokens at 387 against 522 tokens/s, 471
+    after this warm-up; docs/benchmarks.md), so a decoder pays that once, as it is built, not in its
+    first generation."""
+    ids, positions = np.zeros((1, shape.prefill_len), np.int64), np.arange(shape.prefill_len, dtype=np.int64)
+    steps = (np.zeros((1, 1), np.int64), np.zeros(1, np.int64), min(BURST, shape.max_seq_len))
+    if sampled:
+        decoder.prefill(ids, positions)
+        decoder.decode_sampled(*steps, Sampling(temperature=1.0, seed=0))
+    else:
+        decoder.prefill_argmax(ids, positions)
+        decoder.decode_greedy(*steps)
     decoder.reset()
 
 
@@ -72,6 +87,19 @@ def greedy_by_calls(argmax: Callable[[np.ndarray, np.ndarray], np.ndarray], inpu
     tokens = []
     for i in range(steps):
         token = int(np.asarray(argmax(np.array([[token]], np.int64), np.array([position + i], np.int64))).reshape(-1)[-1])
+        tokens.append(token)
+    return np.array(tokens, np.int64)
+
+
+def sampled_by_calls(decode: Callable[[np.ndarray, np.ndarray], np.ndarray], input_ids: np.ndarray,
+                     cache_position: np.ndarray, steps: int, sampling: "Sampling") -> np.ndarray:
+    """`decode_sampled` for a decoder whose steps are host calls: one `decode(ids, position)` call a
+    token, its logits' last row drawn by `sample` at that position."""
+    token, position = int(input_ids.reshape(-1)[-1]), int(cache_position.reshape(-1)[-1])
+    tokens = []
+    for at in range(position, position + steps):
+        logits = np.asarray(decode(np.array([[token]], np.int64), np.array([at], np.int64)))
+        token = sample(logits.reshape(-1, logits.shape[-1])[-1], sampling, at)
         tokens.append(token)
     return np.array(tokens, np.int64)
 
@@ -108,7 +136,8 @@ class LMShape:
 class Sampling:
     """Greedy when `temperature` is 0; otherwise sampled from the softmax of logits / temperature,
     restricted to the `top_k` most likely tokens and to the smallest set whose probability
-    reaches `top_p`, with a generator seeded by `seed`."""
+    reaches `top_p`: a token is a function of (`seed`, its logits' position) (`sample`); a seed of
+    None is drawn once for each generation."""
 
     temperature: float = 0.0
     top_k: int | None = None
@@ -119,33 +148,24 @@ class Sampling:
         """InputError for a value outside its range."""
         if not self.temperature >= 0:
             raise InputError(f"temperature must be 0 (greedy) or more, not {self.temperature}")
+        if 0 < self.temperature < 1 / float(np.finfo(np.float32).max):  # the sampler's 1 / T is fp32
+            raise InputError(f"temperature {self.temperature} is too small to sample at (0 is greedy)")
         if self.top_k is not None and self.top_k < 1:
             raise InputError(f"top_k must be at least 1, not {self.top_k}")
         if self.top_p is not None and not 0 < self.top_p <= 1:
             raise InputError(f"top_p must be in (0, 1], not {self.top_p}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer))):
+            raise InputError(f"seed must be an int, not {type(self.seed).__name__}")
         if self.temperature == 0 and (self.top_k, self.top_p) != (None, None):
             raise InputError("top_k and top_p need a temperature (greedy decoding takes the most likely token)")
 
 
-def sample(logits: np.ndarray, sampling: Sampling, rng: np.random.Generator) -> int:
-    """One token id from a vector of logits."""
+def sample(logits: np.ndarray, sampling: Sampling, position: int) -> int:
+    """One token id from a vector of logits at cache position `position`: their argmax when greedy,
+    else the token the device's sampler draws (`sample_reference`: `sampling.seed` set)."""
     if sampling.temperature == 0:
         return int(np.argmax(logits))
-    x = logits.astype(np.float64) / sampling.temperature
-    if sampling.top_k is not None and sampling.top_k < x.size:
-        kth = np.partition(x, -sampling.top_k)[-sampling.top_k]
-        x[x < kth] = -np.inf
-    if sampling.top_p is not None and sampling.top_p < 1:
-        order = np.argsort(-x, kind="stable")
-        p = _softmax(x[order])
-        # keep a token while the tokens before it hold less than top_p (the first is always kept)
-        x[order[np.cumsum(p) - p >= sampling.top_p]] = -np.inf
-    return int(rng.choice(x.size, p=_softmax(x)))
-
-
-def _softmax(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - x.max())
-    return e / e.sum()
+    return sample_reference(logits, sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed, position)
 
 
 @dataclass
@@ -206,14 +226,15 @@ def generate(decoder: Decoder, input_ids: Sequence[int], max_new_tokens: int, sh
 
 def _tokens(decoder: Decoder, input_ids: list[int], max_new_tokens: int, shape: LMShape, sampling: Sampling,
             timings: Timings, stop: frozenset[int]) -> Iterator[int]:
-    rng = np.random.default_rng(sampling.seed)
     greedy = sampling.temperature == 0
+    if not greedy and sampling.seed is None:
+        sampling = replace(sampling, seed=secrets.randbits(32))
     began = time.perf_counter()
     decoder.reset()
     last = _prefill(decoder, input_ids, shape.prefill_len, greedy)
     timings.prompt_tokens = len(input_ids)
     timings.prefill_seconds = time.perf_counter() - began
-    token = _token(last, shape, sampling, rng)
+    token = _token(last, shape, sampling, len(input_ids) - 1)
     timings.first_token_seconds = time.perf_counter() - began
     yield token
     position, left, burst = len(input_ids), max_new_tokens - 1, 1
@@ -222,9 +243,9 @@ def _tokens(decoder: Decoder, input_ids: list[int], max_new_tokens: int, shape: 
         ids, at = np.array([[token]], np.int64), np.array([position], np.int64)
         if greedy:
             tokens = [int(t) for t in decoder.decode_greedy(ids, at, min(burst, left))]
-            burst = min(2 * burst, BURST)
         else:
-            tokens = [_token(decoder.decode(ids, at), shape, sampling, rng)]
+            tokens = [int(t) for t in decoder.decode_sampled(ids, at, min(burst, left), sampling)]
+        burst = min(2 * burst, BURST)
         spent = time.perf_counter() - step
         for token in tokens:
             timings.step_seconds.append(spent / len(tokens))
@@ -237,12 +258,13 @@ def _tokens(decoder: Decoder, input_ids: list[int], max_new_tokens: int, shape: 
         left -= len(tokens)
 
 
-def _token(out: np.ndarray, shape: LMShape, sampling: Sampling, rng: np.random.Generator) -> int:
-    """The next token from a call's output: its last argmax (greedy), else its last row of logits sampled."""
+def _token(out: np.ndarray, shape: LMShape, sampling: Sampling, position: int) -> int:
+    """The next token from a call's output: its last argmax (greedy), else its last row of logits (at
+    cache position `position`) sampled."""
     out = np.asarray(out)
     if sampling.temperature == 0:
         return int(out.reshape(-1)[-1])
-    return sample(out.reshape(-1, shape.vocab_size)[-1], sampling, rng)
+    return sample(out.reshape(-1, shape.vocab_size)[-1], sampling, position)
 
 
 def _prefill(decoder: Decoder, input_ids: list[int], chunk: int, greedy: bool) -> np.ndarray:

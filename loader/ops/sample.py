@@ -2,12 +2,12 @@
 one row of logits, drawn as a function of (seed, position) so that steps chain like greedy's argmax
 (shaders/sample.comp, two dispatches), and `sample_reference`, the same draw on the host.
 
-The filters are loader.lm.generate.sample's: logits / T, the top_k largest kept (all ties with the
-k-th too), then, in (value descending, index ascending) order, each token whose preceding tokens
-hold less than top_p of the kept softmax. The draw is the Gumbel-max of the kept tokens: the argmax
-of logit * (1 / T) + g_i, g_i = -log(-log(u_i)), u_i from a hash of (seed, position, i) (a
-counter-based generator: no state carried between steps), which picks token i with its softmax
-probability, as the host's inverse-CDF draw does.
+The filters (`kept_tokens`): logits / T, the top_k largest kept (all ties with the k-th too), then,
+in (value descending, index ascending) order, each token whose preceding tokens hold less than top_p
+of the kept softmax. The draw is the Gumbel-max of the kept tokens: the argmax of logit * (1 / T) +
+g_i, g_i = -log(-log(u_i)), u_i from a hash of (seed, position, i) (a counter-based generator: no
+state carried between steps), which picks token i with its softmax probability. Generation draws
+with it on the host too (loader.lm.generate.sample), so host and device give the same tokens.
 
 The parameters live in a small int32 tensor, `state` (sample_state), whose word 0 receives the
 token: the place shaders/next_token.comp takes a chained step's token from (lm.greedy.HAND_OVER_BINDINGS'
@@ -109,7 +109,7 @@ def gumbel_scores(logits: np.ndarray, temperature: float, seed: int, position: i
 
 
 def kept_tokens(logits: np.ndarray, temperature: float, top_k: int | None, top_p: float | None) -> np.ndarray:
-    """The probabilities loader.lm.generate.sample draws with (0 outside the kept tokens)."""
+    """The probabilities a token is drawn with: the softmax of the kept tokens (0 outside them)."""
     x = logits.astype(np.float32).reshape(-1).astype(np.float64) / temperature
     if top_k and top_k < x.size:
         kth = np.partition(x, -top_k)[-top_k]

@@ -1,4 +1,5 @@
-"""loader/lm/generate.py: sampling in numpy, and the generation loop (chunked prefill, decode) against transformers."""
+"""loader/lm/generate.py: sampling on the host (the device's draw, a function of (seed, position)), and the
+generation loop (chunked prefill, decode) against transformers."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +9,8 @@ import torch
 from tests.llm.families import VOCAB, write_folder
 from vkx.export import hf
 from vkx.loader.errors import InputError
-from vkx.loader.lm.generate import BURST, LMShape, Sampling, Timings, generate, greedy_by_calls, sample
+from vkx.loader.lm.generate import (BURST, LMShape, Sampling, Timings, generate, greedy_by_calls, sample,
+                                    sampled_by_calls)
 from vkx.format.errors import VkxError
 
 
@@ -30,6 +32,9 @@ class TorchDecoder:
     def decode_greedy(self, input_ids, cache_position, steps):
         return greedy_by_calls(self.prefill_argmax, input_ids, cache_position, steps)
 
+    def decode_sampled(self, input_ids, cache_position, steps, sampling):
+        return sampled_by_calls(self.decode, input_ids, cache_position, steps, sampling)
+
     def reset(self):
         self.lm.reset()
 
@@ -40,40 +45,44 @@ def rng(seed=0):
 
 def test_greedy_is_the_argmax():
     logits = rng().standard_normal(1000).astype(np.float32)
-    assert sample(logits, Sampling(), rng()) == int(np.argmax(logits))
-    assert sample(logits, Sampling(temperature=1.0, top_k=1), rng()) == int(np.argmax(logits))
+    assert sample(logits, Sampling(), 3) == int(np.argmax(logits))
+    assert sample(logits, Sampling(temperature=1.0, top_k=1, seed=4), 3) == int(np.argmax(logits))
+
+
+def draws(logits: np.ndarray, sampling: Sampling, n: int) -> list[int]:
+    """The tokens drawn from the same logits at positions 0..n-1 (a seed's draws over positions)."""
+    return [sample(logits, sampling, position) for position in range(n)]
 
 
 def test_sampling_follows_the_softmax():
     p = np.array([0.5, 0.3, 0.15, 0.05])
-    g = rng(1)
-    draws = np.bincount([sample(np.log(p), Sampling(temperature=1.0), g) for _ in range(20000)], minlength=4)
-    np.testing.assert_allclose(draws / draws.sum(), p, atol=0.015)
-    hot = np.bincount([sample(np.log(p), Sampling(temperature=2.0), g) for _ in range(20000)], minlength=4)
+    drawn = np.bincount(draws(np.log(p), Sampling(temperature=1.0, seed=1), 20000), minlength=4)
+    np.testing.assert_allclose(drawn / drawn.sum(), p, atol=0.015)
+    hot = np.bincount(draws(np.log(p), Sampling(temperature=2.0, seed=1), 20000), minlength=4)
     flat = np.sqrt(p) / np.sqrt(p).sum()
     np.testing.assert_allclose(hot / hot.sum(), flat, atol=0.015)
 
 
 def test_top_k_and_top_p_restrict_the_support():
     p = np.array([0.05, 0.4, 0.1, 0.3, 0.15])
-    g = rng(2)
-    top2 = {sample(np.log(p), Sampling(temperature=1.0, top_k=2), g) for _ in range(2000)}
-    assert top2 == {1, 3}
+    assert set(draws(np.log(p), Sampling(temperature=1.0, top_k=2, seed=2), 2000)) == {1, 3}
     # 0.4 + 0.3 = 0.7 < 0.75, so the third most likely (0.15) is still needed; 0.1 and 0.05 are not
-    nucleus = {sample(np.log(p), Sampling(temperature=1.0, top_p=0.75), g) for _ in range(2000)}
-    assert nucleus == {1, 3, 4}
-    assert {sample(np.log(p), Sampling(temperature=1.0, top_p=0.01), g) for _ in range(200)} == {1}
+    assert set(draws(np.log(p), Sampling(temperature=1.0, top_p=0.75, seed=2), 2000)) == {1, 3, 4}
+    assert set(draws(np.log(p), Sampling(temperature=1.0, top_p=0.01, seed=2), 200)) == {1}
 
 
-def test_a_seed_repeats_the_draws():
+def test_a_draw_is_a_function_of_seed_and_position():
     logits = rng().standard_normal(500)
-    draws = lambda: [sample(logits, Sampling(temperature=0.8, top_p=0.9), rng(7)) for _ in range(5)]  # noqa: E731
-    assert draws() == draws()
+    sampling = Sampling(temperature=0.8, top_p=0.9, seed=7)
+    assert draws(logits, sampling, 50) == draws(logits, sampling, 50)
+    assert draws(logits, sampling, 50) != draws(logits, Sampling(temperature=0.8, top_p=0.9, seed=8), 50)
+    assert len(set(draws(logits, sampling, 50))) > 10  # the position varies the draw
 
 
 @pytest.mark.parametrize("bad, match", [
     (Sampling(temperature=-1.0), "temperature"), (Sampling(temperature=1.0, top_k=0), "top_k"),
-    (Sampling(temperature=1.0, top_p=1.5), "top_p"), (Sampling(top_k=5), "need a temperature")])
+    (Sampling(temperature=1.0, top_p=1.5), "top_p"), (Sampling(top_k=5), "need a temperature"),
+    (Sampling(temperature=1.0, seed=1.5), "seed must be an int")])
 def test_bad_sampling_is_refused(bad, match):
     with pytest.raises(InputError, match=match):
         bad.check()
@@ -124,11 +133,22 @@ def test_greedy_decodes_in_doubling_bursts_and_stops_inside_one(qwen):
 
 
 def test_sampled_generation_is_reproducible(qwen):
+    """A seed repeats the tokens, which are drawn in doubling bursts as greedy ones are; no seed draws
+    one for each generation."""
     decoder = TorchDecoder(hf.CausalLM(qwen, 32))
+    bursts, by_calls = [], decoder.decode_sampled
+
+    def spy(input_ids, cache_position, steps, sampling):
+        bursts.append(steps)
+        return by_calls(input_ids, cache_position, steps, sampling)
+
+    decoder.decode_sampled = spy
     run = lambda seed: list(generate(decoder, [1, 2, 3], 12, LMShape(8, 32, VOCAB),  # noqa: E731
                                      sampling=Sampling(temperature=1.0, top_k=20, seed=seed)))
     assert run(5) == run(5)
+    assert bursts == [1, 2, 4, 4] * 2
     assert run(5) != run(6)
+    assert run(None) != run(None)
 
 
 @pytest.mark.parametrize("prompt, new, match", [
