@@ -198,7 +198,9 @@ def test_totals_are_the_time_waited(lm, command):
     waited = time.monotonic() - began
     assert done.returncode == 0, done.stderr
     seconds = json.loads(done.stdout)["seconds"]
-    assert 0 < seconds <= waited < seconds + 0.1, (seconds, waited)
+    # the slack: spawning the process and what it does after printing (0.16 s seen on the 2-core machine
+    # running two test workers); the totals it guards against were 2.5 s short of the wait
+    assert 0 < seconds <= waited < seconds + 0.3, (seconds, waited)
     human = vkx(command, lm / "lm.pte", *args)
     assert human.returncode == 0 and re.search(r"\d s in all$", human.stdout, re.MULTILINE), human.stdout
     if command == "perplexity":  # one line on stdout: the progress is on stderr, on a terminal only
