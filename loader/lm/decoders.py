@@ -17,7 +17,7 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-from vkx.loader.errors import InputError
+from vkx.loader.errors import InputError, LimitError
 from vkx.loader.lm.generate import (Decoder, LMShape, Sampling, greedy_by_calls, generate, sampled_by_calls,
                                     warm_up)
 from vkx.loader.lm.greedy import Argmax, GreedyChain, SampledChain, chains
@@ -47,8 +47,14 @@ def steps_of(method: LoadedMethod, argmax: Step) -> Callable[[np.ndarray, np.nda
 def sampled_steps_of(method: LoadedMethod, decode: Callable[[np.ndarray, np.ndarray], np.ndarray]
                      ) -> Callable[[np.ndarray, np.ndarray, int, Sampling], np.ndarray]:
     """`decode_sampled` over a decode method: chained on the device where it can be (`SampledChain`,
-    recorded now), else one `decode` call a token, drawn on the host (`sampled_by_calls`)."""
-    return SampledChain(method) if chains(method) else functools.partial(sampled_by_calls, decode)
+    recorded now), else, or where the device's limits refuse the sampler, one `decode` call a token, drawn on
+    the host (`sampled_by_calls`): the same tokens."""
+    if chains(method):
+        try:
+            return SampledChain(method)
+        except LimitError:  # the sampler is over the device's limits (a phone's 16 KiB of shared memory)
+            pass
+    return functools.partial(sampled_by_calls, decode)
 
 
 def require_lm_methods(methods: Iterable[str]) -> None:

@@ -118,6 +118,21 @@ def test_vkx_generate_samples_on_the_device_with_a_seed(program):
                                     stop=host.eos_token_ids))
 
 
+def test_a_phone_profile_samples_on_the_host_with_the_same_tokens(program):
+    """Under a phone's 16 KiB of shared memory the device sampler is over the limits (it needs 16,404
+    bytes): generation draws on the host instead, the same function of (seed, position), so the same
+    tokens. Before, `vkx generate --temperature 0.8 --profile android-15` stopped with a LimitError."""
+    pte, _, _, _ = program
+    args = ["generate", pte, "--prompt-ids", ",".join(map(str, PROMPT)), "--max-new-tokens", NEW_TOKENS,
+            "--temperature", "0.8", "--seed", "1", "--json"]
+    tokens = []
+    for profile in ((), ("--profile", "android-15")):
+        done = vkx_cli(*args, *profile)
+        assert done.returncode == 0, done.stderr
+        tokens.append(json.loads(done.stdout)["tokens"])
+    assert tokens[0] == tokens[1]
+
+
 @pytest.mark.parametrize("option, line", [
     (["--top-p", "0"], "--top-p: 0 keeps no token (a number more than 0, at most 1)"),
     (["--top-p", "1.5"], "--top-p: 1.5 is more than 1 (a number from 0 to 1)"),
