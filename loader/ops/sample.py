@@ -22,6 +22,7 @@ from typing import Iterable
 import numpy as np
 
 from vkx.format import dtypes
+from vkx.loader.errors import LimitError
 
 from . import (FLOATS, WORDS_MODES, Defines, OpBuilder, TensorArg, UnsupportedOpError, binding_forms,
                read_defines, variants)
@@ -29,7 +30,8 @@ from . import (FLOATS, WORDS_MODES, Defines, OpBuilder, TensorArg, UnsupportedOp
 SEGMENT = 2048
 """Logits a workgroup of the first pass owns (shaders/sample.comp's SEG): its top-k candidates."""
 MAX_SEGMENTS = 1024
-"""The segments the second pass can count (sample.comp's MAX_SEGMENTS): V up to 2M."""
+"""The segments the second pass can count (sample.comp's MAX_SEGMENTS); a segment a lane at most is run
+(`record_sample`): V up to 524,288 at 256 invocations."""
 WORKGROUP = 256
 """Invocations a workgroup (sample.comp's WG and its histograms' BINS), fewer where the device has fewer."""
 DRAW_SHARED = 14 * 1024
@@ -75,10 +77,11 @@ def record_sample(builder: OpBuilder, logits: TensorArg, state: TensorArg, posit
             or position.numel != 1:
         raise UnsupportedOpError(f"sampling needs an int32 state of {STATE_WORDS} words and one int32 position")
     segments = -(-vocab // SEGMENT)
-    if segments > MAX_SEGMENTS:
-        raise UnsupportedOpError(f"sampling over {vocab} logits, more than {MAX_SEGMENTS * SEGMENT}")
     limits = builder.limits
     wg = min(WORKGROUP, limits.max_compute_work_group_invocations)
+    if segments > wg:  # more than a segment a lane drew no token at a tiny top-p (V = 600,000 on lavapipe)
+        raise LimitError(f"kernel sample: {vocab} logits make {segments} segments of {SEGMENT}, more than the "
+                         f"{wg} invocations of a workgroup on this device")
     cached = min(CACHED, max(1, (limits.max_compute_shared_memory_size - DRAW_SHARED) // 8))
     cached = 1 << (cached.bit_length() - 1)
     pairs = (segments + 1) // 2 * 2

@@ -173,3 +173,11 @@ def test_dispatches():
         assert s.dispatches[0].groups == (75, 1, 1) and s.dispatches[1].groups == (1, 1, 1)
     finally:
         s.close()
+
+
+def test_more_segments_than_lanes_are_refused():
+    """A segment a lane at most: with more (600,000 logits on a desktop GPU, 151,936 on a phone) a tiny
+    top-p drew no token (-1). A LimitError, on which generation draws on the host (lm.decoders)."""
+    from vkx.loader.errors import LimitError
+    with pytest.raises(LimitError, match=r"600000 logits make \d+ segments of \d+, more than the \d+ invocations"):
+        Sampler(600000, torch.float32)
