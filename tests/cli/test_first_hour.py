@@ -4,6 +4,7 @@ load, output that fits, docs that match what the commands print, and totals that
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -156,7 +157,7 @@ def test_the_tokenizer_extra_is_named(lm, tmp_path):
     (tmp_path / "hide" / "tokenizers").mkdir(parents=True)
     (tmp_path / "hide" / "tokenizers" / "__init__.py").write_text("raise ImportError('no tokenizers here')\n")
     line = one_error_line(vkx("generate", lm / "lm.pte", "--prompt", "w1", "--tokenizer", lm / "tokenizer.json",
-                              PYTHONPATH=str(tmp_path / "hide")))
+                              PYTHONPATH=os.pathsep.join([str(tmp_path / "hide"), os.environ.get("PYTHONPATH", "")])))
     assert line == "vkx: error: --tokenizer needs the tokenizers package: pip install 'vkx[tokenizer]'"
 
 

@@ -48,7 +48,9 @@ def test_piped_into_head_exits_0(exported):
         command = " ".join(f"'{a}'" for a in [VKX, *args]) + " | head -n 0"  # gone before vkx writes
         done = subprocess.run(["bash", "-o", "pipefail", "-c", command], capture_output=True, text=True,
                               env={**os.environ, "VKX_VALIDATION": "1"})
-        assert done.returncode == 0 and done.stderr == "", (args, done.returncode, done.stderr)
+        # a cold pipeline cache adds its one note ("vkx: compiled 3 compute pipelines ..."); nothing else
+        noise = [line for line in done.stderr.splitlines() if not line.startswith("vkx: compiled ")]
+        assert done.returncode == 0 and noise == [], (args, done.returncode, done.stderr)
 
 
 def test_validate_help_names_no_file_a_pip_user_lacks():
