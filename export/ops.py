@@ -139,6 +139,45 @@ def _pool_lists(node: Node, values: Values) -> Values:
     return values
 
 
+def _expand_size(node: Node, values: Values) -> Values:
+    """The output's size (no -1 entries)."""
+    values["size"] = list(shape(node))
+    return values
+
+
+def _hardtanh_bounds(node: Node, values: Values) -> Values:
+    return {"self": values["self"], "min": values["min_val"], "max": values["max_val"]}
+
+
+def _dim(node: Node, values: Values) -> Values:
+    values["dim"] = _positive(values["dim"], max(len(shape(values["self"])), 1))
+    return values
+
+
+def _unfold_dim(node: Node, values: Values) -> Values:
+    values["dimension"] = _positive(values["dimension"], max(len(shape(values["self"])), 1))
+    return values
+
+
+def _stat_dims(node: Node, values: Values) -> Values:
+    """Positive dims, sorted (None and [] both mean every dim)."""
+    rank = len(shape(values["self"]))
+    values["dim"] = sorted(_positive(d, rank) for d in values["dim"] or ())
+    return values
+
+
+def _stat_dim(node: Node, values: Values) -> Values:
+    if values["dim"] is not None:
+        values["dim"] = _positive(values["dim"], max(len(shape(values["self"])), 1))
+    return values
+
+
+def _cumsum_dim(node: Node, values: Values) -> Values:
+    values = _dim(node, values)
+    values["dtype"] = None  # the output's dtype says it
+    return values
+
+
 # ---- checks -------------------------------------------------------------------------------
 
 def _conv_1d_2d(node: Node) -> str | None:
@@ -160,7 +199,45 @@ def _no_dropout(node: Node) -> str | None:
     return None
 
 
+def _cast_only(node: Node) -> str | None:
+    source, result = node.args[0], node.meta["val"]
+    if not isinstance(source, Node) or tuple(source.meta["val"].shape) != tuple(result.shape):
+        return "only a dtype cast is supported"
+    return None
+
+
+def _bool_only(node: Node) -> str | None:
+    """logical and bitwise ops agree on bool tensors."""
+    operands = [a for a in node.args if isinstance(a, Node)]
+    if all(a.meta["val"].dtype == torch.bool for a in operands):
+        return None
+    return "only on bool tensors"
+
+
+def _tensor_indices(node: Node) -> str | None:
+    indices = node.args[1]
+    if any(i is None for i in indices) or len(indices) > op_gather.MAX_INDICES:
+        return f"only index tensors on the first {op_gather.MAX_INDICES} dims (no slices between them) are supported"
+    if any(i.meta["val"].dtype == torch.bool for i in indices):
+        return "indexing with a bool mask is not supported"
+    return None
+
+
 # ---- rules that do not map one to one -----------------------------------------------------
+
+WIDENED_READERS = {A.linear.default: "weight", A.addmm.default: "mat2", A.embedding.default: "weight"}
+"""Ops whose rule reads an exact fp32 cast of a constant argument as stored (`same`'s widen): a 16-bit
+head's fp32 logits, a bf16 LM's matrices (vkx.export.widen)."""
+
+
+def _to_copy(b: Operands, node: Node) -> None:
+    """A dtype cast (the output's dtype; layout, device and memory format mean nothing on the device);
+    none where only WIDENED_READERS read it through."""
+    if b.widened(node) is not node and all(schema_values(user).get(WIDENED_READERS.get(user.target)) is node
+                                           for user in node.users):
+        return
+    b.emit("aten._to_copy.default", [b.tensor(node.args[0]), b.outputs(node)])
+
 
 def _view(b: Operands, node: Node) -> None:
     """view / reshape / flatten / squeeze / unsqueeze: view_copy to the output size."""
@@ -225,134 +302,6 @@ def _reciprocal(b: Operands, node: Node) -> None:
     b.emit("aten.div.Tensor", [b.number(1), b.tensor(node.args[0]), b.outputs(node)])
 
 
-# ---- the ops real models add --------------------------------------------------------------
-
-def _expand_size(node: Node, values: Values) -> Values:
-    """The output's size (no -1 entries)."""
-    values["size"] = list(shape(node))
-    return values
-
-
-def _hardtanh_bounds(node: Node, values: Values) -> Values:
-    return {"self": values["self"], "min": values["min_val"], "max": values["max_val"]}
-
-
-def _dim(node: Node, values: Values) -> Values:
-    values["dim"] = _positive(values["dim"], max(len(shape(values["self"])), 1))
-    return values
-
-
-def _unfold_dim(node: Node, values: Values) -> Values:
-    values["dimension"] = _positive(values["dimension"], max(len(shape(values["self"])), 1))
-    return values
-
-
-def _stat_dims(node: Node, values: Values) -> Values:
-    """Positive dims, sorted (None and [] both mean every dim)."""
-    rank = len(shape(values["self"]))
-    values["dim"] = sorted(_positive(d, rank) for d in values["dim"] or ())
-    return values
-
-
-def _stat_dim(node: Node, values: Values) -> Values:
-    if values["dim"] is not None:
-        values["dim"] = _positive(values["dim"], max(len(shape(values["self"])), 1))
-    return values
-
-
-def _cumsum_dim(node: Node, values: Values) -> Values:
-    values = _dim(node, values)
-    values["dtype"] = None  # the output's dtype says it
-    return values
-
-
-WIDENED_READERS = {A.linear.default: "weight", A.addmm.default: "mat2", A.embedding.default: "weight"}
-"""Ops whose rule reads an exact fp32 cast of a constant argument as stored (`same`'s widen): a 16-bit
-head's fp32 logits, a bf16 LM's matrices (vkx.export.widen)."""
-
-
-def _to_copy(b: Operands, node: Node) -> None:
-    """A dtype cast (the output's dtype; layout, device and memory format mean nothing on the device);
-    none where only WIDENED_READERS read it through."""
-    if b.widened(node) is not node and all(schema_values(user).get(WIDENED_READERS.get(user.target)) is node
-                                           for user in node.users):
-        return
-    b.emit("aten._to_copy.default", [b.tensor(node.args[0]), b.outputs(node)])
-
-
-def _cast_only(node: Node) -> str | None:
-    source, result = node.args[0], node.meta["val"]
-    if not isinstance(source, Node) or tuple(source.meta["val"].shape) != tuple(result.shape):
-        return "only a dtype cast is supported"
-    return None
-
-
-def _bool_only(node: Node) -> str | None:
-    """logical and bitwise ops agree on bool tensors."""
-    operands = [a for a in node.args if isinstance(a, Node)]
-    if all(a.meta["val"].dtype == torch.bool for a in operands):
-        return None
-    return "only on bool tensors"
-
-
-def _tensor_indices(node: Node) -> str | None:
-    indices = node.args[1]
-    if any(i is None for i in indices) or len(indices) > op_gather.MAX_INDICES:
-        return f"only index tensors on the first {op_gather.MAX_INDICES} dims (no slices between them) are supported"
-    if any(i.meta["val"].dtype == torch.bool for i in indices):
-        return "indexing with a bool mask is not supported"
-    return None
-
-
-MODEL_RULES: dict[Any, Rule] = {
-    **{getattr(A, op).Tensor: same(f"aten.{op}.Tensor") for op in (*op_decls.COMPARE, *op_decls.LOGICAL)},
-    **{getattr(A, op).Scalar: same(f"aten.{op}.Tensor") for op in (*op_decls.COMPARE, *op_decls.LOGICAL)},
-    **{getattr(A, op).default: same(f"aten.{op}.default") for op in op_decls.MIN_MAX},
-    A.logical_not.default: same("aten.logical_not.default"),
-    A.bitwise_not.default: same("aten.logical_not.default", check=_bool_only),
-    **{getattr(A, op).default: same(f"aten.{op}.default") for op in op_decls.LOGICAL_ANY},
-    A.pow.Tensor_Scalar: same("aten.pow.Tensor_Scalar"),
-    A.clamp.default: same("aten.clamp.default"),
-    A.hardtanh.default: same("aten.clamp.default", prepare=_hardtanh_bounds),
-    A._to_copy.default: Rule(_to_copy, _cast_only),
-    A.expand.default: same("aten.expand_copy.default", prepare=_expand_size),
-    A.where.self: same("aten.where.self"),
-    A.gather.default: same("aten.gather.default", prepare=_dim),
-    A.cumsum.default: same("aten.cumsum.default", prepare=_cumsum_dim),
-    A.index.Tensor: same("aten.index.Tensor", check=_tensor_indices),
-}
-"""Comparisons, masks, selection and casts; each elementwise family is derived from its table."""
-
-
-# ---- the ops of ExecuTorch's Vulkan op suite ----------------------------------------------
-
-ET_RULES: dict[Any, Rule] = {
-    A.leaky_relu.default: same("aten.leaky_relu.default"),
-    A.round.default: same("aten.round.default"),
-    A.max_pool2d_with_indices.default: same("aten.max_pool2d_with_indices.default", prepare=_pool_lists),
-    A.constant_pad_nd.default: same("aten.constant_pad_nd.default"),
-    A.view_copy.default: Rule(_view),
-    A.permute_copy.default: same("aten.permute_copy.default", prepare=_permute_dims),
-    A.flip.default: same("aten.flip.default", prepare=_permute_dims),
-    A.slice_copy.Tensor: same(SLICE, prepare=_slice_bounds),
-    A.select_copy.int: Rule(_select),
-    A.repeat.default: same("aten.repeat.default"),
-    A.unfold.default: same("aten.unfold_copy.default", prepare=_unfold_dim),
-    A.unfold_copy.default: same("aten.unfold_copy.default", prepare=_unfold_dim),
-    **{getattr(A, op).default: same(f"aten.{op}.default") for op in op_decls.EXTRA_UNARY},
-    **{getattr(A, op).default: same(f"aten.{op}.default", prepare=_stat_dims) for op in ("amax", "amin")},
-    **{getattr(A, op).default: same(f"aten.{op}.default", prepare=_stat_dim) for op in ("argmax", "argmin")},
-    A.var.correction: same("aten.var.correction", prepare=_stat_dims),
-    A.index_select.default: same("aten.index_select.default", prepare=_dim),
-    A.upsample_nearest2d.vec: same("aten.upsample_nearest2d.vec"),
-    A.upsample_bilinear2d.vec: same("aten.upsample_bilinear2d.vec"),
-    A.grid_sampler_2d.default: same("aten.grid_sampler_2d.default"),
-    A._weight_int8pack_mm.default: same("aten._weight_int8pack_mm.default", tref=("mat2", "scales")),
-}
-"""Ops ExecuTorch's Vulkan suite tests that vkx's own exports had no rule for (the `_copy` forms are
-what a program already through ExecuTorch's edge passes holds)."""
-
-
 def _nothing(b: Operands, node: Node) -> None:
     """Forwarded or ignored: the builder resolves uses of this node to its input."""
 
@@ -360,50 +309,90 @@ def _nothing(b: Operands, node: Node) -> None:
 SPLITS = frozenset({A.split_with_sizes.default, A.split.Tensor})
 
 OP_RULES: dict[Any, Rule] = {
-    A.linear.default: same("aten.linear.default", tref={"weight", "bias"}, widen={WIDENED_READERS[A.linear.default]}),
-    A.addmm.default: same("aten.addmm.default", tref={"self", "mat2"}, widen={WIDENED_READERS[A.addmm.default]}),
-    A.mm.default: same("aten.mm.default", tref={"mat2"}),
-    A.bmm.default: same("aten.bmm.default", tref={"mat2"}),
-    A.matmul.default: same("aten.matmul.default"),
+    # elementwise: arithmetic, unary math, comparisons and logic, selection, casts
     **{getattr(A, op).Tensor: same(f"aten.{op}.Tensor") for op in op_decls.BINARY},
     **{getattr(A, op).Scalar: same(f"aten.{op}.Tensor") for op in op_decls.BINARY},
     A.reciprocal.default: Rule(_reciprocal),
     A.neg.default: Rule(_neg),  # mul by -1 takes every dtype; aten.neg.default only floats
     **{getattr(A, op).default: same(f"aten.{op}.default") for op in (*op_decls.UNARY, "gelu") if op != "neg"},
+    **{getattr(A, op).default: same(f"aten.{op}.default") for op in op_decls.EXTRA_UNARY},
+    A.leaky_relu.default: same("aten.leaky_relu.default"),
+    A.round.default: same("aten.round.default"),
+    A.pow.Tensor_Scalar: same("aten.pow.Tensor_Scalar"),
+    A.clamp.default: same("aten.clamp.default"),
+    A.hardtanh.default: same("aten.clamp.default", prepare=_hardtanh_bounds),
+    **{getattr(A, op).Tensor: same(f"aten.{op}.Tensor") for op in (*op_decls.COMPARE, *op_decls.LOGICAL)},
+    **{getattr(A, op).Scalar: same(f"aten.{op}.Tensor") for op in (*op_decls.COMPARE, *op_decls.LOGICAL)},
+    **{getattr(A, op).default: same(f"aten.{op}.default") for op in op_decls.MIN_MAX},
+    A.logical_not.default: same("aten.logical_not.default"),
+    A.bitwise_not.default: same("aten.logical_not.default", check=_bool_only),
+    **{getattr(A, op).default: same(f"aten.{op}.default") for op in op_decls.LOGICAL_ANY},
+    A.where.self: same("aten.where.self"),
+    A._to_copy.default: Rule(_to_copy, _cast_only),
+    # reductions and normalization
     A._softmax.default: same("aten._softmax.default", prepare=_softmax_dim),
     A._log_softmax.default: same("aten._log_softmax.default", prepare=_softmax_dim),
+    A.mean.dim: same("aten.mean.dim", prepare=_reduce_dims),
+    A.mean.default: Rule(_mean_all),
+    A.sum.dim_IntList: same("aten.sum.dim_IntList", prepare=_reduce_dims),
+    **{getattr(A, op).default: same(f"aten.{op}.default", prepare=_stat_dims) for op in ("amax", "amin")},
+    **{getattr(A, op).default: same(f"aten.{op}.default", prepare=_stat_dim) for op in ("argmax", "argmin")},
+    A.var.correction: same("aten.var.correction", prepare=_stat_dims),
+    A.cumsum.default: same("aten.cumsum.default", prepare=_cumsum_dim),
     A.native_layer_norm.default: same("aten.native_layer_norm.default", tref={"weight", "bias"}),
     A.native_group_norm.default: same("aten.native_group_norm.default", tref={"weight", "bias"}),
     A.rms_norm.default: same("aten.rms_norm.default", tref={"weight"}),
     A._native_batch_norm_legit_no_training.default: same(
         "aten._native_batch_norm_legit_no_training.default",
         tref={"weight", "bias", "running_mean", "running_var"}),
-    A.convolution.default: same("aten.convolution.default", tref={"weight", "bias"}, check=_conv_1d_2d),
-    A.max_pool2d.default: same("aten.max_pool2d.default", prepare=_pool_lists),
-    A.avg_pool2d.default: same("aten.avg_pool2d.default", prepare=_pool_lists),
-    A.adaptive_avg_pool2d.default: Rule(_global_avg_pool, _one_by_one),
-    A._adaptive_avg_pool2d.default: Rule(_global_avg_pool, _one_by_one),
-    A.mean.dim: same("aten.mean.dim", prepare=_reduce_dims),
-    A.mean.default: Rule(_mean_all),
-    A.sum.dim_IntList: same("aten.sum.dim_IntList", prepare=_reduce_dims),
-    **{op: Rule(_view) for op in (A.view.default, A._unsafe_view.default, A.reshape.default,
+    # shape and layout (the `_copy` forms are what a program already through ExecuTorch's edge passes holds)
+    **{op: Rule(_view) for op in (A.view.default, A._unsafe_view.default, A.reshape.default, A.view_copy.default,
                                  A.unsqueeze.default, A.squeeze.default, A.squeeze.dim,
                                  A.squeeze.dims, A.flatten.using_ints)},
-    A.permute.default: same("aten.permute_copy.default", prepare=_permute_dims),
-    A.slice.Tensor: same(SLICE, prepare=_slice_bounds),
-    A.select.int: Rule(_select),
+    **{op: same("aten.permute_copy.default", prepare=_permute_dims) for op in (A.permute.default,
+                                                                             A.permute_copy.default)},
+    A.flip.default: same("aten.flip.default", prepare=_permute_dims),
+    **{op: same(SLICE, prepare=_slice_bounds) for op in (A.slice.Tensor, A.slice_copy.Tensor)},
+    **{op: Rule(_select) for op in (A.select.int, A.select_copy.int)},
     **{op: Rule(_split) for op in SPLITS},
     operator.getitem: Rule(_getitem),
     A.cat.default: same("aten.cat.default", prepare=_cat_dim),
+    A.expand.default: same("aten.expand_copy.default", prepare=_expand_size),
+    A.repeat.default: same("aten.repeat.default"),
+    A.constant_pad_nd.default: same("aten.constant_pad_nd.default"),
+    **{op: same("aten.unfold_copy.default", prepare=_unfold_dim) for op in (A.unfold.default, A.unfold_copy.default)},
+    # gathers
     A.embedding.default: same("aten.embedding.default", tref={"weight"},
                               widen={WIDENED_READERS[A.embedding.default]}),
+    A.index_select.default: same("aten.index_select.default", prepare=_dim),
+    A.gather.default: same("aten.gather.default", prepare=_dim),
+    A.index.Tensor: same("aten.index.Tensor", check=_tensor_indices),
+    # linear algebra
+    A.linear.default: same("aten.linear.default", tref={"weight", "bias"}, widen={WIDENED_READERS[A.linear.default]}),
+    A.addmm.default: same("aten.addmm.default", tref={"self", "mat2"}, widen={WIDENED_READERS[A.addmm.default]}),
+    A.mm.default: same("aten.mm.default", tref={"mat2"}),
+    A.bmm.default: same("aten.bmm.default", tref={"mat2"}),
+    A.matmul.default: same("aten.matmul.default"),
+    A._weight_int8pack_mm.default: same("aten._weight_int8pack_mm.default", tref=("mat2", "scales")),
+    # convolution, pooling and resampling
+    A.convolution.default: same("aten.convolution.default", tref={"weight", "bias"}, check=_conv_1d_2d),
+    A.max_pool2d.default: same("aten.max_pool2d.default", prepare=_pool_lists),
+    A.max_pool2d_with_indices.default: same("aten.max_pool2d_with_indices.default", prepare=_pool_lists),
+    A.avg_pool2d.default: same("aten.avg_pool2d.default", prepare=_pool_lists),
+    A.adaptive_avg_pool2d.default: Rule(_global_avg_pool, _one_by_one),
+    A._adaptive_avg_pool2d.default: Rule(_global_avg_pool, _one_by_one),
+    A.upsample_nearest2d.vec: same("aten.upsample_nearest2d.vec"),
+    A.upsample_bilinear2d.vec: same("aten.upsample_bilinear2d.vec"),
+    A.grid_sampler_2d.default: same("aten.grid_sampler_2d.default"),
+    # attention
     A.scaled_dot_product_attention.default: same(
         "aten.scaled_dot_product_attention.default", check=_no_dropout),
+    # forwarded or ignored
     **{op: Rule(_nothing) for op in FORWARDED},
     A._assert_tensor_metadata.default: Rule(_nothing),
-    **MODEL_RULES,
-    **ET_RULES,
 }
+"""Every ATen op with a rule, grouped by what it does (as the contract's `op_*` modules are); each
+elementwise family is derived from its table in `op_decls`."""
 
 OUTPUT_CLONE = "aten.clone.default"
 """Emitted when a graph output would otherwise be an input, a constant or another output."""
