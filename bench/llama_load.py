@@ -90,7 +90,7 @@ def child(path: str, schedule: str, cap_bytes: int, new_tokens: int) -> dict:
 
     import vkx
     from vkx.format.errors import VkxError
-    from vkx.loader.device import default_device
+    from vkx.loader.gpu.device import default_device
     from vkx.loader.lm.decoders import ProgramDecoder
     from vkx.loader.lm.generate import Timings, generate
 

@@ -104,7 +104,7 @@ class MemorySampler(threading.Thread):
         return sum(usage for _, usage in heaps) if heaps else 0
 
     def run(self) -> None:
-        from vkx.loader.trace import read_status
+        from vkx.loader.upload.trace import read_status
         while not self.done.is_set():
             self.samples.append((time.perf_counter() - self.t0, read_status()["VmRSS"], self.device_usage()))
             time.sleep(0.002)
@@ -125,7 +125,7 @@ def child(path: str, external: str | None, schedule: str, upload: str, nbytes: i
     import numpy as np
 
     from vkx.loader import load
-    from vkx.loader.device import default_device
+    from vkx.loader.gpu.device import default_device
     from vkx.loader.errors import ImportRefusedError
 
     device = default_device()

@@ -28,7 +28,7 @@ CHILD = r"""
 import json, sys, time
 import numpy as np
 from vkx.loader import load
-from vkx.loader.device import default_device
+from vkx.loader.gpu.device import default_device
 path, schedule, upload = sys.argv[1:4]
 default_device()
 t0 = time.perf_counter()

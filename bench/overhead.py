@@ -2,11 +2,11 @@
 
 The model is one Linear(16, 16) at batch 1, so its GPU work is next to nothing and a
 call's time is its fixed cost. Each phase of a call is timed on its own, in the order
-a call runs them (loader/method.py, loader/ports.py, loader/record.py), and the whole
+a call runs them (loader/execute/method.py, loader/execute/ports.py, loader/execute/record.py), and the whole
 call with numpy and with torch inputs. The baseline, measured in the same run on the
 same device and queue, is a bare vkQueueSubmit + vkWaitForFences + vkResetFences of an
 empty command buffer: what any Vulkan program pays per submission. The polled baseline
-busy-waits on the fence instead (vkGetFenceStatus), as a call does on a GPU (loader/record.py:
+busy-waits on the fence instead (vkGetFenceStatus), as a call does on a GPU (loader/execute/record.py:
 it polls up to 2 ms, then blocks; on a CPU device it blocks at once, since a spinning caller
 takes a core from the driver's own threads). "vkx's part" is the whole call less the
 baseline it waits like; "host work" is the same call with the replay taken out (what vkx's
@@ -32,7 +32,7 @@ import vulkan as vk
 from torch import nn
 
 import vkx
-from vkx.loader.device import UINT64_MAX, CommandPool
+from vkx.loader.gpu.device import UINT64_MAX, CommandPool
 
 ffi = vk.ffi
 lib = vk._vulkan.lib
@@ -141,7 +141,7 @@ def measure(calls: int, rounds: int) -> dict:
     us = {name: statistics.median(s) * 1e6 for name, s in samples.items()}
     for i, name in enumerate(("vkQueueSubmit", "vkWaitForFences", "vkResetFences")):
         us[name] = statistics.median(x[i] for x in split) * 1e6
-    # the empty command buffer waited for as a call waits (loader/record.py): polled on a GPU, blocking on a CPU device
+    # the empty command buffer waited for as a call waits (loader/execute/record.py): polled on a GPU, blocking on a CPU device
     vulkan = us["baseline: empty submit + wait + reset" if cpu else "the same, fence polled (vkGetFenceStatus)"]
     us["vkx's part, numpy (whole call - the empty submit and wait)"] = us["whole call, numpy"] - vulkan
     us["vkx's part, torch"] = us["whole call, torch"] - vulkan

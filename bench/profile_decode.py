@@ -1,5 +1,5 @@
 """What each device profile costs decode on this device: a Llama-shaped LM's decode tokens/s under every
-profile of vkx.loader.limits.PROFILES against the same file unprofiled, same process, same device.
+profile of vkx.loader.gpu.limits.PROFILES against the same file unprofiled, same process, same device.
 
 For each dtype (bf16, and bf16 with int4 weights) the file is exported once; then, for no profile and
 each profile in turn, it is loaded on a device of its own, one generation warms it (pipelines, caches),
@@ -20,11 +20,11 @@ from pathlib import Path
 
 import vkx
 from vkx.export import hf
-from vkx.loader.device import Device
+from vkx.loader.gpu.device import Device
 from vkx.loader.errors import LoadError
 from vkx.loader.lm.decoders import ProgramDecoder
 from vkx.loader.lm.generate import Timings, generate
-from vkx.loader.limits import PROFILES
+from vkx.loader.gpu.limits import PROFILES
 
 _spec = importlib.util.spec_from_file_location("llama_load", Path(__file__).with_name("llama_load.py"))
 llama_load = importlib.util.module_from_spec(_spec)

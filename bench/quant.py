@@ -180,7 +180,7 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=2048, help="in = out features of each layer")
     parser.add_argument("--layers", type=int, default=4)
     args = parser.parse_args()
-    from vkx.loader.device import default_device
+    from vkx.loader.gpu.device import default_device
 
     base = model(args.width, args.layers)
     copy = copy_bandwidth(args.runs)

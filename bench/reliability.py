@@ -565,7 +565,7 @@ CHANGED_LAYOUTS = {"named": ("named", None), "legacy": ("legacy", None), "ptd": 
 UPLOADS = ["auto/lazy", "direct/lazy", "staging/lazy", "auto/eager", "import/lazy"]
 ANSWER = r"""
 import hashlib
-from vkx.loader import method
+from vkx.loader.execute import method
 _run_numpy = method.Method.run_numpy
 def _answered(self, *args, **kwargs):
     out = _run_numpy(self, *args, **kwargs)
@@ -940,8 +940,8 @@ def cache_setup(scratch: Path, n: int):
     import vkx
     from tests.format.conftest import GOLDEN
     from tests.format.test_fmt_mutation import _mutations
-    from vkx.loader import pipeline_cache
-    from vkx.loader.device import Device
+    from vkx.loader.gpu import pipeline_cache
+    from vkx.loader.gpu.device import Device
 
     os.environ["XDG_CACHE_HOME"] = str(scratch / "cache")  # this child's: a cache of its own
     device = Device()
@@ -960,7 +960,7 @@ def cache_setup(scratch: Path, n: int):
 
 def hostile_cache(path: Path, kind: str, detail, kept: tuple, user: Path) -> None:
     """Put a cache file of `kind` at `path` (`kept`: the valid file's keys and driver data)."""
-    from vkx.loader import pipeline_cache as pc
+    from vkx.loader.gpu import pipeline_cache as pc
 
     def signed(rest: bytes) -> bytes:  # what an attacker who knows the format writes
         return pc.MAGIC + hashlib.sha256(rest).digest() + rest
@@ -990,7 +990,7 @@ def hostile_cache(path: Path, kind: str, detail, kept: tuple, user: Path) -> Non
 def cache_case(state, i: int, folder: Path) -> Outcome:
     import vkx
     from vkx.format.errors import VkxError
-    from vkx.loader.device import Device
+    from vkx.loader.gpu.device import Device
 
     program, path, kept, want, cases = state
     kind, detail = cases[i]
@@ -1041,7 +1041,7 @@ ROWS = [
         "random system call (format/atomic.py)", 3, kill_setup, kill_case),
     Row("a full disk (a random RLIMIT_FSIZE): a .pte and its external data written over an older pair, "
         "`vkx run --output` over an older file", 2, disk_setup, disk_case),
-    Row("a hostile pipeline cache (loader/pipeline_cache.py): a FIFO, a symlink to /dev/zero or to a user's "
+    Row("a hostile pipeline cache (loader/gpu/pipeline_cache.py): a FIFO, a symlink to /dev/zero or to a user's "
         "file, 64 GiB, a folder, corrupt bytes, data re-signed with a valid digest; ignored, the load runs",
         4, cache_setup, cache_case),
 ]
@@ -1187,7 +1187,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"reliability: {r['tried']} tried, {r[REFUSED]} refused, {r[RIGHT]} right, {r[WRONG]} wrong, "
                   f"{r[CRASH]} crashes, {r['lost']} lost ({r['seconds']} s): {r['name'][:70]}...", file=sys.stderr,
                   flush=True)
-    from vkx.loader.device import default_device
+    from vkx.loader.gpu.device import default_device
     device = default_device().name
     seconds = time.monotonic() - began
     markdown = table(results, args.count, device, seconds)

@@ -69,8 +69,8 @@ def child(path: str, upload: str, runs: int) -> None:
     import numpy as np
 
     from vkx.loader import load
-    from vkx.loader.device import default_device
-    from vkx.loader.trace import read_status
+    from vkx.loader.gpu.device import default_device
+    from vkx.loader.upload.trace import read_status
 
     default_device()
     drop_page_cache(path)

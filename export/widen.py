@@ -8,7 +8,7 @@ bytes) and the RMSNorms' weights stay bf16, and every activation, cache, bias an
 is fp32. Each matrix is read through an exact `.float()` that the export does not compute (vkx.export.ops'
 WIDENED_READERS): the product and the gather read the bf16 bytes as stored. An RMSNorm multiplies its
 fp32 row by its bf16 weight (the product is fp32, as torch promotes), so the loader folds it into the
-products after it as it does in a 16-bit model (vkx.loader.fuse).
+products after it as it does in a 16-bit model (vkx.loader.build.fuse).
 """
 from __future__ import annotations
 

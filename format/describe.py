@@ -36,7 +36,7 @@ EAGER_PEAK = "2W + A + IO + w + state"
 def lazy_peak(W: int, A: int, IO: int, state: int, S: int = 0) -> int:
     """The most device memory a lazy load holds (LAZY_PEAK): what `vkx inspect` prints (S = 0: it knows
     no device, so no ring), what `program.memory` reports and what tests/memory holds loads to. The
-    stages' order makes it the bound (vkx.loader.stages): each weight is allocated right before its
+    stages' order makes it the bound (vkx.loader.upload.stages): each weight is allocated right before its
     upload, so the weights stage holds at most W plus the staging ring (S, at most W / 100; 0 on the
     direct and import paths), and the ring is freed before the state, the activations and the io
     buffers are allocated, after which the load holds W + A + IO + state (docs/memory.md)."""

@@ -55,7 +55,7 @@ class ShaderError(LoadError):
 
 
 class VariantNotBuiltError(ShaderError):
-    """A builder asked for a shader variant that the prebuilt SPIR-V does not hold (vkx.loader.spirv)."""
+    """A builder asked for a shader variant that the prebuilt SPIR-V does not hold (vkx.loader.gpu.spirv)."""
 
 
 class BadProgramError(LoadError):

@@ -16,14 +16,14 @@ import numpy as np
 from vkx.format import dtypes
 from vkx.format.et_llm import LLMInfo
 from vkx.loader.errors import InputError, LoadError
-from vkx.loader.method import Closes, LoadedMethod, OwnsMemory, TensorSpec
-from vkx.loader.ports import bf16_bits, bf16_values
-from vkx.loader.report import MemoryReport
-from vkx.loader.stages import Resources
+from vkx.loader.execute.method import Closes, LoadedMethod, OwnsMemory, TensorSpec
+from vkx.loader.execute.ports import bf16_bits, bf16_values
+from vkx.loader.upload.report import MemoryReport
+from vkx.loader.upload.stages import Resources
 
 
 class Load(OwnsMemory):
-    """The load that the methods of a program share (vkx.loader.loading.load_methods): the device,
+    """The load that the methods of a program share (vkx.loader.upload.loading.load_methods): the device,
     the allocator and its ledger, the weights (each once), the state, the activation memory (the
     methods' calls take turns in it, so they hold one lock), the timeline; `close()` is its one release
     path. A `Program` holds and closes it; each of its `Method`s references it and owns none of it."""
@@ -134,7 +134,7 @@ class Program(Closes):
     """A loaded program: `program(...)` for a file of one method, `program.decode(...)` or
     `program["decode"](...)` for one of several; `close()` (or `with`) releases its load.
 
-    Methods loaded together (`vkx.loader.loading.load_methods`) share one `Load`: the weights
+    Methods loaded together (`vkx.loader.upload.loading.load_methods`) share one `Load`: the weights
     (each once), the state tensors and the activation memory, so their calls run one at a time.
     A plan-driven method (`PlanMethod`) has a load of its own: its delegates' programs.
     """

@@ -1,6 +1,6 @@
 #version 450
 // A rotary embedding's cos and sin tables from the positions, as transformers' rotary modules make
-// them (vkx.loader.fuse_rotary): for row r < p.rows and i < H = p.half, with
+// them (vkx.loader.build.fuse_rotary): for row r < p.rows and i < H = p.half, with
 // angle = float(pos[r]) * inv[i] in fp32,
 //   cos[r][i] = cos[r][i + H] = cos(angle) * p.cos_scale
 //   sin[r][i] = sin[r][i + H] = sin(angle) * p.sin_scale

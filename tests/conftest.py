@@ -30,7 +30,7 @@ _no_device: str | None = None
 def _device_failure() -> str | None:
     """None when the device vkx picks opens; else what was tried and why it failed, in one line."""
     try:
-        from vkx.loader.device import default_device
+        from vkx.loader.gpu.device import default_device
         default_device()
         return None
     except Exception as error:  # no binding, no driver, no device, no validation layer, ...
@@ -55,7 +55,7 @@ def pytest_configure(config):
                                 f"brings lavapipe and the validation layer), or set {ALLOW_NO_DEVICE}=1 to skip the "
                                 "tests that need one.")
     _no_device = why
-    from vkx.loader import device
+    from vkx.loader.gpu import device
 
     def no_device(*args, **kwargs):  # a module that opens the device as it imports is skipped whole
         pytest.skip(f"needs a Vulkan device ({ALLOW_NO_DEVICE}=1): {why}", allow_module_level=True)
@@ -67,7 +67,7 @@ def pytest_report_header(config):
     its coop cases only where the device has cooperative matrices)."""
     if _no_device is not None:
         return None
-    from vkx.loader.device import default_device
+    from vkx.loader.gpu.device import default_device
     device = default_device()
     kernels = "tiled and coop" if device.fp16_cooperative_matrix else "tiled (no fp16 cooperative matrices)"
     profile = _under_profile(config)
@@ -91,7 +91,7 @@ LAYER_LOSES_STATE = ("Khronos' profiles layer (sdk-1.3.239) loses its state once
 def _one_instance_only() -> None:
     """Under Khronos' profiles layer every device but the default one is refused, with a skip that says
     why (LAYER_LOSES_STATE): destroying a second instance breaks the layer for the rest of the process."""
-    from vkx.loader import device
+    from vkx.loader.gpu import device
 
     opened = device.Device.__init__
 
@@ -103,7 +103,7 @@ def _one_instance_only() -> None:
 
 
 def _take_validation_messages() -> list[str]:
-    device = sys.modules.get("vkx.loader.device")  # only tests that loaded the loader can have any
+    device = sys.modules.get("vkx.loader.gpu.device")  # only tests that loaded the loader can have any
     if device is None:
         return []
     with device._messages_lock:

@@ -24,8 +24,8 @@ def devices(json: bool = typer.Option(False, "--json", help=f"Print one JSON obj
     and the device profile in force with the limits kernels are chosen from."""
     import vulkan as vk
 
-    from vkx.loader.device import Device
-    from vkx.loader.memory import Allocator
+    from vkx.loader.gpu.device import Device
+    from vkx.loader.gpu.memory import Allocator
 
     found = []
     name = profile.value if profile else None

@@ -121,7 +121,7 @@ def generate(
     import numpy as np
 
     from vkx.loader import load
-    from vkx.loader.device import Device, default_device
+    from vkx.loader.gpu.device import Device, default_device
     from vkx.loader.lm.generate import Timings
 
     own = device is not None or profile is not None

@@ -55,7 +55,7 @@ def perplexity(
         note(f"using external data {beside} (found beside {model})")
 
     from vkx.loader import load
-    from vkx.loader.device import Device, default_device
+    from vkx.loader.gpu.device import Device, default_device
 
     own = device is not None or profile is not None
     dev = Device(device, profile=profile.value if profile else None) if own else default_device()

@@ -18,8 +18,8 @@ from vkx.console import (MiB, Status, console, elapsed, fail, note, option_messa
 from vkx.format import ExternalData, FormatError, dtypes
 from vkx.format.atomic import AtomicFile
 from vkx.format.headers import safetensors_header
-from vkx.loader.limits import PROFILES
-from vkx.loader.options import SCHEDULES, UPLOADS
+from vkx.loader.gpu.limits import PROFILES
+from vkx.loader.upload.options import SCHEDULES, UPLOADS
 
 SCHEMA = "vkx.run/2"
 FILE = typer.Argument(..., metavar="FILE", hidden=True)  # each command's docstring says what it is
@@ -30,7 +30,7 @@ DEVICE = typer.Option(None, "--device", metavar="INDEX|NAME",
                       help="Device index or name substring, as vkx devices lists them "
                            "[default: VKX_DEVICE, else the first GPU].")
 Profile = paths.choices("Profile", PROFILES)
-"""`--profile`: the device profiles vkx.loader.limits knows."""
+"""`--profile`: the device profiles vkx.loader.gpu.limits knows."""
 PROFILE = typer.Option(None, "--profile", metavar="NAME",
                        help=f"Use a device profile's limits and features where lower than the device's: "
                             f"{', '.join(PROFILES)} (vkx devices --profile NAME lists them) "
@@ -164,7 +164,7 @@ def run(
     if beside is not None:
         note(f"using external data {beside} (found beside {model})")
     from vkx.loader import load
-    from vkx.loader.device import Device, default_device
+    from vkx.loader.gpu.device import Device, default_device
     own = device is not None or profile is not None
     dev = Device(device, profile=profile.value if profile else None) if own else default_device()
     try:
@@ -233,7 +233,7 @@ def _pyplot():
 
 def _plot(plt, memory, model: Path, path: Path) -> None:
     """The load's memory timeline: host RSS and its peak, and device bytes by kind, at each phase."""
-    from vkx.loader.report import DEVICE_KINDS
+    from vkx.loader.upload.report import DEVICE_KINDS
 
     phases = list(memory.phases.values())
     t = [p.seconds for p in phases]

@@ -1,4 +1,4 @@
-"""What a fusion pattern (vkx.loader.fuse) reads of a VkGraph's op chain: who writes and who reads
+"""What a fusion pattern (vkx.loader.build.fuse) reads of a VkGraph's op chain: who writes and who reads
 each value, which values the memory plan put in one memory object, and the `Fused` step a match
 becomes."""
 from __future__ import annotations
@@ -162,7 +162,7 @@ def own_memory(c: OpChain, vid: int) -> bool:
 def stored_over_reads(c: OpChain, ops: list[int], in_place: bool) -> set[int]:
     """What the match's kernel stores (a value its ops write that is read after it or is a graph
     output) in the memory object of a value it reads from outside the match; with `in_place` (a kernel
-    that stores each element after reading that place: vkx.loader.fuse), not over a value of its element
+    that stores each element after reading that place: vkx.loader.build.fuse), not over a value of its element
     count and size."""
     read, kept = boundary(c, ops)
     read = {v for v in read if not own_memory(c, v)}

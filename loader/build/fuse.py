@@ -11,7 +11,7 @@ a value gets a tensor of its own (`_own_tensors`), or, a graph output (whose mem
 the match stays unfused. vkx.format.memplan proves the plan of the chain as written; this keeps it
 sound for the chain the loader runs.
 
-Patterns (the rotary embedding's, with its cache writes, and its tables': vkx.loader.fuse_rotary):
+Patterns (the rotary embedding's, with its cache writes, and its tables': vkx.loader.build.fuse_rotary):
 - RMSNorm as transformers writes it, `w * to(x32 * rsqrt(mean(x32^2, -1) + eps))` with
   `x32 = to(x, fp32)` (the casts and the weight optional): one row kernel (shaders/rms_norm.comp),
   fp32 math, one rounding on the store (the unfused chain rounds before the weight too).
@@ -40,9 +40,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from vkx.format import vkgraph as g
-from vkx.loader.chain import (CAST, MUL, Fused, OpChain, bindings, other_operand, safe, stored_over_reads,
+from vkx.loader.build.chain import (CAST, MUL, Fused, OpChain, bindings, other_operand, safe, stored_over_reads,
                               touched_between)
-from vkx.loader.fuse_rotary import ROTARY, rotary, tables
+from vkx.loader.build.fuse_rotary import ROTARY, rotary, tables
 from vkx.loader.ops import OpBuilder, TensorArg
 from vkx.loader.ops.attention import attention
 from vkx.loader.ops.fused import linear_add

@@ -1,4 +1,4 @@
-"""Fusion at load (vkx.loader.fuse), the rotary pattern: rotary embedding as transformers writes it,
+"""Fusion at load (vkx.loader.build.fuse), the rotary pattern: rotary embedding as transformers writes it,
 `x * cos + cat(-x[..., h:], x[..., :h]) * sin` (neg as a multiply by -1 or neg; cos and sin any
 broadcast tensors), one elementwise kernel (shaders/fused_rotary.comp) in place of two slices, a
 negation, a two-piece cat, two products and the sum (nine dispatches). Where its result is read only
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from vkx.format import dtypes, vkgraph as g
-from vkx.loader.chain import CAST, MUL, Fused, OpChain, touched_between
+from vkx.loader.build.chain import CAST, MUL, Fused, OpChain, touched_between
 from vkx.loader.ops import OpBuilder, TensorArg
 from vkx.loader.ops.fused import rotary_tables, rotate_half
 

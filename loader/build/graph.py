@@ -17,13 +17,13 @@ from vkx.format.dtypes import DType
 from vkx.format.errors import FormatError
 from vkx.format.memplan import check_memory_plan
 from vkx.loader import ops
-from vkx.loader.chain import Fused
+from vkx.loader.build.chain import Fused
 from vkx.loader.errors import BadProgramError, LimitError, UnsupportedOpError, as_load_error
-from vkx.loader.fuse import fuse as fuse_chain
-from vkx.loader.limits import Limits
+from vkx.loader.build.fuse import fuse as fuse_chain
+from vkx.loader.gpu.limits import Limits
 
 if TYPE_CHECKING:
-    from vkx.loader.memory import Buffer  # memory imports vulkan; building a graph does not
+    from vkx.loader.gpu.memory import Buffer  # memory imports vulkan; building a graph does not
 
 
 def device_dtype(vid: int, datatype: g.DataType) -> DType:
@@ -91,7 +91,7 @@ class GraphBuilder:
     def __init__(self, graph: g.VkGraph, limits: Limits, compute_units: int = 1, is_cpu: bool = False,
                  fp16_cooperative_matrix: bool = False):
         """`limits`: what the graph is built under (`OpBuilder.limits`); the rest: the device's
-        facts of the same names (vkx.loader.device.Device)."""
+        facts of the same names (vkx.loader.gpu.device.Device)."""
         self.graph = graph
         self.limits = limits
         self.compute_units = compute_units
@@ -138,7 +138,7 @@ class GraphBuilder:
     # -- build -----------------------------------------------------------------
     def build(self) -> "GraphBuilder":
         """Look every op up, bind it to its contract declaration (rule checked), then run the builders,
-        a chain of ops one kernel does as one step (`vkx.loader.fuse`).
+        a chain of ops one kernel does as one step (`vkx.loader.build.fuse`).
 
         Nothing is recorded until every op of the chain is known, every call
         satisfies its declaration and the memory plan is sound (vkx.format.memplan):
@@ -201,7 +201,7 @@ class GraphBuilder:
         scratch of `role`, an fp32 tensor grown to hold it.
 
         Every op that asks for a role shares its tensor: an op's scratch is dead once its last
-        dispatch is done (the next op's writes wait behind a barrier: vkx.loader.hazards). One op
+        dispatch is done (the next op's writes wait behind a barrier: vkx.loader.execute.hazards). One op
         may hold two roles at once (attention's scores while a product splits K into partials).
         Bind the returned TensorArg (or SubRanges of it) right away; a later, larger request
         grows the same tensor, which still holds every range bound before.

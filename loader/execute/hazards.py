@@ -12,8 +12,8 @@ import functools
 import struct
 from typing import Sequence
 
-from vkx.loader.graph import Dispatch
-from vkx.loader.shaders import compile_spirv
+from vkx.loader.build.graph import Dispatch
+from vkx.loader.gpu.shaders import compile_spirv
 
 _OP_DECORATE, _OP_MEMBER_DECORATE, _OP_VARIABLE, _OP_TYPE_POINTER, _OP_TYPE_STRUCT = 71, 72, 59, 32, 30
 _BINDING, _NON_WRITABLE, _NON_READABLE = 33, 24, 25

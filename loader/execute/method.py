@@ -10,7 +10,7 @@ the graph declares: torch tensors when any input was one, else numpy arrays (tor
 is not needed to run). One output gives one value; several give a tuple. Inputs
 may be given by name (the model's forward argument names, recorded in the file).
 Each call returns arrays of its own: one copy out of the readback buffers, which
-the next call reuses (loader/ports.py).
+the next call reuses (loader/execute/ports.py).
 
 numpy has no bfloat16: `run_numpy` takes and returns float32 arrays for
 bfloat16 inputs and outputs (rounded to bfloat16 on the way in, as torch rounds);
@@ -26,12 +26,12 @@ import numpy as np
 from vkx.format import dtypes, vkgraph as g
 from vkx.format.indexing import IndexRange, index_ranges
 from vkx.loader.errors import InputError, LoadError
-from vkx.loader.graph import Dispatch, GraphBuilder, RTensor
-from vkx.loader.memory import Buffer
-from vkx.loader.ports import Port, host_array
-from vkx.loader.record import Executor
-from vkx.loader.shaders import Pipeline, pipelines_for
-from vkx.loader.stages import Built, Options, graph_builder, recorded
+from vkx.loader.build.graph import Dispatch, GraphBuilder, RTensor
+from vkx.loader.gpu.memory import Buffer
+from vkx.loader.execute.ports import Port, host_array
+from vkx.loader.execute.record import Executor
+from vkx.loader.gpu.shaders import Pipeline, pipelines_for
+from vkx.loader.upload.stages import Built, Options, graph_builder, recorded
 
 if TYPE_CHECKING:
     from vkx.loader.program import Load

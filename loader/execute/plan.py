@@ -26,12 +26,12 @@ from vkx.format.program import ExecutionPlan, Instruction, TensorMeta
 from vkx.format.validate import check_delegate_args, check_outputs_written
 from vkx.loader.errors import (BadProgramError, FileError, InputError, LoadError, TorchMissingError,
                                UnsupportedOpError, as_load_error)
-from vkx.loader.kernels import Kernel, Refused, bind, op_name, static_value, torch_dtype
-from vkx.loader.loading import load_source
-from vkx.loader.method import LoadedMethod, OwnsMemory, TensorSpec
+from vkx.loader.execute.kernels import Kernel, Refused, bind, op_name, static_value, torch_dtype
+from vkx.loader.upload.loading import load_source
+from vkx.loader.execute.method import LoadedMethod, OwnsMemory, TensorSpec
 from vkx.loader.program import Program
-from vkx.loader.report import MemoryReport
-from vkx.loader.trace import Timeline
+from vkx.loader.upload.report import MemoryReport
+from vkx.loader.upload.trace import Timeline
 
 PLAN = 0
 """vkx runs the first execution plan ("forward")."""
@@ -44,7 +44,7 @@ def _cpu_ops(plan: ExecutionPlan) -> list[str]:
 def load_plan(path, constants_of: Callable[[int], Any], schedule: str, device, upload: str, *, timeline: Timeline,
               on_close=None, **options) -> "PlanMethod":
     """Check and bind the plan of the .pte at `path`, then load each of its Vulkan delegates onto `device`,
-    delegate i's constants from `constants_of(i)` (files opened for that delegate alone: vkx.loader.files).
+    delegate i's constants from `constants_of(i)` (files opened for that delegate alone: vkx.loader.upload.files).
     `timeline`: the load's, its first phases before the delegates' own."""
     delegates: list[Program] = []
     try:

@@ -17,8 +17,8 @@ import numpy as np
 
 from vkx.format import dtypes
 from vkx.format.dtypes import DType
-from vkx.loader.graph import RTensor
-from vkx.loader.memory import Buffer
+from vkx.loader.build.graph import RTensor
+from vkx.loader.gpu.memory import Buffer
 
 
 def is_torch(x) -> bool:

@@ -4,7 +4,7 @@ Layout of the recording: a barrier that makes prepack uploads and host writes
 visible; copies of the host-visible input buffers into the input tensors;
 the dispatches, with a compute->compute barrier only before one that touches
 bytes an earlier dispatch wrote (or writes bytes one read) since the last barrier
-(`vkx.loader.hazards`), so independent dispatches may overlap; copies of the output
+(`vkx.loader.execute.hazards`), so independent dispatches may overlap; copies of the output
 tensors into host-visible readback buffers; a barrier to host reads. Hot
 paths use raw `vk._vulkan.lib` calls with structs built once.
 
@@ -21,12 +21,12 @@ import time
 
 import vulkan as vk
 
-from vkx.loader.device import UINT64_MAX, CommandPool, Device
+from vkx.loader.gpu.device import UINT64_MAX, CommandPool, Device
 from vkx.loader.errors import DeviceError
-from vkx.loader.graph import Dispatch, RTensor
-from vkx.loader.hazards import barriers_before
-from vkx.loader.memory import Buffer
-from vkx.loader.shaders import Pipeline
+from vkx.loader.build.graph import Dispatch, RTensor
+from vkx.loader.execute.hazards import barriers_before
+from vkx.loader.gpu.memory import Buffer
+from vkx.loader.gpu.shaders import Pipeline
 
 ffi = vk.ffi
 lib = vk._vulkan.lib

@@ -1,9 +1,9 @@
-"""Regenerate `loader/profiles.json`, vkx's device profiles, from Khronos' published profile files.
+"""Regenerate `loader/gpu/profiles.json`, vkx's device profiles, from Khronos' published profile files.
 
-Run `python -m vkx.loader._profiles_regen DIR` (`make profiles` passes the Makefile's KHRONOS_PROFILES;
+Run `python -m vkx.loader.gpu._profiles_regen DIR` (`make profiles` passes the Makefile's KHRONOS_PROFILES;
 without DIR, `$VKX_KHRONOS_PROFILES`). DIR holds Khronos Vulkan-Profiles' `profiles/VP_*.json`. Each
 profile's figures are read from its file, never typed here: the limits vkx's kernels depend on, the
-API version, and the features of `vkx.loader.limits.FEATURES`, each profile on top of the profiles it
+API version, and the features of `vkx.loader.gpu.limits.FEATURES`, each profile on top of the profiles it
 requires (a later figure replaces an earlier one: each is a minimum the device guarantees).
 `tests/loader/test_limits.py` checks the committed file against DIR's where DIR is at hand.
 The files and their revisions: docs/profiles.md, "The profiles and where each figure comes from".
@@ -26,7 +26,7 @@ PROFILES = {"android-baseline-2022": "VP_ANDROID_baseline_2022", "android-15": "
 LIMITS = ("maxStorageBufferRange", "minStorageBufferOffsetAlignment", "maxPushConstantsSize",
           "maxComputeSharedMemorySize", "maxComputeWorkGroupInvocations", "maxComputeWorkGroupSize",
           "maxComputeWorkGroupCount", "maxPerStageDescriptorStorageBuffers", "maxBoundDescriptorSets")
-"""The VkPhysicalDeviceLimits that vkx.loader.limits.Limits holds."""
+"""The VkPhysicalDeviceLimits that vkx.loader.gpu.limits.Limits holds."""
 
 FEATURE_STRUCTS = {
     "storageBuffer16BitAccess": ("VkPhysicalDevice16BitStorageFeatures", "VkPhysicalDeviceVulkan11Features"),

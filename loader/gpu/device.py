@@ -2,7 +2,7 @@
 
 Selection: a discrete or integrated GPU when one exists, else the CPU device
 (lavapipe). `VKX_DEVICE` (an index or a substring of the name) overrides.
-`VKX_DEVICE_PROFILE` (a name of `vkx.loader.limits.PROFILES`) puts a device profile in
+`VKX_DEVICE_PROFILE` (a name of `vkx.loader.gpu.limits.PROFILES`) puts a device profile in
 force: `limits` is then the lower of the device's limits and the profile's (`device_limits`: the
 device's own), and only the features both have are enabled. `VKX_VALIDATION=1` enables
 VK_LAYER_KHRONOS_validation with a debug-utils messenger; every warning or error it reports is
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import vulkan as vk
 
 from vkx.loader.errors import DeviceError, ValidationError
-from vkx.loader.limits import FEATURES, Limits, profile as named_profile
+from vkx.loader.gpu.limits import FEATURES, Limits, profile as named_profile
 
 ffi = vk.ffi
 lib = vk._vulkan.lib
@@ -182,7 +182,7 @@ class Device:
         self.device_type = p.deviceType
         lim = p.limits
         self.timestamp_period = float(lim.timestampPeriod)
-        """Nanoseconds per timestamp tick (profiling, loader/record.py)."""
+        """Nanoseconds per timestamp tick (profiling, loader/execute/record.py)."""
         m3 = vk.VkPhysicalDeviceMaintenance3Properties()
         sub = vk.VkPhysicalDeviceSubgroupProperties(pNext=m3)
         vk.vkGetPhysicalDeviceProperties2(self.physical, vk.VkPhysicalDeviceProperties2(pNext=sub))
@@ -285,7 +285,7 @@ class Device:
         on = self.limits.features
         self.features = {k: k in on for k in FEATURES}
         # Enable exactly what is in force (structs built here, never by the binding): a shader that
-        # needs more is refused by vkx.loader.limits.check_pipeline, and by validation besides.
+        # needs more is refused by vkx.loader.gpu.limits.check_pipeline, and by validation besides.
         e16 = vk.VkPhysicalDevice16BitStorageFeatures(storageBuffer16BitAccess="storageBuffer16BitAccess" in on)
         e8 = vk.VkPhysicalDevice8BitStorageFeatures(pNext=e16, storageBuffer8BitAccess="storageBuffer8BitAccess" in on)
         ei = vk.VkPhysicalDeviceShaderFloat16Int8Features(

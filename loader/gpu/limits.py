@@ -3,8 +3,8 @@
 A `Limits` is what vkx may use on a device: what the device reports, or, under a device profile
 (`VKX_DEVICE_PROFILE`, `--profile`), the lower of the device's figure and the profile's, and only
 the features both have. Kernels choose their workgroup sizes, tilings and binding ranges from it
-(`vkx.loader.device.Device.limits`, handed to them as `vkx.loader.ops.OpBuilder.limits`);
-`check_pipeline` refuses a pipeline over it, and `vkx.loader.graph.GraphBuilder.dispatch` a
+(`vkx.loader.gpu.device.Device.limits`, handed to them as `vkx.loader.ops.OpBuilder.limits`);
+`check_pipeline` refuses a pipeline over it, and `vkx.loader.build.graph.GraphBuilder.dispatch` a
 binding, push constants or a grid over it, each with a `LimitError` naming the kernel, the limit
 and the value. The profiles' figures and their sources: docs/profiles.md.
 """
@@ -95,7 +95,7 @@ _PROFILES_FILE = Path(__file__).with_name("profiles.json")
 
 
 def _khronos(record: dict) -> Limits:
-    """A profile of profiles.json (vkx.loader._profiles_regen: the figures of Khronos' file)."""
+    """A profile of profiles.json (vkx.loader.gpu._profiles_regen: the figures of Khronos' file)."""
     lim = record["limits"]
     return Limits(
         api_version=tuple(int(x) for x in record["api_version"].split(".")),

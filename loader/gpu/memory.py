@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import vulkan as vk
 
 from vkx.format.common import align
-from vkx.loader.device import HOST_ALLOCATION, Device, MemoryType
+from vkx.loader.gpu.device import HOST_ALLOCATION, Device, MemoryType
 from vkx.loader.errors import DeviceError, ImportRefusedError, OutOfDeviceMemoryError
 
 ffi = vk.ffi

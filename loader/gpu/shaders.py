@@ -1,12 +1,12 @@
 """Compute shaders: SPIR-V by variant, and compute pipelines.
 
 The SPIR-V of a variant (a shader and its defines) comes from the archive built with the package
-(vkx.loader.spirv; `make shaders` in a checkout): the installed runtime runs no compiler. Shaders
+(vkx.loader.gpu.spirv; `make shaders` in a checkout): the installed runtime runs no compiler. Shaders
 in development folders (VKX_SHADER_PATH, `add_shader_dir`) are compiled with glslc instead, cached
 by content hash under $XDG_CACHE_HOME/vkx/spirv (or ~/.cache/vkx/spirv), and so is a checkout's
 shader before `make shaders`, which stderr says once (docs/architecture.md, "Shader variants").
 Pipelines are created once per process per device and cached on it; the driver's
-compiled code is kept between processes by vkx.loader.pipeline_cache, and creating
+compiled code is kept between processes by vkx.loader.gpu.pipeline_cache, and creating
 pipelines that are not in it is announced on stderr (it happens at load, once).
 
 Layout convention: set 0, binding i = the i-th binding of the dispatch, all
@@ -29,10 +29,10 @@ from typing import Mapping, Sequence, Union
 
 import vulkan as vk
 
-from vkx.loader import pipeline_cache, spirv
-from vkx.loader.device import Device, ffi, lib
+from vkx.loader.gpu import pipeline_cache, spirv
+from vkx.loader.gpu.device import Device, ffi, lib
 from vkx.loader.errors import ShaderError, VariantNotBuiltError
-from vkx.loader.limits import check_pipeline
+from vkx.loader.gpu.limits import check_pipeline
 
 PUSH_BYTES = 128
 _lock = threading.Lock()

@@ -7,7 +7,7 @@ declare its whole variant space next to themselves (`vkx.loader.ops.variants`), 
 that space, enumerated in full (docs/architecture.md, "Shader variants"). It holds one
 `<shader>/<digest of the variant's text>.spv` per variant and `sources.json`, the digest of each
 shader's source (with the headers it may include) it was built from. Nothing here imports Vulkan:
-`python -m vkx.loader.spirv OUT` runs in the package build (setup.py) and `make shaders`.
+`python -m vkx.loader.gpu.spirv OUT` runs in the package build (setup.py) and `make shaders`.
 """
 from __future__ import annotations
 
@@ -224,7 +224,7 @@ def is_current(out: Path, root: Path, variants: Mapping[str, list[Defines]]) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vkx.loader.spirv", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m vkx.loader.gpu.spirv", description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help=f"the archive to write (the package's shaders/{ARCHIVE})")
     parser.add_argument("--shaders", type=Path, help="the shader sources (default: the package's)")
     parser.add_argument("--if-stale", action="store_true",

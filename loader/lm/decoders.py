@@ -21,7 +21,7 @@ from vkx.loader.errors import InputError, LimitError
 from vkx.loader.lm.generate import (Decoder, LMShape, Sampling, greedy_by_calls, generate, sampled_by_calls,
                                     warm_up)
 from vkx.loader.lm.greedy import Argmax, GreedyChain, SampledChain, chains
-from vkx.loader.method import LoadedMethod
+from vkx.loader.execute.method import LoadedMethod
 
 Step = Callable[[np.ndarray, np.ndarray], np.ndarray]
 """A greedy step's argmax: (input_ids, cache_position) -> token ids."""

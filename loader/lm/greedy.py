@@ -1,5 +1,5 @@
 """What decoding records on the device beside a loaded method, through the method's `Tail`
-(vkx.loader.method): `Argmax`, the method's call followed by the argmax of its logits (one token id
+(vkx.loader.execute.method): `Argmax`, the method's call followed by the argmax of its logits (one token id
 read back, not the vocabulary's logits), and decode steps chained on the device, each step's token
 handed to the next by shaders/next_token.comp, BURST of them a submission (docs/architecture.md):
 `GreedyChain` takes each step's argmax, `SampledChain` samples it (loader/ops/sample.py's
@@ -17,18 +17,18 @@ import numpy as np
 import vulkan as vk
 
 from vkx.format import dtypes, vkgraph as g
-from vkx.loader.device import Device
+from vkx.loader.gpu.device import Device
 from vkx.loader.errors import InputError, LoadError
-from vkx.loader.graph import Dispatch, GraphBuilder, RTensor
-from vkx.loader.hazards import barriers_before
+from vkx.loader.build.graph import Dispatch, GraphBuilder, RTensor
+from vkx.loader.execute.hazards import barriers_before
 from vkx.loader.lm.generate import BURST, Sampling
-from vkx.loader.memory import Buffer
-from vkx.loader.method import LoadedMethod, Method, Tail
+from vkx.loader.gpu.memory import Buffer
+from vkx.loader.execute.method import LoadedMethod, Method, Tail
 from vkx.loader.ops import TensorArg
 from vkx.loader.ops.sample import STATE_WORDS, record_sample, sample_state
-from vkx.loader.ports import Port
-from vkx.loader.record import COMPUTE, TRANSFER, Executor, barrier, ffi, lib
-from vkx.loader.shaders import Pipeline
+from vkx.loader.execute.ports import Port
+from vkx.loader.execute.record import COMPUTE, TRANSFER, Executor, barrier, ffi, lib
+from vkx.loader.gpu.shaders import Pipeline
 
 HAND_OVER_BINDINGS = 4
 """shaders/next_token.comp's storage buffers: the chosen token, the ids and position inputs, and the

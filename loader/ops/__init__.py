@@ -11,7 +11,7 @@ dispatches. It never touches Vulkan. Op modules register themselves on import
 
 Each shader's variants (the define sets its builders can pass to `dispatch`) are declared
 next to those builders with `@variants(shader)`: the package build compiles exactly these
-(vkx.loader.spirv), so a define never holds a runtime number (docs/architecture.md,
+(vkx.loader.gpu.spirv), so a define never holds a runtime number (docs/architecture.md,
 "Shader variants").
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from vkx.format import dtypes, opset
 from vkx.format.contract import Call
 from vkx.format.dtypes import DType
 from vkx.loader.errors import UnsupportedOpError
-from vkx.loader.limits import Limits
+from vkx.loader.gpu.limits import Limits
 
 
 @dataclass(frozen=True)
@@ -256,16 +256,16 @@ Binding = Union[TensorArg, SubRange]
 
 class OpBuilder(Protocol):
     limits: Limits
-    """The limits and features a graph is built under (vkx.loader.limits): the device's in force, its
+    """The limits and features a graph is built under (vkx.loader.gpu.limits): the device's in force, its
     binding range lowered to the load's `max_binding_bytes` and its push constants to vkx's pipeline
     layout's. Kernels split at `max_storage_buffer_range`, align `SubRange.offset` to
     `min_storage_buffer_offset_alignment`, and choose by `features` (`read_defines`)."""
     compute_units: int
-    """The device's compute units (vkx.loader.device.Device.compute_units)."""
+    """The device's compute units (vkx.loader.gpu.device.Device.compute_units)."""
     is_cpu: bool
     """Whether the device is a CPU (lavapipe): kernels tuned for GPUs may choose otherwise there."""
     fp16_cooperative_matrix: bool
-    """Whether fp16 products may take shaders/matmul_coop.comp (vkx.loader.device.Device.fp16_cooperative_matrix)."""
+    """Whether fp16 products may take shaders/matmul_coop.comp (vkx.loader.gpu.device.Device.fp16_cooperative_matrix)."""
 
     def temp(self, shape: Sequence[int], dtype: DType = dtypes.FLOAT32) -> TensorArg:
         """Scratch tensor, allocated with the activations, alive for the whole graph."""

@@ -1,4 +1,4 @@
-"""Kernels of fused steps (vkx.loader.fuse) that no single op of the contract has."""
+"""Kernels of fused steps (vkx.loader.build.fuse) that no single op of the contract has."""
 from __future__ import annotations
 
 import itertools

@@ -409,7 +409,7 @@ the norm's weight (NORM_BINDING, a binding index: a define)."""
 
 def one_dtype(builder: OpBuilder, x: TensorArg, constants: Sequence[TensorArg]) -> bool:
     """Whether `constants` (weights, a norm's weight) have one dtype and x, an activation, has it as held
-    (vkx.loader.ops.held_dtype) or is fp32 (vkx.export.widen): fused row products' rule (vkx.loader.fuse)."""
+    (vkx.loader.ops.held_dtype) or is fp32 (vkx.export.widen): fused row products' rule (vkx.loader.build.fuse)."""
     dtype = constants[0].dtype
     return all(t.dtype == dtype for t in constants) \
         and x.dtype in (held_dtype(dtype, builder.limits.features), dtypes.FLOAT32)

@@ -1,7 +1,7 @@
 """shaders/matmul_coop.comp's recording: fp16 products on the tensor cores (VK_NV_cooperative_matrix).
 
 Where the device has fp16 16 x 16 x 16 subgroup products into fp32 (`OpBuilder.fp16_cooperative_matrix`,
-vkx.loader.device; never under a device profile, whose features lack `cooperativeMatrix`), a
+vkx.loader.gpu.device; never under a device profile, whose features lack `cooperativeMatrix`), a
 product of fp16 A and B that the tiled path would take goes here instead when its operands can be
 read in 16-byte chunks: A k-contiguous, B k-contiguous (linear's W[N, K], attention's k^T) or
 n-contiguous, K (and N for an n-contiguous B) a multiple of 8, every row start 8-aligned. bf16 has

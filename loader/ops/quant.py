@@ -38,7 +38,7 @@ AFFINE: Mapping[str, int] = {"AFFINE": 1}
 packed.glslh), at either bits."""
 VKX_PACKINGS: tuple[tuple[int, Mapping[str, int]], ...] = ((4, {}), (8, {}), (4, AFFINE), (8, AFFINE))
 """vkx.linear_q's packings, (bits, their defines): symmetric or affine scales, 4 or 8 bits (the fused
-forms of vkx.loader.fuse take these only)."""
+forms of vkx.loader.build.fuse take these only)."""
 PACKINGS: tuple[tuple[int, Mapping[str, int]], ...] = (
     *VKX_PACKINGS, (4, {"HIGH_FIRST": 1}), (4, {"SCALE_STRIDE": 1}))
 """The packed weights of the linears, (bits, their defines): vkx.linear_q's (VKX_PACKINGS; the symmetric 8
@@ -77,7 +77,7 @@ _NORM_BINDING = {None: 4, "GLU": 6, "SEGMENTS": 10}
 @variants("matvec_q")
 def matvec_q_variants() -> Iterable[Defines]:
     """Products: each of PACKINGS, x of any float dtype (read as stored or by words), a bias or none,
-    subgroup sums or shared memory: 144. vkx.linear_q's fused forms (vkx.loader.fuse), each of
+    subgroup sums or shared memory: 144. vkx.linear_q's fused forms (vkx.loader.build.fuse), each of
     VKX_PACKINGS: GLU and SEGMENTS with x of any float dtype, and each (or a product without a bias)
     with an RMSNorm folded in, x of the norm weight's dtype or fp32: 288. The scales, outputs and bias
     are ANY, the workgroup specialization constants."""
@@ -250,7 +250,7 @@ def _matvec(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: 
 
 def linear_q_row(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: TensorArg | None,
                  out: TensorArg, bits: int, group: int, norm: RowNorm | None = None) -> None:
-    """vkx.linear_q's kernels on tensors (a fused step's: vkx.loader.fuse reads a residual as `bias`,
+    """vkx.linear_q's kernels on tensors (a fused step's: vkx.loader.build.fuse reads a residual as `bias`,
     or folds an RMSNorm of x in, its weight of x's dtype)."""
     _linear(builder, x, w, s, bias, out, bits, group, norm)
 

@@ -39,11 +39,11 @@ from vkx.format.pte import VulkanDelegate
 from vkx.format.validate import check_delegate_args
 from vkx.loader.errors import (BadFileError, BadProgramError, FileError, InputError, LoadError, MissingDataError,
                                as_load_error)
-from vkx.loader.named_data import FreeableBuffer
-from vkx.loader.plan import PLAN, load_plan
+from vkx.loader.upload.named_data import FreeableBuffer
+from vkx.loader.execute.plan import PLAN, load_plan
 from vkx.loader.program import Program
-from vkx.loader.loading import device_of, load_methods
-from vkx.loader.trace import Timeline
+from vkx.loader.upload.loading import device_of, load_methods
+from vkx.loader.upload.trace import Timeline
 
 
 class FileConstants:
@@ -145,7 +145,7 @@ def load(path, external_data: Sequence = (), schedule: str = "lazy", device=None
     """Load the .pte at `path` and return its `Program`: called as its one method, or, for a
     file of several plans (each one Vulkan delegate call), by method: `program.decode(...)`,
     docs/format.md, "Methods". A plan that is not one delegate call (several, CPU ops, or no
-    delegate: every op on the CPU) is a `PlanMethod` (vkx.loader.plan).
+    delegate: every op on the CPU) is a `PlanMethod` (vkx.loader.execute.plan).
 
     `external_data`: .ptd / .safetensors files searched (in order) before the
     .pte's own named data; none given: the files the .pte records, else, when it

@@ -1,4 +1,4 @@
-"""`load_methods`: the one driver that runs the load stages (vkx.loader.stages) over one graph or
+"""`load_methods`: the one driver that runs the load stages (vkx.loader.upload.stages) over one graph or
 every method of a file, in the lazy (default) or eager order, into one `Load` that the methods share;
 `load_graph` (graphs built by hand) and `load_source` return the `Program` of one such graph.
 """
@@ -9,15 +9,15 @@ from typing import Sequence
 import vulkan as vk
 
 from vkx.format import vkgraph as g
-from vkx.loader.device import Device, default_device
+from vkx.loader.gpu.device import Device, default_device
 from vkx.loader.errors import DeviceError, LoadError, OutOfDeviceMemoryError
-from vkx.loader.memory import Allocator, MiB
-from vkx.loader.method import Method
-from vkx.loader.named_data import FreeableBuffer
+from vkx.loader.gpu.memory import Allocator, MiB
+from vkx.loader.execute.method import Method
+from vkx.loader.upload.named_data import FreeableBuffer
 from vkx.loader.program import Load, Program
-from vkx.loader.stages import (Options, Progress, Resources, allocate_activations, allocate_shared_activations,
+from vkx.loader.upload.stages import (Options, Progress, Resources, allocate_activations, allocate_shared_activations,
                                allocate_states, build, check_budget, merge, record, upload_eager, upload_weights)
-from vkx.loader.trace import Timeline
+from vkx.loader.upload.trace import Timeline
 
 
 class InMemoryConstants:

@@ -18,7 +18,7 @@ import numpy as np
 
 from vkx.format.errors import FormatError
 from vkx.format.infile import InputFile
-from vkx.loader.copy import copy_cast, parallel
+from vkx.loader.upload.copy import copy_cast, parallel
 from vkx.loader.errors import FileError, OutOfHostMemoryError, as_load_error
 
 

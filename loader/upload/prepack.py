@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import vulkan as vk
 
-from vkx.loader.device import Device
+from vkx.loader.gpu.device import Device
 from vkx.loader.errors import BadProgramError, DeviceError, ImportRefusedError
-from vkx.loader.graph import RTensor
-from vkx.loader.memory import Allocator, Buffer
-from vkx.loader.named_data import FreeableBuffer
-from vkx.loader.staging import CopyBatch, StagingRing
+from vkx.loader.build.graph import RTensor
+from vkx.loader.gpu.memory import Allocator, Buffer
+from vkx.loader.upload.named_data import FreeableBuffer
+from vkx.loader.upload.staging import CopyBatch, StagingRing
 
 lib = vk._vulkan.lib
 

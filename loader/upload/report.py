@@ -8,11 +8,11 @@ from __future__ import annotations
 import textwrap
 
 from vkx.format.describe import LAZY_PEAK, lazy_peak
-from vkx.loader.memory import MiB
-from vkx.loader.trace import Phase
+from vkx.loader.gpu.memory import MiB
+from vkx.loader.upload.trace import Phase
 
 DEVICE_KINDS = ("weights", "imported", "state", "activations", "staging", "io")
-"""The device columns, in load order (loader/memory.py's kinds)."""
+"""The device columns, in load order (loader/gpu/memory.py's kinds)."""
 FOOTNOTE = textwrap.fill(
     "device memory in MiB as allocated: buffers under 4 MiB share blocks (the weights' sized to the load's "
     "small weights, up to 64 MiB; others 4 MiB, doubling), so a small model shows whole blocks; imported: "

@@ -1,5 +1,5 @@
 """Loading VkGraphs onto the device: four named stages, run in the lazy (default) or eager order
-by `vkx.loader.loading.load_methods` (over one graph, or every method of a file).
+by `vkx.loader.upload.loading.load_methods` (over one graph, or every method of a file).
 
     build        every op bound to its contract declaration and built into dispatches; no memory
     weights      each constant's device tensor allocated right before its upload, its host pages
@@ -32,16 +32,16 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from vkx.format import vkgraph as g
-from vkx.loader.device import Device
+from vkx.loader.gpu.device import Device
 from vkx.loader.errors import BadProgramError, LoadError, OutOfDeviceMemoryError
-from vkx.loader.graph import GraphBuilder, RTensor
-from vkx.loader.memory import Allocator, Buffer, MiB
-from vkx.loader.options import SCHEDULES, UPLOADS
-from vkx.loader.prepack import Uploader, imports, upload_mode
-from vkx.loader.record import Executor, StateStore
-from vkx.loader.shaders import Pipeline, pipelines_for
-from vkx.loader.staging import MIN_CHUNK, StagingRing, ring_shape
-from vkx.loader.trace import Timeline
+from vkx.loader.build.graph import GraphBuilder, RTensor
+from vkx.loader.gpu.memory import Allocator, Buffer, MiB
+from vkx.loader.upload.options import SCHEDULES, UPLOADS
+from vkx.loader.upload.prepack import Uploader, imports, upload_mode
+from vkx.loader.execute.record import Executor, StateStore
+from vkx.loader.gpu.shaders import Pipeline, pipelines_for
+from vkx.loader.upload.staging import MIN_CHUNK, StagingRing, ring_shape
+from vkx.loader.upload.trace import Timeline
 
 
 Progress = Callable[[int, int], None]

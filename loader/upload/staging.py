@@ -17,10 +17,10 @@ from __future__ import annotations
 import numpy as np
 import vulkan as vk
 
-from vkx.loader.device import UINT64_MAX, CommandPool, Device
+from vkx.loader.gpu.device import UINT64_MAX, CommandPool, Device
 from vkx.loader.errors import DeviceError
-from vkx.loader.memory import Allocator, Buffer, MiB
-from vkx.loader.named_data import FreeableBuffer
+from vkx.loader.gpu.memory import Allocator, Buffer, MiB
+from vkx.loader.upload.named_data import FreeableBuffer
 
 ffi = vk.ffi
 lib = vk._vulkan.lib

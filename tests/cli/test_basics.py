@@ -98,7 +98,7 @@ def test_the_wheel_ships_py_typed_and_needs_torch_only_to_export(tmp_path):
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         metadata = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
-    assert {"vkx/py.typed", "vkx/loader/method.py", "vkx/format/names.py"} <= names
+    assert {"vkx/py.typed", "vkx/loader/execute/method.py", "vkx/loader/gpu/profiles.json", "vkx/format/names.py"} <= names
     assert any(n.startswith("vkx/shaders/") and n.endswith(".comp") for n in names)
     requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
     torch = [r for r in requires if r.startswith("torch")]
@@ -115,7 +115,7 @@ def test_docs_cli_covers_every_command_and_schema():
     assert "## Exit codes" in text
 
 
-@pytest.mark.parametrize("module, name", [("program", "Program"), ("method", "Method"), ("plan", "PlanMethod")])
+@pytest.mark.parametrize("module, name", [("program", "Program"), ("execute.method", "Method"), ("execute.plan", "PlanMethod")])
 def test_program_documents_all_it_exposes(module, name):
     """Every public method and property of Program, Method and PlanMethod has a docstring, and so has
     every public attribute its __init__ sets (an attribute docstring: the string right after the

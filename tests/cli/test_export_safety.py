@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from vkx.loader import pipeline_cache
-from vkx.loader.pipeline_cache import DRIVER_HEADER, Identity
+from vkx.loader.gpu import pipeline_cache
+from vkx.loader.gpu.pipeline_cache import DRIVER_HEADER, Identity
 
 from .conftest import EXAMPLES, VKX, one_error_line, vkx, vkx_here
 

@@ -11,13 +11,13 @@ import tomllib
 
 import pytest
 
-from vkx.loader import spirv
+from vkx.loader.gpu import spirv
 
 from .conftest import ROOT, one_error_line
 
 NO_ARCHIVE = """import sys
 from pathlib import Path
-from vkx.loader import shaders
+from vkx.loader.gpu import shaders
 shaders._prebuilt = shaders.Prebuilt(Path(sys.argv[1]))  # a checkout before `make shaders`
 from vkx.cli import main
 main(sys.argv[2:])

@@ -28,7 +28,7 @@ MODEL_FOLDER = "path/to/Llama-3.2-1B"
 SMALL = {"bench/load_memory.py": "--width 64", "bench/export.py": "--skip-executorch --rounds 1 --layers 2 --width 64",
          "bench/inspect_speed.py": "--sizes 1M,2M"}
 """Arguments added to each benchmark's line: its sizes made small enough for a test."""
-INSTALLS = ("pip install ", "python -m vkx.loader.spirv ")
+INSTALLS = ("pip install ", "python -m vkx.loader.gpu.spirv ")
 """What a ```text block may hold: set-up a test does not run."""
 NEEDS_TORCH = ("vkx export ", ".venv/bin/python bench/")
 """README commands that need the full install; the rest run as the runtime-only install (`vkx[tokenizer]`) would."""

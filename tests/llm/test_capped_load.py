@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from vkx.loader.device import default_device
+from vkx.loader.gpu.device import default_device
 
 pytestmark = pytest.mark.vulkan
 CAP = 1.6

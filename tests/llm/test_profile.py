@@ -12,7 +12,7 @@ import vkx
 from tests.llm.families import write_folder
 from vkx.export import hf
 from vkx.format import dtypes
-from vkx.loader.device import Device
+from vkx.loader.gpu.device import Device
 from vkx.loader.lm.decoders import ProgramDecoder
 from vkx.loader.lm.generate import generate
 

@@ -72,7 +72,7 @@ def test_greedy_tokens_and_logits_match_transformers(exported, family):
 def test_repeated_kv_heads_fuse_away(exported, tmp_path, monkeypatch):
     """An export whose transformers repeats the key/value heads before sdpa (repeat_kv: expand +
     reshape, what a transformers that ignores export/hf.py's switch writes, as on the H200's)
-    loads with sdpa reading the grouped heads in place (loader/fuse.py): no more copies than the
+    loads with sdpa reading the grouped heads in place (loader/build/fuse.py): no more copies than the
     grouped export, and the same greedy tokens as transformers."""
     import contextlib
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from vkx.format import contract, opset
 from vkx.format.contract import Arg, Kind, OpDecl
 from vkx.loader import ops
-from vkx.loader import shaders
+from vkx.loader.gpu import shaders
 
 shaders.add_shader_dir(Path(__file__).parent / "shaders")
 

@@ -10,7 +10,7 @@ from typing import Iterator
 import numpy as np
 
 from vkx.format import vkgraph as g
-from vkx.loader.limits import Limits
+from vkx.loader.gpu.limits import Limits
 from vkx.loader.ops import STORAGE_FEATURES
 
 
@@ -99,7 +99,7 @@ def baseline_device() -> Iterator:
     """A device under the Android baseline: vkx's `android-baseline-2022` on a device of its own, or,
     where Khronos' layer already makes the driver report VP_ANDROID_baseline_2022, the default device
     (the layer allows one Vulkan instance a process: tests/conftest.py)."""
-    from vkx.loader.device import Device, default_device
+    from vkx.loader.gpu.device import Device, default_device
 
     if layer_profile() == "VP_ANDROID_baseline_2022":
         yield default_device()

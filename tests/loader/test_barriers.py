@@ -1,4 +1,4 @@
-"""Dependency-aware barriers (loader/hazards.py): a barrier only before a dispatch that depends on
+"""Dependency-aware barriers (loader/execute/hazards.py): a barrier only before a dispatch that depends on
 an earlier one, checked by the validation layer's synchronization validation."""
 import os
 import subprocess
@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from vkx.loader.hazards import binding_access
-from vkx.loader.spirv import glslc
+from vkx.loader.execute.hazards import binding_access
+from vkx.loader.gpu.spirv import glslc
 
 pytestmark = pytest.mark.vulkan
 
@@ -17,7 +17,7 @@ _PROBE = textwrap.dedent("""
     import os, sys
     import numpy as np, torch
     import vkx
-    import vkx.loader.record as record
+    import vkx.loader.execute.record as record
     from vkx.export import export_model
     if sys.argv[2] == "none":
         record.barriers_before = lambda dispatches: [False] * len(dispatches)

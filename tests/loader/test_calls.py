@@ -1,4 +1,4 @@
-"""What a call gives back: correct after many calls, arrays of its own, any input layout (loader/ports.py)."""
+"""What a call gives back: correct after many calls, arrays of its own, any input layout (loader/execute/ports.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -75,10 +75,10 @@ def test_bad_inputs_are_refused_before_any_write(program):
 
 @pytest.mark.parametrize("spin_seconds", [0.002, 0.0], ids=["done-while-polling", "polling-gives-up"])
 def test_a_gpu_polls_its_fence_then_blocks(program, monkeypatch, spin_seconds):
-    """On a GPU a call polls its fence (loader/record.py, SPIN_SECONDS) and blocks once the spin is
+    """On a GPU a call polls its fence (loader/execute/record.py, SPIN_SECONDS) and blocks once the spin is
     spent; lavapipe never polls, so the GPU's path is forced here and counted."""
-    from vkx.loader import record
-    from vkx.loader.device import Device
+    from vkx.loader.execute import record
+    from vkx.loader.gpu.device import Device
 
     p, w = program
     polls = []

@@ -45,10 +45,10 @@ def once(cls, name, nth=0):
 
 try:
     if when == "upload":
-        from vkx.loader.prepack import Uploader
+        from vkx.loader.upload.prepack import Uploader
         once(Uploader, "upload")
     elif when == "read":
-        from vkx.loader.named_data import FreeableBuffer
+        from vkx.loader.upload.named_data import FreeableBuffer
         once(FreeableBuffer, "read_into", int(os.environ["NTH"]))
     elif when == "metadata":
         from vkx.format.pte import ProgramFile

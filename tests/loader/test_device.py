@@ -1,7 +1,7 @@
 import pytest
 import vulkan as vk
 
-from vkx.loader.device import Device, default_device
+from vkx.loader.gpu.device import Device, default_device
 from vkx.loader.errors import DeviceError, ValidationError
 
 

@@ -12,7 +12,7 @@ import vulkan as vk
 
 from vkx.format import vkgraph as g
 from vkx.loader import load, load_graph
-from vkx.loader.device import default_device
+from vkx.loader.gpu.device import default_device
 from vkx.loader.errors import DeviceError, ImportRefusedError, LoadError, OutOfDeviceMemoryError
 from tests.memory.chain_model import write_chain
 from tests.memory.conftest import run_py
@@ -144,8 +144,8 @@ RSS = r"""
 import json, sys
 import numpy as np
 from vkx.loader import load
-from vkx.loader.device import default_device
-from vkx.loader.trace import read_status
+from vkx.loader.gpu.device import default_device
+from vkx.loader.upload.trace import read_status
 path, upload = sys.argv[1:3]
 default_device()  # created before the baseline, as the load's own timeline does
 before = read_status()
@@ -241,7 +241,7 @@ def test_a_file_shrunk_before_it_is_mapped_is_a_typed_error(tmp_path, monkeypatc
     """It was an untyped `ValueError: mmap length is greater than file size` with a traceback."""
     from vkx.format.infile import InputFile
     from vkx.loader.errors import BadFileError
-    from vkx.loader.files import FileConstants
+    from vkx.loader.upload.files import FileConstants
     path, ext = write_two(tmp_path, N, external="w.ptd")
     in_place, check = FileConstants.in_place, InputFile.check_unchanged
 

@@ -1,4 +1,4 @@
-"""Device profiles and the limits in force (vkx.loader.limits): kernels chosen within them,
+"""Device profiles and the limits in force (vkx.loader.gpu.limits): kernels chosen within them,
 every pipeline checked against them, what is over them refused with a LimitError."""
 import os
 from pathlib import Path
@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from vkx.loader import _profiles_regen
-from vkx.loader.device import Device
+from vkx.loader.gpu import _profiles_regen
+from vkx.loader.gpu.device import Device
 from vkx.loader.errors import LimitError
-from vkx.loader.limits import FEATURES, PROFILES, Limits, check_pipeline, pipeline_needs
+from vkx.loader.gpu.limits import FEATURES, PROFILES, Limits, check_pipeline, pipeline_needs
 from vkx.loader.ops.gemm import product_defines
-from vkx.loader.shaders import compile_spirv, pipelines_for
+from vkx.loader.gpu.shaders import compile_spirv, pipelines_for
 
 from vkx.format import dtypes
 from vkx.export.quantize import dequantize, quantize_weight
@@ -85,7 +85,7 @@ void main() {
 def test_pipeline_needs_reads_workgroup_size_shared_memory_and_features(tmp_path):
     """Sizes set by specialization constants (and expressions of them) as the pipeline will have them."""
     (tmp_path / "spec_sized.comp").write_text(SPEC_SIZED)
-    from vkx.loader.spirv import glslc
+    from vkx.loader.gpu.spirv import glslc
     code = glslc(tmp_path / "spec_sized.comp", {})
     default = pipeline_needs(code)
     assert default.local_size == (1, 1, 1)
@@ -260,7 +260,7 @@ def test_16_and_8_bit_weights_of_every_reading_kernel_are_read_by_words(baseline
 
 
 def test_profiles_are_khronos_figures_as_published():
-    """loader/profiles.json is what vkx.loader._profiles_regen reads from Khronos' profile files (the
+    """loader/gpu/profiles.json is what vkx.loader.gpu._profiles_regen reads from Khronos' profile files (the
     folder VKX_KHRONOS_PROFILES names: `make test` sets it, docs/profiles.md): no figure typed by hand."""
     named = os.environ.get(_profiles_regen.FOLDER_VARIABLE, "")
     folder = Path(named)

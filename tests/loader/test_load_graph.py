@@ -68,7 +68,7 @@ def _prepacked_add(out_dtype):
 @pytest.mark.parametrize("schedule", ["lazy", "eager"])
 def test_prepack_of_a_weight_used_as_stored_is_free(schedule):
     """Same dtype: the prepack output is the constant's own device tensor; nothing runs per call."""
-    from vkx.loader.graph import GraphBuilder
+    from vkx.loader.build.graph import GraphBuilder
     graph, w = _prepacked_add(g.DataType.FLOAT16)
     built = GraphBuilder(graph, no_device_limits()).build()
     assert not built.prepack_dispatches and [d.shader for d in built.dispatches] == ["test_add"]
@@ -80,7 +80,7 @@ def test_prepack_of_a_weight_used_as_stored_is_free(schedule):
 
 def test_prepack_that_converts_runs_once_at_load():
     """fp16 weight -> fp32 device tensor (older files): one load-time dispatch, none per call."""
-    from vkx.loader.graph import GraphBuilder
+    from vkx.loader.build.graph import GraphBuilder
     graph, w = _prepacked_add(g.DataType.FLOAT32)
     built = GraphBuilder(graph, no_device_limits()).build()
     assert [d.shader for d in built.prepack_dispatches] == ["cast"]
@@ -106,7 +106,7 @@ def test_tensors_of_one_constant_must_have_one_size():
 
 def test_activations_past_the_device_heap_are_refused_before_any_work():
     """A graph whose shapes agree but whose activations cannot fit: a typed error, no allocation."""
-    from vkx.loader.device import default_device
+    from vkx.loader.gpu.device import default_device
     from vkx.loader.errors import OutOfDeviceMemoryError
     from .helpers import tensor
     heap = max(default_device().heap_sizes)

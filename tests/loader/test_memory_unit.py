@@ -4,11 +4,11 @@ import pytest
 
 from vkx.format import vkgraph as g
 from vkx.loader import load_graph
-from vkx.loader.device import default_device
+from vkx.loader.gpu.device import default_device
 from vkx.loader.errors import BadProgramError, InputError, OutOfDeviceMemoryError, UnsupportedOpError
-from vkx.loader.memory import Allocator, MiB
-from vkx.loader.named_data import FreeableBuffer
-from vkx.loader.staging import StagingRing
+from vkx.loader.gpu.memory import Allocator, MiB
+from vkx.loader.upload.named_data import FreeableBuffer
+from vkx.loader.upload.staging import StagingRing
 
 from .helpers import relu_add_graph, tensor, weights
 
@@ -61,7 +61,7 @@ def test_ring_reuses_fixed_chunks():
     assert a.ledger.live["staging"] == 0
     back = a.buffer(src.size * 4, "io", "host")  # read back through a host-visible copy
     import vulkan as vk
-    from vkx.loader.device import CommandPool
+    from vkx.loader.gpu.device import CommandPool
     commands = CommandPool(dev)
     cmd = commands.buffer()
     vk.vkBeginCommandBuffer(cmd, vk.VkCommandBufferBeginInfo())

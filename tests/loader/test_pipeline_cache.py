@@ -8,9 +8,9 @@ import struct
 import pytest
 import vulkan as vk
 
-from vkx.loader import pipeline_cache, shaders
-from vkx.loader.device import Device
-from vkx.loader.pipeline_cache import DRIVER_HEADER, Identity
+from vkx.loader.gpu import pipeline_cache, shaders
+from vkx.loader.gpu.device import Device
+from vkx.loader.gpu.pipeline_cache import DRIVER_HEADER, Identity
 
 ME = Identity(0x10de, 0x2335, bytes(range(16)))
 

@@ -1,4 +1,4 @@
-"""Program.profile: GPU time per dispatch from timestamp queries (loader/record.py)."""
+"""Program.profile: GPU time per dispatch from timestamp queries (loader/execute/record.py)."""
 import numpy as np
 import pytest
 

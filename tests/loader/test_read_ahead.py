@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from vkx.format.infile import InputFile
-from vkx.loader.named_data import FreeableBuffer
+from vkx.loader.upload.named_data import FreeableBuffer
 
 MiB = 1 << 20
 

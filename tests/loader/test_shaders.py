@@ -1,7 +1,7 @@
 import pytest
 
-from vkx.loader import shaders
-from vkx.loader.device import default_device
+from vkx.loader.gpu import shaders
+from vkx.loader.gpu.device import default_device
 from vkx.loader.errors import ShaderError
 
 

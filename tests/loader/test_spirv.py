@@ -13,10 +13,11 @@ import pytest
 
 from vkx.format import opset, dtypes
 from vkx.format import vkgraph as g
-from vkx.loader import ops, shaders, spirv
+from vkx.loader import ops
+from vkx.loader.gpu import shaders, spirv
 from vkx.loader.errors import BadProgramError, ShaderError, VariantNotBuiltError
-from vkx.loader.graph import GraphBuilder
-from vkx.loader.limits import Limits
+from vkx.loader.build.graph import GraphBuilder
+from vkx.loader.gpu.limits import Limits
 from vkx.loader.ops import elementwise
 
 from .helpers import no_device_limits, scalar_value

@@ -18,7 +18,9 @@ LOAD_PATH = """
 import json, sys
 import numpy as np
 import vkx, vkx.loader
-from vkx.loader import files, loading, method, plan, program, report, stages
+from vkx.loader.upload import files, loading, report, stages
+from vkx.loader.execute import method, plan
+from vkx.loader import program
 for path, options in (("tests/data/et_mlp.pte", {}), ("tests/data/et_llama_4w.pte", {"sequence_length": 1})):
     with vkx.load(path, **options) as p:  # an MLP; an LM that generation would take
         p.run_numpy(*[np.zeros(shape, dtype) for shape, dtype in p.input_specs])
@@ -75,7 +77,7 @@ def test_no_hasattr_or_getattr_on_a_method_or_program():
 
 
 def test_method_and_plan_method_declare_one_interface():
-    from vkx.loader.method import LoadedMethod, Method
-    from vkx.loader.plan import PlanMethod
+    from vkx.loader.execute.method import LoadedMethod, Method
+    from vkx.loader.execute.plan import PlanMethod
     assert issubclass(Method, LoadedMethod) and issubclass(PlanMethod, LoadedMethod)
     assert LoadedMethod.__abstractmethods__ == {"input_specs", "output_specs", "__call__", "run_numpy", "close"}

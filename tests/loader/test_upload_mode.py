@@ -1,14 +1,14 @@
-"""upload="auto" picks the way weights are copied from the device's memory types (loader/prepack.py)."""
+"""upload="auto" picks the way weights are copied from the device's memory types (loader/upload/prepack.py)."""
 from __future__ import annotations
 
 import pytest
 import vulkan as vk
 
-from vkx.loader.device import MemoryType
+from vkx.loader.gpu.device import MemoryType
 from vkx.loader.errors import DeviceError
-from vkx.loader.memory import Allocator
-from vkx.loader.prepack import upload_mode
-from vkx.loader.staging import MIN_CHUNK, RING_SHARE, ring_shape
+from vkx.loader.gpu.memory import Allocator
+from vkx.loader.upload.prepack import upload_mode
+from vkx.loader.upload.staging import MIN_CHUNK, RING_SHARE, ring_shape
 
 MiB = 1 << 20
 LOCAL = vk.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT

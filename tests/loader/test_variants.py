@@ -1,12 +1,12 @@
 """Every shader variant a builder can request is declared (vkx issue 37), proved without a device.
 
 The archive holds exactly the declared variants (`vkx.loader.ops.all_variants`, compiled by
-vkx.loader.spirv), so a request outside them is a VariantNotBuiltError on some user's device. This
+vkx.loader.gpu.spirv), so a request outside them is a VariantNotBuiltError on some user's device. This
 file sweeps the builders the way users reach them: every op family over random shapes (1, odd,
 prime, >= 65537 on a dim), every dtype its contract declaration allows (each float operand chosen
 independently), weights as constants and as activations, under every device class and profile and
 over compute units 1 to 256; then every VkGraph of the ExecuTorch files in tests/data and of the
-examples exported in each dtype and quantization (the fusions of vkx.loader.fuse). A request whose
+examples exported in each dtype and quantization (the fusions of vkx.loader.build.fuse). A request whose
 variant text is not among its shader's declared texts is a finding; so is a builder refusing a
 graph the contract accepts (UnsupportedOpError, LimitError). A graph the contract refuses is a bug
 of the generators here, and fails as such. All findings of a test are listed in one message,
@@ -30,9 +30,10 @@ import vkx.shaders
 from vkx.format import ProgramFile, contract, dtypes, opset
 from vkx.format import vkgraph as g
 from vkx.format.dtypes import DType
-from vkx.loader import ops, spirv
-from vkx.loader.graph import GraphBuilder
-from vkx.loader.limits import FEATURES, PROFILES, Limits
+from vkx.loader import ops
+from vkx.loader.gpu import spirv
+from vkx.loader.build.graph import GraphBuilder
+from vkx.loader.gpu.limits import FEATURES, PROFILES, Limits
 
 from .helpers import scalar_value
 
@@ -60,7 +61,7 @@ NARROW = frozenset({"storageBuffer16BitAccess", "storageBuffer8BitAccess"})
 
 @dataclass(frozen=True)
 class DeviceClass:
-    """What GraphBuilder is given for one kind of device (vkx.loader.stages.graph_builder)."""
+    """What GraphBuilder is given for one kind of device (vkx.loader.upload.stages.graph_builder)."""
     name: str
     limits: Limits
     is_cpu: bool = False
@@ -102,7 +103,7 @@ DEVICES: tuple[DeviceClass, ...] = (
         max_compute_work_group_invocations=128, max_compute_work_group_size=(128, 128, 64), subgroup_size=16,
         features=NARROW | {"shaderFloat16", "shaderInt16", "subgroupOperations"})),
 )
-"""The H200; the H200 under each profile (vkx.loader.limits.PROFILES); lavapipe; a GPU without
+"""The H200; the H200 under each profile (vkx.loader.gpu.limits.PROFILES); lavapipe; a GPU without
 16/8-bit storage (the words mode); small GPUs of 128 invocations and 16 KiB shared memory."""
 
 MAX_TENSOR_BYTES = min(d.limits.max_storage_buffer_range for d in DEVICES)
@@ -248,7 +249,7 @@ def is_covered(shader: str, key: Sequence[tuple[str, str]], table: dict[str, fro
 
 KNOWN_REFUSALS = {
     r"state '\w+' of \w+ with an initial value needs storageBuffer(16|8)BitAccess":
-        "a 16/8-bit state with an initial value on a device without narrow storage (vkx.loader.graph.state)",
+        "a 16/8-bit state with an initial value on a device without narrow storage (vkx.loader.build.graph.state)",
 }
 """Refusals by design (the message names what the device lacks): counted, never findings."""
 
@@ -1074,7 +1075,7 @@ MLP's 172 features take no int4 group size); the two-method decoder with state i
 
 def rotary_module():
     """transformers' rotary embedding, as its models write it: the cos and sin tables of the positions
-    (one rotary_table.comp dispatch, vkx.loader.fuse_rotary) turning q and k (fused_rotary.comp)."""
+    (one rotary_table.comp dispatch, vkx.loader.build.fuse_rotary) turning q and k (fused_rotary.comp)."""
     import torch
 
     def rotate_half(x):
@@ -1212,6 +1213,6 @@ def test_the_sweep_is_broad():
 
 
 NOT_SINGLE_OPS = {"fused_rotary", "rotary_table", "next_token", "sample"}
-"""Shaders no single op requests: the fused rotary embedding and its tables (vkx.loader.fuse_rotary,
+"""Shaders no single op requests: the fused rotary embedding and its tables (vkx.loader.build.fuse_rotary,
 reached by `rotary_module`'s exports), the greedy decode's hand-over (vkx.loader.lm.greedy) and the
 device sampler (vkx.loader.ops.sample, tests/ops/test_sample.py)."""

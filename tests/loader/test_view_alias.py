@@ -1,5 +1,5 @@
 """view_copy of a contiguous tensor costs no dispatch where no other tensor can overwrite its
-bytes meanwhile (loader/graph.py `alias_view`), and stays a copy where one can."""
+bytes meanwhile (loader/build/graph.py `alias_view`), and stays a copy where one can."""
 import numpy as np
 import pytest
 

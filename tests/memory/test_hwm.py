@@ -16,8 +16,8 @@ HWM = r"""
 import json, sys
 import numpy as np
 from vkx.loader import load
-from vkx.loader.device import default_device
-from vkx.loader.trace import read_status, reset_peak
+from vkx.loader.gpu.device import default_device
+from vkx.loader.upload.trace import read_status, reset_peak
 path, trace = sys.argv[1], sys.argv[2] == "1"
 default_device()
 spike = np.ones(1 << 30, np.uint8)  # raise the high-water mark well over what the load reaches

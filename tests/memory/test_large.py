@@ -18,7 +18,7 @@ import numpy as np
 import tests.loader.conftest  # registers test.relu_split and the test shaders
 from vkx.format import vkgraph as g
 from vkx.loader import load
-from vkx.loader.device import default_device
+from vkx.loader.gpu.device import default_device
 from tests.loader.helpers import write_pte
 from pathlib import Path
 

@@ -28,8 +28,8 @@ FREE_RSS = r"""
 import json, os, sys
 import numpy as np
 from vkx.format.infile import InputFile
-from vkx.loader.named_data import FreeableBuffer
-from vkx.loader.trace import read_status
+from vkx.loader.upload.named_data import FreeableBuffer
+from vkx.loader.upload.trace import read_status
 path = sys.argv[1]
 with open(path, "wb") as f:
     f.write(np.ones(64 << 20, np.uint8).tobytes())
@@ -98,8 +98,8 @@ LEAK = r"""
 import json, sys
 import numpy as np
 from vkx.loader import load
-from vkx.loader.device import default_device
-from vkx.loader.trace import read_status
+from vkx.loader.gpu.device import default_device
+from vkx.loader.upload.trace import read_status
 path, n = sys.argv[1], int(sys.argv[2])
 default_device()
 x = np.ones(4096, np.float32)

@@ -34,7 +34,7 @@ import torch
 
 from tests.conftest import record_error
 from tests.loader.helpers import scalar_value
-from vkx.loader.graph import GraphBuilder
+from vkx.loader.build.graph import GraphBuilder
 from tests.data.et_op_cases import Fn  # the ExecuTorch op cases' module around a function, for every op test
 
 __all__ = ["Const", "Values", "Fn", "run_graph", "run_vkx", "assert_close", "assert_norm_close", "max_error",

@@ -255,7 +255,7 @@ def test_sdpa_decode_split_along_the_sequence(monkeypatch, dtype, S, seen, units
     row merging them) against torch, with one chunk per row and with several: grouped heads, a bool
     mask showing the first `seen` positions (whole chunks masked out), NaN in the masked values
     (never read: torch's 0 * NaN would poison the row), a cache longer than one workgroup's chunk."""
-    from vkx.loader.device import default_device
+    from vkx.loader.gpu.device import default_device
     from vkx.loader.ops.attention import decode_split
 
     monkeypatch.setattr(default_device(), "compute_units", units)

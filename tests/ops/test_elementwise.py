@@ -234,7 +234,7 @@ def test_unary_in_other_dtype(src, dst, shape):
 def test_declaring_an_op_is_enough(monkeypatch):
     """A unary op declared at test time (its OpDecl with its math, its GLSL in UNARY_GLSL) is a variant
     the package's SPIR-V lacks until `make shaders` (a typed error naming it), and runs from sources."""
-    from vkx.loader import shaders
+    from vkx.loader.gpu import shaders
     from vkx.loader.errors import VariantNotBuiltError
     from vkx.loader.ops import elementwise
     name = "vkx_test.cube_minus_one.default"

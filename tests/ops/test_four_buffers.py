@@ -14,9 +14,9 @@ import torch.nn.functional as F
 
 from vkx.export.quantize import dequantize, quantize_weight
 from tests.loader.helpers import baseline_device
-from vkx.loader.device import Device
+from vkx.loader.gpu.device import Device
 from vkx.loader.errors import LimitError
-from vkx.loader.graph import GraphBuilder
+from vkx.loader.build.graph import GraphBuilder
 
 from .conftest import (FLOAT_DTYPES, Const, Values, assert_close, assert_close_in, assert_norm_close, rand, rand_of,
                        run_graph)

@@ -1,4 +1,4 @@
-"""Fused paths (loader/fuse.py at load; the decode attention kernel) against the unfused ones and
+"""Fused paths (loader/build/fuse.py at load; the decode attention kernel) against the unfused ones and
 against torch, in fp32, fp16 and bf16, with the fused program's dispatches counted."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import vkx
-import vkx.loader.graph as graph_module
+import vkx.loader.build.graph as graph_module
 import vkx.loader.ops.attention as attention
 from vkx.export import export_model
 from vkx.export.quantize import quantize_module

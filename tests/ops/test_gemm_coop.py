@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from vkx.format import vkgraph as g
-from vkx.loader.device import Device, default_device
-from vkx.loader.graph import GraphBuilder
+from vkx.loader.gpu.device import Device, default_device
+from vkx.loader.build.graph import GraphBuilder
 from vkx.loader.ops import gemm, gemm_coop
 from vkx.loader.ops.gemm_coop import TILINGS, CoopTiling, choose_coop_tiling
 from tests.loader.helpers import no_device_limits

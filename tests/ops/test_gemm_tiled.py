@@ -10,8 +10,8 @@ import torch.nn.functional as F
 
 from vkx.format import vkgraph as g
 from vkx.loader import load_graph
-from vkx.loader.device import default_device
-from vkx.loader.graph import GraphBuilder
+from vkx.loader.gpu.device import default_device
+from vkx.loader.build.graph import GraphBuilder
 from vkx.loader.ops import gemm, gemm_tiled
 from vkx.loader.ops.gemm_tiled import Tiling, choose_tiling
 from tests.loader.helpers import no_device_limits

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from vkx.loader.device import default_device
+from vkx.loader.gpu.device import default_device
 from vkx.loader.ops import gemm
 from vkx.loader.ops.gemm_tiled import choose_tiling
 

@@ -31,7 +31,7 @@ def _kernel(m: int) -> str:
 def _biased(kernel: str) -> list[str]:
     """The dispatches of a product with a bias: its kernel, then, on a device of fewer storage buffers
     a stage than the biased kernel binds (the Android baseline's 4), the bias added apart."""
-    from vkx.loader.device import default_device
+    from vkx.loader.gpu.device import default_device
 
     apart = default_device().limits.max_per_stage_descriptor_storage_buffers < BIASED_BINDINGS
     return [kernel, "binary"] if apart else [kernel]

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 import vkx
 from vkx.export import export_model
 from vkx.export.quantize import dequantize, quantize_weight
-from vkx.loader.device import Device, default_device
+from vkx.loader.gpu.device import Device, default_device
 from vkx.loader.ops import STORAGE_FEATURES, gemm
 from tests.loader.helpers import baseline_device, no_device_limits
 

@@ -10,8 +10,8 @@ import torch
 from tests.loader.helpers import baseline_device, scalar_value
 from vkx.format import vkgraph as g
 from vkx.loader import load_graph
-from vkx.loader.device import Device
-from vkx.loader.graph import GraphBuilder
+from vkx.loader.gpu.device import Device
+from vkx.loader.build.graph import GraphBuilder
 
 from .conftest import FLOAT_DTYPES, Const, _datatype, assert_close_in, rand, run_graph
 

@@ -66,7 +66,7 @@ def _affine_dispatches(dispatches, kernel: str) -> list[dict]:
 def _bias_apart() -> bool:
     """Whether the device binds fewer storage buffers a stage than the biased kernels (the Android
     baseline's 4): the bias is then added by a dispatch of its own."""
-    from vkx.loader.device import default_device
+    from vkx.loader.gpu.device import default_device
 
     return default_device().limits.max_per_stage_descriptor_storage_buffers < BIASED_BINDINGS
 
@@ -200,7 +200,7 @@ def test_embedding_gathers_affine_rows(bits, dim, group, dtype, dispatches):
 def _fused_binds(bindings: int) -> bool:
     """Whether the device binds a fused kernel's `bindings` storage buffers (the Android baseline's 4 do
     not: tests/ops/test_fused.py's four-buffer test covers what it runs instead)."""
-    from vkx.loader.device import default_device
+    from vkx.loader.gpu.device import default_device
 
     return default_device().limits.max_per_stage_descriptor_storage_buffers >= bindings
 

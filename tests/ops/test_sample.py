@@ -8,14 +8,14 @@ import pytest
 import torch
 
 from vkx.format import dtypes, vkgraph as g
-from vkx.loader.device import default_device
-from vkx.loader.loading import InMemoryConstants
-from vkx.loader.memory import Allocator
+from vkx.loader.gpu.device import default_device
+from vkx.loader.upload.loading import InMemoryConstants
+from vkx.loader.gpu.memory import Allocator
 from vkx.loader.ops import sample
-from vkx.loader.record import Executor
-from vkx.loader.shaders import pipelines_for
-from vkx.loader.stages import Built, Options, Resources, graph_builder, io_buffers, recorded
-from vkx.loader.trace import Timeline
+from vkx.loader.execute.record import Executor
+from vkx.loader.gpu.shaders import pipelines_for
+from vkx.loader.upload.stages import Built, Options, Resources, graph_builder, io_buffers, recorded
+from vkx.loader.upload.trace import Timeline
 
 pytestmark = pytest.mark.vulkan
 

@@ -220,7 +220,7 @@ def test_pixel_shuffle(shape, r, dtype):
 def test_unread_outputs_are_not_computed():
     """max-pool indices and split pieces that no op reads and the graph does not return: no work, no memory."""
     from vkx.format import vkgraph as gr
-    from vkx.loader.graph import GraphBuilder
+    from vkx.loader.build.graph import GraphBuilder
     f32, i32 = gr.DataType.FLOAT32, gr.DataType.INT32
     values = [gr.Tensor(f32, (1, 2, 8, 8)), gr.IntList((2, 2)), gr.Tensor(f32, (1, 2, 4, 4)),
               gr.Tensor(i32, (1, 2, 4, 4)), None, gr.IntList((1, 3)), gr.Int(-1), gr.Tensor(f32, (1, 2, 4, 1)), gr.Tensor(f32, (1, 2, 4, 3)), None]

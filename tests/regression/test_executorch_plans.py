@@ -21,10 +21,10 @@ from vkx.format import describe, validate
 from vkx.format.common import ScalarType
 from vkx.format.program import EValue, ExecutionPlan, Chain, Instruction, TensorMeta
 from vkx.loader.errors import BadProgramError, LoadError, TorchMissingError, UnsupportedOpError
-from vkx.loader.kernels import Refused, bind
-from vkx.loader.plan import PlanMethod, _bind_kernels, _check_dtypes, _check_instructions
-from vkx.loader.method import Method
-from vkx.loader.trace import Timeline
+from vkx.loader.execute.kernels import Refused, bind
+from vkx.loader.execute.plan import PlanMethod, _bind_kernels, _check_dtypes, _check_instructions
+from vkx.loader.execute.method import Method
+from vkx.loader.upload.trace import Timeline
 
 from tests.data.et_models import CumsumMLP, IndexPutMLP, MiniConvNeXt, TopkSortCNN
 from tests.format.test_fmt_cli import run as run_cli
@@ -119,7 +119,7 @@ def test_cpu_ops_vkx_cannot_run_are_refused_in_one_error(tmp_path, monkeypatch):
 
     def no_gpu_work(*args, **kwargs):
         raise AssertionError("a delegate was loaded before the plan was refused")
-    monkeypatch.setattr("vkx.loader.plan.load_source", no_gpu_work)
+    monkeypatch.setattr("vkx.loader.execute.plan.load_source", no_gpu_work)
     with pytest.raises(UnsupportedOpError) as info:
         vkx.load(path)
     message = str(info.value)

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 
 from vkx.loader import load
-from vkx.loader.device import default_device
+from vkx.loader.gpu.device import default_device
 
 
 def main() -> None:

@@ -42,7 +42,7 @@ def test_two_method_peak_is_W_plus_max_A_plus_state(exported, upload):
     A = {m["name"]: m["A"] for m in d["methods"]}
     measured = json.loads(run_py("tests.state.peak_methods", str(path), upload, module=True))
     assert measured["weight_bytes"] == W
-    # weights once; small ones share 4 MiB pool blocks (loader/memory.py), hence the slack
+    # weights once; small ones share 4 MiB pool blocks (loader/gpu/memory.py), hence the slack
     assert W <= measured["ledger_peak"]["weights"] + measured["ledger_peak"]["imported"] <= W + 4 * MiB
     assert measured["ledger_peak"]["state"] == state
     overhead = OVERHEAD_HOST_MEMORY_DEVICE if measured["device_memory_is_host"] else OVERHEAD_DISCRETE_GPU
