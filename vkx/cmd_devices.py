@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
+from vkx import paths
 from vkx.cmd_run import Profile
 from vkx.console import console, safe, size, user_errors
 
@@ -22,6 +23,7 @@ def devices(json: bool = typer.Option(False, "--json", help=f"Print one JSON obj
                      "[default: VKX_DEVICE_PROFILE].")) -> None:
     """List the Vulkan devices: index, name, type, memory heaps, whether the direct upload path exists,
     and the device profile in force with the limits kernels are chosen from."""
+    paths.check_address_space("vkx devices", "the Vulkan driver")
     import vulkan as vk
 
     from vkx.loader.gpu.device import Device

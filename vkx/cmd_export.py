@@ -5,7 +5,6 @@ import io
 import json
 import logging
 import os
-import resource
 import sys
 import time
 import traceback
@@ -131,18 +130,6 @@ def _is_folder(model: Path, weights: Optional[Path], lengths: tuple[Optional[int
     return folder
 
 
-TORCH_ADDRESS_SPACE = 1 << 30
-"""The least address space (`ulimit -v`) an export is started with: below it torch's own code may abort
-the process (std::bad_alloc under 700 MiB while exporting examples/mlp.py), which no handler can catch."""
-
-
-def _check_address_space() -> None:
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    if soft != resource.RLIM_INFINITY and soft < TORCH_ADDRESS_SPACE:
-        raise paths.UsageError(f"vkx export needs an address space of at least {size(TORCH_ADDRESS_SPACE)} for "
-                               f"torch; ulimit -v allows {size(soft)}")
-
-
 def _check_paths(model: Path, output: Optional[Path], external_data: Optional[Path], weights: Optional[Path],
                  layout: Layout, alignment: Optional[int], quantize: Optional["Quantize"],
                  group_size: Optional[int], tables: dict[str, Optional["TableQuantize"]], folder: bool,
@@ -254,7 +241,7 @@ def export(
     tables = {"--quantize-embedding": quantize_embedding, "--quantize-head": quantize_head}
     output = _check_paths(model, output, external_data, weights, layout, alignment, quantize, group_size, tables,
                           folder, force)
-    _check_address_space()
+    paths.check_address_space("vkx export", "torch")
     existing = [str(p) for p in (output, external_data) if p is not None and p.exists()]
     bars = Progress(SpinnerColumn(), TextColumn("{task.description:<13}"), BarColumn(), _Bytes(),
                     TimeElapsedColumn(), console=console, disable=quiet or json_out)

@@ -9,7 +9,7 @@ from typing import List, Optional
 import typer
 
 from vkx import paths
-from vkx.cmd_run import DEVICE, EXTERNAL, FILE, PROFILE, Profile
+from vkx.cmd_run import DEVICE, EXTERNAL, FILE, PROFILE, Profile, open_device
 from vkx.console import Status, elapsed, note, option_message, plain_lines, size, user_errors
 from vkx.format import ProgramFile
 from vkx.format.et_llm import llm_info
@@ -115,17 +115,15 @@ def generate(
         raise paths.UsageError(option_message("--prompt", f"{prompt!r} has no tokens", "a text of one token or more"))
     if shape is not None:
         check_request(ids, max_new_tokens, shape)
+    dev, own = open_device("vkx generate", device, profile)
     if beside is not None and not json:
         note(f"using external data {beside} (found beside {model})")
 
     import numpy as np
 
     from vkx.loader import load
-    from vkx.loader.gpu.device import Device, default_device
     from vkx.loader.lm.generate import Timings
 
-    own = device is not None or profile is not None
-    dev = Device(device, profile=profile.value if profile else None) if own else default_device()
     timings = Timings()
     try:
         with Status(f"loading {model} on {dev.name}", shown=not json) as status, \

@@ -9,7 +9,7 @@ import typer
 
 from vkx import paths
 from vkx.cmd_generate import read_tokenizer
-from vkx.cmd_run import DEVICE, EXTERNAL, FILE, PROFILE, Profile
+from vkx.cmd_run import DEVICE, EXTERNAL, FILE, PROFILE, Profile, open_device
 from vkx.console import Status, elapsed, note, user_errors
 from vkx.format import ProgramFile
 
@@ -51,14 +51,12 @@ def perplexity(
         raise paths.UsageError(f"--text {text}: {len(ids)} token(s); perplexity needs at least 2")
     if shape is not None:  # a tokenizer of another model: refused before the load
         check_token_ids(ids, shape)
+    dev, own = open_device("vkx perplexity", device, profile)
     if beside is not None and not json:
         note(f"using external data {beside} (found beside {model})")
 
     from vkx.loader import load
-    from vkx.loader.gpu.device import Device, default_device
 
-    own = device is not None or profile is not None
-    dev = Device(device, profile=profile.value if profile else None) if own else default_device()
     try:
         with Status(f"loading {model} on {dev.name}", shown=not json) as status, \
                 load(model, [str(p) for p in external], device=dev, methods=[SCORE],

@@ -161,12 +161,10 @@ def run(
     if plot is not None:
         paths.output_file(plot, "--plot", "the plot", (".png",), [model, *external, *([inputs] if inputs else [])])
         plotting = _pyplot()
+    dev, own = open_device("vkx run", device, profile)
     if beside is not None:
         note(f"using external data {beside} (found beside {model})")
     from vkx.loader import load
-    from vkx.loader.gpu.device import Device, default_device
-    own = device is not None or profile is not None
-    dev = Device(device, profile=profile.value if profile else None) if own else default_device()
     try:
         t0 = time.perf_counter()
         with Status(f"loading {model} on {dev.name} ({schedule.value} schedule)", shown=not quiet) as status:
@@ -206,6 +204,16 @@ def run(
         print(jsonlib.dumps(report))
         return
     _print(report, model, memory, trace_memory, output, plot)
+
+
+def open_device(command: str, device: Optional[str], profile: Optional[Profile]):
+    """The device `--device` and `--profile` name (the Device, and whether the command owns it and closes
+    it), else the default one; refused in one line where the address space is too small for the driver."""
+    paths.check_address_space(command, "the Vulkan driver")
+    from vkx.loader.gpu.device import Device, default_device
+    if device is None and profile is None:
+        return default_device(), False
+    return Device(device, profile=profile.value if profile else None), True
 
 
 def _method(methods: list[str], name: Optional[str]) -> str:

@@ -6,10 +6,12 @@ The messages name the kind of file given when it is the wrong kind.
 from __future__ import annotations
 
 import os
+import resource
 from enum import Enum
 from pathlib import Path
 from typing import Iterable
 
+from vkx.console import size
 from vkx.format import ProgramFile
 from vkx.format.external import EXTERNAL_SUFFIXES, find_external, missing_keys
 from vkx.format.errors import VkxError
@@ -25,6 +27,22 @@ class UsageError(VkxError):
 def choices(name: str, values: Iterable[str]) -> type[Enum]:
     """An option's choices as typer takes them: a str Enum whose members are named as their values."""
     return Enum(name, {value: value for value in values}, type=str)  # type: ignore[return-value]
+
+
+ADDRESS_SPACE = 1 << 30
+"""The least address space (`ulimit -v`) a command that imports torch or opens a Vulkan device starts
+with. Below it their native code may end the process, where no handler can catch it: torch aborted
+(std::bad_alloc) exporting examples/mlp.py under 700 MiB; there lavapipe double-freed inside
+vkCreateDevice (`vkx run`, 2 of 12 runs) and NVIDIA's driver ended `vkx run` with code 130 and no
+message. At 1 GiB lavapipe ran 20 of 20."""
+
+
+def check_address_space(command: str, needs: str) -> None:
+    """Refuse `command` in one line where `ulimit -v` allows less than ADDRESS_SPACE (`needs`: for what)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY and soft < ADDRESS_SPACE:
+        raise UsageError(f"{command} needs an address space of at least {size(ADDRESS_SPACE)} for {needs}; "
+                         f"ulimit -v allows {size(soft)}")
 
 
 def _exists(path: Path, what: str) -> None:
