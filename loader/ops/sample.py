@@ -28,10 +28,8 @@ from . import (FLOATS, WORDS_MODES, Defines, OpBuilder, TensorArg, UnsupportedOp
                read_defines, variants)
 
 SEGMENT = 2048
-"""Logits a workgroup of the first pass owns (shaders/sample.comp's SEG): its top-k candidates."""
-MAX_SEGMENTS = 1024
-"""The segments the second pass can count (sample.comp's MAX_SEGMENTS); a segment a lane at most is run
-(`record_sample`): V up to 524,288 at 256 invocations."""
+"""Logits a workgroup of the first pass owns (shaders/sample.comp's SEG): its top-k candidates. A vocabulary
+of at most a segment a lane of the second pass is run (`record_sample`): V up to 524,288 at 256 invocations."""
 WORKGROUP = 256
 """Invocations a workgroup (sample.comp's WG and its histograms' BINS), fewer where the device has fewer."""
 DRAW_SHARED = 14 * 1024
