@@ -44,12 +44,12 @@ def steps_of(method: LoadedMethod, argmax: Step) -> Callable[[np.ndarray, np.nda
     return GreedyChain(method) if chains(method) else functools.partial(greedy_by_calls, argmax)
 
 
-def sampled_steps_of(method: LoadedMethod, decode: Callable[[np.ndarray, np.ndarray], np.ndarray]
+def sampled_steps_of(method: LoadedMethod, decode: Callable[[np.ndarray, np.ndarray], np.ndarray], chained: bool
                      ) -> Callable[[np.ndarray, np.ndarray, int, Sampling], np.ndarray]:
-    """`decode_sampled` over a decode method: chained on the device where it can be (`SampledChain`,
+    """`decode_sampled` over a decode method: when `chained`, on the device where it can be (`SampledChain`,
     recorded now), else, or where the device's limits refuse the sampler, one `decode` call a token, drawn on
     the host (`sampled_by_calls`): the same tokens."""
-    if chains(method):
+    if chained and chains(method):
         try:
             return SampledChain(method)
         except LimitError:  # the sampler is over the device's limits (a phone's 16 KiB of shared memory)
@@ -86,8 +86,7 @@ class ProgramDecoder:
         """What the program records as the model's EOS ids (generation stops at one)."""
         self.prefill_argmax = argmax_of(program["prefill"])
         self._decode_steps = steps_of(program["decode"], argmax_of(program["decode"]))
-        self._sampled_steps = sampled_steps_of(program["decode"], self.decode) if sampled else \
-            functools.partial(sampled_by_calls, self.decode)
+        self._sampled_steps = sampled_steps_of(program["decode"], self.decode, sampled)
         warm_up(self, self.shape, sampled)
 
     def prefill(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
@@ -122,8 +121,7 @@ class ExecuTorchDecoder:
         self.shape = LMShape(prefill_len=1, max_seq_len=program.llm.max_context_len, vocab_size=logits_shape[-1])
         self.eos_token_ids: tuple[int, ...] = program.eos_token_ids
         self._steps = steps_of(method, self._argmax)
-        self._sampled_steps = sampled_steps_of(method, self._step) if sampled else \
-            functools.partial(sampled_by_calls, self._step)
+        self._sampled_steps = sampled_steps_of(method, self._step, sampled)
         warm_up(self, self.shape, sampled)
 
     def _step(self, input_ids: np.ndarray, cache_position: np.ndarray) -> np.ndarray:
