@@ -113,6 +113,15 @@ def itemsize(scalar_type: ScalarType) -> int:
     return 1 if d is None else d.itemsize
 
 
+def numpy_takes(host: DType) -> frozenset[DType]:
+    """The dtypes of a numpy array a loaded method takes for an input of host dtype `host` (loader/execute/ports.py,
+    and `vkx run --inputs` before the load): its own; float32 for bfloat16, which numpy lacks (rounded on the
+    way in); int64 too for int32."""
+    if host is BFLOAT16:
+        return frozenset({FLOAT32})
+    return frozenset({INT32, INT64}) if host is INT32 else frozenset({host})
+
+
 def by_safetensors(code: str) -> DType:
     """The DType safetensors spells `code` ("F32", ...); ValueError if there is none."""
     try:

@@ -5,7 +5,7 @@ import json as jsonlib
 import statistics
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import Collection, List, Optional, Sequence
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -71,21 +71,65 @@ def _check_inputs_file(path: Path) -> None:
         raise paths.UsageError(f"--inputs {path} is a .{kind}, not a safetensors file")
 
 
-def _read_inputs(path: Path, specs):
+def _input_keys(path: Path, found: Collection[str], names: Sequence[str | None]) -> list[str]:
+    """The --inputs tensors for inputs named `names` (None: unnamed), in input order: the model's input
+    names, else input_0, input_1, ..., else all of `found` by name where it holds exactly as many."""
+    numbered = [f"input_{i}" for i in range(len(names))]
+    for keys in ([n for n in names if n is not None], numbered):
+        if len(keys) == len(names) and all(k in found for k in keys):
+            return keys
+    if len(found) == len(names):
+        return sorted(found)
+    if all(names):
+        wanted = ", ".join(n for n in names if n)
+    else:
+        wanted = ", ".join(numbered) if len(names) < 4 else f"input_0..input_{len(names) - 1}"
+    raise paths.UsageError(f"--inputs {path}: expected tensors {wanted} (or exactly {len(names)} tensors), "
+                           f"found {sorted(found)}")
+
+
+def _check_inputs(path: Path, model: Path, method: str) -> None:
+    """The --inputs tensors against `method`'s inputs as the file declares them, before anything is
+    loaded (a large model's load is minutes): the ones _input_keys picks, each of the input's shape and
+    of a dtype it takes. A plan whose inputs the header does not give (an ExecuTorch plan with CPU ops)
+    is checked after its load, by _read_inputs."""
+    declared = paths.method_inputs(model, method)
+    if declared is None:
+        return
+    from safetensors import SafetensorError, safe_open
+    found: dict[str, tuple[str, tuple[int, ...]]] = {}
+    try:  # safetensors' own reading of the header, as the read after the load sees it (no vkx aliases)
+        with safe_open(str(path), framework="numpy") as f:
+            for key in f.keys():
+                entry = f.get_slice(key)
+                found[key] = (entry.get_dtype(), tuple(entry.get_shape()))
+    except SafetensorError as error:
+        raise paths.UsageError(f"--inputs {path}: {error}") from None
+    keys = _input_keys(path, found, [x.name for x in declared])
+    for i, (key, want) in enumerate(zip(keys, declared)):
+        code, shape = found[key]
+        what = f"--inputs {path}: tensor {key!r} (input {i} of {method})"
+        if shape != want.shape:
+            raise paths.UsageError(f"{what} has shape {list(shape)}, expected {list(want.shape)}")
+        try:
+            dtype: dtypes.DType | None = dtypes.by_safetensors(code)
+        except ValueError:  # a type vkx does not know (F8_E4M3, ...): no input takes it
+            dtype = None
+        takes = dtypes.numpy_takes(want.dtype)
+        if dtype not in takes:
+            why = " (a bfloat16 input is given as float32)" if want.dtype is dtypes.BFLOAT16 else ""
+            raise paths.UsageError(f"{what} is {dtype or code}, expected {' or '.join(sorted(map(str, takes)))}{why}")
+
+
+def _read_inputs(path: Path, specs: list) -> list:
+    """The --inputs tensors for `specs` (the loaded method's inputs), in input order."""
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
     try:
         tensors = load_file(str(path))
     except SafetensorError as error:
         fail(f"--inputs {path}: {error}")
-    for names in ([getattr(s, "name", None) for s in specs], [f"input_{i}" for i in range(len(specs))]):
-        if all(n in tensors for n in names):  # the model's input names, else input_0, input_1, ...
-            return [tensors[n] for n in names]
-    if len(tensors) == len(specs):
-        return [tensors[k] for k in sorted(tensors)]
-    named = [getattr(s, "name", None) for s in specs]
-    wanted = ", ".join(named) if all(named) else f"input_0..input_{len(specs) - 1}"
-    fail(f"{path}: expected tensors {wanted} (or exactly {len(specs)} tensors), found {sorted(tensors)}")
+    return [tensors[k] for k in _input_keys(path, tensors, [getattr(s, "name", None) for s in specs])]
 
 
 def _run_bar(quiet: bool) -> Progress:
@@ -153,6 +197,8 @@ def run(
     name = _method(paths.method_names(model), method)
     if inputs is not None:
         _check_inputs_file(inputs)
+        if repeat:  # --repeat 0 reads no inputs
+            _check_inputs(inputs, model, name)
     if output is not None:
         if repeat == 0:
             raise paths.UsageError("--output needs a run: --repeat 0 only loads")

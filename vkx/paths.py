@@ -9,13 +9,14 @@ import os
 import resource
 from enum import Enum
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 from vkx.console import size
-from vkx.format import ProgramFile
+from vkx.format import ProgramFile, dtypes, vkgraph as vk
 from vkx.format.external import EXTERNAL_SUFFIXES, find_external, missing_keys
-from vkx.format.errors import VkxError
-from vkx.format.methods import methods
+from vkx.format.errors import FormatError, VkxError
+from vkx.format.methods import is_method, methods
+from vkx.format.names import io_names
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors")
 
@@ -124,6 +125,40 @@ def method_names(program: Path) -> list[str]:
         return plans if methods(pf) is not None else plans[:1]
 
 
+class FileInput(NamedTuple):
+    """A method's input as its file declares it."""
+    name: str | None
+    """Its name in the model (None: the file records none)."""
+    shape: tuple[int, ...]
+    dtype: dtypes.DType
+    """Its host dtype (the staging dtype, else its own): what the loaded method is given."""
+
+
+def method_inputs(program: Path, method: str) -> list[FileInput] | None:
+    """The inputs of `method` (one of `method_names`) read from the header, as the loaded method takes them;
+    None where its plan is not one VulkanBackend delegate call (an ExecuTorch plan with CPU ops or several
+    delegates, whose inputs its load gives) or an input is not a tensor of a dtype (the load says what is wrong)."""
+    with ProgramFile.open(program) as pf:
+        pi, plan = next((i, p) for i, p in enumerate(pf.program.execution_plan) if p.name == method)
+        if not is_method(plan):
+            return None
+        v = pf.vulkan_delegate(pi, 0)
+        graph = v.graph
+        names, _ = io_names(v.compile_specs, len(graph.input_ids), len(graph.output_ids),
+                            f"execution_plan[{pi}].delegates[0]", pf.path)
+    out = []
+    for vid, name in zip(graph.input_ids, names):
+        t = graph.values[vid] if 0 <= vid < len(graph.values) else None
+        if not isinstance(t, vk.Tensor):
+            return None
+        try:
+            host = dtypes.of(t.staging_datatype if t.staging_datatype != vk.DataType.UNSET else t.datatype)
+        except FormatError:  # no element type: the load refuses the file, naming the value
+            return None
+        out.append(FileInput(name, tuple(t.dims), host))
+    return out
+
+
 def is_same_file(a: Path, b: Path) -> bool:
     """Whether two paths name one file (same inode, or the same resolved path for one not yet made)."""
     try:
@@ -149,4 +184,4 @@ def output_file(path: Path, option: str, what: str, suffixes: tuple[str, ...], i
 
 
 __all__ = ["UsageError", "model_file", "program_file", "external_files", "with_external", "require_external",
-           "method_names", "output_file"]
+           "method_names", "FileInput", "method_inputs", "output_file"]

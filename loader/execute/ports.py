@@ -62,13 +62,9 @@ class Port:
         self.device: DType = t.arg.dtype
         self._bits = self.device is dtypes.BFLOAT16
         self._plain = self.device is self.dtype and not self._bits
+        self.accepts = {(np.dtype(d.numpy), False) for d in dtypes.numpy_takes(self.dtype)}
         if self.dtype is dtypes.BFLOAT16:
-            # torch's bits, or float32 from numpy callers (rounded to bfloat16)
-            self.accepts = {(np.dtype(np.uint16), True), (np.dtype(np.float32), False)}
-        else:
-            self.accepts = {(np.dtype(self.dtype.numpy), False)}
-            if self.dtype is dtypes.INT32:
-                self.accepts.add((np.dtype(np.int64), False))
+            self.accepts.add((np.dtype(np.uint16), True))  # a torch bfloat16 tensor's bits
         self.view = np.frombuffer(io.mapped(), np.dtype(self.device.numpy), count=t.arg.numel).reshape(self.shape)
 
     def takes(self, a: np.ndarray, bits: bool) -> bool:

@@ -154,3 +154,7 @@ def test_run_executorch_programs_with_cpu_ops(tmp_path, name, torch_op):
     assert report["outputs"] == [{"shape": [3, 5], "dtype": "float32"}] and report["method"] == "forward"
     got = load_file(tmp_path / "out.safetensors")["output_0"]
     assert np.abs(got - torch_op(x).numpy()).max() <= 1e-5 * 3
+    # the header does not give a plan's inputs: its load does, and the tensors are checked after it
+    save_file({"a": x.numpy(), "b": x.numpy()}, tmp_path / "two.safetensors")
+    line = one_error_line(vkx("run", ROOT / f"tests/data/{name}.pte", "--inputs", tmp_path / "two.safetensors"))
+    assert "expected tensors input_0 (or exactly 1 tensors), found ['a', 'b']" in line

@@ -143,6 +143,26 @@ def test_run_output_that_is_its_inputs_is_refused(exported, tmp_path):
     assert "an input of this command" in line and (tmp_path / "io.safetensors").read_bytes() == before
 
 
+@pytest.mark.parametrize("tensors, says", [
+    ({"y": ("float32", (4, 64)), "z": ("float32", (4, 64))},
+     "expected tensors x (or exactly 1 tensors), found ['y', 'z']"),
+    ({"x": ("float32", (4, 32))}, "tensor 'x' (input 0 of forward) has shape [4, 32], expected [4, 64]"),
+    ({"input_0": ("float64", (4, 64))}, "tensor 'input_0' (input 0 of forward) is float64, expected float32"),
+])
+def test_run_checks_the_inputs_tensors_before_loading(exported, tmp_path, tensors, says):
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    save_file({k: np.zeros(shape, dtype) for k, (dtype, shape) in tensors.items()}, str(tmp_path / "in.safetensors"))
+    # --device 7 names no device: a check made once the device is open (or the model loaded) would say so
+    done = subprocess.run([sys.executable, "-c", NO_TORCH, "run", exported / "mlp.pte", "--inputs",
+                           tmp_path / "in.safetensors", "--device", "7"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[-1] == "TORCH=False" and len(lines) == 2 and lines[0].startswith("vkx: error: --inputs "), done.stderr
+    assert says in lines[0]
+
+
 BAD_EXPORT = """
 import torch
 class M(torch.nn.Module):
