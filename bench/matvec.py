@@ -4,8 +4,8 @@ each weight dtype and workgroup shape, against a same-run device copy of the sam
 For every dtype (fp32, fp16, bf16: shaders/matvec.comp; int4, int8 with fp16 scales in groups of
 32: shaders/matvec_q.comp) and weight shape [N, K], a hand-built VkGraph applies L distinct
 weights to one activation row (L such that the weights fill at least `--min-mb`, so that no
-weight is read from a cache), once per workgroup shape (rows per workgroup x invocations,
-`vkx.loader.ops.gemm.MATVEC_SHAPES` set for the device's class). The time of one product is the
+weight is read from a cache), once per workgroup shape (rows per workgroup x invocations, and for int4/int8 the words an
+invocation reads a step: `vkx.loader.ops.gemm.MATVEC_SHAPES` set for the device's class). The time of one product is the
 median GPU time of its dispatches (timestamps, `Program.profile`); GB/s counts the weight bytes
 read (int4/int8: packed weights and scales). The baseline is a device copy of the same bytes in
 the same run (L fp32 tensors of those bytes each read and written once: `copy_graph`), so "/ copy" is the
@@ -14,7 +14,7 @@ the time of one decode token of the 1B model (its 16 layers' q, k, v, o, gate, u
 lm_head): the defaults in MATVEC_SHAPES come from these.
 
     python bench/matvec.py [--dtypes fp16,bf16,int4,int8] [--shapes 2048x2048,...] [--rows 1,2,4,8,16]
-                           [--invocations 64,128,256] [--min-mb 256] [--runs 5]
+                           [--invocations 64,128,256] [--spans 4,1] [--min-mb 256] [--runs 5]
 """
 from __future__ import annotations
 
@@ -122,13 +122,14 @@ def main() -> None:
     parser.add_argument("--shapes", default=",".join(f"{n}x{k}" for n, k in SHAPES_1B))
     parser.add_argument("--rows", default="1,2,4,8,16")
     parser.add_argument("--invocations", default="64,128,256")
+    parser.add_argument("--spans", default="4,1", help="words a quantized product's invocation reads a step")
     parser.add_argument("--min-mb", type=float, default=256.0, help="weight bytes of each graph, at least")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--activations", default="bf16", help="the activation dtype of the quantized products")
     args = parser.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
-    settings = [gemm.MatvecShape(r, i) for r in map(int, args.rows.split(","))
-                for i in map(int, args.invocations.split(","))]
+    settings = [gemm.MatvecShape(r, i, sp) for r in map(int, args.rows.split(","))
+                for i in map(int, args.invocations.split(",")) for sp in map(int, args.spans.split(","))]
 
     probe = load_graph(*copy_graph(4096, 1))
     device = probe.device
@@ -136,7 +137,7 @@ def main() -> None:
     probe.close()
     print(f"device: {device.name}; class {cls}; defaults "
           + ", ".join(f"{k}: {s.rows} rows x {s.invocations}" for (c, k), s in gemm.MATVEC_SHAPES.items() if c == cls))
-    print(f"{'dtype':<6}{'N x K':>14}{'L':>4}{'MB':>8}{'copy GB/s':>11}{'rows':>6}{'inv':>5}{'us':>9}"
+    print(f"{'dtype':<6}{'N x K':>14}{'L':>4}{'MB':>8}{'copy GB/s':>11}{'rows':>6}{'inv':>5}{'span':>5}{'us':>9}"
           f"{'GB/s':>8}{'/ copy':>8}")
     token: dict[tuple[str, int, int], float] = defaultdict(float)
     best_token: dict[str, dict] = {}
@@ -154,7 +155,8 @@ def main() -> None:
             graph, blobs = product_graph(kind, ws, act)
             saved = dict(gemm.MATVEC_SHAPES)
             for shape in settings:
-                if -(-n // shape.rows) > 65535 or shape.rows * shape.invocations > 2048:
+                if -(-n // shape.rows) > 65535 or shape.rows * shape.invocations > 2048 \
+                        or (kind in FLOATS and shape.span != 4):
                     continue
                 gemm.MATVEC_SHAPES[(cls, kernel)] = shape
                 try:
@@ -164,13 +166,14 @@ def main() -> None:
                     gemm.MATVEC_SHAPES.update(saved)
                 gbs = nbytes / t / 1e9
                 print(f"{kind:<6}{f'{n} x {k}':>14}{count:>4}{nbytes / 1e6:>8.1f}{copy_gbs:>11.0f}{shape.rows:>6}"
-                      f"{shape.invocations:>5}{t * 1e6:>9.1f}{gbs:>8.1f}{gbs / copy_gbs:>8.2f}", flush=True)
-                token[(kind, shape.rows, shape.invocations)] += SHAPES_1B.get((n, k), 1) * t
-        ranked = sorted((t, r, i) for (kd, r, i), t in token.items() if kd == kind)
+                      f"{shape.invocations:>5}{shape.span:>5}{t * 1e6:>9.1f}{gbs:>8.1f}{gbs / copy_gbs:>8.2f}", flush=True)
+                token[(kind, shape.rows, shape.invocations, shape.span)] += SHAPES_1B.get((n, k), 1) * t
+        ranked = sorted((t, r, i, sp) for (kd, r, i, sp), t in token.items() if kd == kind)
         if ranked:
-            best_token[kind] = {"rows": ranked[0][1], "invocations": ranked[0][2], "ms": ranked[0][0] * 1e3}
+            t, r, i, sp = ranked[0]
+            best_token[kind] = {"rows": r, "invocations": i, "span": sp, "ms": t * 1e3}
             print(f"{kind}: one decode token's products (16 layers + lm_head), ms, best first: "
-                  + ", ".join(f"{r}x{i} {t * 1e3:.3f}" for t, r, i in ranked[:6]), flush=True)
+                  + ", ".join(f"{r}x{i}/{sp} {t * 1e3:.3f}" for t, r, i, sp in ranked[:8]), flush=True)
     print("best:", best_token)
 
 

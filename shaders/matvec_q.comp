@@ -4,18 +4,20 @@
 // The weight rows are read 16 bytes (a uvec4) at a time: VALS values, 32 at BITS 4 (value j of a
 // word in bits 4j..4j+3, stored as q + 8; HIGH_FIRST: each byte's even value in its high nibble),
 // 16 at BITS 8 (signed bytes). A uvec4 lies inside one scale group (group % VALS == 0).
-// Workgroup w owns ROWS rows; its WG invocations split K: invocation i reads chunks i, i + WG, ...
-// of every row (neighbours read neighbouring 16 bytes), the ROWS chunks' loads issued together;
-// then word by word, the word's activations are loaded once (vec4s) for all ROWS rows. Per chunk
-// and row:
+// Workgroup w owns ROWS rows; its WG invocations split K in steps of SPAN words (specialization
+// constant 8: 4, one 16-byte load a row, or 1, a word): invocation i reads steps i, i + WG, ... of
+// every row (neighbours read neighbouring steps), the ROWS steps' loads issued together; then word
+// by word, the word's activations are loaded once (vec4s) for all ROWS rows. Steps of one word keep
+// the activation loads of neighbouring invocations contiguous (16 bytes apart at fp16 where steps
+// of 16 bytes put them 64 apart); a step lies inside one scale group. Per step and row:
 //   sum_j s * q_j * x_j = s * (sum_j u_j * x_j - ZERO * sum_j x_j)
 // with u = q + ZERO the stored unsigned field (int8's bytes flipped to q + 128), so the zero point
-// costs one multiply-add per chunk and the scale one multiply. AFFINE (w = q * s + o, packed.glslh)
-// adds o * sum_j x_j, that sum already taken: one more load and multiply-add a chunk. A field
+// costs one multiply-add per step and the scale one multiply. AFFINE (w = q * s + o, packed.glslh)
+// adds o * sum_j x_j, that sum already taken: one more load and multiply-add a step. A field
 // becomes a float without a conversion instruction (`field`: a mask, an OR and a subtraction), then
 // its multiply-add: four instructions a weight. fp32 sums, then partials.glslh's workgroup sum.
 // WG and ROWS are specialization constants 0 and 1.
-// Bindings: 0 = x, 1 = weight rows [row0, row0 + rows) as uvec4, 2 = scales, 3 = out,
+// Bindings: 0 = x, 1 = weight rows [row0, row0 + rows) (as uvec4 and as uint), 2 = scales, 3 = out,
 // 4 = bias (HAS_BIAS); scales, out and bias of any dtype (ANY_IN / ANY_OUT, specialization
 // constants 2, 3 and 4). Defines: read defines for X; X_V and LOAD4_X(i) (elements i..i+3 of x
 // as a vec4, i a multiple of 4); BITS, HIGH_FIRST, SCALE_STRIDE (scales [groups, p.scale_stride],
@@ -51,7 +53,10 @@
 #endif
 
 layout(std430, set = 0, binding = 0) readonly buffer BufX { X_V x[]; };
+layout(constant_id = 8) const int SPAN = 4;
+// Each weight is bound once and declared twice: as 16-byte steps (SPAN 4) and as words.
 layout(std430, set = 0, binding = 1) readonly buffer BufW { uvec4 w[]; };
+layout(std430, set = 0, binding = 1) readonly buffer BufW1 { uint w_1[]; };
 ANY_IN(2, S, s, 2)
 ANY_OUT(3, O, o, 3)
 #ifdef HAS_BIAS
@@ -59,21 +64,30 @@ ANY_IN(4, B, bias, 4)
 #endif
 #if defined(GLU) || defined(SEGMENTS)
 layout(std430, set = 0, binding = 4) readonly buffer BufW2 { uvec4 w2[]; };
+layout(std430, set = 0, binding = 4) readonly buffer BufW21 { uint w2_1[]; };
+#define WEIGHT2(i) w2[i]
+#define WORD2(i) w2_1[i]
 ANY_IN(5, S2, s2, 4)
 #endif
 #ifdef SEGMENTS
 ANY_OUT(6, O2, o2, 5)
 layout(std430, set = 0, binding = 7) readonly buffer BufW3 { uvec4 w3[]; };
+layout(std430, set = 0, binding = 7) readonly buffer BufW31 { uint w3_1[]; };
 ANY_IN(8, S3, s3, 6)
 ANY_OUT(9, O3, o3, 7)
 // the weight, scale and store of this workgroup's product (seg: uniform in the workgroup)
 #define WEIGHT(i) (seg == 0 ? w[i] : seg == 1 ? w2[i] : w3[i])
+#define WORD(i) (seg == 0 ? w_1[i] : seg == 1 ? w2_1[i] : w3_1[i])
 #define SCALE(i) (seg == 0 ? load_S(i) : seg == 1 ? load_S2(i) : load_S3(i))
 #else
 #define WEIGHT(i) w[i]
+#define WORD(i) w_1[i]
 #define SCALE(i) load_S(i)
 #endif
-// A chunk's sum from its zero-point-free sum d and the scale group at `at` (LOAD: the scales' load)
+// The SPAN words of a row's step from its first word `at` (the rest zero), read by LOAD16 or LOAD1
+#define STEP(LOAD16, LOAD1, at, q) \
+    if (SPAN == 4) { q = LOAD16((at) >> 2); } else { q = uvec4(0u); for (int j_ = 0; j_ < SPAN; ++j_) q[j_] = LOAD1((at) + uint(j_)); }
+// A step's sum from its zero-point-free sum d and the scale group at `at` (LOAD: the scales' load)
 #ifdef AFFINE
 #define CHUNK_SUM(LOAD, at, d) (LOAD(SCALE_OF(at)) * (d) + LOAD(OFFSET_OF(at)) * xsum)
 #else
@@ -147,17 +161,18 @@ void sweep(const int seg, const uint lid, const uint row[ROWS], inout float acc[
            , inout float acc2[ROWS]
 #endif
            ) {
-    for (uint c = lid; c < p.chunks; c += uint(WG)) {
+    const uint words = 4u * p.chunks, steps = words / uint(SPAN);
+    for (uint c = lid; c < steps; c += uint(WG)) {
         uvec4 q[ROWS];
         for (int r = 0; r < ROWS; ++r) {
-            q[r] = WEIGHT(row[r] * p.chunks + c);
+            STEP(WEIGHT, WORD, row[r] * words + c * uint(SPAN), q[r])
         }
 #ifdef GLU
         uvec4 q2[ROWS];
         vec4 e2[ROWS];
         float e42[ROWS];
         for (int r = 0; r < ROWS; ++r) {
-            q2[r] = w2[row[r] * p.chunks + c];
+            STEP(WEIGHT2, WORD2, row[r] * words + c * uint(SPAN), q2[r])
             e2[r] = vec4(0.0);
             e42[r] = 0.0;
         }
@@ -169,8 +184,8 @@ void sweep(const int seg, const uint lid, const uint row[ROWS], inout float acc[
             e4[r] = 0.0;
         }
         float xsum = 0.0;
-        const uint xi = c * VALS;
-        for (int i = 0; i < 4; ++i) {
+        const uint xi = c * uint(SPAN * VALS / 4);
+        for (int i = 0; i < SPAN; ++i) {
 #if BITS == 4
             vec4 xa = LOAD4_X(xi + 8u * uint(i)), xb = LOAD4_X(xi + 8u * uint(i) + 4u);
             NORM_X(xa, xi + 8u * uint(i))
@@ -195,7 +210,7 @@ void sweep(const int seg, const uint lid, const uint row[ROWS], inout float acc[
             }
 #endif
         }
-        const uint g = c / p.per_group;
+        const uint g = c * uint(SPAN) / (4u * p.per_group);
         for (int r = 0; r < ROWS; ++r) {
             acc[r] += CHUNK_SUM(SCALE, SCALE_AT(p.row0 + row[r], g), folded(e[r], e4[r]) - ZERO * xsum);
 #ifdef GLU

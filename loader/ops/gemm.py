@@ -271,9 +271,11 @@ invocations takes shaders/matmul.comp instead."""
 @dataclass(frozen=True)
 class MatvecShape:
     """A matrix-vector workgroup (shaders/partials.glslh): `rows` output rows, `invocations`
-    (a power of two) splitting K."""
+    (a power of two) splitting K, each reading `span` words of a row at a step (4: one 16-byte load;
+    matvec_q.comp also takes 1, a word, its SPAN)."""
     rows: int
     invocations: int
+    span: int = 4
 
 
 MATVEC_SHAPES: dict[tuple[str, str], MatvecShape] = {
@@ -312,10 +314,10 @@ def device_class(is_cpu: bool, features: Collection[str], max_invocations: int) 
 
 
 def matvec_shape(builder: OpBuilder, kernel: str, chunks: int, n: int) -> tuple[MatvecShape, bool]:
-    """The workgroup of `kernel` (matvec or matvec_q) for `n` output rows of `chunks` 16-byte loads
+    """The workgroup of `kernel` (matvec or matvec_q) for `n` output rows of `chunks` 16-byte chunks
     each: the device class's; on a GPU, rows halved while the product would have fewer than
     MATVEC_GROUPS_PER_UNIT workgroups a compute unit; invocations halved while half of them would
-    still have a chunk (no idle invocations on short rows). With it, whether the device has subgroup
+    still have a step (no idle invocations on short rows). With it, whether the device has subgroup
     operations (the SUBGROUP define; the shape is specialization constants 0 and 1)."""
     limits = builder.limits
     kind = device_class(builder.is_cpu, limits.features, limits.max_compute_work_group_invocations)
@@ -324,9 +326,10 @@ def matvec_shape(builder: OpBuilder, kernel: str, chunks: int, n: int) -> tuple[
     while kind == "gpu" and rows > 1 and -(-n // rows) < MATVEC_GROUPS_PER_UNIT * builder.compute_units:
         rows //= 2
     invocations = min(shape.invocations, limits.max_compute_work_group_invocations)
-    while invocations > MIN_INVOCATIONS and invocations // 2 >= chunks:
+    steps = chunks * 4 // shape.span
+    while invocations > MIN_INVOCATIONS and invocations // 2 >= steps:
         invocations //= 2
-    return MatvecShape(rows, invocations), "subgroupOperations" in limits.features
+    return MatvecShape(rows, invocations, shape.span), "subgroupOperations" in limits.features
 
 
 MAX_MATVEC_ROWS = min(s.rows for s in MATVEC_SHAPES.values())

@@ -27,7 +27,7 @@ from . import (FLOATS, WORDS_MODES, Defines, OpBuilder, TensorArg, UnsupportedOp
                any_dtype_variants, builds, dtype_code, dtype_spec, held_dtype, read_form, reads_by_words,
                storage_features, variants)
 from .elementwise import binary
-from .gemm import MAX_MATVEC_ROWS, Operand, RowNorm, gemm, load4, matvec_shape, one_dtype
+from .gemm import MAX_MATVEC_ROWS, MatvecShape, Operand, RowNorm, gemm, load4, matvec_shape, one_dtype
 from .shape import MAX_GROUPS, dispatch_groups, row_chunks, rows_binding
 
 ROWS = 4
@@ -226,6 +226,17 @@ def _refuse_norm(builder: OpBuilder, x: TensorArg, norm: RowNorm | None, what: s
                                  f"one dtype")
 
 
+SPAN_CONSTANT = 8
+"""matvec_q.comp's specialization constant SPAN, after the workgroup's (0, 1) and the dtypes' (2 to 7)."""
+
+
+def matvec_q_spec(shape: MatvecShape, codes: Sequence[int]) -> list[int]:
+    """matvec_q.comp's specialization constants: the workgroup, the dtype codes of its ANY buffers (from
+    constant 2), SPAN; ids a variant does not declare are zero (Vulkan ignores them)."""
+    head = [shape.invocations, shape.rows, *codes]
+    return head + [0] * (SPAN_CONSTANT - len(head)) + [shape.span]
+
+
 def _matvec(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: TensorArg | None,
             out: TensorArg, bits: int, group: int, variant: Mapping[str, int], norm: RowNorm | None) -> None:
     """matvec_q.comp: one row of activations, rows of whole 16-byte chunks each inside a scale group
@@ -238,7 +249,7 @@ def _matvec(builder: OpBuilder, x: TensorArg, w: TensorArg, s: TensorArg, bias: 
     shape, subgroup = matvec_shape(builder, "matvec_q", chunks, n_rows)
     defines = matvec_q_defines(reads_by_words(builder), bits, variant, x.dtype, bias is not None, subgroup,
                                norm=None if norm is None else norm.weight.dtype)
-    spec = (shape.invocations, shape.rows, *dtype_spec(s, out, *([bias] if bias is not None else [])))
+    spec = matvec_q_spec(shape, dtype_spec(s, out, *([bias] if bias is not None else [])))
     stride = s.shape[1] if "SCALE_STRIDE" in variant else 0
     for r0, rc in row_chunks(builder, n_rows, stored, [w]):
         push = struct.pack("<8I", chunks, scale_groups(x.shape[-1], group), group * bits // 128, r0, rc, stride,
@@ -277,14 +288,15 @@ def _matvec_whole(builder: OpBuilder, x: TensorArg, weights: Sequence[tuple[Tens
     defines = matvec_q_defines(reads_by_words(builder), bits, scales_packing(weights[0][1]), x.dtype, False,
                                subgroup, kind, None if norm is None else norm.weight.dtype)
     bindings: list[TensorArg] = [x]
-    spec = [shape.invocations, shape.rows]
+    codes: list[int] = []
     stores: list[TensorArg | None] = [*outs, *[None] * (len(weights) - len(outs))]  # GLU: one output
     for (w, s), out in zip(weights, stores):
         bindings += [w, s]
-        spec.append(dtype_code(s.dtype))
+        codes.append(dtype_code(s.dtype))
         if out is not None:
             bindings.append(out)
-            spec.append(dtype_code(out.dtype))
+            codes.append(dtype_code(out.dtype))
+    spec = matvec_q_spec(shape, codes)
     push = struct.pack("<8I", chunks, scale_groups(x.shape[-1], group), group * bits // 128, 0, rows[0], 0,
                        *(rows[1:] + [0, 0])[:2])
     workgroups = sum(-(-n // shape.rows) for n in grid)

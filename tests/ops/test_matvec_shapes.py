@@ -16,7 +16,7 @@ import vkx
 from vkx.export import export_model
 from vkx.export.quantize import dequantize, quantize_weight
 from vkx.loader.gpu.device import Device, default_device
-from vkx.loader.ops import STORAGE_FEATURES, gemm
+from vkx.loader.ops import STORAGE_FEATURES, gemm, quant
 from tests.loader.helpers import baseline_device, no_device_limits
 
 from .conftest import Const, assert_close_in, assert_norm_close, rand, run_graph
@@ -26,6 +26,13 @@ pytestmark = pytest.mark.vulkan
 
 SHAPES = [gemm.MatvecShape(1, 32), gemm.MatvecShape(2, 256), gemm.MatvecShape(4, 128),
           gemm.MatvecShape(8, 64), gemm.MatvecShape(16, 128)]
+Q_SHAPES = SHAPES + [gemm.MatvecShape(1, 32, 1), gemm.MatvecShape(4, 128, 1), gemm.MatvecShape(16, 64, 1),
+                     gemm.MatvecShape(8, 64, 2)]
+"""matvec_q.comp's: also invocations reading a word or two a step (its SPAN)."""
+
+
+def _id(shape: gemm.MatvecShape) -> str:
+    return f"{shape.rows}x{shape.invocations}" + (f"/{shape.span}" if shape.span != 4 else "")
 
 
 def _shape(monkeypatch, kernel: str, shape: gemm.MatvecShape) -> None:
@@ -58,7 +65,7 @@ def test_a_gpu_cuts_rows_to_keep_its_compute_units_busy():
     assert gemm.matvec_shape(cpu, "matvec", 256, 37)[0].rows == gemm.MATVEC_SHAPES["cpu", "matvec"].rows
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s.rows}x{s.invocations}")
+@pytest.mark.parametrize("shape", SHAPES, ids=_id)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 def test_matvec_every_shape(shape, dtype, monkeypatch, dispatches):
     """K = 2056: 257 chunks of 8, more than any workgroup's invocations; N = 37: a partial last workgroup."""
@@ -70,7 +77,7 @@ def test_matvec_every_shape(shape, dtype, monkeypatch, dispatches):
     assert_close_in(got, F.linear(x, w, b), dtype, terms=1)
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s.rows}x{s.invocations}")
+@pytest.mark.parametrize("shape", Q_SHAPES, ids=_id)
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_matvec_q_every_shape(shape, bits, dtype, monkeypatch, dispatches):
@@ -81,6 +88,7 @@ def test_matvec_q_every_shape(shape, bits, dtype, monkeypatch, dispatches):
     got = run_graph("vkx.linear_q.default", [x, Const(q), Const(s), None, bits, 64], ((1, n), dtype))
     [(shader, defines, spec)] = dispatches
     assert shader == "matvec_q" and (spec[:2], "SUBGROUP" in defines) == _chosen(shape)
+    assert spec[quant.SPAN_CONSTANT] == shape.span
     want = x.double() @ dequantize(q, s, bits, 64).double().T
     assert_norm_close(got.double(), want, rtol=1e-5 if dtype == torch.float32 else 4e-3, atol=1e-5)
 
@@ -103,9 +111,9 @@ def fused_files(tmp_path_factory) -> dict:
     return inputs, files
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s.rows}x{s.invocations}")
+@pytest.mark.parametrize("shape,quantize", [(s, q) for q in (None, "int4", "int8") for s in (Q_SHAPES if q else SHAPES)],
+                         ids=lambda v: _id(v) if isinstance(v, gemm.MatvecShape) else str(v))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("quantize", [None, "int4", "int8"], ids=str)
 def test_fused_products_every_shape(shape, dtype, quantize, fused_files, monkeypatch, dispatches):
     """The three products of one row (SEGMENTS), SwiGLU's (GLU) and a plain product, each with an
     RMSNorm folded in (NORM), at each shape, against torch, float weights and int4/int8 ones: a
@@ -120,6 +128,8 @@ def test_fused_products_every_shape(shape, dtype, quantize, fused_files, monkeyp
     kinds = sorted(("SEGMENTS" in d, "GLU" in d, "NORM" in d) for s, d, _ in dispatches if s == kernel)
     assert kinds == [(False, False, False), (False, False, True), (False, True, True), (True, False, True)]
     assert {spec[1] for s, _, spec in dispatches if s == kernel} == {shape.rows}
+    if quantize:
+        assert {spec[quant.SPAN_CONSTANT] for s, _, spec in dispatches if s == kernel} == {shape.span}
     want = _reference(copy.deepcopy(module), [x.to(dtype) for x in inputs], dtype, quantize)
     for g, w in zip(got, want):
         assert_close_in(g, w, dtype, terms=200)
