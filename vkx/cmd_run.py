@@ -129,6 +129,8 @@ def _read_inputs(path: Path, specs: list) -> list:
         tensors = load_file(str(path))
     except SafetensorError as error:
         fail(f"--inputs {path}: {error}")
+    except TypeError:  # safetensors.numpy cannot hold BF16
+        fail(f"--inputs {path}: holds a BF16 tensor, which numpy cannot read (give bfloat16 inputs as float32)")
     return [tensors[k] for k in _input_keys(path, tensors, [getattr(s, "name", None) for s in specs])]
 
 

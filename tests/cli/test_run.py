@@ -158,3 +158,7 @@ def test_run_executorch_programs_with_cpu_ops(tmp_path, name, torch_op):
     save_file({"a": x.numpy(), "b": x.numpy()}, tmp_path / "two.safetensors")
     line = one_error_line(vkx("run", ROOT / f"tests/data/{name}.pte", "--inputs", tmp_path / "two.safetensors"))
     assert "expected tensors input_0 (or exactly 1 tensors), found ['a', 'b']" in line
+    from safetensors.torch import save_file as save_torch
+    save_torch({"x": x.to(torch.bfloat16)}, tmp_path / "bf16.safetensors")  # numpy cannot hold it
+    line = one_error_line(vkx("run", ROOT / f"tests/data/{name}.pte", "--inputs", tmp_path / "bf16.safetensors"))
+    assert "holds a BF16 tensor" in line
