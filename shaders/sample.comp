@@ -426,10 +426,10 @@ void main() {
             group = uvec3(hc[sel[0]], 0u, 0u);
             prefix |= sel[0] << shift;
             need = sub3(need, uvec3(0u, sel[2], sel[3]));
+            barrier();  // every lane has read hc before the next walk clears it (after the last level too)
             if (shift == 0u) {
                 break;
             }
-            barrier();
         }
         cut_key = prefix;
         if (need != uvec3(0u)) {

@@ -36,6 +36,7 @@ class Sampler:
         device = default_device()
         builder = graph_builder(graph, device, Options()).build()
         sample.record_sample(builder, *(builder.tensors[v].arg for v in range(3)))
+        self.held = builder.tensors[0].arg.dtype  # fp32 where the device has no 16-bit storage
         self.dispatches = builder.dispatches
         pipelines = pipelines_for(device).get_all([(x.shader, dict(x.defines), len(x.bindings), x.spec)
                                                    for x in builder.dispatches])
@@ -48,6 +49,8 @@ class Sampler:
         self.executor = recorded(Executor(device, builder.dispatches, pipelines, self.io_in, io_out), self.res)
 
     def draw(self, logits: torch.Tensor, state: np.ndarray, position: int) -> int:
+        if self.held is dtypes.FLOAT32:
+            logits = logits.float()
         raw = logits.contiguous().view(torch.int16 if logits.element_size() == 2 else torch.int32).numpy()
         for (io, _), data in zip(self.io_in, (raw, state, np.array([position], np.int32))):
             io.mapped()[:data.nbytes] = data.tobytes()
