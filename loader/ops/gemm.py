@@ -270,9 +270,8 @@ invocations takes shaders/matmul.comp instead."""
 
 @dataclass(frozen=True)
 class MatvecShape:
-    """A matrix-vector workgroup (shaders/partials.glslh): `rows` output rows, `invocations`
-    (a power of two) splitting K, each reading `span` words of a row at a step (4: one 16-byte load;
-    matvec_q.comp also takes 1, a word, its SPAN)."""
+    """A matrix-vector workgroup (shaders/partials.glslh): `rows` output rows, `invocations` (a power of
+    two) splitting K, each reading `span` words of a row a step (4: 16 bytes; matvec_q's SPAN also 1)."""
     rows: int
     invocations: int
     span: int = 4
@@ -326,8 +325,7 @@ def matvec_shape(builder: OpBuilder, kernel: str, chunks: int, n: int) -> tuple[
     while kind == "gpu" and rows > 1 and -(-n // rows) < MATVEC_GROUPS_PER_UNIT * builder.compute_units:
         rows //= 2
     invocations = min(shape.invocations, limits.max_compute_work_group_invocations)
-    steps = chunks * 4 // shape.span
-    while invocations > MIN_INVOCATIONS and invocations // 2 >= steps:
+    while invocations > MIN_INVOCATIONS and invocations // 2 >= chunks * 4 // shape.span:  # steps a row
         invocations //= 2
     return MatvecShape(rows, invocations, shape.span), "subgroupOperations" in limits.features
 
