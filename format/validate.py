@@ -315,7 +315,7 @@ def check_delegate_args(values: Sequence[EValue], args: Sequence[int], graph: vk
             _fail(InvalidValueError, f"{where}[{j}]", f"value {arg} is {what}; the delegate's "
                   f"{'input' if j < len(graph.input_ids) else 'output'} (value {vid}) has shape {list(t.dims)}", path)
         if isinstance(t, vk.Tensor):
-            host = t.staging_datatype if t.staging_datatype != vk.DataType.UNSET else t.datatype
+            host = t.host_datatype
             declared = dtypes.of_scalar_type(ev.value.scalar_type)
             if declared is None or (declared.datatype, host) not in _HOST_DTYPES and declared.datatype != host:
                 _fail(InvalidValueError, f"{where}[{j}]", f"value {arg} is a {declared or ev.value.scalar_type} "

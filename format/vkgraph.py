@@ -90,6 +90,11 @@ class Tensor:
         return math.prod(self.dims)
 
     @property
+    def host_datatype(self) -> DataType:
+        """The element type on the host side of a graph input or output: `staging_datatype`, else `datatype`."""
+        return self.staging_datatype if self.staging_datatype != DataType.UNSET else self.datatype
+
+    @property
     def dtype(self) -> DType:
         """The element type (InvalidValueError for UNSET or an unknown wire value)."""
         return dtype_of(self.datatype)

@@ -152,7 +152,7 @@ def method_inputs(program: Path, method: str) -> list[FileInput] | None:
         if not isinstance(t, vk.Tensor):
             return None
         try:
-            host = dtypes.of(t.staging_datatype if t.staging_datatype != vk.DataType.UNSET else t.datatype)
+            host = dtypes.of(t.host_datatype)
         except FormatError:  # no element type: the load refuses the file, naming the value
             return None
         out.append(FileInput(name, tuple(t.dims), host))

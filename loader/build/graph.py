@@ -125,9 +125,7 @@ class GraphBuilder:
                     raise BadProgramError(f"value {vid}: constant_id {v.constant_id} out of range "
                                           f"({len(graph.constants)} constants)")
                 self._declared[vid] = arg
-                staging = arg.dtype
-                if v.staging_datatype != g.DataType.UNSET and v.constant_id < 0:
-                    staging = device_dtype(vid, v.staging_datatype)
+                staging = device_dtype(vid, v.host_datatype) if v.constant_id < 0 else arg.dtype
                 if v.constant_id < 0 and vid not in weights:  # weights stay as stored, read by words
                     arg = ops.TensorArg(vid, arg.shape, ops.held_dtype(arg.dtype, limits.features))
                 self.tensors[vid] = RTensor(arg, staging, v.constant_id, v.mem_obj_id)
