@@ -1,17 +1,17 @@
 """Matrix-vector sweep: each weight-product kernel of LLM decode at the Llama-3.2-1B shapes, in
 each weight dtype and workgroup shape, against a same-run device copy of the same bytes.
 
-For every dtype (fp32, fp16, bf16: shaders/matvec.comp; int4, int8 with fp16 scales in groups of
-32: shaders/matvec_q.comp) and weight shape [N, K], a hand-built VkGraph applies L distinct
-weights to one activation row (L such that the weights fill at least `--min-mb`, so that no
-weight is read from a cache), once per workgroup shape (rows per workgroup x invocations, and for int4/int8 the words an
-invocation reads a step: `vkx.loader.ops.gemm.MATVEC_SHAPES` set for the device's class). The time of one product is the
-median GPU time of its dispatches (timestamps, `Program.profile`); GB/s counts the weight bytes
-read (int4/int8: packed weights and scales). The baseline is a device copy of the same bytes in
-the same run (L fp32 tensors of those bytes each read and written once: `copy_graph`), so "/ copy" is the
-product's read bandwidth over the copy's bandwidth. Per dtype, the last lines rank the shapes by
-the time of one decode token of the 1B model (its 16 layers' q, k, v, o, gate, up, down and the
-lm_head): the defaults in MATVEC_SHAPES come from these.
+For every dtype (fp32, fp16, bf16: shaders/matvec.comp; int4, int8 with fp16 scales in groups of 32:
+shaders/matvec_q.comp) and weight shape [N, K], a hand-built VkGraph applies L distinct weights to
+one activation row (L such that the weights fill at least `--min-mb`, so that no weight is read from
+a cache), once per workgroup shape (rows per workgroup x invocations, and for int4/int8 the words an
+invocation reads a step: `vkx.loader.ops.gemm.MATVEC_SHAPES` set for the device's class). The time
+of one product is the median GPU time of its dispatches (timestamps, `Program.profile`); GB/s counts
+the weight bytes read (int4/int8: packed weights and scales). The baseline is a device copy of the
+same bytes in the same run (L fp32 tensors of those bytes each read and written once: `copy_graph`),
+so "/ copy" is the product's read bandwidth over the copy's bandwidth. Per dtype, the last lines
+rank the shapes by the time of one decode token of the 1B model (its 16 layers' q, k, v, o, gate,
+up, down and the lm_head): the defaults in MATVEC_SHAPES come from these.
 
     python bench/matvec.py [--dtypes fp16,bf16,int4,int8] [--shapes 2048x2048,...] [--rows 1,2,4,8,16]
                            [--invocations 64,128,256] [--spans 4,1] [--min-mb 256] [--runs 5]
@@ -139,7 +139,7 @@ def main() -> None:
           + ", ".join(f"{k}: {s.rows} rows x {s.invocations}" for (c, k), s in gemm.MATVEC_SHAPES.items() if c == cls))
     print(f"{'dtype':<6}{'N x K':>14}{'L':>4}{'MB':>8}{'copy GB/s':>11}{'rows':>6}{'inv':>5}{'span':>5}{'us':>9}"
           f"{'GB/s':>8}{'/ copy':>8}")
-    token: dict[tuple[str, int, int], float] = defaultdict(float)
+    token: dict[tuple[str, int, int, int], float] = defaultdict(float)  # (dtype, rows, invocations, span)
     best_token: dict[str, dict] = {}
     for kind in args.dtypes.split(","):
         kernel = "matvec_q" if kind in QUANT_BITS else "matvec"

@@ -1,9 +1,10 @@
 #version 450
 // Weight-only quantized matrix-vector product, one row of activations (the decode case):
 //   o[n] = sum_k x[k] * q[n, k] * s[n, k / group] (+ bias[n])
-// The weight rows are read 16 bytes (a uvec4) at a time: VALS values, 32 at BITS 4 (value j of a
-// word in bits 4j..4j+3, stored as q + 8; HIGH_FIRST: each byte's even value in its high nibble),
-// 16 at BITS 8 (signed bytes). A uvec4 lies inside one scale group (group % VALS == 0).
+// The weight rows are whole 16-byte chunks (uvec4s) of VALS values, 32 at BITS 4 (value j of a word
+// in bits 4j..4j+3, stored as q + 8; HIGH_FIRST: each byte's even value in its high nibble), 16 at
+// BITS 8 (signed bytes), read a chunk or a word at a time (SPAN, below). A chunk lies inside one
+// scale group (group % VALS == 0).
 // Workgroup w owns ROWS rows; its WG invocations split K in steps of SPAN words (specialization
 // constant 8: 4, one 16-byte load a row, or 1, a word): invocation i reads steps i, i + WG, ... of
 // every row (neighbours read neighbouring steps), the ROWS steps' loads issued together; then word
